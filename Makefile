@@ -1,0 +1,31 @@
+# The two commands a new user runs: `make demo` and `make test`. Each sets itself up from nothing.
+PYTHON ?= python3
+VENV ?= .venv
+# The CPU build that this project's machines keep on disk; GPU users choose their own, e.g.
+#   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
+TORCH_SPEC ?= torch==2.13.0
+FIXTURES ?= ../shared/fixtures
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
+
+.PHONY: setup test demo clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install $(TORCH_SPEC)
+	$(PIP) install -e ".[dev]"
+	touch $@
+
+test: setup
+	$(BIN)/python -m pytest
+
+# Until the project has a default model, the demo converts the tiny fixture ELMo and embeds the seed sentences.
+demo: setup
+	$(BIN)/python conversion/convert_original_elmo.py --overwrite --output-dir build/elmo-fixture \
+		--options-file $(FIXTURES)/allennlp-elmo/options.json --weight-file $(FIXTURES)/allennlp-elmo/lm_weights.hdf5
+	$(BIN)/hf-elmo demo --model build/elmo-fixture
+
+clean:
+	rm -rf $(VENV) build

@@ -1,0 +1,171 @@
+"""Convert original ELMo weights (options.json + weights.hdf5) to a Hugging Face checkpoint, and back.
+
+    python conversion/convert_original_elmo.py --options-file OPTIONS.json --weight-file WEIGHTS.hdf5 \
+        --output-dir DIR
+    python conversion/convert_original_elmo.py --to-original --model-dir DIR --output-dir ORIGINAL_DIR
+
+The Hugging Face folder holds the config, safetensors weights, tokenizer files, a model card and the model
+code with an `auto_map`, so it can be pushed to the Hub as it is. Before reporting success, the folder is
+reloaded and must give exactly the outputs of the converted model. An output folder is written completely
+or not at all.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
+from hf_elmo.model_card import render_model_card  # noqa: E402
+
+from conversion.original_format import (  # noqa: E402
+    ConversionError,
+    original_to_state_dict,
+    read_original_weights,
+    state_dict_to_original,
+    write_original_weights,
+)
+
+# Sentences the saved folder is checked on: a boundary marker, punctuation, a long word, CJK and emoji.
+PROBE_SENTENCES = [
+    ["The", "U.S.", "Centers", "for", "Disease", "Control", "advised", "schools", "to", "close", "."],
+    ["天", "气", "不", "错", "！", "🙂", "<S>", "Pneumonoultramicroscopicsilicovolcanoconiosis" * 2],
+    ["I", "eat", "an", "apple", "."],
+]
+
+
+@contextlib.contextmanager
+def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool):
+    """Yield a temporary folder beside `output_dir` that becomes `output_dir` only if the block succeeds."""
+    output_dir = Path(output_dir).resolve()
+    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
+        raise ConversionError(f"{output_dir}: output folder exists and is not empty (pass --overwrite to replace it)")
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
+    try:
+        yield staging
+        if output_dir.exists():
+            retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
+            os.replace(output_dir, retired / "old")
+            os.replace(staging, output_dir)
+            shutil.rmtree(retired)
+        else:
+            os.replace(staging, output_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def _probe_outputs(model: ElmoModel, tokenizer: ElmoTokenizer) -> list[torch.Tensor]:
+    batch = tokenizer(PROBE_SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**batch)
+    return list(output.hidden_states) + list(output.elmo_representations)
+
+
+def _verify_reload(folder: Path, model: ElmoModel, tokenizer: ElmoTokenizer) -> None:
+    """The saved folder must load through the Auto classes and reproduce `model` exactly."""
+    from transformers import AutoModel, AutoTokenizer
+
+    reloaded = AutoModel.from_pretrained(folder).eval()
+    reloaded_tokenizer = AutoTokenizer.from_pretrained(folder)
+    expected_state, found_state = model.state_dict(), reloaded.state_dict()
+    if expected_state.keys() != found_state.keys():
+        raise ConversionError(f"{folder}: reloaded weights differ in names from the converted ones")
+    for name, tensor in expected_state.items():
+        if not torch.equal(tensor, found_state[name]):
+            raise ConversionError(f"{folder}: reloaded weight {name} differs from the converted one")
+    for layer, (expected, found) in enumerate(
+        zip(_probe_outputs(model, tokenizer), _probe_outputs(reloaded, reloaded_tokenizer))
+    ):
+        if not torch.equal(expected, found):
+            difference = (expected - found).abs().max().item()
+            raise ConversionError(f"{folder}: reloaded model differs at output {layer} by {difference:.3g}")
+
+
+def convert_original_to_hf(
+    options_file: str | os.PathLike,
+    weight_file: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    model_id: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a complete, verified Hugging Face checkpoint of an original ELMo model to `output_dir`."""
+    config = ElmoConfig.from_original_options(options_file)
+    state = original_to_state_dict(read_original_weights(weight_file, config), config)
+    model = ElmoModel(config)
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
+    model_id = model_id or Path(output_dir).resolve().name
+    card = render_model_card(
+        model, model_id, source=f"converted from `{Path(options_file).name}` and `{Path(weight_file).name}`"
+    )
+    with atomic_output_dir(output_dir, overwrite) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "README.md").write_text(card, encoding="utf-8")
+        _verify_reload(staging, model, tokenizer)
+    return Path(output_dir)
+
+
+def convert_hf_to_original(
+    model_dir: str | os.PathLike, output_dir: str | os.PathLike, overwrite: bool = False
+) -> Path:
+    """Write `options.json` and `weights.hdf5` (bilm-tf's format, read by AllenNLP) for a checkpoint."""
+    model = ElmoModel.from_pretrained(model_dir)
+    config = model.config
+    arrays = state_dict_to_original(model.state_dict(), config)
+    with atomic_output_dir(output_dir, overwrite) as staging:
+        (staging / "options.json").write_text(json.dumps(config.to_original_options(), indent=2), encoding="utf-8")
+        write_original_weights(arrays, staging / "weights.hdf5")
+        reread = read_original_weights(staging / "weights.hdf5", ElmoConfig.from_original_options(staging / "options.json"))
+        for name, value in arrays.items():
+            if not np.array_equal(value, reread[name]):
+                raise ConversionError(f"{staging / 'weights.hdf5'}: dataset {name} did not read back identically")
+    return Path(output_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--options-file", help="original options.json")
+    parser.add_argument("--weight-file", help="original weights.hdf5")
+    parser.add_argument("--output-dir", required=True, help="folder to write (must not exist or be empty)")
+    parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
+    parser.add_argument("--to-original", action="store_true", help="convert a Hugging Face checkpoint back")
+    parser.add_argument("--model-dir", help="with --to-original: the Hugging Face checkpoint folder")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    args = parser.parse_args(argv)
+    try:
+        if args.to_original:
+            if not args.model_dir:
+                parser.error("--to-original needs --model-dir")
+            if not Path(args.model_dir, "config.json").is_file():
+                raise ConversionError(f"{args.model_dir}: no config.json, not a Hugging Face checkpoint folder")
+            convert_hf_to_original(args.model_dir, args.output_dir, overwrite=args.overwrite)
+            print(f"wrote options.json and weights.hdf5 to {args.output_dir}")
+        else:
+            if not (args.options_file and args.weight_file):
+                parser.error("converting original weights needs --options-file and --weight-file")
+            convert_original_to_hf(
+                args.options_file, args.weight_file, args.output_dir, model_id=args.model_id, overwrite=args.overwrite
+            )
+            print(f"wrote and verified a Hugging Face checkpoint in {args.output_dir}")
+    except ValueError as error:  # ConversionError and the config's own checks
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

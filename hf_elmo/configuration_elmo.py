@@ -1,0 +1,205 @@
+"""ELMo configuration: every option of the original `options.json`, plus how the layers are mixed."""
+
+import json
+import os
+from typing import Any
+
+from transformers import PreTrainedConfig
+
+# The released models' character CNN: (filter width, number of filters), 2048 filters in all.
+ORIGINAL_CHAR_CNN_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
+
+class ElmoConfig(PreTrainedConfig):
+    r"""
+    Configuration of an ELMo model. The defaults are the original model (`2x4096_512_2048cnn_2xhighway`).
+
+    Character CNN (`char_cnn` in options.json):
+        char_embedding_dim (`int`): size of a character embedding (`char_cnn.embedding.dim`).
+        char_cnn_filters (`list[list[int]]`): `[width, count]` per convolution (`char_cnn.filters`).
+        num_highway_layers (`int`): highway layers after the CNN (`char_cnn.n_highway`).
+        char_cnn_activation (`str`): `"relu"` or `"tanh"`, applied after max-pooling (`char_cnn.activation`).
+        max_characters_per_token (`int`): characters per word, begin/end-of-word included.
+        n_characters (`int`): rows of the character embedding; 262 = 261 trained ids + the padding row 0.
+    biLSTM (`lstm` in options.json):
+        cell_size (`int`): LSTM memory cell size C (`lstm.dim`).
+        projection_dim (`int`): hidden size P of each direction and the token vector size (`lstm.projection_dim`).
+        num_lstm_layers (`int`): stacked layers per direction (`lstm.n_layers`).
+        cell_clip (`float`, *optional*): clip the memory cell to [-cell_clip, cell_clip]; `None` = no clip.
+        proj_clip (`float`, *optional*): clip the projected hidden state; `None` = no clip.
+        use_skip_connections (`bool`): residual connection around every layer but the first.
+    Output:
+        num_output_representations (`int`): how many learned scalar mixes of the layers to return.
+        do_layer_norm (`bool`): normalise each layer over the whole batch before mixing (AllenNLP's option).
+        dropout (`float`): dropout on the mixed representations, active in training only.
+    """
+
+    model_type = "elmo"
+    attribute_map = {"num_hidden_layers": "num_lstm_layers"}
+    keys_to_ignore_at_inference = ["hidden_states", "elmo_representations", "final_states", "attention_mask"]
+
+    char_embedding_dim: int = 16
+    char_cnn_filters: list[list[int]] | tuple[tuple[int, int], ...] = ORIGINAL_CHAR_CNN_FILTERS
+    num_highway_layers: int = 2
+    char_cnn_activation: str = "relu"
+    max_characters_per_token: int = 50
+    n_characters: int = 262
+    cell_size: int = 4096
+    projection_dim: int = 512
+    num_lstm_layers: int = 2
+    cell_clip: float | int | None = 3.0
+    proj_clip: float | int | None = 3.0
+    use_skip_connections: bool = True
+    num_output_representations: int = 1
+    do_layer_norm: bool = False
+    dropout: float | int = 0.0
+    pad_token_id: int = 0
+    initializer_range: float | int = 0.02
+
+    def __post_init__(self, **kwargs):
+        self.char_cnn_filters = [[int(width), int(count)] for width, count in self.char_cnn_filters]
+        # 0 means "no clip" in both reference implementations.
+        self.cell_clip = float(self.cell_clip) if self.cell_clip else None
+        self.proj_clip = float(self.proj_clip) if self.proj_clip else None
+        self.dropout = float(self.dropout)
+        self._check_values()
+        super().__post_init__(**kwargs)
+
+    def _check_values(self):
+        positive = {
+            "char_embedding_dim": self.char_embedding_dim,
+            "max_characters_per_token": self.max_characters_per_token,
+            "cell_size": self.cell_size,
+            "projection_dim": self.projection_dim,
+            "num_lstm_layers": self.num_lstm_layers,
+            "num_output_representations": self.num_output_representations,
+        }
+        for name, value in positive.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ElmoConfig.{name} must be a positive integer, got {value!r}")
+        if isinstance(self.num_highway_layers, bool) or not isinstance(self.num_highway_layers, int) or self.num_highway_layers < 0:
+            raise ValueError(f"ElmoConfig.num_highway_layers must be an integer >= 0, got {self.num_highway_layers!r}")
+        if not self.char_cnn_filters:
+            raise ValueError("ElmoConfig.char_cnn_filters must name at least one [width, count] filter")
+        for width, count in self.char_cnn_filters:
+            if width < 1 or count < 1 or width > self.max_characters_per_token:
+                raise ValueError(
+                    f"ElmoConfig.char_cnn_filters has [{width}, {count}]: widths must be 1..max_characters_per_token "
+                    f"({self.max_characters_per_token}) and counts positive"
+                )
+        if self.max_characters_per_token < 3:
+            raise ValueError("ElmoConfig.max_characters_per_token must be at least 3 (begin, end and one character)")
+        if self.char_cnn_activation not in ("relu", "tanh"):
+            raise ValueError(f"ElmoConfig.char_cnn_activation must be 'relu' or 'tanh', got {self.char_cnn_activation!r}")
+        if self.n_characters != 262:
+            raise ValueError(
+                f"ElmoConfig.n_characters must be 262 (261 trained character ids plus the padding row), "
+                f"got {self.n_characters!r}; options.json files written for training say 261: use from_original_options"
+            )
+        if self.projection_dim > self.cell_size:
+            raise ValueError(
+                f"ElmoConfig.projection_dim ({self.projection_dim}) cannot exceed cell_size ({self.cell_size})"
+            )
+        for name in ("cell_clip", "proj_clip"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"ElmoConfig.dropout must be in [0, 1), got {self.dropout!r}")
+
+    @property
+    def num_char_filters(self) -> int:
+        """F, the width of the character CNN's output (2048 for the released models)."""
+        return sum(count for _, count in self.char_cnn_filters)
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of every layer of `hidden_states`: forward and backward halves, 2P."""
+        return 2 * self.projection_dim
+
+    @property
+    def has_char_projection(self) -> bool:
+        # bilm-tf builds CNN_proj only when the CNN width differs from the LSTM input width.
+        return self.num_char_filters != self.projection_dim
+
+    @property
+    def has_lstm_projection(self) -> bool:
+        # bilm-tf builds W_P_0 only when the cell is wider than the output.
+        return self.cell_size != self.projection_dim
+
+    @classmethod
+    def from_original_options(cls, options: str | os.PathLike | dict[str, Any], **kwargs) -> "ElmoConfig":
+        """Build a config from a bilm-tf / AllenNLP `options.json` (a path or the parsed dict).
+
+        Training-only keys that bilm-tf writes are ignored; `n_characters` may be 261 (training) or 262.
+        `kwargs` set the output options (`num_output_representations`, `do_layer_norm`, `dropout`).
+        """
+        source = "options"
+        if not isinstance(options, dict):
+            source = os.fspath(options)
+            try:
+                with open(source, encoding="utf-8") as f:
+                    options = json.load(f)
+            except FileNotFoundError:
+                raise ValueError(f"{source}: options file not found") from None
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                raise ValueError(f"{source}: not a JSON options file ({error})") from None
+        char_cnn = options.get("char_cnn")
+        lstm = options.get("lstm")
+        if not isinstance(char_cnn, dict):
+            raise ValueError(
+                f"{source}: no 'char_cnn' section; only character-input ELMo models can be converted"
+            )
+        if not isinstance(lstm, dict):
+            raise ValueError(f"{source}: no 'lstm' section")
+
+        def required(section: dict, name: str, key: str):
+            if key not in section:
+                raise ValueError(f"{source}: missing option '{name}.{key}'")
+            return section[key]
+
+        embedding = required(char_cnn, "char_cnn", "embedding")
+        if not isinstance(embedding, dict) or "dim" not in embedding:
+            raise ValueError(f"{source}: missing option 'char_cnn.embedding.dim'")
+        n_characters = char_cnn.get("n_characters", 262)
+        if n_characters not in (261, 262):
+            raise ValueError(f"{source}: option 'char_cnn.n_characters' must be 261 or 262, got {n_characters!r}")
+        return cls(
+            char_embedding_dim=embedding["dim"],
+            char_cnn_filters=required(char_cnn, "char_cnn", "filters"),
+            num_highway_layers=char_cnn.get("n_highway", 0) or 0,
+            char_cnn_activation=char_cnn.get("activation", "relu"),
+            max_characters_per_token=char_cnn.get("max_characters_per_token", 50),
+            n_characters=262,
+            cell_size=required(lstm, "lstm", "dim"),
+            projection_dim=required(lstm, "lstm", "projection_dim"),
+            num_lstm_layers=required(lstm, "lstm", "n_layers"),
+            cell_clip=lstm.get("cell_clip"),
+            proj_clip=lstm.get("proj_clip"),
+            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+            **kwargs,
+        )
+
+    def to_original_options(self) -> dict[str, Any]:
+        """The `options.json` content that bilm-tf and AllenNLP read for this model (inference form, 262)."""
+        return {
+            "lstm": {
+                "dim": self.cell_size,
+                "projection_dim": self.projection_dim,
+                "n_layers": self.num_lstm_layers,
+                "cell_clip": self.cell_clip,
+                "proj_clip": self.proj_clip,
+                "use_skip_connections": self.use_skip_connections,
+            },
+            "char_cnn": {
+                "activation": self.char_cnn_activation,
+                "embedding": {"dim": self.char_embedding_dim},
+                "filters": [list(f) for f in self.char_cnn_filters],
+                "max_characters_per_token": self.max_characters_per_token,
+                "n_characters": self.n_characters,
+                "n_highway": self.num_highway_layers,
+            },
+        }
+
+
+__all__ = ["ElmoConfig"]

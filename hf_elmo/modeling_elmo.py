@@ -1,0 +1,359 @@
+"""ELMo (Peters et al. 2018): a character CNN, a biLSTM language model and a learned scalar mix of its layers.
+
+The computation follows the original TensorFlow model (bilm-tf) exactly, so converted weights give the
+original numbers. Shapes: B = batch, T = words, K = characters per word, P = projection_dim,
+C = cell_size, L = num_lstm_layers.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.utils import ModelOutput, can_return_tuple
+
+from .configuration_elmo import ElmoConfig
+from .tokenization_elmo import BOS_WORD, EOS_WORD, word_to_char_ids
+
+@dataclass
+class ElmoModelOutput(ModelOutput):
+    r"""
+    last_hidden_state (`torch.FloatTensor` [B, T, 2P]):
+        The top biLSTM layer, forward and backward halves concatenated.
+    hidden_states (`tuple(torch.FloatTensor)`, L + 1 tensors of [B, T, 2P]):
+        Every layer: the context-free token vector duplicated `[x; x]` (layer 0), then each biLSTM layer.
+    elmo_representations (`tuple(torch.FloatTensor)`, `num_output_representations` tensors of [B, T, 2P]):
+        The learned scalar mixes `gamma * sum_j softmax(s)_j * h_j` of `hidden_states`.
+    attention_mask (`torch.BoolTensor` [B, T]):
+        True at real words. Every output is exactly zero elsewhere.
+    final_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C])):
+        LSTM state after each row's `</S>` (forward half) and after its `<S>` (backward half), in AllenNLP's
+        layout. Pass it as `initial_states` of the next batch to reproduce the original stateful model.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    elmo_representations: tuple[torch.FloatTensor, ...] | None = None
+    attention_mask: torch.BoolTensor | None = None
+    final_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+
+
+class ElmoHighway(nn.Module):
+    """One highway layer, in bilm-tf's form: `y = g * relu(W_t x + b_t) + (1 - g) * x`, `g = sigmoid(W_c x + b_c)`.
+
+    The non-linearity is always ReLU, whatever `char_cnn_activation` says: both references hard-code it.
+    """
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.transform = nn.Linear(width, width)
+        self.carry = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = torch.sigmoid(self.carry(x))
+        return gate * F.relu(self.transform(x)) + (1 - gate) * x
+
+
+class ElmoCharacterEncoder(nn.Module):
+    """Char CNN, highway and projection: the context-free vector of each word, [N, K] char ids -> [N, P]."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        # Row 0 is the padding row that inference adds in front of the 261 trained character embeddings.
+        self.char_embedding = nn.Embedding(config.n_characters, config.char_embedding_dim)
+        self.char_cnn = nn.ModuleList(
+            nn.Conv1d(config.char_embedding_dim, count, width) for width, count in config.char_cnn_filters
+        )
+        self.activation = torch.relu if config.char_cnn_activation == "relu" else torch.tanh
+        width = config.num_char_filters
+        self.highway = nn.ModuleList(ElmoHighway(width) for _ in range(config.num_highway_layers))
+        self.projection = nn.Linear(width, config.projection_dim) if config.has_char_projection else None
+
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        chars = self.char_embedding(char_ids).transpose(1, 2)  # [N, D, K]
+        # Max over every window, begin/end-of-word and padding characters included, as the original does.
+        x = torch.cat([conv(chars).amax(dim=-1) for conv in self.char_cnn], dim=-1)
+        x = self.activation(x)
+        for layer in self.highway:
+            x = layer(x)
+        if self.projection is not None:
+            x = self.projection(x)
+        return x
+
+
+class ElmoBiLstmLayer(GradientCheckpointingLayer):
+    """One layer of the forward and the backward LSTM, run together; the two never exchange information.
+
+    The cell is TensorFlow's `LSTMCell` with projection and clipping, which `nn.LSTM` cannot express
+    (it has no clipping). Parameters carry a leading direction axis: 0 = forward, 1 = backward. Gates are
+    in torch's order (input, forget, cell, output).
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        cell, proj = config.cell_size, config.projection_dim
+        self.input_weight = nn.Parameter(torch.empty(2, 4 * cell, proj))  # [direction, 4C, P]
+        self.recurrent_weight = nn.Parameter(torch.empty(2, 4 * cell, proj))  # [direction, 4C, P]
+        # The original adds 1.0 to the forget gate at run time; the stored bias does not include it.
+        self.bias = nn.Parameter(torch.empty(2, 4 * cell))  # [direction, 4C]
+        if config.has_lstm_projection:
+            self.projection_weight = nn.Parameter(torch.empty(2, proj, cell))  # [direction, P, C]
+        else:
+            self.register_parameter("projection_weight", None)
+        self.cell_clip = config.cell_clip
+        self.proj_clip = config.proj_clip
+
+    def forward(
+        self, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """
+        inputs: [2, B, S, P], the backward half already reversed within each row; step_mask: [B, S] bool,
+        True for each row's first `length` steps; h: [2, B, P] and c: [2, B, C], the initial state.
+        Returns the outputs [2, B, S, P] (exactly 0 at masked steps) and the state after each row's last step.
+        """
+        directions, batch, steps, _ = inputs.shape
+        # The input half of every gate, for all steps at once: one large multiply instead of one per step.
+        input_gates = torch.baddbmm(
+            self.bias.unsqueeze(1), inputs.reshape(directions, batch * steps, -1), self.input_weight.transpose(1, 2)
+        ).view(directions, batch, steps, -1)
+        recurrent_weight = self.recurrent_weight.transpose(1, 2)
+        projection_weight = None if self.projection_weight is None else self.projection_weight.transpose(1, 2)
+        outputs = []
+        for t in range(steps):
+            gates = input_gates[:, :, t] + torch.bmm(h, recurrent_weight)
+            input_gate, forget_gate, cell_gate, output_gate = gates.chunk(4, dim=-1)
+            new_c = torch.sigmoid(forget_gate + 1.0) * c + torch.sigmoid(input_gate) * torch.tanh(cell_gate)
+            if self.cell_clip is not None:
+                new_c = new_c.clamp(-self.cell_clip, self.cell_clip)
+            new_h = torch.sigmoid(output_gate) * torch.tanh(new_c)
+            if projection_weight is not None:
+                new_h = torch.bmm(new_h, projection_weight)
+                if self.proj_clip is not None:
+                    new_h = new_h.clamp(-self.proj_clip, self.proj_clip)
+            # Rows past their end keep their state, so it ends as the state after their last step.
+            valid = step_mask[:, t].view(1, batch, 1)
+            c = torch.where(valid, new_c, c)
+            h = torch.where(valid, new_h, h)
+            outputs.append(torch.where(valid, new_h, 0.0))
+        return torch.stack(outputs, dim=2), h, c
+
+
+class ElmoScalarMix(nn.Module):
+    """`gamma * sum_j softmax(s)_j * h_j` over the layers (Peters et al. 2018, eq. 1)."""
+
+    def __init__(self, num_layers: int, do_layer_norm: bool):
+        super().__init__()
+        self.scalar_parameters = nn.Parameter(torch.zeros(num_layers))
+        self.gamma = nn.Parameter(torch.ones(1))
+        self.do_layer_norm = do_layer_norm
+
+    def forward(self, layers: list[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+        """layers: L + 1 tensors [B, S, D]; mask: [B, S] bool. Returns [B, S, D]."""
+        weights = torch.softmax(self.scalar_parameters, dim=0)
+        if self.do_layer_norm:
+            layers = [self._normalize(layer, mask) for layer in layers]
+        return self.gamma * sum(weight * layer for weight, layer in zip(weights, layers))
+
+    @staticmethod
+    def _normalize(layer: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        # AllenNLP's layer norm: one mean and variance over every unmasked value of the whole batch.
+        mask = mask.unsqueeze(-1).to(layer.dtype)
+        count = mask.sum() * layer.shape[-1]
+        mean = (layer * mask).sum() / count
+        variance = (((layer - mean) * mask) ** 2).sum() / count
+        return (layer - mean) / torch.sqrt(variance + 1e-13)
+
+
+class ElmoPreTrainedModel(PreTrainedModel):
+    config_class = ElmoConfig
+    base_model_prefix = "elmo"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["ElmoCharacterEncoder", "ElmoBiLstmLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        """The initialisation of bilm-tf's training, so that a new model pretrains as the original did."""
+        if isinstance(module, ElmoCharacterEncoder):
+            embedding = module.char_embedding.weight
+            init.uniform_(embedding, -1.0, 1.0)
+            if not getattr(embedding, "_is_hf_initialized", False):
+                init.zeros_(embedding[0])
+            for conv in module.char_cnn:
+                fan_in = conv.kernel_size[0] * conv.in_channels
+                if self.config.char_cnn_activation == "relu":
+                    init.normal_(conv.weight, std=math.sqrt(1.0 / fan_in))
+                else:
+                    init.uniform_(conv.weight, -0.05, 0.05)
+                init.zeros_(conv.bias)
+            if module.projection is not None:
+                init.normal_(module.projection.weight, std=math.sqrt(1.0 / module.projection.in_features))
+                init.zeros_(module.projection.bias)
+        elif isinstance(module, ElmoHighway):
+            std = math.sqrt(1.0 / module.carry.in_features)
+            init.normal_(module.carry.weight, std=std)
+            init.constant_(module.carry.bias, -2.0)  # mostly carry the input through at the start
+            init.normal_(module.transform.weight, std=std)
+            init.zeros_(module.transform.bias)
+        elif isinstance(module, ElmoBiLstmLayer):
+            # Glorot-uniform over TensorFlow's kernel shape [input + hidden, 4C], TF's LSTMCell default.
+            four_cells, proj = module.input_weight.shape[1:]
+            bound = math.sqrt(6.0 / (2 * proj + four_cells))
+            init.uniform_(module.input_weight, -bound, bound)
+            init.uniform_(module.recurrent_weight, -bound, bound)
+            init.zeros_(module.bias)
+            if module.projection_weight is not None:
+                bound = math.sqrt(6.0 / sum(module.projection_weight.shape[1:]))
+                init.uniform_(module.projection_weight, -bound, bound)
+        elif isinstance(module, ElmoScalarMix):
+            init.zeros_(module.scalar_parameters)
+            init.ones_(module.gamma)
+
+
+class ElmoModel(ElmoPreTrainedModel):
+    """The ELMo biLM: every layer for every word, and the learned scalar mixes of them."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        self.char_encoder = ElmoCharacterEncoder(config)
+        self.layers = nn.ModuleList(ElmoBiLstmLayer(config) for _ in range(config.num_lstm_layers))
+        self.scalar_mixes = nn.ModuleList(
+            ElmoScalarMix(config.num_lstm_layers + 1, config.do_layer_norm)
+            for _ in range(config.num_output_representations)
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.char_encoder.char_embedding
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.char_encoder.char_embedding = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        initial_states: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs,
+    ) -> ElmoModelOutput:
+        r"""
+        input_ids (`torch.LongTensor` [B, T, K]):
+            Character ids of each word from `ElmoTokenizer`, without `<S>`/`</S>`: the model adds them.
+            An all-zero word is padding, on either side.
+        attention_mask (`torch.Tensor` [B, T], *optional*):
+            1 for words, 0 for padding. Defaults to the words that are not all zeros.
+        initial_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C]), *optional*):
+            LSTM state to start from, usually the `final_states` of the previous batch. Zeros when omitted, so
+            the same sentence always gets the same vectors.
+        """
+        if input_ids.dim() != 3 or input_ids.shape[-1] != self.config.max_characters_per_token:
+            raise ValueError(
+                f"input_ids must be [batch, words, {self.config.max_characters_per_token}] character ids, "
+                f"got shape {list(input_ids.shape)}"
+            )
+        batch, words, _ = input_ids.shape
+        word_mask = (input_ids > 0).any(-1) if attention_mask is None else attention_mask.bool()
+        if word_mask.shape != (batch, words):
+            raise ValueError(f"attention_mask must be [{batch}, {words}], got {list(word_mask.shape)}")
+
+        # Move each row's words to the front (this also handles left padding), in their order.
+        order = torch.argsort((~word_mask).to(torch.uint8), dim=1, stable=True)
+        lengths = word_mask.sum(dim=1)
+        packed = input_ids.gather(1, order.unsqueeze(-1).expand_as(input_ids))
+        char_ids, sequence_mask = self._add_sentence_boundaries(packed, lengths)
+
+        # Layer 0: the context-free token vectors, computed only for real positions, zero elsewhere.
+        token_vectors = self.char_encoder(char_ids[sequence_mask])
+        token_layer = token_vectors.new_zeros(*sequence_mask.shape, token_vectors.shape[-1])
+        token_layer = token_layer.masked_scatter(sequence_mask.unsqueeze(-1), token_vectors)
+
+        layers, final_states = self._run_bilstm(token_layer, sequence_mask, initial_states)
+        layers = [torch.cat([token_layer, token_layer], dim=-1)] + layers
+        mixes = [self.dropout(mix(layers, sequence_mask)) for mix in self.scalar_mixes]
+
+        # Drop <S> and </S>, and put every word back where it came from.
+        restore = torch.argsort(order, dim=1).unsqueeze(-1).expand(-1, -1, layers[0].shape[-1])
+        packed_mask = sequence_mask[:, 2:].unsqueeze(-1)  # true for the first `length` words
+
+        def unpack(layer: torch.Tensor) -> torch.Tensor:
+            return (layer[:, 1 : words + 1] * packed_mask).gather(1, restore)
+
+        hidden_states = tuple(unpack(layer) for layer in layers)
+        return ElmoModelOutput(
+            last_hidden_state=hidden_states[-1],
+            hidden_states=hidden_states,
+            elmo_representations=tuple(unpack(mix) for mix in mixes),
+            attention_mask=word_mask,
+            final_states=final_states,
+        )
+
+    def _add_sentence_boundaries(
+        self, packed: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, T, K] left-aligned words -> [B, T + 2, K] `<S> words </S>` and its mask [B, T + 2]."""
+        batch, words, chars = packed.shape
+        positions = torch.arange(words + 2, device=packed.device)
+        sequence_mask = positions < (lengths + 2).unsqueeze(1)
+        word_mask = (positions[:words] < lengths.unsqueeze(1)).unsqueeze(-1)
+        boundaries = packed.new_tensor([word_to_char_ids(BOS_WORD, chars), word_to_char_ids(EOS_WORD, chars)])
+        char_ids = packed.new_zeros(batch, words + 2, chars)
+        char_ids[:, 1 : words + 1] = packed * word_mask
+        char_ids[:, 0] = boundaries[0]
+        char_ids[torch.arange(batch, device=packed.device), lengths + 1] = boundaries[1]
+        return char_ids, sequence_mask
+
+    def _run_bilstm(
+        self,
+        token_layer: torch.Tensor,
+        sequence_mask: torch.Tensor,
+        initial_states: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """token_layer [B, S, P] -> each biLSTM layer [B, S, 2P] and the final states (h, c)."""
+        batch, steps, proj = token_layer.shape
+        # The backward LSTM reads each row from its last position down to its first: reversing every row
+        # within its length lets both directions share one left-to-right loop.
+        lengths = sequence_mask.sum(dim=1, keepdim=True)
+        positions = torch.arange(steps, device=token_layer.device).unsqueeze(0)
+        reverse = torch.where(sequence_mask, lengths - 1 - positions, positions).unsqueeze(-1)
+        x = torch.stack([token_layer, token_layer.gather(1, reverse.expand(-1, -1, proj))])
+
+        h, c = self._split_states(initial_states, batch, token_layer)
+        layers, final_h, final_c = [], [], []
+        for index, layer in enumerate(self.layers):
+            output, layer_h, layer_c = layer(x, sequence_mask, h[index], c[index])
+            if self.config.use_skip_connections and index > 0:
+                output = output + x  # the carried state stays the pre-residual one, as in the original
+            x = output
+            backward = output[1].gather(1, reverse.expand(-1, -1, proj))
+            layers.append(torch.cat([output[0], backward], dim=-1))
+            final_h.append(torch.cat([layer_h[0], layer_h[1]], dim=-1))
+            final_c.append(torch.cat([layer_c[0], layer_c[1]], dim=-1))
+        return layers, (torch.stack(final_h), torch.stack(final_c))
+
+    def _split_states(
+        self, initial_states: tuple[torch.Tensor, torch.Tensor] | None, batch: int, like: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """AllenNLP's (h [L, B, 2P], c [L, B, 2C]) -> per direction (h [L, 2, B, P], c [L, 2, B, C])."""
+        layers, proj, cell = self.config.num_lstm_layers, self.config.projection_dim, self.config.cell_size
+        if initial_states is None:
+            return like.new_zeros(layers, 2, batch, proj), like.new_zeros(layers, 2, batch, cell)
+        h, c = initial_states
+        for name, state, width in (("h", h, 2 * proj), ("c", c, 2 * cell)):
+            if tuple(state.shape) != (layers, batch, width):
+                raise ValueError(
+                    f"initial_states {name} must be [{layers}, {batch}, {width}] "
+                    f"(layers, batch, forward and backward halves), got {list(state.shape)}"
+                )
+        h = h.to(like.dtype).view(layers, batch, 2, proj).transpose(1, 2)
+        c = c.to(like.dtype).view(layers, batch, 2, cell).transpose(1, 2)
+        return h, c
+
+
+__all__ = ["ElmoModel", "ElmoPreTrainedModel"]

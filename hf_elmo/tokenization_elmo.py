@@ -1,0 +1,418 @@
+"""ELMo tokenizer: text -> words -> one vector of `max_characters_per_token` character ids per word.
+
+ELMo reads characters, so there is no word vocabulary and no unknown word: every word is spelled out as the
+UTF-8 bytes the original biLM was trained on. The tokenizer only splits text into words and spells them;
+the model adds the sentence boundaries `<S>` / `</S>` itself, as AllenNLP does.
+
+This file is copied into saved model folders as Hub remote code: it imports only stdlib, numpy, tokenizers
+and transformers.
+"""
+
+import copy
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from tokenizers import Regex, pre_tokenizers
+from transformers import BatchEncoding, PreTrainedTokenizer
+from transformers.tokenization_utils_base import TruncationStrategy
+from transformers.utils import PaddingStrategy, to_py_obj
+
+# The character alphabet, after the references' +1 shift that frees 0 for padding words.
+PAD_WORD_CHAR_ID = 0  # every character of a padding word: a padding word is the all-zero vector
+# 1..256 are the bytes 0..255
+BOS_CHAR_ID = 257  # the one character of the sentence start word "<S>"
+EOS_CHAR_ID = 258  # the one character of the sentence end word "</S>"
+BOW_CHAR_ID = 259  # begin of word
+EOW_CHAR_ID = 260  # end of word
+PAD_CHAR_ID = 261  # fills a word after its end-of-word
+NUM_CHAR_IDS = 262
+
+BOS_WORD = "<S>"
+EOS_WORD = "</S>"
+
+
+def word_to_char_ids(word: str, max_characters_per_token: int = 50) -> list[int]:
+    """
+    Spell one word as `max_characters_per_token` character ids: `[BOW, byte+1, ..., EOW, PAD_CHAR, ...]`.
+
+    The UTF-8 bytes are cut to `max_characters_per_token - 2`, even inside a multi-byte character, because the
+    original model was trained that way. `"<S>"` and `"</S>"` (exact match) become the sentence boundary words.
+
+    Example: `word_to_char_ids("Second")` -> `[259, 84, 102, 100, 112, 111, 101, 260, 261, ..., 261]` (50 ids).
+    """
+    if word == BOS_WORD:
+        characters = [BOS_CHAR_ID]
+    elif word == EOS_WORD:
+        characters = [EOS_CHAR_ID]
+    else:
+        # "ignore" drops lone surrogates, which have no UTF-8 form.
+        characters = [byte + 1 for byte in word.encode("utf-8", "ignore")[: max_characters_per_token - 2]]
+    char_ids = [BOW_CHAR_ID, *characters, EOW_CHAR_ID]
+    return char_ids + [PAD_CHAR_ID] * (max_characters_per_token - len(char_ids))
+
+
+def char_ids_to_word(char_ids: Sequence[int]) -> str | None:
+    """
+    Read back the word spelled by one vector of character ids; `None` for a padding word (all zeros).
+
+    Bytes cut inside a multi-byte character come back as U+FFFD.
+    """
+    char_ids = [int(char_id) for char_id in char_ids]
+    if not any(char_ids):
+        return None
+    end = char_ids.index(EOW_CHAR_ID) if EOW_CHAR_ID in char_ids else len(char_ids)
+    characters = char_ids[1:end]
+    if characters == [BOS_CHAR_ID]:
+        return BOS_WORD
+    if characters == [EOS_CHAR_ID]:
+        return EOS_WORD
+    return bytes(char_id - 1 for char_id in characters if 1 <= char_id <= 256).decode("utf-8", errors="replace")
+
+
+def _is_word_vector(ids) -> bool:
+    """True for the character ids of one word (a flat, non-empty sequence of ints)."""
+    return len(ids) > 0 and isinstance(ids[0], (int, np.integer))
+
+
+def _is_single_example(input_ids) -> bool:
+    """True for one example's ids `[words, chars]`, False for a batch `[batch, words, chars]`."""
+    if hasattr(input_ids, "ndim"):
+        return input_ids.ndim == 2
+    if len(input_ids) == 0:  # one example without words
+        return True
+    first = input_ids[0]
+    if hasattr(first, "ndim"):
+        return first.ndim == 1
+    # A batch's first example may be empty; a word never is.
+    return _is_word_vector(first)
+
+
+def _build_word_splitter() -> pre_tokenizers.PreTokenizer:
+    """Split raw text into words and punctuation, close to the tokenization of ELMo's training data."""
+    punctuation = r"[\p{P}\p{Sc}\p{Sm}^`]"  # Unicode punctuation plus the ASCII symbols; not emoji
+    word_character = r"[\p{L}\p{M}\p{N}]"
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.WhitespaceSplit(),
+            # Chinese and Japanese are written without spaces: one word per character, as BERT does for Chinese.
+            pre_tokenizers.Split(Regex(r"[\p{Han}\p{Hiragana}\p{Katakana}]"), behavior="isolated"),
+            # Punctuation is a word of its own unless it sits inside a word: "3.5", "U.S", "e-mail" stay whole.
+            pre_tokenizers.Split(
+                Regex(rf"(?<!{word_character}){punctuation}|{punctuation}(?!{word_character})"), behavior="isolated"
+            ),
+            # The 1B Word Benchmark splits clitics off as the Penn Treebank does: "don't" -> "do n't".
+            pre_tokenizers.Split(Regex(r"(?i)n['’]t$|['’](?:s|re|ve|ll|m|d)$"), behavior="isolated"),
+        ]
+    )
+
+
+class ElmoBatchEncoding(BatchEncoding):
+    """
+    A `BatchEncoding` with `word_ids()` and `sequence_ids()`, which Python tokenizers otherwise lack.
+
+    Every input word is exactly one position, so the mapping follows from the ids: a position is a word unless
+    its vector is all zeros. `first_word_index[i]` is the index of example i's first kept word (> 0 only after
+    truncation from the left).
+    """
+
+    def __init__(self, data=None, tensor_type=None, prepend_batch_axis=False, first_word_index=None):
+        super().__init__(data, tensor_type=tensor_type, prepend_batch_axis=prepend_batch_axis)
+        self.first_word_index = first_word_index
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "first_word_index": self.first_word_index}
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.first_word_index = state.get("first_word_index")
+
+    def word_ids(self, batch_index: int = 0) -> list[int | None]:
+        """For each position of example `batch_index`: the index of its input word, or `None` for padding."""
+        input_ids = self.data["input_ids"]
+        if _is_single_example(input_ids):
+            if batch_index != 0:
+                raise IndexError(f"This encoding holds a single example, got batch_index={batch_index}.")
+        else:
+            input_ids = input_ids[batch_index]
+        word_index = self.first_word_index[batch_index] if self.first_word_index else 0
+        word_ids = []
+        for char_ids in to_py_obj(input_ids):
+            if any(char_ids):
+                word_ids.append(word_index)
+                word_index += 1
+            else:
+                word_ids.append(None)
+        return word_ids
+
+    def sequence_ids(self, batch_index: int = 0) -> list[int | None]:
+        """For each position: 0 for a word, `None` for padding (ELMo encodes single sentences, never pairs)."""
+        return [None if word_id is None else 0 for word_id in self.word_ids(batch_index)]
+
+
+class ElmoTokenizer(PreTrainedTokenizer):
+    """
+    Splits text into words and spells each word as `max_characters_per_token` character ids.
+
+    Outputs:
+        input_ids: `[batch, words, max_characters_per_token]` character ids (see `word_to_char_ids`); a padding
+            word is all zeros, which is why `pad_token_id` is 0.
+        attention_mask: `[batch, words]`, 1 for words and 0 for padding.
+        offset_mapping (with `return_offsets_mapping=True`): `[batch, words, 2]` character spans of the words in
+            the text; for words given with `is_split_into_words=True`, `(0, len(word))`.
+        special_tokens_mask (with `return_special_tokens_mask=True`): `[batch, words]`, 1 only for padding.
+        length (with `return_length=True`): the number of words of each example, before padding.
+    A single example without `return_tensors` gives un-batched lists `[words][chars]`. `max_length` counts words.
+
+    The "vocabulary" is the 262-entry character alphabet (`<pad>`, `<0x00>`..`<0xFF>`, `<S>`, `</S>`, `<bow>`,
+    `<eow>`, `<char_pad>`); it exists for the transformers machinery, not for encoding.
+
+    Args:
+        max_characters_per_token (`int`, defaults to 50): characters per word, begin/end-of-word included. Must
+            match the model's `max_characters_per_token`.
+    """
+
+    model_input_names = ["input_ids", "attention_mask"]
+
+    def __init__(self, max_characters_per_token: int = 50, **kwargs):
+        if max_characters_per_token < 3:
+            raise ValueError(
+                f"max_characters_per_token must be at least 3 (begin, one byte, end), got {max_characters_per_token}."
+            )
+        self.max_characters_per_token = max_characters_per_token
+        self._word_splitter = _build_word_splitter()
+        # Built before super().__init__, which looks the special tokens up in get_vocab().
+        character_names = ["<pad>", *(f"<0x{byte:02X}>" for byte in range(256))]
+        character_names += [BOS_WORD, EOS_WORD, "<bow>", "<eow>", "<char_pad>"]
+        self._vocab = {name: char_id for char_id, name in enumerate(character_names)}
+        self._id_to_name = character_names
+        kwargs.setdefault("pad_token", "<pad>")
+        super().__init__(max_characters_per_token=max_characters_per_token, **kwargs)
+        if self.pad_token_id != PAD_WORD_CHAR_ID:
+            raise ValueError(f"pad_token must be '<pad>' (id 0, the all-zero padding word), got {self.pad_token!r}.")
+
+    # ---- vocabulary (the character alphabet) -------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return NUM_CHAR_IDS
+
+    def get_vocab(self) -> dict[str, int]:
+        return {**self._vocab, **self._added_tokens_encoder}
+
+    def _convert_token_to_id(self, token: str) -> int:
+        return self._vocab[token]
+
+    def _convert_id_to_token(self, index: int) -> str:
+        return self._id_to_name[index]
+
+    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
+        # The alphabet is fixed; everything configurable lives in tokenizer_config.json.
+        return ()
+
+    # ---- words ---------------------------------------------------------------------------------------------
+
+    def split_words(self, text: str) -> list[str]:
+        """Split raw text into words: on whitespace, around punctuation, and around each Chinese/Japanese character."""
+        return [word for word, _ in self._word_splitter.pre_tokenize_str(text)]
+
+    def tokenize(self, text: str, **kwargs) -> list[str]:
+        """The words of `text` (the tokens of this tokenizer are whole words); see `split_words`."""
+        return self.split_words(text)
+
+    def word_to_char_ids(self, word: str) -> list[int]:
+        """Spell one word as `max_characters_per_token` character ids (see the module function)."""
+        return word_to_char_ids(word, self.max_characters_per_token)
+
+    # ---- encoding ------------------------------------------------------------------------------------------
+
+    def _encode_plus(
+        self,
+        text,
+        text_pair=None,
+        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
+        truncation_strategy: TruncationStrategy = TruncationStrategy.DO_NOT_TRUNCATE,
+        max_length: int | None = None,
+        is_split_into_words: bool = False,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_tensors=None,
+        return_attention_mask: bool | None = None,
+        return_overflowing_tokens: bool = False,
+        return_special_tokens_mask: bool = False,
+        return_offsets_mapping: bool = False,
+        return_length: bool = False,
+        **kwargs,  # add_special_tokens, stride, return_token_type_ids, ...: nothing to do without special tokens
+    ) -> ElmoBatchEncoding:
+        """Encode one text or word list, or a batch of them (the entry point of `__call__` and `encode`)."""
+        if text_pair is not None:
+            raise ValueError("ElmoTokenizer encodes single sentences; text_pair is not supported.")
+        if return_overflowing_tokens:
+            raise ValueError("ElmoTokenizer does not support return_overflowing_tokens.")
+        if is_split_into_words:
+            if isinstance(text, str):
+                raise TypeError("With is_split_into_words=True, pass a list of words (or a batch of lists), not a str.")
+            is_batched = len(text) > 0 and not isinstance(text[0], str)
+        else:
+            is_batched = not isinstance(text, str)
+        examples = text if is_batched else [text]
+
+        features = {"input_ids": [], "offset_mapping": []}
+        first_word_index = []
+        for example in examples:
+            if is_split_into_words:
+                words = list(example)
+                if not all(isinstance(word, str) for word in words):
+                    raise TypeError(f"With is_split_into_words=True, every word must be a str, got {words!r}.")
+                offsets = [(0, len(word)) for word in words]
+            else:
+                if not isinstance(example, str):
+                    raise TypeError(f"Expected a str (or is_split_into_words=True), got {type(example).__name__}.")
+                pieces = self._word_splitter.pre_tokenize_str(example)
+                words = [word for word, _ in pieces]
+                offsets = [offset for _, offset in pieces]
+
+            start = 0
+            truncate = truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None
+            if truncate and len(words) > max_length:
+                # truncation_side="left" keeps the last words; word_ids() still counts from the first input word.
+                start = len(words) - max_length if self.truncation_side == "left" else 0
+                words, offsets = words[start : start + max_length], offsets[start : start + max_length]
+            features["input_ids"].append([self.word_to_char_ids(word) for word in words])
+            features["offset_mapping"].append(offsets)
+            first_word_index.append(start)
+
+        num_words = [len(char_ids) for char_ids in features["input_ids"]]
+        if return_special_tokens_mask:
+            features["special_tokens_mask"] = [[0] * length for length in num_words]
+        if return_length:
+            features["length"] = num_words
+        if not return_offsets_mapping:
+            del features["offset_mapping"]
+
+        padded = self.pad(
+            features,
+            padding=padding_strategy,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_attention_mask=return_attention_mask,
+        )
+        data = dict(padded)
+        if return_tensors is not None:
+            # Build the id tensor with its character axis even when there are no words ([batch, 0, chars]).
+            lengths = {len(char_ids) for char_ids in data["input_ids"]}
+            if len(lengths) <= 1:
+                shape = (len(examples), lengths.pop() if lengths else 0, self.max_characters_per_token)
+                data["input_ids"] = np.asarray(data["input_ids"], dtype=np.int64).reshape(shape)
+        elif not is_batched:
+            data = {key: value[0] for key, value in data.items()}
+        return ElmoBatchEncoding(data, tensor_type=return_tensors, first_word_index=first_word_index)
+
+    def pad(
+        self,
+        encoded_inputs,
+        padding=True,
+        max_length: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+        return_tensors=None,
+        verbose: bool = True,
+    ) -> ElmoBatchEncoding:
+        """
+        Pad one example or a batch (a dict of lists or a list of dicts, as collators pass) to a common number of
+        words. `input_ids` `[words, chars]` per example; padding words are all-zero vectors.
+        """
+        pad_kwargs = dict(
+            padding=padding,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_attention_mask=return_attention_mask,
+            return_tensors=return_tensors,
+            verbose=verbose,
+        )
+        # The base class would read one example's word vectors as a batch of examples: pad it as a batch of one.
+        if isinstance(encoded_inputs, Mapping) and _is_single_example(encoded_inputs["input_ids"]):
+            padded = super().pad({key: [value] for key, value in encoded_inputs.items()}, **pad_kwargs)
+            return ElmoBatchEncoding({key: value[0] for key, value in padded.items()})
+        return ElmoBatchEncoding(dict(super().pad(encoded_inputs, **pad_kwargs)))
+
+    def _pad(
+        self,
+        encoded_inputs: dict,
+        max_length: int | None = None,
+        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+    ) -> dict:
+        """Pad one example's per-word lists to `max_length` words; the word axis is the only one padded."""
+        if return_attention_mask is None:
+            return_attention_mask = "attention_mask" in self.model_input_names
+        num_words = len(encoded_inputs["input_ids"])
+        if return_attention_mask and "attention_mask" not in encoded_inputs:
+            encoded_inputs["attention_mask"] = [1] * num_words
+
+        if padding_strategy == PaddingStrategy.LONGEST:
+            max_length = num_words
+        if padding_strategy == PaddingStrategy.DO_NOT_PAD or max_length is None:
+            return encoded_inputs
+        if pad_to_multiple_of is not None and max_length % pad_to_multiple_of != 0:
+            max_length = (max_length // pad_to_multiple_of + 1) * pad_to_multiple_of
+        difference = max_length - num_words
+        if difference <= 0:
+            return encoded_inputs
+
+        padding_side = padding_side if padding_side is not None else self.padding_side
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
+        padding_values = {
+            "input_ids": [PAD_WORD_CHAR_ID] * self.max_characters_per_token,
+            "attention_mask": 0,
+            "special_tokens_mask": 1,
+            "offset_mapping": (0, 0),
+        }
+        for key, padding_value in padding_values.items():
+            if key in encoded_inputs:
+                padding_words = [copy.copy(padding_value) for _ in range(difference)]
+                values = list(encoded_inputs[key])
+                encoded_inputs[key] = padding_words + values if padding_side == "left" else values + padding_words
+        return encoded_inputs
+
+    # ---- decoding ------------------------------------------------------------------------------------------
+
+    def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False):
+        """
+        Word vectors back to words: `[chars]` -> one word, `[words, chars]` -> a list of words. Padding words read
+        as `pad_token`, or are dropped with `skip_special_tokens=True`. A plain int is a character id and gives
+        its name in the character alphabet.
+        """
+        ids = to_py_obj(ids)
+        if isinstance(ids, int):
+            return self._id_to_name[ids]
+        if _is_word_vector(ids):
+            word = char_ids_to_word(ids)
+            return self.pad_token if word is None else word
+        words = [char_ids_to_word(char_ids) for char_ids in ids]
+        if skip_special_tokens:
+            return [word for word in words if word is not None]
+        return [self.pad_token if word is None else word for word in words]
+
+    def convert_tokens_to_string(self, tokens: list[str]) -> str:
+        return " ".join(tokens)
+
+    def decode(self, token_ids, skip_special_tokens: bool = False, **kwargs) -> str | list[str]:
+        """
+        `[words, chars]` ids -> the words joined by single spaces; `[batch, words, chars]` -> one string per
+        example; `[chars]` -> that word. Padding words are always dropped, whatever `skip_special_tokens` says.
+        """
+        token_ids = to_py_obj(token_ids)
+        if _is_word_vector(token_ids):
+            return char_ids_to_word(token_ids) or ""
+        if not _is_single_example(token_ids):
+            return [self.decode(example) for example in token_ids]
+        return self.convert_tokens_to_string(self.convert_ids_to_tokens(token_ids, skip_special_tokens=True))
+
+
+__all__ = ["ElmoTokenizer"]

@@ -1,0 +1,67 @@
+"""Shared test data: the real ELMo fixtures in ../shared/fixtures, converted once per test session."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+
+
+@dataclass(frozen=True)
+class FixtureSet:
+    """A tiny ELMo in the original format with the outputs that the original TensorFlow model gave."""
+
+    name: str
+    folder: Path
+    sentences_file: str
+
+    @property
+    def options_file(self) -> Path:
+        return self.folder / "options.json"
+
+    @property
+    def weight_file(self) -> Path:
+        return self.folder / "lm_weights.hdf5"
+
+    def batches(self) -> list[list[list[str]]]:
+        """10 batches of 3 sentences: row k of batch i is `sentences[k][i]`."""
+        sentences = json.loads((self.folder / self.sentences_file).read_text(encoding="utf-8"))
+        return [[sentences[k][i].split() for k in range(3)] for i in range(10)]
+
+    def expected_top_layer(self, row: int, batch: int) -> np.ndarray:
+        """[words, 2P]: the original model's top layer, forward and backward halves."""
+        with h5py.File(self.folder / f"lm_embeddings_{row}.hdf5", "r") as handle:
+            both = handle[str(batch)][...]
+        return np.concatenate([both[0], both[1]], axis=-1)
+
+
+FIXTURE_SETS = {
+    # skip connections on
+    "allennlp-elmo": FixtureSet("allennlp-elmo", FIXTURES / "allennlp-elmo", "sentences.json"),
+    # skip connections off
+    "bilm-tf": FixtureSet("bilm-tf", FIXTURES / "bilm-tf" / "model", "lm_embeddings_sentences.json"),
+}
+MULTILINGUAL_FR = FIXTURES / "allennlp-elmo" / "v0.9.0" / "elmo_multilingual" / "fr"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fixtures_present():
+    if not FIXTURES.is_dir():
+        pytest.fail(f"ELMo fixtures not found at {FIXTURES}: clone this repository next to shared/")
+
+
+@pytest.fixture(scope="session")
+def converted(tmp_path_factory) -> dict[str, Path]:
+    """Each fixture set converted with the project's converter into a Hugging Face folder."""
+    from conversion.convert_original_elmo import convert_original_to_hf
+
+    folders = {}
+    for name, fixture in FIXTURE_SETS.items():
+        folder = tmp_path_factory.mktemp("converted") / name
+        convert_original_to_hf(fixture.options_file, fixture.weight_file, folder)
+        folders[name] = folder
+    return folders

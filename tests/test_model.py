@@ -1,0 +1,153 @@
+"""ElmoModel's outputs, scalar mix, states and input checks, on the converted fixture model."""
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+
+SEEDS = [["I", "eat", "an", "apple", "."], ["Apple", "is", "a", "company", "."]]
+
+
+@pytest.fixture(scope="module")
+def fixture_model(converted):
+    return ElmoModel.from_pretrained(converted["allennlp-elmo"]).eval(), ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+
+
+def test_outputs_have_every_layer(fixture_model):
+    model, tokenizer = fixture_model
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**batch)
+    assert len(output.hidden_states) == 3
+    for layer in output.hidden_states:
+        assert layer.shape == (2, 5, 32)
+    assert output.last_hidden_state is output.hidden_states[-1]
+    assert len(output.elmo_representations) == 1 and output.elmo_representations[0].shape == (2, 5, 32)
+    assert output.final_states[0].shape == (2, 2, 32) and output.final_states[1].shape == (2, 2, 128)
+    # Fresh scalar mix = plain average of the layers.
+    average = sum(output.hidden_states) / 3
+    assert torch.allclose(output.elmo_representations[0], average, atol=1e-6)
+    # The same word gets the same context-free vector whatever the sentence, and contextual ones that differ.
+    with torch.no_grad():
+        alone = model(**tokenizer([["apple"]], is_split_into_words=True, return_tensors="pt"))
+    assert torch.allclose(output.hidden_states[0][0, 3], alone.hidden_states[0][0, 0], atol=1e-6)
+    assert not torch.allclose(output.hidden_states[2][0, 3], alone.hidden_states[2][0, 0], atol=1e-2)
+
+
+def test_tuple_output_and_auto_classes(converted):
+    config = AutoConfig.from_pretrained(converted["allennlp-elmo"])
+    assert type(config) is ElmoConfig
+    model = AutoModel.from_pretrained(converted["allennlp-elmo"]).eval()
+    tokenizer = AutoTokenizer.from_pretrained(converted["allennlp-elmo"])
+    assert type(model) is ElmoModel and type(tokenizer) is ElmoTokenizer
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        as_tuple = model(**batch, return_dict=False)
+        as_output = model(**batch)
+    assert torch.equal(as_tuple[0], as_output.last_hidden_state)
+
+
+def test_learned_scalar_mix(converted):
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"], num_output_representations=2).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+    with torch.no_grad():
+        model.scalar_mixes[1].scalar_parameters.copy_(torch.tensor([0.1, 0.3, 0.5]))
+        model.scalar_mixes[1].gamma.fill_(1.1)
+        output = model(**tokenizer(SEEDS + [["short"]], is_split_into_words=True, padding=True, return_tensors="pt"))
+    weights = torch.softmax(torch.tensor([0.1, 0.3, 0.5]), 0)
+    expected = 1.1 * sum(w * layer for w, layer in zip(weights, output.hidden_states))
+    assert torch.allclose(output.elmo_representations[1], expected, atol=1e-6)
+    assert torch.allclose(output.elmo_representations[0], sum(output.hidden_states) / 3, atol=1e-6)
+    assert torch.all(output.elmo_representations[1][2, 1:] == 0)
+
+
+def test_layer_norm_uses_batch_statistics_with_sentence_boundaries(converted):
+    """AllenNLP's layer norm: one mean and variance over every real position of the batch, <S>/</S> included."""
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"], do_layer_norm=True).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+    with torch.no_grad():
+        model.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([-1e4, -1e4, 0.0]))  # the top layer alone
+        output = model(**tokenizer([SEEDS[0]], is_split_into_words=True, return_tensors="pt"))
+    top, normalised = output.hidden_states[2][0].flatten(), output.elmo_representations[0][0].flatten()
+    # normalised = (top - mean) / std for one scalar mean and std: solve for them by least squares.
+    solution = torch.linalg.lstsq(torch.stack([normalised, torch.ones_like(normalised)], 1), top[:, None]).solution
+    std, mean = solution[:, 0].tolist()
+    assert torch.allclose(normalised * std + mean, top, atol=1e-5)
+    # Statistics over the words alone would differ: the boundaries took part.
+    assert abs(std - top.std(unbiased=False).item()) > 1e-3 or abs(mean - top.mean().item()) > 1e-3
+
+
+def test_dropout_only_in_training(converted):
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"], dropout=0.5)
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    model.eval()
+    with torch.no_grad():
+        first, second = model(**batch), model(**batch)
+    assert torch.equal(first.elmo_representations[0], second.elmo_representations[0])
+    model.train()
+    with torch.no_grad():
+        dropped = model(**batch)
+    assert torch.equal(dropped.hidden_states[2], first.hidden_states[2])  # the layers themselves are not dropped
+    zeroed = (dropped.elmo_representations[0] == 0) & (first.elmo_representations[0] != 0)
+    assert 0.3 < zeroed.float().mean().item() < 0.7
+
+
+def test_empty_and_blank_inputs(fixture_model):
+    model, tokenizer = fixture_model
+    batch = tokenizer([[]], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**batch)
+    assert batch["input_ids"].shape == (1, 0, 50)
+    assert all(layer.shape == (1, 0, 32) for layer in output.hidden_states)
+    assert output.final_states[0].shape == (2, 1, 32)
+    # An empty row inside a batch is run as "<S> </S>", and gives zeros at every padded position.
+    batch = tokenizer([[], ["hello", "world"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**batch)
+    assert torch.all(output.last_hidden_state[0] == 0)
+    assert torch.any(output.final_states[0][:, 0] != 0)
+
+
+def test_gradients_reach_every_parameter(fixture_model):
+    model, tokenizer = fixture_model
+    model = ElmoModel(model.config)
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    output = model(**batch)
+    output.elmo_representations[0].sum().backward()
+    missing = [name for name, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
+    # Row 0 of the character embedding is the padding row, never used for a real character.
+    assert missing == []
+    assert torch.all(model.char_encoder.char_embedding.weight.grad[0] == 0)
+
+
+def test_bad_inputs_name_the_problem(fixture_model):
+    model, tokenizer = fixture_model
+    with pytest.raises(ValueError, match=r"input_ids must be \[batch, words, 50\].*\[2, 5\]"):
+        model(torch.zeros(2, 5, dtype=torch.long))
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    with pytest.raises(ValueError, match=r"attention_mask must be \[2, 5\]"):
+        model(batch["input_ids"], attention_mask=torch.ones(2, 4))
+    h, c = torch.zeros(2, 3, 32), torch.zeros(2, 2, 128)
+    with pytest.raises(ValueError, match=r"initial_states h must be \[2, 2, 32\].*\[2, 3, 32\]"):
+        model(**batch, initial_states=(h, c))
+
+
+def test_config_rejects_invalid_values():
+    for field, value in [("cell_size", 0), ("char_cnn_activation", "gelu"), ("projection_dim", "x"),
+                         ("dropout", 1.5), ("num_highway_layers", -1), ("n_characters", 261)]:
+        with pytest.raises(ValueError, match=field):
+            ElmoConfig(**{field: value})
+    with pytest.raises(ValueError, match="char_cnn_filters"):
+        ElmoConfig(char_cnn_filters=[[60, 4]])
+    with pytest.raises(ValueError, match="projection_dim"):
+        ElmoConfig(cell_size=16, projection_dim=32)
+
+
+def test_config_round_trips_and_maps_standard_names(tmp_path):
+    config = ElmoConfig(cell_size=32, projection_dim=8, num_lstm_layers=3, cell_clip=0, proj_clip=None)
+    assert config.num_hidden_layers == 3 and config.hidden_size == 16
+    assert config.cell_clip is None and config.proj_clip is None
+    config.save_pretrained(tmp_path)
+    assert ElmoConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()

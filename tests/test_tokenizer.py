@@ -1,0 +1,320 @@
+"""ElmoTokenizer: the reference character ids, word splitting, padding/truncation, and the transformers tooling."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
+
+from hf_elmo.tokenization_elmo import (
+    BOS_CHAR_ID,
+    BOW_CHAR_ID,
+    EOS_CHAR_ID,
+    EOW_CHAR_ID,
+    PAD_CHAR_ID,
+    ElmoTokenizer,
+    char_ids_to_word,
+    word_to_char_ids,
+)
+
+
+def fixtures_dir() -> Path:
+    """shared/fixtures, which CI places next to the repository (../shared from the repository root)."""
+    return Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def tok() -> ElmoTokenizer:
+    return ElmoTokenizer()
+
+
+def spelled(*byte_ids: int, length: int = 50) -> list[int]:
+    """Expected ids of a word whose (already +1-shifted) characters are `byte_ids`."""
+    ids = [259, *byte_ids, 260]
+    return ids + [261] * (length - len(ids))
+
+
+# ---- character ids (values asserted by AllenNLP's elmo_indexer_test.py) --------------------------------------
+
+
+def test_reference_char_ids():
+    assert word_to_char_ids("Second") == spelled(84, 102, 100, 112, 111, 101)
+    assert word_to_char_ids("<S>") == [259, 257, 260] + [261] * 47
+    assert word_to_char_ids("</S>") == [259, 258, 260] + [261] * 47
+    assert word_to_char_ids("") == [259, 260] + [261] * 48
+    assert (BOS_CHAR_ID, EOS_CHAR_ID, BOW_CHAR_ID, EOW_CHAR_ID, PAD_CHAR_ID) == (257, 258, 259, 260, 261)
+
+
+def test_boundary_words_match_exactly():
+    # Only the exact strings are sentence boundaries; anything else is spelled byte by byte.
+    assert word_to_char_ids("<s>") == spelled(61, 116, 63)
+    assert word_to_char_ids(" <S>")[1] == ord(" ") + 1
+
+
+def test_long_word_is_cut_to_48_bytes_without_pad_chars():
+    word = ("abcdefghijklmnopqrstuvwxyz" * 3)[:60]
+    ids = word_to_char_ids(word)
+    assert ids == [259] + [ord(c) + 1 for c in word[:48]] + [260]
+    assert 261 not in ids
+
+
+def test_cut_inside_a_multibyte_character():
+    # "a" + 23 whole "é" (C3 A9) = 47 bytes; the 48th byte is the first half of the 24th "é".
+    ids = word_to_char_ids("a" + "é" * 30)
+    assert ids == [259, 0x61 + 1] + [0xC3 + 1, 0xA9 + 1] * 23 + [0xC3 + 1, 260]
+    assert char_ids_to_word(ids) == "a" + "é" * 23 + "\ufffd"
+
+
+def test_non_ascii_bytes():
+    assert word_to_char_ids(chr(256) + "t") == spelled(197, 129, 117)
+
+
+def test_lone_surrogates_are_dropped():
+    assert word_to_char_ids("a\ud800b") == spelled(98, 99)
+
+
+def test_max_characters_per_token():
+    tok = ElmoTokenizer(max_characters_per_token=20)
+    ids = tok.word_to_char_ids("x" * 30)
+    assert ids == [259] + [ord("x") + 1] * 18 + [260]
+    assert tok.word_to_char_ids("<S>") == [259, 257, 260] + [261] * 17
+    with pytest.raises(ValueError, match="max_characters_per_token"):
+        ElmoTokenizer(max_characters_per_token=2)
+
+
+def test_fixture_vocabulary_round_trips(tok):
+    words = (fixtures_dir() / "allennlp-elmo" / "vocab_test.txt").read_text(encoding="utf-8").splitlines()
+    assert len(words) > 400 and {"<S>", "</S>", "•"} <= set(words)
+    encoding = tok(words, is_split_into_words=True, return_tensors="np")
+    ids = encoding["input_ids"][0]
+    assert ids.shape == (len(words), 50)
+    assert (ids[:, 0] == 259).all()
+    assert tok.convert_ids_to_tokens(ids) == words
+    assert tok.decode(ids) == " ".join(words)
+    assert ids[words.index("<S>")].tolist() == word_to_char_ids("<S>")
+
+
+# ---- word splitting --------------------------------------------------------------------------------------
+
+
+def test_split_words(tok):
+    assert tok.split_words("I eat an apple .") == ["I", "eat", "an", "apple", "."]
+    assert tok.split_words("I eat an apple.") == ["I", "eat", "an", "apple", "."]
+    assert tok.split_words("Don't stop, John's 3.5% U.S. e-mail") == [
+        "Do", "n't", "stop", ",", "John", "'s", "3.5", "%", "U.S", ".", "e-mail"
+    ]  # fmt: skip
+    assert tok.split_words("  \t\n ") == []
+
+
+def test_cjk_characters_are_separate_words(tok):
+    text = "天气不错！小天你说是吗？"
+    words = tok.split_words(text)
+    assert words == ["天", "气", "不", "错", "！", "小", "天", "你", "说", "是", "吗", "？"]
+    ids = tok(text)["input_ids"]
+    assert ids[0] == ids[6] == spelled(*(b + 1 for b in "天".encode()))
+    assert ids[0] != ids[1]
+
+
+def test_emoji_are_kept_whole(tok):
+    # Skin tones and ZWJ families are several code points but one word.
+    assert tok.split_words("I love 🤗 ! 👍🏽 👨‍👩‍👧") == ["I", "love", "🤗", "!", "👍🏽", "👨‍👩‍👧"]
+    ids = tok("so 👍🏽")["input_ids"][1]
+    assert char_ids_to_word(ids) == "👍🏽"
+    assert ids[1:9] == [b + 1 for b in "👍🏽".encode()]
+
+
+def test_offsets_mapping(tok):
+    text = "Hello, wörld 😀!"
+    encoding = tok(text, return_offsets_mapping=True)
+    words = tok.split_words(text)
+    assert words == ["Hello", ",", "wörld", "😀", "!"]
+    assert [text[start:end] for start, end in encoding["offset_mapping"]] == words
+    split = tok(["ab", "c"], is_split_into_words=True, return_offsets_mapping=True)
+    assert split["offset_mapping"] == [(0, 2), (0, 1)]
+
+
+def test_words_are_never_split_further(tok):
+    words = ["New York", "don't", "天气", ""]
+    ids = tok(words, is_split_into_words=True)["input_ids"]
+    assert [char_ids_to_word(word) for word in ids] == words
+
+
+# ---- encoding shapes, padding, truncation ---------------------------------------------------------------------
+
+
+def test_single_text_gives_unbatched_lists(tok):
+    encoding = tok("I eat an apple.")
+    assert len(encoding["input_ids"]) == 5 and all(len(word) == 50 for word in encoding["input_ids"])
+    assert encoding["attention_mask"] == [1] * 5
+    assert encoding["input_ids"][0] == spelled(ord("I") + 1)
+    assert encoding.word_ids() == [0, 1, 2, 3, 4]
+    assert tok.encode("I eat") == encoding["input_ids"][:2]
+    assert tok("I eat", return_tensors="pt")["input_ids"].shape == (1, 2, 50)
+
+
+def test_empty_word_list(tok):
+    encoding = tok([], is_split_into_words=True, return_tensors="pt")
+    assert encoding["input_ids"].shape == (1, 0, 50)
+    assert encoding["attention_mask"].shape == (1, 0)
+    assert tok([], is_split_into_words=True)["input_ids"] == []
+    batch = tok([[], ["a"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    assert batch["input_ids"].shape == (2, 1, 50)
+    assert batch["attention_mask"].tolist() == [[0], [1]]
+    assert batch.word_ids(0) == [None]
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_padding(tok, padding_side):
+    batch = tok(
+        [["a", "b", "c"], ["d"]], is_split_into_words=True, padding=True, padding_side=padding_side, return_tensors="pt"
+    )
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    assert ids.shape == (2, 3, 50) and ids.dtype == torch.int64
+    if padding_side == "right":
+        assert mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+        assert batch.word_ids(1) == [0, None, None]
+        assert ids[1, 0].tolist() == word_to_char_ids("d")
+    else:
+        assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+        assert batch.word_ids(1) == [None, None, 0]
+        assert ids[1, 2].tolist() == word_to_char_ids("d")
+    assert (ids[mask == 0] == 0).all()  # padding words are all-zero vectors
+    assert (ids[mask == 1] != 0).any(-1).all()
+    assert batch.sequence_ids(1).count(0) == 1
+
+
+def test_padding_strategies(tok):
+    texts = ["a b c", "d"]
+    assert tok(texts, padding="max_length", max_length=6, return_tensors="np")["input_ids"].shape == (2, 6, 50)
+    assert tok(texts, padding=True, pad_to_multiple_of=4, return_tensors="np")["input_ids"].shape == (2, 4, 50)
+    unpadded = tok(texts)
+    assert [len(ids) for ids in unpadded["input_ids"]] == [3, 1]
+    assert isinstance(tok(texts, padding=True, return_tensors="np")["input_ids"], np.ndarray)
+
+
+def test_truncation_counts_words(tok):
+    batch = tok(["a b c d e", "f g"], truncation=True, max_length=3, padding=True, return_tensors="pt")
+    assert batch["input_ids"].shape == (2, 3, 50)
+    assert tok.decode(batch["input_ids"]) == ["a b c", "f g"]
+    left = ElmoTokenizer(truncation_side="left")
+    encoding = left("a b c d e", truncation=True, max_length=2)
+    assert left.decode(encoding["input_ids"]) == "d e"
+    assert encoding.word_ids() == [3, 4]  # indices of the input words, not of the kept positions
+
+
+def test_optional_outputs(tok):
+    batch = tok(
+        ["a b", "c"], padding=True, return_length=True, return_special_tokens_mask=True, return_offsets_mapping=True
+    )
+    assert batch["length"] == [2, 1]
+    assert batch["special_tokens_mask"] == [[0, 0], [0, 1]]
+    assert batch["offset_mapping"] == [[(0, 1), (2, 3)], [(0, 1), (0, 0)]]
+    assert "attention_mask" not in tok("a", return_attention_mask=False)
+    with pytest.raises(ValueError, match="text_pair"):
+        tok("a", "b")
+
+
+# ---- pad, decode, vocabulary, save/load -----------------------------------------------------------------------
+
+
+def test_pad_single_example_and_list(tok):
+    single = tok("a b")
+    padded = tok.pad(single, padding="max_length", max_length=4, return_tensors="pt")
+    assert padded["input_ids"].shape == (4, 50)
+    assert padded["attention_mask"].tolist() == [1, 1, 0, 0]
+    assert padded.word_ids() == [0, 1, None, None]
+    batch = tok.pad([tok("a b c"), tok("d")], return_tensors="pt")
+    assert batch["input_ids"].shape == (2, 3, 50)
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch.word_ids(1) == [0, None, None]
+
+
+def test_decode(tok):
+    batch = tok(["I eat an apple.", "Hi"], padding=True, return_tensors="pt")
+    assert tok.decode(batch["input_ids"][0]) == "I eat an apple ."
+    assert tok.decode(batch["input_ids"][1]) == "Hi"  # padding skipped
+    assert tok.decode(batch["input_ids"]) == ["I eat an apple .", "Hi"]
+    assert tok.batch_decode(batch["input_ids"]) == ["I eat an apple .", "Hi"]
+    assert tok.convert_ids_to_tokens(batch["input_ids"][1]) == ["Hi", "<pad>", "<pad>", "<pad>", "<pad>"]
+    assert tok.decode(word_to_char_ids("<S>")) == "<S>"
+    assert char_ids_to_word([0] * 50) is None
+
+
+def test_vocabulary(tok):
+    vocab = tok.get_vocab()
+    assert len(tok) == len(vocab) == tok.vocab_size == 262
+    assert tok.pad_token_id == 0 and vocab["<pad>"] == 0
+    assert vocab["<0x41>"] == ord("A") + 1
+    assert [vocab[name] for name in ("<S>", "</S>", "<bow>", "<eow>", "<char_pad>")] == [257, 258, 259, 260, 261]
+    assert tok.convert_ids_to_tokens(260) == "<eow>"
+
+
+def test_save_and_load(tmp_path):
+    tok = ElmoTokenizer(max_characters_per_token=20)
+    assert tok.save_vocabulary(str(tmp_path)) == ()
+    tok.save_pretrained(tmp_path)
+    loaded = ElmoTokenizer.from_pretrained(tmp_path)
+    assert loaded.max_characters_per_token == 20
+    assert loaded.pad_token_id == 0
+    ids = loaded(["a", "x" * 30], is_split_into_words=True, return_tensors="pt")["input_ids"]
+    assert ids.shape == (1, 2, 20)
+    assert ids[0, 1].tolist() == [259] + [ord("x") + 1] * 18 + [260]
+    padded = loaded(["a", "b c"], padding=True, return_tensors="pt")["input_ids"]
+    assert padded.shape == (2, 2, 20) and (padded[0, 1] == 0).all()
+
+
+# ---- transformers and datasets tooling ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ner_dataset(tok) -> Dataset:
+    data = Dataset.from_dict(
+        {
+            "words": [["EU", "rejects", "German", "call"], ["Peter", "Blackburn"], ["天气", "不错", "！"]],
+            "tags": [[3, 0, 7, 0], [1, 2], [0, 0, 0]],
+            "label": [1, 0, 1],
+        }
+    )
+    return data.map(lambda batch: tok(batch["words"], is_split_into_words=True), batched=True)
+
+
+def test_datasets_map(ner_dataset):
+    assert ner_dataset.column_names == ["words", "tags", "label", "input_ids", "attention_mask"]
+    assert [len(ids) for ids in ner_dataset["input_ids"]] == [4, 2, 3]
+    assert ner_dataset[1]["input_ids"][0] == word_to_char_ids("Peter")
+    assert ner_dataset[2]["attention_mask"] == [1, 1, 1]
+
+
+def test_data_collator_with_padding(tok, ner_dataset):
+    features = [{key: example[key] for key in ("input_ids", "attention_mask", "label")} for example in ner_dataset]
+    batch = DataCollatorWithPadding(tok)(features)
+    assert batch["input_ids"].shape == (3, 4, 50) and batch["input_ids"].dtype == torch.int64
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]]
+    assert batch["labels"].tolist() == [1, 0, 1]
+    assert (batch["input_ids"][1, 2:] == 0).all()
+    assert DataCollatorWithPadding(tok, pad_to_multiple_of=8)(features)["input_ids"].shape == (3, 8, 50)
+
+
+def test_data_collator_for_token_classification(tok, ner_dataset):
+    features = [
+        {"input_ids": example["input_ids"], "attention_mask": example["attention_mask"], "labels": example["tags"]}
+        for example in ner_dataset
+    ]
+    batch = DataCollatorForTokenClassification(tok)(features)
+    assert batch["input_ids"].shape == (3, 4, 50) and batch["input_ids"].dtype == torch.int64
+    assert batch["attention_mask"].shape == (3, 4)
+    assert batch["labels"].tolist() == [[3, 0, 7, 0], [1, 2, -100, -100], [0, 0, 0, -100]]
+    assert tok.decode(batch["input_ids"][2]) == "天气 不错 ！"
+
+
+def test_word_ids_align_labels(tok):
+    # The usual token-classification recipe: one label per word, -100 on padding.
+    words = [["EU", "rejects", "German"], ["Peter"]]
+    tags = [[3, 0, 7], [1]]
+    batch = tok(words, is_split_into_words=True, padding=True)
+    aligned = [
+        [-100 if word_id is None else tags[i][word_id] for word_id in batch.word_ids(i)] for i in range(len(words))
+    ]
+    assert aligned == [[3, 0, 7], [1, -100, -100]]
