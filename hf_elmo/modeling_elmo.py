@@ -17,6 +17,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_elmo import ElmoConfig
+from .fast_bilstm import fast_bilstm_layer
+from .token_cache import ElmoTokenCache
 from .tokenization_elmo import BOS_WORD, EOS_WORD, word_to_char_ids
 
 @dataclass
@@ -59,7 +61,11 @@ class ElmoHighway(nn.Module):
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """Char CNN, highway and projection: the context-free vector of each word, [N, K] char ids -> [N, P]."""
+    """Char CNN, highway and projection: the context-free vector of each word, [N, K] char ids -> [N, P].
+
+    In inference (eval mode, no autograd) each distinct word is computed once, and `token_cache` keeps the
+    vectors of recently seen words (`token_cache.max_words = 0` turns it off; see `token_cache.py`).
+    """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
@@ -72,8 +78,14 @@ class ElmoCharacterEncoder(nn.Module):
         width = config.num_char_filters
         self.highway = nn.ModuleList(ElmoHighway(width) for _ in range(config.num_highway_layers))
         self.projection = nn.Linear(width, config.projection_dim) if config.has_char_projection else None
+        self.token_cache = ElmoTokenCache()
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        if self.training or torch.is_grad_enabled():
+            return self._plain_forward(char_ids)
+        return self.token_cache.encode(self._plain_forward, char_ids, list(self.parameters()))
+
+    def _plain_forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         chars = self.char_embedding(char_ids).transpose(1, 2)  # [N, D, K]
         # Max over every window, begin/end-of-word and padding characters included, as the original does.
         x = torch.cat([conv(chars).amax(dim=-1) for conv in self.char_cnn], dim=-1)
@@ -106,6 +118,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             self.register_parameter("projection_weight", None)
         self.cell_clip = config.cell_clip
         self.proj_clip = config.proj_clip
+        self.use_fast_path = True
 
     def forward(
         self, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor
@@ -114,7 +127,17 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         inputs: [2, B, S, P], the backward half already reversed within each row; step_mask: [B, S] bool,
         True for each row's first `length` steps; h: [2, B, P] and c: [2, B, C], the initial state.
         Returns the outputs [2, B, S, P] (exactly 0 at masked steps) and the state after each row's last step.
+
+        Without autograd, the same computation runs reorganised for speed (`fast_bilstm.py`); with autograd,
+        or with `use_fast_path = False`, the plain loop below runs. The plain loop is the definition.
         """
+        if self.use_fast_path and not torch.is_grad_enabled() and inputs.shape[1] > 0 and bool(step_mask[:, 0].all()):
+            return fast_bilstm_layer(self, inputs, step_mask, h, c)
+        return self._plain_forward(inputs, step_mask, h, c)
+
+    def _plain_forward(
+        self, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         directions, batch, steps, _ = inputs.shape
         # The input half of every gate, for all steps at once: one large multiply instead of one per step.
         input_gates = torch.baddbmm(
