@@ -7,12 +7,12 @@ What changes is only the order and grouping of work, never the arithmetic of a c
   folded into its bias;
 * the recurrent state is never copied: a row's previous output is its recurrent input, and its cell state
   is updated in place;
-* on CPU in float32 the recurrent and projection weights are reordered once for oneDNN (kept beside the
-  layer, rebuilt when a weight changes), which multiplies a few rows by a large matrix about twice as fast
-  as the generic BLAS call.
+* on CPU in float32, large recurrent and projection weights are reordered once for oneDNN (kept beside
+  the layer, rebuilt when a weight changes), which multiplies a few rows by a large matrix up to twice as
+  fast as the generic BLAS call.
 
 Results equal the plain path to float32 rounding (the tests hold them within 1e-6). Gradients are not
-supported: the layer uses this path only when autograd is off.
+supported: the layer takes this path only when autograd and autocast are off.
 """
 
 import weakref
@@ -20,48 +20,113 @@ import weakref
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
-# Per layer: (fingerprint of its weights, derived tensors). Kept outside the module so that state_dict,
-# deepcopy and pickling never see it.
-_DERIVED: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
+# Per (layer, kind): (fingerprint of the layer's weights, derived tensors). Kept outside the module so that
+# state_dict, deepcopy and pickling never see them.
+_DERIVED: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
 
 
-def _uses_onednn(weight: torch.Tensor) -> bool:
-    return (
-        weight.device.type == "cpu"
-        and weight.dtype == torch.float32
+def weights_fingerprint(parameters) -> tuple:
+    """Changes whenever one of `parameters` is replaced, moved or modified in place."""
+    return tuple(None if p is None else (p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
+
+
+def derived_weights(module, kind: str, build, parameters=None) -> object:
+    """`build(module)`, computed once per module and kind and rebuilt whenever one of `parameters` (default:
+    the biLSTM layer's weights) changes."""
+    if parameters is None:
+        parameters = (module.input_weight, module.recurrent_weight, module.bias, module.projection_weight)
+    fingerprint = weights_fingerprint(parameters)
+    per_module = _DERIVED.setdefault(module, {})
+    cached = per_module.get(kind)
+    if cached is None or cached[0] != fingerprint:
+        with torch.no_grad():
+            cached = per_module[kind] = (fingerprint, build(module))
+    return cached[1]
+
+
+def clear_derived_weights(module) -> None:
+    """Drop every derived copy of the weights of `module` (they are rebuilt when next needed)."""
+    _DERIVED.pop(module, None)
+
+
+def forget_biased(layer) -> torch.Tensor:
+    """The gate bias [2, 4C] with the original's run-time forget bias of +1.0 added to the forget block."""
+    cell = layer.recurrent_weight.shape[1] // 4
+    bias = layer.bias.detach().clone()
+    bias[:, cell : 2 * cell] += 1.0
+    return bias
+
+
+# Positions per input multiply: large enough for an efficient multiply, small enough to stay in cache.
+INPUT_BLOCK_ROWS = 256
+
+# oneDNN's reordered weights pay off for large matrices only; below this many elements BLAS is as fast.
+ONEDNN_MIN_WEIGHT_ELEMENTS = 1 << 21
+
+
+def _onednn_weights(weights: torch.Tensor) -> list[torch.Tensor] | None:
+    """Per direction, `weights[d]` reordered for oneDNN, or None where plain BLAS is the better choice."""
+    if not (
+        weights.device.type == "cpu"
+        and weights.dtype == torch.float32
+        and weights[0].numel() >= ONEDNN_MIN_WEIGHT_ELEMENTS
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-    )
+    ):
+        return None
+    return [torch.ops.mkldnn._reorder_linear_weight(w.detach()) for w in weights]
 
 
-def _fingerprint(layer) -> tuple:
-    params = (layer.input_weight, layer.recurrent_weight, layer.bias, layer.projection_weight)
-    return tuple(None if p is None else (p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+def two_rows(product, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+    """`product(x, *others)` for row-wise products, with a single row computed as two identical ones.
+
+    BLAS multiplies one row by a matrix-vector kernel whose rounding depends on the matrix's memory
+    alignment, so a memory-mapped checkpoint (weights at odd offsets) and the same weights in fresh memory
+    would differ in the last bit; two rows take the matrix-matrix kernel, which does not.
+    """
+    if x.shape[0] != 1:
+        return product(x, *others)
+    return product(x.expand(2, -1), *(o.expand(2, -1) for o in others))[:1]
 
 
-def _derived_weights(layer) -> dict:
-    """The forget-biased gate bias and, on CPU, oneDNN-ordered weights; rebuilt when any weight changes."""
-    fingerprint = _fingerprint(layer)
-    cached = _DERIVED.get(layer)
-    if cached is not None and cached[0] == fingerprint:
-        return cached[1]
-    cell = layer.recurrent_weight.shape[1] // 4
-    with torch.no_grad():
-        bias = layer.bias.detach().clone()
-        bias[:, cell : 2 * cell] += 1.0  # the original's forget bias, added at run time there
-        derived = {"bias": bias, "onednn": _uses_onednn(layer.recurrent_weight)}
-        if derived["onednn"]:
-            reorder = torch.ops.mkldnn._reorder_linear_weight
-            derived["recurrent"] = [reorder(w.detach()) for w in layer.recurrent_weight]
-            if layer.projection_weight is not None:
-                derived["projection"] = [reorder(w.detach()) for w in layer.projection_weight]
-    _DERIVED[layer] = (fingerprint, derived)
-    return derived
+class ExactMultiplies:
+    """The three matrix multiplies of a cell, exact: oneDNN with reordered weights for large float32 CPU
+    weights, BLAS otherwise."""
 
+    def __init__(self, layer):
+        self.layer = layer
+        self.bias = forget_biased(layer)
+        self.recurrent_onednn = _onednn_weights(layer.recurrent_weight)
+        self.projection_onednn = None if layer.projection_weight is None else _onednn_weights(layer.projection_weight)
 
-def clear_derived_weights(layer) -> None:
-    """Forget the reordered weights of `layer` (they are rebuilt on the next fast forward)."""
-    _DERIVED.pop(layer, None)
+    def input_gates(self, direction: int, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """x [N, P] -> x W_in^T [N, 4C] in `out`; plus the bias (forget bias included) unless oneDNN adds it
+        in `gates`."""
+        weight = self.layer.input_weight[direction].t()
+        if x.shape[0] == 1:
+            out = None  # computed as two rows (see two_rows); small
+        if self.recurrent_onednn is not None:
+            return two_rows(lambda rows: torch.mm(rows, weight, out=out), x)
+        return two_rows(lambda rows: torch.addmm(self.bias[direction], rows, weight, out=out), x)
+
+    def gates(self, direction: int, h: torch.Tensor | None, input_gates: torch.Tensor) -> torch.Tensor:
+        """h [n, P] (None: all zeros), input_gates [n, 4C] -> every gate's pre-activation [n, 4C], a new tensor."""
+        if self.recurrent_onednn is not None:
+            if h is None:  # 0 W_rec^T is exactly 0
+                return input_gates + self.bias[direction]
+            weight = self.recurrent_onednn[direction]
+            return torch.ops.mkldnn._linear_pointwise.binary(h, input_gates, weight, self.bias[direction], "add")
+        if h is None:
+            return input_gates.clone()
+        weight = self.layer.recurrent_weight[direction].t()
+        return two_rows(lambda rows, added: torch.addmm(added, rows, weight), h, input_gates)
+
+    def projection(self, direction: int, m: torch.Tensor) -> torch.Tensor:
+        """m [n, C] -> m W_proj^T [n, P], a new tensor."""
+        if self.projection_onednn is not None:
+            return torch.ops.mkldnn._linear_pointwise(m, self.projection_onednn[direction], None, "none", [], "")
+        weight = self.layer.projection_weight[direction].t()
+        return two_rows(lambda rows: rows @ weight, m)
 
 
 def _cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | None) -> torch.Tensor:
@@ -77,15 +142,15 @@ def _cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | None) -> torc
 
 
 def fast_bilstm_layer(
-    layer, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor
+    layer, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor, multiplies=None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Same contract as `ElmoBiLstmLayer.forward`: inputs [2, B, S, P], step_mask [B, S] (a prefix per row),
-    h [2, B, P], c [2, B, C] -> outputs [2, B, S, P] (0 past each row's end), final h, final c."""
+    """Same contract as `ElmoBiLstmLayer.forward`: inputs [2, B, S, P], step_mask [B, S] (a prefix of each
+    row, at least one step), h [2, B, P], c [2, B, C] -> outputs [2, B, S, P] (0 past each row's end),
+    final h, final c. `multiplies` defaults to `ExactMultiplies` of the layer."""
+    if multiplies is None:
+        multiplies = derived_weights(layer, "exact", ExactMultiplies)
     directions, batch, steps, proj = inputs.shape
-    cell = c.shape[-1]
     lengths = step_mask.sum(dim=1).cpu()
-    weights = _derived_weights(layer)
-    onednn = weights["onednn"]
 
     # Time-major packing of both directions at once: rows sorted by length, step t holds batch_sizes[t] rows.
     packed = pack_padded_sequence(
@@ -95,42 +160,42 @@ def fast_bilstm_layer(
     data = packed.data.view(-1, directions, proj)
     order, restore = packed.sorted_indices, packed.unsorted_indices
     batch_sizes = packed.batch_sizes.tolist()
-    total = data.shape[0]
 
-    outputs = inputs.new_empty(directions, total, proj)
-    c = c.index_select(1, order.to(c.device)).contiguous()  # sorted, updated in place
-    h_sorted = h.index_select(1, order.to(h.device))
+    outputs = inputs.new_empty(directions, data.shape[0], proj)
+    c = c.index_select(1, order.to(c.device)).contiguous()  # sorted; each step updates its first rows in place
+    h = h.index_select(1, order.to(h.device))
+    zero_start = not bool(h.any())  # the default, stateless start: the first recurrent multiply is 0
+    # The input half of the gates, a block of whole steps (>= INPUT_BLOCK_ROWS positions) per multiply, into
+    # one reused buffer: large multiplies, and no fresh large allocation per layer.
+    blocks, rows = [], 0
+    for t, n in enumerate(batch_sizes):
+        if rows == 0:
+            blocks.append([t, t + 1, 0])
+        blocks[-1][1], blocks[-1][2] = t + 1, blocks[-1][2] + n
+        rows = 0 if blocks[-1][2] >= INPUT_BLOCK_ROWS else blocks[-1][2]
+    workspace = inputs.new_empty(max(block[2] for block in blocks), multiplies.bias.shape[-1])
     for d in range(directions):
-        # The input half of every gate for every packed position: one large multiply.
-        input_gates = torch.addmm(weights["bias"][d], data[:, d], layer.input_weight[d].t())
-        previous = h_sorted[d]
-        offset = 0
-        for n in batch_sizes:
-            step_input = input_gates[offset : offset + n]
-            if onednn:
-                gates = torch.ops.mkldnn._linear_pointwise.binary(
-                    previous[:n], step_input, weights["recurrent"][d], None, "add"
-                )
-            else:
-                gates = torch.addmm(step_input, previous[:n], layer.recurrent_weight[d].t())
-            new_h = _cell(gates, c[d, :n], layer.cell_clip)
-            if layer.projection_weight is not None:
-                if onednn:
-                    new_h = torch.ops.mkldnn._linear_pointwise(new_h, weights["projection"][d], None, "none", [], "")
-                else:
-                    new_h = new_h @ layer.projection_weight[d].t()
-                if layer.proj_clip is not None:
-                    new_h.clamp_(-layer.proj_clip, layer.proj_clip)
-            previous = outputs[d, offset : offset + n]
-            previous.copy_(new_h)
-            offset += n
-        del input_gates
+        previous, offset = (None if zero_start else h[d]), 0
+        for first, last, block_rows in blocks:
+            input_gates = multiplies.input_gates(d, data[offset : offset + block_rows, d], workspace[:block_rows])
+            block_offset = 0
+            for n in batch_sizes[first:last]:
+                step_input = input_gates[block_offset : block_offset + n]
+                gates = multiplies.gates(d, None if previous is None else previous[:n], step_input)
+                new_h = _cell(gates, c[d, :n], layer.cell_clip)
+                if layer.projection_weight is not None:
+                    new_h = multiplies.projection(d, new_h)
+                    if layer.proj_clip is not None:
+                        new_h.clamp_(-layer.proj_clip, layer.proj_clip)
+                previous = outputs[d, offset + block_offset : offset + block_offset + n]  # the next step's state
+                previous.copy_(new_h)
+                block_offset += n
+            offset += block_rows
 
     # Back to [2, B, S, P] with zeros past each row's end, and the state after each row's last step.
-    device = outputs.device
-    sizes = packed.batch_sizes
+    device, sizes = outputs.device, packed.batch_sizes
     step_index = torch.repeat_interleave(torch.arange(len(batch_sizes)), sizes).to(device)
-    row_index = order[torch.cat([torch.arange(n) for n in batch_sizes]).to(order.device)].to(device)
+    row_index = order.to(device)[torch.cat([torch.arange(n) for n in batch_sizes]).to(device)]
     padded = outputs.new_zeros(directions, batch, steps, proj)
     padded[:, row_index, step_index] = outputs
     starts = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]])  # packed index of each step's first row

@@ -16,8 +16,10 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple
 
+from .approximate import APPROXIMATIONS, approximate_bilstm_layer
 from .configuration_elmo import ElmoConfig
 from .fast_bilstm import fast_bilstm_layer
+from .fast_char_encoder import fast_char_encoder
 from .token_cache import ElmoTokenCache
 from .tokenization_elmo import BOS_WORD, EOS_WORD, word_to_char_ids
 
@@ -63,8 +65,9 @@ class ElmoHighway(nn.Module):
 class ElmoCharacterEncoder(nn.Module):
     """Char CNN, highway and projection: the context-free vector of each word, [N, K] char ids -> [N, P].
 
-    In inference (eval mode, no autograd) each distinct word is computed once, and `token_cache` keeps the
-    vectors of recently seen words (`token_cache.max_words = 0` turns it off; see `token_cache.py`).
+    Without autograd or autocast, each distinct word of a batch is computed once, by the faster equivalent in
+    `fast_char_encoder.py` (unless `use_fast_path = False`); in eval mode `token_cache` also keeps the vectors
+    of recently seen words for later batches (`token_cache.max_words = 0` turns it off; see `token_cache.py`).
     """
 
     def __init__(self, config: ElmoConfig):
@@ -79,11 +82,16 @@ class ElmoCharacterEncoder(nn.Module):
         self.highway = nn.ModuleList(ElmoHighway(width) for _ in range(config.num_highway_layers))
         self.projection = nn.Linear(width, config.projection_dim) if config.has_char_projection else None
         self.token_cache = ElmoTokenCache()
+        self.use_fast_path = True
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        if self.training or torch.is_grad_enabled():
+        if torch.is_grad_enabled() or torch.is_autocast_enabled(char_ids.device.type):
             return self._plain_forward(char_ids)
-        return self.token_cache.encode(self._plain_forward, char_ids, list(self.parameters()))
+        encode = self._fast_forward if self.use_fast_path else self._plain_forward
+        return self.token_cache.encode(encode, char_ids, list(self.parameters()), use_cache=not self.training)
+
+    def _fast_forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        return fast_char_encoder(self, char_ids)
 
     def _plain_forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         chars = self.char_embedding(char_ids).transpose(1, 2)  # [N, D, K]
@@ -119,6 +127,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         self.cell_clip = config.cell_clip
         self.proj_clip = config.proj_clip
         self.use_fast_path = True
+        self.approximation: str | None = None  # see ElmoModel.set_lstm_approximation
 
     def forward(
         self, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor
@@ -128,11 +137,15 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         True for each row's first `length` steps; h: [2, B, P] and c: [2, B, C], the initial state.
         Returns the outputs [2, B, S, P] (exactly 0 at masked steps) and the state after each row's last step.
 
-        Without autograd, the same computation runs reorganised for speed (`fast_bilstm.py`); with autograd,
-        or with `use_fast_path = False`, the plain loop below runs. The plain loop is the definition.
+        Without autograd or autocast, the same computation runs reorganised for speed (`fast_bilstm.py`), or an
+        opted-in approximation (`approximate.py`); otherwise, or with `use_fast_path = False`, the plain loop
+        below runs. The plain loop is the definition.
         """
-        if self.use_fast_path and not torch.is_grad_enabled() and inputs.shape[1] > 0 and bool(step_mask[:, 0].all()):
-            return fast_bilstm_layer(self, inputs, step_mask, h, c)
+        if not torch.is_grad_enabled() and not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0:
+            if self.approximation is not None:
+                return approximate_bilstm_layer(self, inputs, step_mask, h, c)
+            if self.use_fast_path and bool(step_mask[:, 0].all()):
+                return fast_bilstm_layer(self, inputs, step_mask, h, c)
         return self._plain_forward(inputs, step_mask, h, c)
 
     def _plain_forward(
@@ -251,6 +264,17 @@ class ElmoModel(ElmoPreTrainedModel):
         self.dropout = nn.Dropout(config.dropout)
         self.gradient_checkpointing = False
         self.post_init()
+
+    def set_lstm_approximation(self, kind: str | None) -> None:
+        """Opt in to an approximate, faster biLSTM for inference, or back to the exact one with `None`.
+
+        `"nn_lstm"` runs `torch.nn.LSTM` (cuDNN on GPU) without the original's clipping; `"int8"` multiplies
+        in int8 on CPU. Both change the numbers (see `approximate.py` and benchmarks/RESULTS.md).
+        """
+        if kind is not None and kind not in APPROXIMATIONS:
+            raise ValueError(f"unknown biLSTM approximation {kind!r}: choose one of {APPROXIMATIONS} or None (exact)")
+        for layer in self.layers:
+            layer.approximation = kind
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.char_encoder.char_embedding

@@ -39,9 +39,14 @@ class ElmoTokenCache:
         self._fingerprint = None
 
     def encode(
-        self, encode: Callable[[torch.Tensor], torch.Tensor], char_ids: torch.Tensor, parameters: list[torch.Tensor]
+        self,
+        encode: Callable[[torch.Tensor], torch.Tensor],
+        char_ids: torch.Tensor,
+        parameters: list[torch.Tensor],
+        use_cache: bool = True,
     ) -> torch.Tensor:
-        """[N, K] character ids -> [N, P], calling `encode` only on the distinct words not in the cache."""
+        """[N, K] character ids -> [N, P], calling `encode` once on the distinct words (only on those not in
+        the cache when `use_cache`)."""
         if char_ids.shape[0] == 0:
             return encode(char_ids)
         # Distinct words; ids are < 262, so 16 bits hold them and a row's bytes are its key.
@@ -50,14 +55,14 @@ class ElmoTokenCache:
         unique, first, inverse = np.unique(keys_view, return_index=True, return_inverse=True)
         inverse = torch.from_numpy(inverse.reshape(-1)).to(char_ids.device)
 
+        if not use_cache or len(unique) > self.max_words:  # (the batch alone would overflow the cache)
+            vectors = encode(char_ids[torch.from_numpy(first).to(char_ids.device)])
+            return vectors[inverse]
         fingerprint = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
         if fingerprint != self._fingerprint:
             self.clear()
             self._fingerprint = fingerprint
         keys = [key.tobytes() for key in unique]
-        if len(keys) > self.max_words:  # the batch alone overflows the cache: compute without it
-            vectors = encode(char_ids[torch.from_numpy(first).to(char_ids.device)])
-            return vectors[inverse]
         missing = [i for i, key in enumerate(keys) if key not in self._slots]
         self.hits += len(keys) - len(missing)
         self.misses += len(missing)

@@ -1,0 +1,62 @@
+"""What both benchmark workers share: the JSON-lines channel to the driver, memory readings, timing.
+
+Imported by `hf_worker.py` (the project's venv) and `allennlp_worker.py` (AllenNLP's own venv), so it uses
+only the standard library.
+"""
+
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def memory_mb() -> dict[str, float]:
+    """Resident memory of this process from /proc: now (rss) and the peak so far (peak), in MiB."""
+    fields = {"VmRSS": "rss", "VmHWM": "peak", "RssAnon": "anonymous", "RssFile": "file_backed"}
+    found = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            key = line.split(":", 1)[0]
+            if key in fields:
+                found[fields[key]] = int(line.split()[1]) / 1024
+    return found
+
+
+def timed(function) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = function()
+    return time.perf_counter() - start, result
+
+
+class Channel:
+    """Requests arrive as JSON lines on stdin; replies leave on the original stdout, one JSON line each.
+
+    Everything else the libraries print goes to stderr, so it can never be mistaken for a reply.
+    """
+
+    def __init__(self):
+        self._replies = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+
+    def send(self, reply: dict) -> None:
+        self._replies.write(json.dumps(reply) + "\n")
+
+    def serve(self, handlers: dict) -> None:
+        for line in sys.stdin:
+            request = json.loads(line)
+            if request["cmd"] == "quit":
+                self.send({"memory": memory_mb()})
+                return
+            try:
+                reply = handlers[request["cmd"]](**request.get("args", {}))
+            except Exception:  # report it to the driver, which stops the benchmark with this traceback
+                reply = {"error": traceback.format_exc()}
+            self.send(reply)
+
+
+def load_inputs(path: str) -> dict[str, list[list[list[str]]]]:
+    """The driver's inputs: {"batch": [[32 sentences]], "single": [[sentence], ...]}, words pre-split."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

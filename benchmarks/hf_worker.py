@@ -1,0 +1,107 @@
+"""Benchmark worker for hf_elmo, run by `run.py` with the project's interpreter.
+
+    python hf_worker.py MODEL_DIR INPUTS.json THREADS
+
+Modes of a run: "cold" empties the token cache before every batch (each distinct word of a batch goes
+through the char CNN once); "warm" first runs the same batches untimed, so every word is in the cache.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+from bench_common import Channel, load_inputs, memory_mb, timed
+
+channel = Channel()
+model_dir, inputs_file, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch  # noqa: E402
+
+torch.set_num_threads(threads)
+from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
+
+imported = memory_mb()
+load_seconds, model = timed(lambda: ElmoModel.from_pretrained(model_dir).eval())
+tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+loaded = memory_mb()
+inputs = load_inputs(inputs_file)
+config = model.config
+
+# Time the biLSTM part of each forward by wrapping the model's own method.
+lstm_seconds = 0.0
+_run_bilstm = model._run_bilstm
+
+
+def _timed_run_bilstm(*args, **kwargs):
+    global lstm_seconds
+    start = time.perf_counter()
+    result = _run_bilstm(*args, **kwargs)
+    lstm_seconds += time.perf_counter() - start
+    return result
+
+
+model._run_bilstm = _timed_run_bilstm
+
+
+def embed(sentences, autocast_dtype=None):
+    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    if autocast_dtype is None:
+        return model(**batch).hidden_states
+    with torch.autocast("cpu", dtype=getattr(torch, autocast_dtype)):
+        return [layer.float() for layer in model(**batch).hidden_states]
+
+
+def run(case: str, mode: str = "cold", save: str | None = None, approximation: str | None = None,
+        autocast_dtype: str | None = None) -> dict:
+    global lstm_seconds
+    batches = inputs[case]
+    model.set_lstm_approximation(approximation)
+    cache = model.char_encoder.token_cache
+    with torch.no_grad():
+        if mode == "warm":
+            for batch in batches:
+                embed(batch, autocast_dtype)
+        lstm_seconds, outputs, seconds = 0.0, [], 0.0
+        for batch in batches:
+            if mode == "cold":
+                cache.clear()
+            misses = cache.misses
+            batch_seconds, layers = timed(lambda: embed(batch, autocast_dtype))
+            seconds += batch_seconds
+            outputs.append(layers)
+    model.set_lstm_approximation(None)
+    if save:
+        import numpy as np
+
+        arrays = {}
+        for b, (batch, layers) in enumerate(zip(batches, outputs)):
+            for layer, values in enumerate(layers):
+                for row, words in enumerate(batch):
+                    arrays[f"b{b}_r{row}_l{layer}"] = values[row, : len(words)].numpy()
+        np.savez(save, **arrays)
+    words = sum(len(sentence) for batch in batches for sentence in batch)
+    return {"seconds": seconds, "lstm_seconds": lstm_seconds, "words": words, "memory": memory_mb(),
+            "cache_misses_last_batch": cache.misses - misses}
+
+
+def ceiling(seconds: float = 1.0) -> dict:
+    """The machine's fp32 matrix multiply rate and its rate of streaming a weight matrix from memory, now."""
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    torch.mm(a, b)
+    best, start = float("inf"), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        best = min(best, timed(lambda: torch.mm(a, b))[0])
+    gflops = 2 * 2048**3 / best / 1e9
+    # A vector times a 256 MiB matrix stored input-major (the layout BLAS streams fastest): one LSTM step of
+    # one sentence is this kind of product.
+    matrix, vector = torch.randn(512, 1 << 17), torch.randn(512)
+    vector @ matrix
+    best, start = float("inf"), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        best = min(best, timed(lambda: vector @ matrix)[0])
+    return {"gflops": gflops, "bandwidth_gbs": matrix.numel() * 4 / best / 1e9}
+
+
+channel.send({"imported": imported, "loaded": loaded, "load_seconds": load_seconds,
+              "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}})
+channel.serve({"run": run, "ceiling": ceiling})

@@ -1,0 +1,450 @@
+"""hf_elmo against AllenNLP 2.10.1 on CPU: speed, memory and agreement, written to benchmarks/RESULTS.md.
+
+    make bench        (or: .venv/bin/python benchmarks/run.py --allennlp-python build/allennlp-venv/bin/python)
+
+Both libraries load the same random weights, written in the original HDF5 format (hf_elmo through its
+converter), and embed the same words. Each library runs in its own process with the same thread count;
+their runs alternate, several rounds, and every figure is the median over rounds. The machine's matrix
+multiply rate and memory bandwidth are measured between the rounds, so the fractions of them refer to the
+same conditions as the timings.
+"""
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+FIXTURES = ROOT.parent / "shared" / "fixtures"
+SEED = 1234
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    label: str
+    config: dict
+
+
+SIZES = [
+    Size("original", "original (2x4096_512_2048cnn_2xhighway, 93.6M parameters)", {}),
+    Size("small", "small (2x1024_128_2048cnn_1xhighway, 13.6M parameters)",
+         {"cell_size": 1024, "projection_dim": 128, "num_highway_layers": 1}),
+]
+
+
+# --------------------------------------------------------------------------------------------- inputs
+
+
+def make_inputs(path: Path) -> dict:
+    """32 sentences of 20-30 words (25 on average) and 8 single sentences of 18-22 words, from real text.
+
+    The text is the English news sentences and the training text of the reference fixtures, read as one
+    stream of words, so word repetition within a batch is that of running text.
+    """
+    sentences = json.loads((FIXTURES / "allennlp-elmo" / "sentences.json").read_text(encoding="utf-8"))
+    stream = [word for group in sentences for sentence in group for word in sentence.split()]
+    stream += (FIXTURES / "bilm-tf" / "train" / "data.txt").read_text(encoding="utf-8").split()
+    rng = random.Random(SEED)
+
+    def take(count: int, low: int, high: int, start: int) -> list[list[str]]:
+        chunks, position = [], start
+        for _ in range(count):
+            length = rng.randint(low, high)
+            chunks.append([stream[(position + i) % len(stream)] for i in range(length)])
+            position += length
+        return chunks
+
+    inputs = {"batch": [take(32, 20, 30, 0)], "single": [[sentence] for sentence in take(8, 18, 22, 401)]}
+    path.write_text(json.dumps(inputs), encoding="utf-8")
+    return inputs
+
+
+# --------------------------------------------------------------------------------------------- models
+
+
+def make_models(size: Size, folder: Path) -> tuple[Path, Path, Path]:
+    """Random weights (bilm-tf's initialisation) in the original format, and their hf_elmo conversion."""
+    import torch
+
+    from conversion.convert_original_elmo import convert_original_to_hf
+    from conversion.original_format import state_dict_to_original, write_original_weights
+    from hf_elmo import ElmoConfig, ElmoModel
+
+    options, weights, converted = folder / "options.json", folder / "weights.hdf5", folder / "hf"
+    stamp = folder / "stamp.json"
+    wanted = {"seed": SEED, "config": size.config}
+    if stamp.is_file() and json.loads(stamp.read_text()) == wanted and (converted / "config.json").is_file():
+        return options, weights, converted
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(SEED)
+    config = ElmoConfig(**size.config)
+    model = ElmoModel(config)
+    options.write_text(json.dumps(config.to_original_options(), indent=2), encoding="utf-8")
+    write_original_weights(state_dict_to_original(model.state_dict(), config), weights)
+    del model
+    convert_original_to_hf(options, weights, converted, overwrite=True)
+    stamp.write_text(json.dumps(wanted))
+    return options, weights, converted
+
+
+# --------------------------------------------------------------------------------------------- workers
+
+
+class Worker:
+    """A library in its own process, driven over JSON lines (see bench_common.Channel)."""
+
+    def __init__(self, name: str, argv: list[str], env: dict, log: Path):
+        self.name, self.log = name, log
+        self.process = subprocess.Popen(
+            argv, cwd=Path(__file__).parent, env=env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("w"),
+        )
+        self.hello = self._read()
+
+    def _read(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name} worker stopped; its log is {self.log}:\n{self.log.read_text()[-3000:]}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"{self.name} worker failed:\n{reply['error']}")
+        return reply
+
+    def call(self, cmd: str, **args) -> dict:
+        self.process.stdin.write(json.dumps({"cmd": cmd, "args": args}) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def close(self) -> dict:
+        reply = self.call("quit")
+        self.process.wait(timeout=60)
+        return reply
+
+
+# --------------------------------------------------------------------------------------------- arithmetic
+
+
+def flops_per_position(config) -> tuple[float, float]:
+    """(char CNN + highway + projection, all biLSTM layers) floating point operations for one token."""
+    dim, width, proj, cell = config.char_embedding_dim, config.num_char_filters, config.projection_dim, config.cell_size
+    chars = config.max_characters_per_token
+    cnn = sum(w * dim * n * (chars - w + 1) for w, n in config.char_cnn_filters)
+    char = cnn + config.num_highway_layers * 2 * width * width + (width * proj if config.has_char_projection else 0)
+    lstm = config.num_lstm_layers * 2 * (2 * proj * 4 * cell + (cell * proj if config.has_lstm_projection else 0))
+    return 2.0 * char, 2.0 * lstm
+
+
+def weight_bytes(config, steps: int, per_step_input: bool) -> float:
+    """Bytes of weights one sentence of `steps` positions must read when it is alone (batch of one):
+    every step reads the recurrent and projection weights of every layer and direction; the input weights
+    are read once (hf_elmo) or at every step (AllenNLP); the char encoder's weights are read once."""
+    proj, cell, width = config.projection_dim, config.cell_size, config.num_char_filters
+    recurrent = 4 * cell * proj + (cell * proj if config.has_lstm_projection else 0)
+    input_weight = 4 * cell * proj
+    per_step = config.num_lstm_layers * 2 * (recurrent + (input_weight if per_step_input else 0))
+    once = config.num_lstm_layers * 2 * (0 if per_step_input else input_weight)
+    char = config.num_highway_layers * 2 * width * width + width * proj + sum(w * config.char_embedding_dim * n for w, n in config.char_cnn_filters)
+    return 4.0 * (steps * per_step + once + char)
+
+
+def max_difference(first: Path, second: Path, layers: int) -> list[float]:
+    import numpy as np
+
+    a, b = np.load(first), np.load(second)
+    largest = [0.0] * layers
+    for key in a.files:
+        layer = int(key.rsplit("_l", 1)[1])
+        largest[layer] = max(largest[layer], float(np.abs(a[key] - b[key]).max()) if a[key].size else 0.0)
+    return largest
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# --------------------------------------------------------------------------------------------- the run
+
+
+def settings(threads: int, allennlp_python: str) -> dict:
+    env_keys = ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
+                "OMP_PROC_BIND", "LD_PRELOAD", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]
+    model_name = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model_name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "threads": threads,
+        "cpu": f"{model_name}, {os.cpu_count()} logical CPUs",
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "allocator": "glibc malloc " + os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
+        + (f" with LD_PRELOAD={os.environ['LD_PRELOAD']}" if os.environ.get("LD_PRELOAD") else " (default, no LD_PRELOAD)"),
+        "environment": {key: os.environ.get(key, "unset") for key in env_keys},
+        "allennlp_python": allennlp_python,
+        "load_average_start": os.getloadavg(),
+    }
+
+
+def bench_size(size: Size, args, inputs_file: Path, work: Path, env: dict) -> dict:
+    from hf_elmo import ElmoConfig
+
+    options, weights, converted = make_models(size, work / size.name)
+    config = ElmoConfig.from_pretrained(converted)
+    print(f"\n== {size.label}", flush=True)
+    allennlp = Worker("allennlp", [args.allennlp_python, "-W", "ignore", "allennlp_worker.py", str(options),
+                                   str(weights), str(inputs_file), str(args.threads)], env,
+                      work / f"allennlp-{size.name}.log")
+    hf = Worker("hf_elmo", [sys.executable, "hf_worker.py", str(converted), str(inputs_file), str(args.threads)],
+                env, work / f"hf-{size.name}.log")
+    result = {"label": size.label, "load": {"allennlp": allennlp.hello, "hf_elmo": hf.hello}}
+    saved = {name: work / f"{size.name}-{name}.npz" for name in
+             ["allennlp-batch", "allennlp-single", "hf-batch-cold", "hf-batch-warm", "hf-single-cold", "hf-single-warm"]}
+    # Warm-up (AllenNLP's first batch is several times slower than the rest); its outputs are the ones compared.
+    for case in ("batch", "single"):
+        allennlp.call("run", case=case, save=str(saved[f"allennlp-{case}"]))
+        for mode in ("cold", "warm"):
+            hf.call("run", case=case, mode=mode, save=str(saved[f"hf-{case}-{mode}"]))
+    runs = {key: [] for key in ["ceiling"] + [f"{lib}-{case}" for lib in ("allennlp", "hf-cold", "hf-warm")
+                                              for case in ("batch", "single")]}
+    loads = []
+    for round_index in range(args.rounds):
+        for case in ("batch", "single"):
+            order = ["allennlp", "cold", "warm"] if round_index % 2 == 0 else ["cold", "warm", "allennlp"]
+            for who in order:
+                if who == "allennlp":
+                    runs[f"allennlp-{case}"].append(allennlp.call("run", case=case))
+                else:
+                    runs[f"hf-{who}-{case}"].append(hf.call("run", case=case, mode=who))
+        runs["ceiling"].append(hf.call("ceiling"))
+        loads.append(os.getloadavg()[0])
+        batch = runs["hf-warm-batch"][-1]
+        print(f"round {round_index + 1}/{args.rounds}: AllenNLP {runs['allennlp-batch'][-1]['words'] / runs['allennlp-batch'][-1]['seconds']:.0f} "
+              f"words/s, hf_elmo warm {batch['words'] / batch['seconds']:.0f} words/s, "
+              f"ceiling {runs['ceiling'][-1]['gflops']:.0f} GFLOP/s, load {loads[-1]:.2f}", flush=True)
+    result["runs"] = runs
+    result["load_average_during"] = loads
+    result["memory_end"] = {"allennlp": allennlp.close()["memory"]}
+
+    # Opt-in modes, on the 32 sentences with the cache warm (so that only the biLSTM differs).
+    approximations = {}
+    exact_warm = [r["seconds"] for r in runs["hf-warm-batch"]]
+    for name, options_ in [("nn_lstm", {"approximation": "nn_lstm"}), ("int8", {"approximation": "int8"}),
+                           ("bf16 autocast", {"autocast_dtype": "bfloat16"})]:
+        path = work / f"{size.name}-approx-{name.split()[0]}.npz"
+        repeats = [hf.call("run", case="batch", mode="warm", save=str(path), **options_)]
+        if name != "bf16 autocast":  # bf16 is emulated on CPUs without AVX512-BF16/AMX: one slow run is enough
+            repeats += [hf.call("run", case="batch", mode="warm", **options_) for _ in range(2)]
+        approximations[name] = {
+            "seconds": median([r["seconds"] for r in repeats]),
+            "speedup": median(exact_warm) / median([r["seconds"] for r in repeats]),
+            "deviation": max_difference(saved["hf-batch-warm"], path, config.num_lstm_layers + 1),
+        }
+    result["approximations"] = approximations
+    result["memory_end"]["hf_elmo"] = hf.close()["memory"]
+
+    layers = config.num_lstm_layers + 1
+    result["agreement"] = {
+        f"{case} {mode}": max_difference(saved[f"allennlp-{case}"], saved[f"hf-{case}-{mode}"], layers)
+        for case in ("batch", "single") for mode in ("cold", "warm")
+    }
+    result["config"] = {"char_flops": flops_per_position(config)[0], "lstm_flops": flops_per_position(config)[1]}
+    result["config_obj"] = config
+    return result
+
+
+def summarise(size_result: dict, inputs: dict) -> dict:
+    """Medians, ratios and fractions of the ceilings for one size."""
+    runs, config = size_result["runs"], size_result["config_obj"]
+    char_flops, lstm_flops = flops_per_position(config)
+    ceiling = median([r["gflops"] for r in runs["ceiling"]]) * 1e9
+    bandwidth = median([r["bandwidth_gbs"] for r in runs["ceiling"]]) * 1e9
+    out = {"ceiling_gflops": ceiling / 1e9, "bandwidth_gbs": bandwidth / 1e9}
+    for case in ("batch", "single"):
+        sentences = [s for batch in inputs[case] for s in batch]
+        positions = sum(len(s) + 2 for s in sentences)
+        words = sum(len(s) for s in sentences)
+        row = {}
+        for lib in ("allennlp", "hf-cold", "hf-warm"):
+            seconds = median([r["seconds"] for r in runs[f"{lib}-{case}"]])
+            row[lib] = {"words_per_s": words / seconds, "seconds": seconds,
+                        "flop_fraction": positions * (char_flops + lstm_flops) / seconds / ceiling}
+            if lib != "allennlp":
+                lstm_seconds = median([r["lstm_seconds"] for r in runs[f"{lib}-{case}"]])
+                row[lib]["lstm_flop_fraction"] = positions * lstm_flops / lstm_seconds / ceiling
+            if case == "single":
+                need = sum(weight_bytes(config, len(s) + 2, lib == "allennlp") for s in sentences)
+                row[lib]["bandwidth_fraction"] = need / seconds / bandwidth
+        for mode in ("cold", "warm"):
+            row[f"ratio_{mode}"] = row[f"hf-{mode}"]["words_per_s"] / row["allennlp"]["words_per_s"]
+        out[case] = row
+    load = size_result["load"]
+    out["memory"] = {
+        lib: {"imported": load[lib]["imported"]["peak"], "load_peak": load[lib]["loaded"]["peak"],
+              "load_rss": load[lib]["loaded"]["rss"], "load_file_backed": load[lib]["loaded"].get("file_backed", 0.0),
+              "run_peak": size_result["memory_end"][lib]["peak"]}
+        for lib in ("allennlp", "hf_elmo")
+    }
+    out["memory"]["load_ratio"] = out["memory"]["hf_elmo"]["load_peak"] / out["memory"]["allennlp"]["load_peak"]
+    out["memory"]["run_ratio"] = out["memory"]["hf_elmo"]["run_peak"] / out["memory"]["allennlp"]["run_peak"]
+    return out
+
+
+def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: dict) -> str:
+    lines = ["# hf_elmo against AllenNLP 2.10.1: CPU benchmark", "",
+             "Written by `make bench` (`benchmarks/run.py`); every number below comes from one run of it.", "",
+             "## Settings", "",
+             f"- CPU: {setup['cpu']}; {setup['platform']}; Python {setup['python']}",
+             f"- Threads: {setup['threads']} for both libraries (`torch.set_num_threads`, `OMP_NUM_THREADS`, `MKL_NUM_THREADS`)",
+             f"- OpenMP/allocator environment: " + ", ".join(f"{k}={v}" for k, v in setup["environment"].items()),
+             f"- Allocator: {setup['allocator']}",
+             f"- torch {setup['versions']['hf_elmo']['torch']}, transformers {setup['versions']['hf_elmo']['transformers']}"
+             f" (hf_elmo); torch {setup['versions']['allennlp']['torch']}, allennlp {setup['versions']['allennlp']['allennlp']}"
+             " in its own venv (`../shared/tools/peer-allennlp-setup.sh`)",
+             f"- Load average (1 min): {setup['load_average_start'][0]:.2f} at the start, "
+             f"{min(setup['load_during']):.2f}-{max(setup['load_during']):.2f} between rounds, "
+             f"{setup['load_average_end'][0]:.2f} at the end",
+             f"- Rounds: {setup['rounds']} per case, libraries alternating (order flipped every round), medians reported; "
+             f"whole run {elapsed / 60:.1f} min",
+             "- Inputs: real English text (the fixtures' news sentences and training text as one word stream): "
+             f"one batch of {len(inputs['batch'][0])} sentences of 20-30 words "
+             f"({sum(len(s) for s in inputs['batch'][0])} words), and {len(inputs['single'])} single sentences of 18-22 "
+             f"words ({sum(len(b[0]) for b in inputs['single'])} words), each its own batch. Timings include "
+             "tokenisation (`batch_to_ids` / `ElmoTokenizer`) and return every layer without `<S>`/`</S>`.",
+             "- Weights: random (bilm-tf's initialisation, seed 1234), written in the original HDF5 format; AllenNLP "
+             "loads that file, hf_elmo its conversion (safetensors).",
+             "- AllenNLP: `_ElmoBiLm` + `batch_to_ids` + `remove_sentence_boundaries`, LSTM state reset before every "
+             "batch. hf_elmo: `ElmoModel` defaults (stateless), exact path. \"cold\": token cache emptied before "
+             "every batch (each distinct word of the batch still goes through the char CNN once); \"warm\": the same "
+             "batches ran once before, so every word is cached. Both libraries were warmed up before timing.",
+             "- Ceilings, measured between rounds in the same run: fp32 matrix multiply = best 2048x2048x2048 "
+             "`torch.mm`; memory bandwidth = best vector x 256 MiB matrix product (`vector @ matrix`, input-major).",
+             ""]
+    targets = []
+    for name, summary in summaries.items():
+        result = results[name]
+        memory = summary["memory"]
+        lines += [f"## {result['label']}", "",
+                  f"Ceilings: {summary['ceiling_gflops']:.0f} GFLOP/s fp32 matrix multiply, "
+                  f"{summary['bandwidth_gbs']:.1f} GB/s memory bandwidth. Model FLOPs per token: "
+                  f"{(result['config']['char_flops'] + result['config']['lstm_flops']) / 1e6:.0f}M "
+                  f"(char CNN + highway + projection {result['config']['char_flops'] / 1e6:.0f}M, biLSTM "
+                  f"{result['config']['lstm_flops'] / 1e6:.0f}M).", "",
+                  "| case | AllenNLP words/s | hf_elmo cold words/s | hf_elmo warm words/s | cold ratio | warm ratio |",
+                  "|---|---|---|---|---|---|"]
+        for case, label in (("batch", "32 sentences"), ("single", "1 sentence at a time")):
+            row = summary[case]
+            lines.append(f"| {label} | {row['allennlp']['words_per_s']:.0f} | {row['hf-cold']['words_per_s']:.0f} | "
+                         f"{row['hf-warm']['words_per_s']:.0f} | {row['ratio_cold']:.2f}x | {row['ratio_warm']:.2f}x |")
+        lines += ["", "Fraction of the measured ceilings (model FLOPs = every token, `<S>`/`</S>` included, through "
+                  "the char CNN and the biLSTM, per second, over the matrix multiply ceiling):", "",
+                  "| case | AllenNLP | hf_elmo cold | hf_elmo warm | hf_elmo biLSTM part |", "|---|---|---|---|---|"]
+        for case, label in (("batch", "32 sentences, FLOP ceiling"), ("single", "1 sentence, FLOP ceiling")):
+            row = summary[case]
+            lines.append(f"| {label} | {row['allennlp']['flop_fraction']:.0%} | {row['hf-cold']['flop_fraction']:.0%} | "
+                         f"{row['hf-warm']['flop_fraction']:.0%} | {row['hf-warm']['lstm_flop_fraction']:.0%} |")
+        row = summary["single"]
+        lines.append(f"| 1 sentence, weight bytes streamed / bandwidth | {row['allennlp']['bandwidth_fraction']:.0%} | "
+                     f"{row['hf-cold']['bandwidth_fraction']:.0%} | {row['hf-warm']['bandwidth_fraction']:.0%} | |")
+        lines += ["", "For one sentence every step must read the recurrent and projection weights of every layer and "
+                  "direction (AllenNLP also re-reads the input weights at every step), so this case is bound by "
+                  "memory bandwidth; the last row is the weight traffic each library needs over the measured "
+                  "bandwidth.", "",
+                  "| memory (MiB, peak resident) | AllenNLP | hf_elmo | ratio |", "|---|---|---|---|",
+                  f"| after imports | {memory['allennlp']['imported']:.0f} | {memory['hf_elmo']['imported']:.0f} | |",
+                  f"| after loading the checkpoint | {memory['allennlp']['load_peak']:.0f} | {memory['hf_elmo']['load_peak']:.0f} | {memory['load_ratio']:.2f}x |",
+                  f"| while running | {memory['allennlp']['run_peak']:.0f} | {memory['hf_elmo']['run_peak']:.0f} | {memory['run_ratio']:.2f}x |",
+                  "", "hf_elmo's weights are memory-mapped from `model.safetensors`: they become resident (as file-backed, "
+                  "shared pages) when first used, so they count in the running peak, not in the loading one.", "",
+                  "Largest |difference| between the two libraries' outputs, per layer (token layer, biLSTM layers):", ""]
+        for key, values in result["agreement"].items():
+            lines.append(f"- {key}: " + ", ".join(f"{v:.2g}" for v in values))
+        lines += ["", "Opt-in modes (off by default; 32 sentences, cache warm, against hf_elmo's exact warm run):", "",
+                  "| mode | seconds | speed-up | largest |difference| per layer |", "|---|---|---|---|"]
+        for mode, values in result["approximations"].items():
+            lines.append(f"| {mode} | {values['seconds']:.2f} | {values['speedup']:.2f}x | "
+                         + ", ".join(f"{v:.2g}" for v in values["deviation"]) + " |")
+        lines.append("")
+        worst = max(max(v) for v in result["agreement"].values())
+        if name == "original":
+            targets += [
+                ("original, 32 sentences, cold: >= 3x AllenNLP", f"{summary['batch']['ratio_cold']:.2f}x", summary["batch"]["ratio_cold"] >= 3),
+                ("original, 32 sentences, cache warm: >= 4x", f"{summary['batch']['ratio_warm']:.2f}x", summary["batch"]["ratio_warm"] >= 4),
+                ("original, biLSTM part >= 70% of the FLOP ceiling", f"{summary['batch']['hf-warm']['lstm_flop_fraction']:.0%}",
+                 summary["batch"]["hf-warm"]["lstm_flop_fraction"] >= 0.7),
+                ("original, 1 sentence: >= 1.8x AllenNLP", f"{summary['single']['ratio_cold']:.2f}x "
+                 f"({summary['single']['hf-cold']['bandwidth_fraction']:.0%} of bandwidth)", summary["single"]["ratio_cold"] >= 1.8),
+                ("original, peak RSS of loading <= 0.75x AllenNLP", f"{memory['load_ratio']:.2f}x", memory["load_ratio"] <= 0.75),
+            ]
+        if name == "small":
+            targets.append(("small, 32 sentences, cache warm: >= 5x", f"{summary['batch']['ratio_warm']:.2f}x",
+                            summary["batch"]["ratio_warm"] >= 5))
+        targets.append((f"{name}: every layer within 1e-5 of AllenNLP", f"{worst:.2g}", worst <= 1e-5))
+    lines[lines.index("## Settings"):lines.index("## Settings")] = [
+        "## Targets", "", "| target | measured | met |", "|---|---|---|",
+        *[f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets], ""]
+    lines += ["## GPU", "",
+              "`benchmarks/gpu.sh` measures words/s of both sizes in fp32 and bf16 autocast (and bf16's deviation "
+              "from fp32) on a CUDA machine with torch installed and no network, in under 5 minutes. No GPU was "
+              "available to this run, so it has not been run and there are no GPU figures here; the exact path is "
+              "written device-agnostic (BLAS multiplies instead of oneDNN off the CPU) and is tested on CPU only.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--allennlp-python", default=str(ROOT / "build" / "allennlp-venv" / "bin" / "python"),
+                        help="interpreter of the venv made by ../shared/tools/peer-allennlp-setup.sh")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sizes", default="original,small")
+    parser.add_argument("--work-dir", default=str(ROOT / "build" / "bench"))
+    parser.add_argument("--output", default=str(Path(__file__).parent / "RESULTS.md"))
+    args = parser.parse_args(argv)
+    if not Path(args.allennlp_python).is_file():
+        print(f"error: no AllenNLP interpreter at {args.allennlp_python}; run "
+              "`bash ../shared/tools/peer-allennlp-setup.sh build/allennlp-venv` (make bench does)", file=sys.stderr)
+        return 2
+    start = time.time()
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
+               PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    os.environ.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    setup = settings(args.threads, args.allennlp_python)
+    inputs_file = work / "inputs.json"
+    inputs = make_inputs(inputs_file)
+    results, summaries = {}, {}
+    for size in SIZES:
+        if size.name in args.sizes.split(","):
+            results[size.name] = bench_size(size, args, inputs_file, work, env)
+            summaries[size.name] = summarise(results[size.name], inputs)
+    first = next(iter(results.values()))
+    setup.update(rounds=args.rounds, load_average_end=os.getloadavg(),
+                 load_during=[v for r in results.values() for v in r["load_average_during"]],
+                 versions={"hf_elmo": first["load"]["hf_elmo"]["versions"], "allennlp": first["load"]["allennlp"]["versions"]})
+    report = render(results, summaries, setup, time.time() - start, inputs)
+    output = Path(args.output)
+    partial = output.with_suffix(".md.partial")
+    partial.write_text(report + "\n", encoding="utf-8")
+    os.replace(partial, output)
+    raw = {name: {k: v for k, v in r.items() if k != "config_obj"} for name, r in results.items()}
+    (work / "results.json").write_text(json.dumps({"setup": setup, "results": raw, "summaries": summaries}, indent=1))
+    print("\n" + report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
