@@ -7,6 +7,9 @@ speed-up and deviation.
   numbers diverge; on the trained fixture model that reaches about 1 absolute.
 * `"int8"`: the three multiplies of every cell with int8 weights (per output row) and dynamically quantised
   int8 activations (fbgemm / oneDNN on CPU). Everything else stays float32.
+
+Mixed precision is `torch.autocast(device, dtype=torch.bfloat16)` (or float16) around the model; the model
+then runs its plain path. `approximation_deviation` measures any of these on your own inputs.
 """
 
 import warnings
@@ -18,6 +21,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from .fast_bilstm import derived_weights, fast_bilstm_layer, forget_biased
 
 APPROXIMATIONS = ("nn_lstm", "int8")
+# Mixed precision is not a mode of the model but `torch.autocast` around it; measured here all the same.
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _build_nn_lstms(layer) -> list[nn.LSTM]:
@@ -99,3 +104,25 @@ def approximate_bilstm_layer(layer, inputs, step_mask, h, c):
     if layer.approximation == "nn_lstm":
         return nn_lstm_layer(layer, inputs, step_mask, h, c)
     return int8_layer(layer, inputs, step_mask, h, c)
+
+
+def approximation_deviation(model, inputs: dict, kind: str) -> list[float]:
+    """Largest |approximate - exact| of each layer of `hidden_states` on `inputs` (a tokenizer batch), for
+    `kind` in `APPROXIMATIONS` or `"bf16"` / `"fp16"` (autocast). The model is left exact."""
+    if kind not in APPROXIMATIONS and kind not in AUTOCAST_DTYPES:
+        raise ValueError(f"unknown approximation {kind!r}: choose one of {APPROXIMATIONS + tuple(AUTOCAST_DTYPES)}")
+    device = next(model.parameters()).device
+    inputs = {name: value.to(device) for name, value in inputs.items()}
+    with torch.no_grad():
+        model.set_lstm_approximation(None)
+        exact = model(**inputs).hidden_states
+        try:
+            if kind in AUTOCAST_DTYPES:
+                with torch.autocast(device.type, dtype=AUTOCAST_DTYPES[kind]):
+                    approximate = model(**inputs).hidden_states
+            else:
+                model.set_lstm_approximation(kind)
+                approximate = model(**inputs).hidden_states
+        finally:
+            model.set_lstm_approximation(None)
+    return [(a.float() - e).abs().max().item() if e.numel() else 0.0 for a, e in zip(approximate, exact)]

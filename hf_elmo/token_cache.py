@@ -56,6 +56,7 @@ class ElmoTokenCache:
         inverse = torch.from_numpy(inverse.reshape(-1)).to(char_ids.device)
 
         if not use_cache or len(unique) > self.max_words:  # (the batch alone would overflow the cache)
+            self.misses += len(unique) if use_cache else 0
             vectors = encode(char_ids[torch.from_numpy(first).to(char_ids.device)])
             return vectors[inverse]
         fingerprint = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)

@@ -1,0 +1,230 @@
+"""The inference fast paths against the plain computation they reorganise, the token cache, and the opt-in
+approximate modes. The plain path is the definition; every exact fast path must match it within 1e-6."""
+
+import copy
+
+import pytest
+import torch
+
+from conftest import FIXTURE_SETS, FIXTURES
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo.approximate import approximation_deviation
+from hf_elmo.fast_bilstm import derived_weights, ExactMultiplies
+from hf_elmo.fast_char_encoder import fast_char_encoder
+from hf_elmo.modeling_elmo import ElmoBiLstmLayer
+
+
+@pytest.fixture(scope="module")
+def fixture_model(converted):
+    folder = converted["allennlp-elmo"]
+    return ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+
+
+def plain(model: ElmoModel) -> ElmoModel:
+    """A copy of `model` that runs only the plain computation."""
+    model = copy.deepcopy(model)
+    model.char_encoder.use_fast_path = False
+    model.char_encoder.token_cache.max_words = 0
+    for layer in model.layers:
+        layer.use_fast_path = False
+    return model
+
+
+def largest_difference(first, second) -> float:
+    return max((a - b).abs().max().item() for a, b in zip(first, second))
+
+
+def outputs(output) -> list[torch.Tensor]:
+    return list(output.hidden_states) + list(output.elmo_representations) + list(output.final_states)
+
+
+@pytest.mark.parametrize("name", FIXTURE_SETS)
+def test_fast_path_matches_plain_path_over_chained_batches(converted, name):
+    """All 10 fixture batches, the state carried from batch to batch (so non-zero initial states too)."""
+    model = ElmoModel.from_pretrained(converted[name]).eval()
+    reference = plain(model)
+    tokenizer = ElmoTokenizer.from_pretrained(converted[name])
+    fast_states = plain_states = None
+    with torch.no_grad():
+        for sentences in FIXTURE_SETS[name].batches():
+            batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+            fast, slow = model(**batch, initial_states=fast_states), reference(**batch, initial_states=plain_states)
+            fast_states, plain_states = fast.final_states, slow.final_states
+            assert largest_difference(outputs(fast), outputs(slow)) < 1e-6
+    assert len(model.char_encoder.token_cache) > 0  # the fast path really ran
+
+
+@pytest.mark.parametrize("zero_start", [True, False])
+def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start):
+    """An original-size layer (4096 cells, 512 projection): the size at which the recurrent and projection
+    weights are reordered for oneDNN. Ragged lengths, a row of one step, and zero or random initial state."""
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(num_lstm_layers=1, num_highway_layers=0, char_cnn_filters=[[1, 4]]))
+    layer = model.layers[0].eval()
+    lengths = torch.tensor([9, 1, 5, 9, 2])
+    step_mask = torch.arange(9) < lengths[:, None]
+    inputs = torch.randn(2, 5, 9, 512) * step_mask[None, :, :, None]
+    h = torch.zeros(2, 5, 512) if zero_start else torch.randn(2, 5, 512) * 0.5
+    c = torch.zeros(2, 5, 4096) if zero_start else torch.randn(2, 5, 4096)
+    with torch.no_grad():
+        fast = layer(inputs, step_mask, h, c)
+        slow = layer._plain_forward(inputs, step_mask, h, c)
+        alone = layer(inputs[:, 2:3], step_mask[2:3], h[:, 2:3], c[:, 2:3])  # a batch of one sentence
+    multiplies = derived_weights(layer, "exact", ExactMultiplies)
+    assert (multiplies.recurrent_onednn is not None) == torch.backends.mkldnn.is_available()
+    assert (multiplies.projection_onednn is not None) == torch.backends.mkldnn.is_available()
+    # Unit-scale random inputs drive outputs and states up to the clip (3): hold them to 1e-6 relative.
+    for a, b in zip(fast, slow):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert torch.all(fast[0][:, 1, 1:] == 0) and torch.all(fast[0][:, 2, 5:] == 0)
+    for a, b in zip(alone, slow):
+        assert torch.allclose(a, b[:, 2:3], rtol=1e-6, atol=1e-6)
+
+
+def test_fast_char_encoder_matches_plain(fixture_model):
+    model, tokenizer = fixture_model
+    words = (FIXTURES / "allennlp-elmo" / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
+    char_ids = tokenizer([words], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+    with torch.no_grad():
+        fast = fast_char_encoder(model.char_encoder, char_ids)
+        slow = model.char_encoder._plain_forward(char_ids)
+        one = fast_char_encoder(model.char_encoder, char_ids[5:6])
+    assert fast.shape == slow.shape == (458, 16)
+    assert (fast - slow).abs().max().item() < 1e-6
+    assert (one - slow[5:6]).abs().max().item() < 1e-6
+
+
+def test_outputs_do_not_depend_on_where_the_weights_sit_in_memory(converted):
+    """A loaded checkpoint is memory-mapped (weights at odd offsets); the same weights copied into fresh
+    memory must give bit-identical outputs, one sentence alone included."""
+    mapped = ElmoModel.from_pretrained(converted["allennlp-elmo"]).eval()
+    fresh = ElmoModel(mapped.config).eval()
+    fresh.load_state_dict({name: tensor.clone() for name, tensor in mapped.state_dict().items()})
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+    for sentences in (FIXTURE_SETS["allennlp-elmo"].batches()[0], [["one", "sentence", "alone"]], [["word"]]):
+        batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            for a, b in zip(outputs(mapped(**batch)), outputs(fresh(**batch))):
+                assert torch.equal(a, b)
+
+
+# ---- the token cache -----------------------------------------------------------------------------------
+
+
+def test_cache_computes_each_distinct_word_once_and_hits_later(fixture_model):
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    cache = model.char_encoder.token_cache
+    cache.clear()
+    sentences = [["the", "cat", "saw", "the", "dog"], ["the", "dog", "ran"]]
+    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        first = model(**batch)
+        assert cache.misses == 7 and cache.hits == 0  # <S>, </S>, the, cat, saw, dog, ran
+        second = model(**batch)
+        assert cache.misses == 7 and cache.hits == 7
+        reference = plain(model)(**batch)
+    assert len(cache) == 7
+    for a, b in zip(outputs(first), outputs(second)):
+        assert torch.equal(a, b)
+    assert largest_difference(outputs(first), outputs(reference)) < 1e-6
+
+
+def test_cache_is_bounded_and_evicts_the_least_recently_used(fixture_model):
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    reference = plain(model)
+    cache = model.char_encoder.token_cache
+    cache.clear()
+    cache.max_words = 5
+    # (sentence, new char CNN runs): <S> and </S> are words too, used by every sentence.
+    steps = [(["a", "b"], 4), (["c"], 1), (["a", "d"], 1),  # full now: b is the least recently used ...
+             (["b"], 1),  # ... so b was evicted; bringing it back evicts c
+             (["c"], 1),  # c was evicted; bringing it back evicts a
+             (["d"], 0), (["a"], 1),
+             (["e", "f", "g", "h", "i", "j"], 8)]  # 8 distinct words cannot fit: computed, not stored
+    with torch.no_grad():
+        for words, new in steps:
+            batch = tokenizer([words], is_split_into_words=True, return_tensors="pt")
+            misses = cache.misses
+            found, expected = model(**batch), reference(**batch)
+            assert largest_difference(outputs(found), outputs(expected)) < 1e-6
+            assert cache.misses - misses == new, words
+            assert len(cache) <= 5
+    assert len(cache) == 5
+
+
+def test_cache_is_dropped_when_the_weights_change(fixture_model):
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    cache = model.char_encoder.token_cache
+    batch = tokenizer([["the", "weights", "change"]], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        before = model(**batch).hidden_states[0]
+        assert len(cache) == 5
+        model.char_encoder.highway[0].transform.bias.add_(0.5)  # an in-place update, as an optimizer makes
+        after = model(**batch).hidden_states[0]
+        expected = plain(model)(**batch).hidden_states[0]
+    assert not torch.allclose(before, after, atol=1e-3)
+    assert (after - expected).abs().max().item() < 1e-6
+    # Loading other weights also empties it.
+    state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    state["char_encoder.projection.bias"] += 1.0
+    model.load_state_dict(state)
+    with torch.no_grad():
+        reloaded = model(**batch).hidden_states[0]
+    assert (reloaded - expected).abs().max().item() > 0.5
+
+
+def test_cache_is_not_used_in_training_or_with_autograd(fixture_model):
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    cache = model.char_encoder.token_cache
+    cache.clear()
+    batch = tokenizer([["only", "inference", "fills", "it"]], is_split_into_words=True, return_tensors="pt")
+    model.train()
+    with torch.no_grad():
+        model(**batch)
+    assert len(cache) == 0 and cache.misses == 0
+    model.eval()
+    output = model(**batch)  # autograd on: the plain path, gradients reach the char CNN
+    output.last_hidden_state.sum().backward()
+    assert len(cache) == 0
+    assert model.char_encoder.char_cnn[0].weight.grad is not None
+
+
+# ---- opt-in approximate modes ------------------------------------------------------------------------------
+
+
+def test_approximations_report_their_deviation(fixture_model):
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    deviations = {kind: approximation_deviation(model, batch, kind) for kind in ("nn_lstm", "int8", "bf16")}
+    for kind, per_layer in deviations.items():
+        assert len(per_layer) == 3, kind
+        assert all(value == value and value < 10 for value in per_layer), kind  # finite
+    # nn.LSTM cannot clip, and the trained fixture model clips: its biLSTM layers diverge visibly.
+    assert deviations["nn_lstm"][0] < 1e-6 and deviations["nn_lstm"][2] > 1e-2
+    assert 1e-4 < deviations["int8"][2] < 5.0
+    assert 1e-5 < deviations["bf16"][2] < 0.5
+    # Switching back restores the exact model.
+    model.set_lstm_approximation("int8")
+    model.set_lstm_approximation(None)
+    with torch.no_grad():
+        assert largest_difference(outputs(model(**batch)), outputs(plain(model)(**batch))) < 1e-6
+    with pytest.raises(ValueError, match="nn_lstm"):
+        model.set_lstm_approximation("fp8")
+
+
+def test_nn_lstm_mode_equals_exact_where_nothing_is_clipped():
+    """Without clipping the cell is the same; so nn.LSTM must agree with the plain path when no clip fires."""
+    torch.manual_seed(0)
+    config = ElmoConfig(cell_size=64, projection_dim=16, num_highway_layers=1, char_cnn_filters=[[1, 8], [2, 8]],
+                        cell_clip=None, proj_clip=None)
+    model = ElmoModel(config).eval()
+    tokenizer = ElmoTokenizer()
+    batch = tokenizer([["a", "short", "one"], ["and", "a", "longer", "sentence", "here"]], is_split_into_words=True,
+                      padding=True, return_tensors="pt")
+    assert max(approximation_deviation(model, batch, "nn_lstm")) < 1e-6
