@@ -29,3 +29,21 @@ demo: setup
 
 clean:
 	rm -rf $(VENV) build
+
+# ---- benchmark (not part of `make test`) -------------------------------------------------------------------
+# hf_elmo against AllenNLP 2.10.1 on CPU, 2 threads; writes benchmarks/RESULTS.md in under 10 minutes.
+# AllenNLP lives in its own venv, made once by the shared recipe; it is never a dependency of this project.
+ALLENNLP_VENV ?= build/allennlp-venv
+BENCH_ARGS ?=
+
+.PHONY: bench
+bench: setup $(ALLENNLP_VENV)/bin/python
+	$(BIN)/python benchmarks/run.py --allennlp-python $(ALLENNLP_VENV)/bin/python $(BENCH_ARGS)
+
+$(ALLENNLP_VENV)/bin/python:
+	bash ../shared/tools/peer-allennlp-setup.sh $(ALLENNLP_VENV)
+
+# What benchmarks/gpu.sh needs besides torch, for a GPU machine without network (same Python version).
+.PHONY: gpu-deps
+gpu-deps: setup
+	$(PIP) install --target build/gpu-deps "transformers>=5,<6" tokenizers safetensors

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# hf_elmo on one CUDA GPU: words/s of the original and small sizes in fp32 and bf16 autocast, with bf16's
+# deviation from fp32 and the approximate cuDNN mode. For a machine with torch (CUDA) and no network:
+#   bash benchmarks/gpu.sh [--batch-sizes 32,256] [--runs 5]
+# transformers, tokenizers, safetensors and huggingface_hub must be importable; if they are not installed,
+# `make gpu-deps` (on a machine with network) puts them in build/gpu-deps, which this script adds to the path.
+# Writes benchmarks/GPU_RESULTS.md (or $OUT/GPU_RESULTS.md when OUT is set). Takes well under 5 minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+if [ -d build/gpu-deps ]; then
+  export PYTHONPATH="$PWD/build/gpu-deps${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+OUTPUT="${OUT:-benchmarks}/GPU_RESULTS.md"
+exec timeout 290 "$PYTHON" benchmarks/gpu_bench.py --output "$OUTPUT" "$@"
