@@ -12,6 +12,7 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
     ElmoTaskModel,
 )
+from .embedder import ElmoEmbedder
 from .pipelines import ElmoFeatureExtractionPipeline, register_feature_extraction_pipeline
 from .tokenization_elmo import ElmoTokenizer
 
@@ -30,6 +31,7 @@ register_feature_extraction_pipeline()
 __all__ = [
     "ELMO_AUTO_MAP",
     "ElmoConfig",
+    "ElmoEmbedder",
     "ElmoFeatureExtractionPipeline",
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
