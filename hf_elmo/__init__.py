@@ -1,18 +1,43 @@
 """hf-elmo: ELMo (Peters et al. 2018) in transformers, exact to the original weights."""
 
-from transformers import AutoConfig, AutoModel, AutoTokenizer
+import transformers
 
-from .configuration_elmo import ElmoConfig
-from .modeling_elmo import ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
+from . import modeling_elmo
+from .configuration_elmo import ELMO_AUTO_MAP, ElmoConfig
+from .modeling_elmo import (
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoModelOutput,
+    ElmoPreTrainedModel,
+    ElmoTaskModel,
+)
+from .embedder import ElmoEmbedder
+from .pipelines import ElmoFeatureExtractionPipeline, register_feature_extraction_pipeline
 from .tokenization_elmo import ElmoTokenizer
 
-AutoConfig.register(ElmoConfig.model_type, ElmoConfig)
-AutoModel.register(ElmoConfig, ElmoModel)
-AutoTokenizer.register(ElmoConfig, ElmoTokenizer)
-
-# Saved folders carry the code and an auto_map, so they load with trust_remote_code and no hf_elmo.
+transformers.AutoConfig.register(ElmoConfig.model_type, ElmoConfig)
+transformers.AutoTokenizer.register(ElmoConfig, ElmoTokenizer)
 ElmoConfig.register_for_auto_class()
-ElmoModel.register_for_auto_class("AutoModel")
 ElmoTokenizer.register_for_auto_class("AutoTokenizer")
+# Every model class named in ELMO_AUTO_MAP (the one list) loads through its Auto class, here and as remote code.
+for _auto_class, _reference in ELMO_AUTO_MAP.items():
+    if _auto_class.startswith("AutoModel"):
+        _model_class = getattr(modeling_elmo, _reference.split(".")[-1])
+        getattr(transformers, _auto_class).register(ElmoConfig, _model_class)
+        _model_class.register_for_auto_class(_auto_class)
+register_feature_extraction_pipeline()
 
-__all__ = ["ElmoConfig", "ElmoModel", "ElmoModelOutput", "ElmoPreTrainedModel", "ElmoTokenizer"]
+__all__ = [
+    "ELMO_AUTO_MAP",
+    "ElmoConfig",
+    "ElmoEmbedder",
+    "ElmoFeatureExtractionPipeline",
+    "ElmoForSequenceClassification",
+    "ElmoForTokenClassification",
+    "ElmoModel",
+    "ElmoModelOutput",
+    "ElmoPreTrainedModel",
+    "ElmoTaskModel",
+    "ElmoTokenizer",
+]

@@ -44,14 +44,85 @@ def demo(model_path: str) -> None:
     )
 
 
+def add_embed_parser(commands) -> None:
+    embed_parser = commands.add_parser(
+        "embed",
+        help="embed a file, one sentence per line, into HDF5 (the `allennlp elmo` command)",
+        description=(
+            "Embed every line of INPUT (words separated by whitespace) with ELMo into OUTPUT, laid out as "
+            "`allennlp elmo` wrote it: a dataset per line keyed by its line number, and `sentence_to_index`. "
+            "An interrupted run resumes where it stopped when run again. Under `accelerate launch` or `torchrun` "
+            "the lines are split across the processes."
+        ),
+    )
+    embed_parser.add_argument("input", help="text file, one sentence per line")
+    embed_parser.add_argument("output", help="HDF5 file to write")
+    formats = embed_parser.add_mutually_exclusive_group()
+    formats.add_argument("--all", dest="output_format", action="store_const", const="all",
+                         help="every layer, [layers, words, 2P] per line (the default)")
+    formats.add_argument("--top", dest="output_format", action="store_const", const="top",
+                         help="the top biLSTM layer, [words, 2P]")
+    formats.add_argument("--average", dest="output_format", action="store_const", const="average",
+                         help="the average of the layers, [words, 2P]")
+    formats.add_argument("--mix", dest="output_format", action="store_const", const="mix",
+                         help="the model's learned scalar mix, [words, 2P]")
+    embed_parser.set_defaults(output_format="all")
+    embed_parser.add_argument("--model", help="a converted ELMo checkpoint folder or Hub id (required for now)")
+    embed_parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    embed_parser.add_argument("--stateful", action="store_true",
+                              help="carry the LSTM state from batch to batch in file order, as the original did")
+    embed_parser.add_argument("--device", help="where to run in a single process, e.g. cuda (default cpu)")
+    embed_parser.add_argument("--use-sentence-keys", action="store_true",
+                              help="key each dataset by its sentence instead of its line number")
+    embed_parser.add_argument("--forget-sentences", action="store_true", help="do not write sentence_to_index")
+
+
+def embed(args: argparse.Namespace) -> int:
+    from .embed_file import process_state
+    from .embedder import ElmoEmbedder
+
+    if not args.model:
+        print(
+            "error: hf-elmo embed needs --model: there is no default ELMo model yet. Pass a converted checkpoint "
+            "folder (conversion/convert_original_elmo.py) or a Hub id.",
+            file=sys.stderr,
+        )
+        return 2
+    if args.batch_size < 1:
+        print(f"error: --batch-size must be at least 1, got {args.batch_size}", file=sys.stderr)
+        return 2
+    state = process_state()
+    device = state.device if state.num_processes > 1 else args.device
+    try:
+        embedder = ElmoEmbedder(args.model, device=device, stateful=args.stateful)
+        summary = embedder.embed_file(
+            args.input, args.output, output_format=args.output_format, batch_size=args.batch_size,
+            use_sentence_keys=args.use_sentence_keys, forget_sentences=args.forget_sentences,
+        )
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if state.is_main_process:
+        print(
+            f"hf-elmo embed: {summary['sentences']} sentences in {args.output} ({summary['batches']} batches: "
+            f"{summary['computed']} computed by this process, {summary['resumed']} finished by an earlier run; "
+            f"{summary['seconds']:.1f} s)",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo for Hugging Face transformers")
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser("demo", help="show contextual vectors of repeated words")
     demo_parser.add_argument("--model", required=True, help="a converted ELMo checkpoint folder or Hub id")
+    add_embed_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo(args.model)
+    elif args.command == "embed":
+        return embed(args)
     return 0
 
 

@@ -9,6 +9,19 @@ from transformers import PreTrainedConfig
 # The released models' character CNN: (filter width, number of filters), 2048 filters in all.
 ORIGINAL_CHAR_CNN_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
+# How ElmoForSequenceClassification pools the words of a sentence.
+SEQUENCE_POOLINGS = ("mean", "max", "mean_max")
+
+# The one list of the Auto classes an ELMo folder loads through, and the class each names. Every ElmoConfig
+# carries it as `auto_map`, so a folder saved from any ELMo class loads every class with trust_remote_code.
+ELMO_AUTO_MAP = {
+    "AutoConfig": "configuration_elmo.ElmoConfig",
+    "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
+    "AutoModel": "modeling_elmo.ElmoModel",
+    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
+}
+
 
 class ElmoConfig(PreTrainedConfig):
     r"""
@@ -32,6 +45,13 @@ class ElmoConfig(PreTrainedConfig):
         num_output_representations (`int`): how many learned scalar mixes of the layers to return.
         do_layer_norm (`bool`): normalise each layer over the whole batch before mixing (AllenNLP's option).
         dropout (`float`): dropout on the mixed representations, active in training only.
+    Task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`):
+        finetune_bilm (`bool`): train the biLM with the head. False (the paper's feature-based use): the biLM is
+            frozen and only the task's scalar mix (weights and gamma) and the classifier learn.
+        scalar_mix_l2_coef (`float`): L2 penalty `coef * sum_j s_j^2` on the task mix's weights, added to the loss
+            (the paper's lambda; AllenNLP suggests 0.001). 0 turns it off.
+        sequence_pooling (`str`): how `ElmoForSequenceClassification` turns the words into one vector: `"mean"`,
+            `"max"`, or `"mean_max"` (both concatenated, [4P]).
     """
 
     model_type = "elmo"
@@ -55,6 +75,9 @@ class ElmoConfig(PreTrainedConfig):
     dropout: float | int = 0.0
     pad_token_id: int = 0
     initializer_range: float | int = 0.02
+    finetune_bilm: bool = False
+    scalar_mix_l2_coef: float | int = 0.0
+    sequence_pooling: str = "mean"
 
     def __post_init__(self, **kwargs):
         self.char_cnn_filters = [[int(width), int(count)] for width, count in self.char_cnn_filters]
@@ -64,6 +87,8 @@ class ElmoConfig(PreTrainedConfig):
         self.dropout = float(self.dropout)
         self._check_values()
         super().__post_init__(**kwargs)
+        # After the base class has set the loaded keys: entries a folder already names win over ours.
+        self.auto_map = {**ELMO_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
 
     def _check_values(self):
         positive = {
@@ -106,6 +131,17 @@ class ElmoConfig(PreTrainedConfig):
                 raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ElmoConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.finetune_bilm, bool):
+            raise ValueError(f"ElmoConfig.finetune_bilm must be True or False, got {self.finetune_bilm!r}")
+        if isinstance(self.scalar_mix_l2_coef, bool) or not isinstance(self.scalar_mix_l2_coef, (int, float)) or not (
+            self.scalar_mix_l2_coef >= 0
+        ):
+            raise ValueError(f"ElmoConfig.scalar_mix_l2_coef must be a number >= 0, got {self.scalar_mix_l2_coef!r}")
+        if self.sequence_pooling not in SEQUENCE_POOLINGS:
+            raise ValueError(
+                f"ElmoConfig.sequence_pooling must be one of {', '.join(map(repr, SEQUENCE_POOLINGS))}, "
+                f"got {self.sequence_pooling!r}"
+            )
 
     @property
     def num_char_filters(self) -> int:
@@ -202,4 +238,4 @@ class ElmoConfig(PreTrainedConfig):
         }
 
 
-__all__ = ["ElmoConfig"]
+__all__ = ["ELMO_AUTO_MAP", "ElmoConfig"]

@@ -1,5 +1,6 @@
 """Fill `model_card.md`, the card that every saved or converted ELMo folder carries as README.md."""
 
+import os
 from importlib import resources
 from string import Template
 
@@ -7,24 +8,50 @@ from torch import nn
 
 from .configuration_elmo import ElmoConfig
 
+# What each class is for on the Hub: its pipeline tag, the Auto class that loads it and what its output holds.
+_CLASS_CARDS = {
+    "ElmoForSequenceClassification": (
+        "text-classification",
+        "AutoModelForSequenceClassification",
+        "output.logits                 # [batch, {num_labels}]: {labels}",
+    ),
+    "ElmoForTokenClassification": (
+        "token-classification",
+        "AutoModelForTokenClassification",
+        "output.logits                 # [batch, words, {num_labels}]: {labels}",
+    ),
+}
+_BASE_CARD = (
+    "feature-extraction",
+    "AutoModel",
+    "output.hidden_states          # every layer, each [batch, words, {hidden_size}]\n"
+    "output.elmo_representations   # the learned scalar mix(es)",
+)
+
 
 def render_model_card(
     model: nn.Module,
     model_id: str,
     source: str,
     results: str = "",
-    pipeline_tag: str = "feature-extraction",
+    pipeline_tag: str | None = None,
     license: str = "apache-2.0",
     language: str = "en",
     base_model: str | None = None,
 ) -> str:
-    """The card for `model` (an ELMo model), with its sizes, where it came from and its measured results."""
+    """
+    The card for `model` (any ELMo class), with its sizes, where it came from and its measured `results`
+    (Markdown). `pipeline_tag` defaults to the class's task; `base_model` (a Hub id) is the model a head was
+    fine-tuned from.
+    """
     config: ElmoConfig = model.config
+    class_pipeline_tag, auto_class, outputs = _CLASS_CARDS.get(type(model).__name__, _BASE_CARD)
+    labels = ", ".join(str(label) for _, label in sorted(config.id2label.items()))
     template = Template(resources.files("hf_elmo").joinpath("model_card.md").read_text(encoding="utf-8"))
     return template.substitute(
         model_name=model_id.rsplit("/", 1)[-1],
         model_id=model_id,
-        pipeline_tag=pipeline_tag,
+        pipeline_tag=pipeline_tag or class_pipeline_tag,
         license=license,
         language=language,
         extra_metadata=f"base_model: {base_model}\n" if base_model else "",
@@ -43,4 +70,16 @@ def render_model_card(
         max_characters_per_token=config.max_characters_per_token,
         source=source,
         results=results.strip(),
+        auto_class=auto_class,
+        outputs=outputs.format(hidden_size=config.hidden_size, num_labels=config.num_labels, labels=labels),
     )
+
+
+def default_model_card(model: nn.Module, repo_id: str) -> str:
+    """The card `push_to_hub` writes when it is given none: the model's sizes and where it was loaded from."""
+    name_or_path = str(getattr(model, "name_or_path", "") or "")
+    # A Hub id names the base model; a local folder means nothing to readers of the Hub.
+    from_hub = name_or_path.count("/") == 1 and not os.path.exists(name_or_path)
+    source = f"`{name_or_path}`" if from_hub else f"hf-elmo `{type(model).__name__}`"
+    base_model = name_or_path if from_hub and type(model).__name__ in _CLASS_CARDS else None
+    return render_model_card(model, repo_id, source=source, base_model=base_model)

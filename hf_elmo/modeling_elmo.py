@@ -6,6 +6,8 @@ C = cell_size, L = num_lstm_layers.
 """
 
 import math
+import os
+import tempfile
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +16,7 @@ from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .approximate import APPROXIMATIONS, approximate_bilstm_layer
@@ -249,6 +252,83 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init.zeros_(module.scalar_parameters)
             init.ones_(module.gamma)
 
+    def save_hub_folder(
+        self,
+        folder: str | os.PathLike,
+        repo_id: str,
+        *,
+        model_card: str | None = None,
+        tokenizer=None,
+        tags: list[str] | None = None,
+        max_shard_size: int | str | None = "50GB",
+    ) -> None:
+        """
+        Write what `push_to_hub` uploads: `save_pretrained` (weights, config with the full `auto_map`, the model
+        code), the tokenizer if given, and README.md = `model_card`.
+
+        model_card (`str`, *optional*): e.g. the card of a converted or fine-tuned folder
+            (`hf_elmo.model_card.render_model_card`). Default: hf-elmo's card template filled with this model's
+            sizes (transformers' generic card where only this file, not the hf-elmo package, is installed).
+        tags (`list[str]`, *optional*): added to the card's tags.
+        """
+        from transformers.utils.hub import ModelCard
+
+        if model_card is None:
+            try:  # the card template ships with the hf-elmo package, not with the Hub copy of this file
+                from hf_elmo.model_card import default_model_card
+
+                model_card = default_model_card(self, repo_id)
+            except ImportError:
+                model_card = str(ModelCard.from_template(ModelCard.card_data_class(library_name="transformers")))
+        if tags:
+            card = ModelCard(model_card)
+            card.data.tags = list(card.data.tags or []) + [tag for tag in tags if tag not in (card.data.tags or [])]
+            model_card = str(card)
+        self.save_pretrained(folder, max_shard_size=max_shard_size)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as card_file:
+            card_file.write(model_card)
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        model_card: str | None = None,
+        tokenizer=None,
+        commit_message: str | None = None,
+        commit_description: str | None = None,
+        private: bool | None = None,
+        token: bool | str | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+        max_shard_size: int | str | None = "50GB",
+        tags: list[str] | None = None,
+    ) -> str:
+        """
+        Upload the model to the Hub in one commit, as `PreTrainedModel.push_to_hub` does, except that README.md is
+        hf-elmo's card (`model_card`) rather than one transformers generates, and that `tokenizer` can go in the same
+        commit. See `save_hub_folder` for `model_card`, `tokenizer` and `tags`; the other arguments are those of
+        `PreTrainedModel.push_to_hub`.
+        """
+        from transformers.utils.hub import hf_api
+
+        repo_id = hf_api().create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
+        with tempfile.TemporaryDirectory() as folder:
+            self.save_hub_folder(
+                folder, repo_id, model_card=model_card, tokenizer=tokenizer, tags=tags, max_shard_size=max_shard_size
+            )
+            return self._upload_modified_files(
+                folder,
+                repo_id,
+                files_timestamps={},
+                commit_message=commit_message,
+                token=token,
+                create_pr=create_pr,
+                revision=revision,
+                commit_description=commit_description,
+            )
+
 
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: every layer for every word, and the learned scalar mixes of them."""
@@ -403,4 +483,200 @@ class ElmoModel(ElmoPreTrainedModel):
         return h, c
 
 
-__all__ = ["ElmoModel", "ElmoPreTrainedModel"]
+class ElmoTaskModel(ElmoPreTrainedModel):
+    """
+    What the task heads share, as Peters et al. (2018) use ELMo: the body's scalar mix is the task's mix, learned with
+    the head. By default (`finetune_bilm=False`, feature-based) the biLM is frozen: only the mix (weights and gamma)
+    and the classifier train, and no gradient is computed below the mix. `finetune_bilm=True` trains everything.
+    """
+
+    # The loss divides by Trainer's `num_items_in_batch`, so Trainer must not divide again under accumulation.
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        if config.num_output_representations != 1:
+            raise ValueError(
+                f"{type(self).__name__} learns one task mix: ElmoConfig.num_output_representations must be 1, "
+                f"got {config.num_output_representations}"
+            )
+        self.num_labels = config.num_labels
+        self.elmo = ElmoModel(config)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        loaded = super().from_pretrained(*args, **kwargs)
+        # Loading re-creates every parameter as trainable: freeze the biLM again unless it is fine-tuned.
+        (loaded[0] if isinstance(loaded, tuple) else loaded).set_bilm_trainable()
+        return loaded
+
+    def set_bilm_trainable(self) -> None:
+        """Make only the task mix and the head trainable, or everything with `config.finetune_bilm`.
+
+        Frozen parameters get `requires_grad=False`, so that optimizers skip them and DDP does not wait for their
+        gradients.
+        """
+        for name, parameter in self.elmo.named_parameters():
+            parameter.requires_grad_(self.config.finetune_bilm or name.startswith("scalar_mixes."))
+
+    def enable_input_require_grads(self):
+        # Activation checkpointing asks for gradients at the character embedding; a frozen biLM needs none.
+        if self.config.finetune_bilm:
+            super().enable_input_require_grads()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        super()._init_weights(module)
+        if module is getattr(self, "classifier", None):
+            init.normal_(module.weight, std=self.config.initializer_range)
+            init.zeros_(module.bias)
+
+    def _task_loss(
+        self, summed_loss: torch.Tensor, num_items: torch.Tensor, num_items_in_batch: torch.Tensor | int | None
+    ) -> torch.Tensor:
+        """
+        The loss of this batch, `summed_loss` over its `num_items` labels, plus the L2 penalty on the mix weights.
+
+        Under gradient accumulation Trainer passes `num_items_in_batch`, the labels of the whole optimizer step:
+        dividing by it, and adding only this batch's share of the penalty, makes the accumulated gradient exactly
+        that of one large batch.
+        """
+        if num_items_in_batch is None:
+            denominator, share = num_items.clamp(min=1), 1.0
+        else:
+            denominator = torch.as_tensor(num_items_in_batch, device=summed_loss.device)
+            share = num_items / denominator
+        loss = summed_loss / denominator
+        if self.config.scalar_mix_l2_coef:
+            weights = self.elmo.scalar_mixes[0].scalar_parameters
+            loss = loss + self.config.scalar_mix_l2_coef * weights.pow(2).sum() * share
+        return loss
+
+
+class ElmoForSequenceClassification(ElmoTaskModel):
+    """
+    Sentence classification or regression: the task mix of every word, pooled over the sentence
+    (`config.sequence_pooling`: mean, max or both), then a linear classifier.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        pooled_size = config.hidden_size * (2 if config.sequence_pooling == "mean_max" else 1)
+        self.classifier = nn.Linear(pooled_size, config.num_labels)
+        self.post_init()
+        self.set_bilm_trainable()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        r"""
+        input_ids (`torch.LongTensor` [B, T, K]) and attention_mask ([B, T], *optional*): as for `ElmoModel`.
+        labels (`torch.Tensor`, *optional*):
+            [B] class ids (-100 = ignore) for `num_labels > 1`, [B] floats for regression (`num_labels == 1`), or
+            [B, num_labels] 0/1 floats for multi-label classification (`problem_type` decides, as in transformers).
+        Returns logits [B, num_labels].
+        """
+        outputs = self.elmo(input_ids, attention_mask=attention_mask)
+        pooled = self.pool(outputs.elmo_representations[0], outputs.attention_mask)
+        logits = self.classifier(pooled)
+        loss = None
+        if labels is not None:
+            summed_loss, num_items = self._summed_loss(logits, labels)
+            loss = self._task_loss(summed_loss, num_items, kwargs.get("num_items_in_batch"))
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states if output_hidden_states else None
+        )
+
+    def pool(self, words: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+        """words [B, T, 2P], word_mask [B, T] -> [B, 2P] (mean or max) or [B, 4P] (mean_max, mean first)."""
+        mask = word_mask.unsqueeze(-1)
+        pooled = []
+        if self.config.sequence_pooling in ("mean", "mean_max"):
+            pooled.append((words * mask).sum(1) / mask.sum(1).clamp(min=1))
+        if self.config.sequence_pooling in ("max", "mean_max"):
+            if words.shape[1] == 0:
+                pooled.append(words.new_zeros(words.shape[0], words.shape[2]))
+            else:
+                highest = words.masked_fill(~mask, float("-inf")).amax(1)
+                pooled.append(torch.where(mask.any(1), highest, 0.0))  # a sentence without words pools to 0
+        return torch.cat(pooled, dim=-1)
+
+    def _summed_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss summed over the batch's labels, and how many labels counted (what Trainer counts, too)."""
+        labels = labels.to(logits.device)
+        if self.config.problem_type is None:
+            if self.num_labels == 1:
+                self.config.problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                self.config.problem_type = "single_label_classification"
+            else:
+                self.config.problem_type = "multi_label_classification"
+        logits = logits.float()
+        if self.config.problem_type == "single_label_classification":
+            summed = F.cross_entropy(logits, labels.view(-1).long(), ignore_index=-100, reduction="sum")
+            return summed, labels.ne(-100).sum()
+        if self.config.problem_type == "regression":
+            summed = F.mse_loss(logits.view(labels.shape[0], -1), labels.float().view(labels.shape[0], -1), reduction="sum")
+        else:
+            summed = F.binary_cross_entropy_with_logits(logits, labels.float(), reduction="sum")
+        return summed, torch.tensor(labels.numel(), device=logits.device)
+
+
+class ElmoForTokenClassification(ElmoTaskModel):
+    """
+    Word labelling (NER, POS, chunking): a linear classifier over the task mix of each word. Every input word is one
+    position, so word-level labels line up with `input_ids` directly (`ElmoBatchEncoding.word_ids()`).
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+        self.set_bilm_trainable()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        r"""
+        input_ids (`torch.LongTensor` [B, T, K]) and attention_mask ([B, T], *optional*): as for `ElmoModel`.
+        labels (`torch.LongTensor` [B, T], *optional*):
+            A label id per word; -100 is ignored, and so is every padding position.
+        Returns logits [B, T, num_labels].
+        """
+        outputs = self.elmo(input_ids, attention_mask=attention_mask)
+        logits = self.classifier(outputs.elmo_representations[0])
+        loss = None
+        if labels is not None:
+            labels = labels.to(logits.device).masked_fill(~outputs.attention_mask, -100)
+            summed_loss = F.cross_entropy(
+                logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
+            )
+            loss = self._task_loss(summed_loss, labels.ne(-100).sum(), kwargs.get("num_items_in_batch"))
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states if output_hidden_states else None
+        )
+
+
+__all__ = [
+    "ElmoForSequenceClassification",
+    "ElmoForTokenClassification",
+    "ElmoModel",
+    "ElmoPreTrainedModel",
+    "ElmoTaskModel",
+]

@@ -1,0 +1,180 @@
+"""`ElmoEmbedder`: every layer of ELMo for lists of words, as AllenNLP's `ElmoEmbedder` gave them (removed in 1.0).
+
+Each sentence becomes a float32 array [L + 1, words, 2P]: the token layer `[x; x]`, then each biLSTM layer.
+Stateless by default: a sentence's vectors do not depend on what was embedded before. With `stateful=True` the
+LSTM state is carried from batch to batch, row by row, as the original `ElmoEmbedder` and `allennlp elmo` did.
+"""
+
+import os
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import torch
+
+from .modeling_elmo import ElmoModel
+from .tokenization_elmo import ElmoTokenizer
+
+# What `embed_*` returns per sentence: every layer, the top one, their plain average, or the model's scalar mix.
+OUTPUT_FORMATS = ("all", "top", "average", "mix")
+# Stateless batches are cut from windows of this many batches, sorted by length, so that little padding is run.
+SORT_WINDOW_BATCHES = 64
+
+Sentence = str | list[str]
+
+
+def split_sentence(sentence: Sentence) -> list[str]:
+    """A sentence as words: a str is split on whitespace (as `allennlp elmo` did), a list is used as it is."""
+    return sentence.split() if isinstance(sentence, str) else list(sentence)
+
+
+def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """
+    Positions 0..len(lengths)-1 grouped into batches of at most `batch_size` with similar lengths: each window of
+    `SORT_WINDOW_BATCHES * batch_size` consecutive positions is sorted by length and cut. Windows keep batches
+    local, so results can be put back in order with little memory.
+    """
+    window = SORT_WINDOW_BATCHES * batch_size
+    batches = []
+    for start in range(0, len(lengths), window):
+        positions = sorted(range(start, min(start + window, len(lengths))), key=lambda i: (lengths[i], i))
+        batches += [positions[i : i + batch_size] for i in range(0, len(positions), batch_size)]
+    return batches
+
+
+class ElmoEmbedder:
+    """
+    Embed sentences with every ELMo layer.
+
+    Args:
+        model_name_or_path: a converted ELMo checkpoint folder or Hub id.
+        device: where to run, e.g. `"cuda"`; CPU by default.
+        stateful: carry the LSTM state from batch to batch, row r continuing row r (the original behaviour).
+        model_kwargs: passed to `ElmoModel.from_pretrained`.
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str | os.PathLike,
+        device: str | torch.device | None = None,
+        stateful: bool = False,
+        **model_kwargs,
+    ):
+        self.model_name_or_path = str(model_name_or_path)
+        self.model = ElmoModel.from_pretrained(model_name_or_path, **model_kwargs).eval()
+        self.tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path)
+        self.device = torch.device(device or "cpu")
+        self.model.to(self.device)
+        self.stateful = stateful
+        self.states: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def num_layers(self) -> int:
+        """L + 1: the token layer and each biLSTM layer."""
+        return self.model.config.num_lstm_layers + 1
+
+    @property
+    def hidden_size(self) -> int:
+        """2P, the width of every layer."""
+        return self.model.config.hidden_size
+
+    def reset_states(self) -> None:
+        """Forget the carried LSTM state (stateful mode): the next batch starts from zeros."""
+        self.states = None
+
+    def empty_embedding(self, output_format: str = "all") -> np.ndarray:
+        """The embedding of a sentence without words: [L + 1, 0, 2P], or [0, 2P] for a single-layer format."""
+        shape = (self.num_layers, 0, self.hidden_size) if output_format == "all" else (0, self.hidden_size)
+        return np.zeros(shape, dtype=np.float32)
+
+    @torch.inference_mode()
+    def embed_batch(self, sentences: list[Sentence], output_format: str = "all") -> list[np.ndarray]:
+        """
+        Embed sentences in one batch. Returns one float32 array per sentence: [L + 1, words, 2P] for `"all"`,
+        [words, 2P] for `"top"`, `"average"` (of the layers) and `"mix"` (the model's first scalar mix).
+
+        In stateful mode, row r starts from the state that row r of the previous batch ended with (zeros for rows
+        it did not have), and a sentence without words still runs as `<S> </S>`, as in the original.
+        """
+        if output_format not in OUTPUT_FORMATS:
+            raise ValueError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
+        words = [split_sentence(sentence) for sentence in sentences]
+        if not words:
+            return []
+        batch = self.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt").to(self.device)
+        output = self.model(**batch, initial_states=self._initial_states(len(words)))
+        if self.stateful:
+            self._keep_states(output.final_states)
+        if output_format == "all":
+            layers = torch.stack(output.hidden_states, dim=1)  # [B, L + 1, T, 2P]
+        elif output_format == "top":
+            layers = output.hidden_states[-1]
+        elif output_format == "average":
+            layers = torch.stack(output.hidden_states).mean(dim=0)
+        else:
+            layers = output.elmo_representations[0]
+        layers = layers.float().cpu().numpy()
+        return [np.ascontiguousarray(layers[row, ..., : len(sentence), :]) for row, sentence in enumerate(words)]
+
+    def embed_sentence(self, sentence: Sentence, output_format: str = "all") -> np.ndarray:
+        """One sentence: [L + 1, words, 2P] (or [words, 2P], see `embed_batch`)."""
+        return self.embed_batch([sentence], output_format)[0]
+
+    def embed_sentences(
+        self, sentences: Iterable[Sentence], batch_size: int = 64, output_format: str = "all"
+    ) -> Iterator[np.ndarray]:
+        """
+        Embed any number of sentences, yielding one array per sentence in the input's order. Stateless, they run in
+        batches of similar length; stateful, in batches of `batch_size` consecutive sentences.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        pending = []
+        for sentence in sentences:
+            pending.append(split_sentence(sentence))
+            if len(pending) == (batch_size if self.stateful else SORT_WINDOW_BATCHES * batch_size):
+                yield from self._embed_window(pending, batch_size, output_format)
+                pending = []
+        yield from self._embed_window(pending, batch_size, output_format)
+
+    def embed_file(self, input_file: str | os.PathLike, output_file: str | os.PathLike, **options) -> dict:
+        """Embed every line of `input_file` into an HDF5 file laid out as `allennlp elmo` wrote it.
+
+        See `hf_elmo.embed_file.embed_file` for the options and the layout; an interrupted run resumes.
+        """
+        from .embed_file import embed_file
+
+        return embed_file(self, input_file, output_file, **options)
+
+    def _embed_window(self, words: list[list[str]], batch_size: int, output_format: str) -> Iterator[np.ndarray]:
+        if self.stateful:
+            for start in range(0, len(words), batch_size):
+                yield from self.embed_batch(words[start : start + batch_size], output_format)
+            return
+        results = [None] * len(words)
+        for positions in length_sorted_batches([len(sentence) for sentence in words], batch_size):
+            if len(words[positions[-1]]) == 0:  # sorted by length: the whole batch is empty
+                embeddings = [self.empty_embedding(output_format) for _ in positions]
+            else:
+                embeddings = self.embed_batch([words[i] for i in positions], output_format)
+            for position, embedding in zip(positions, embeddings):
+                results[position] = embedding
+        yield from results
+
+    def _initial_states(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if not self.stateful or self.states is None:
+            return None
+        h, c = self.states
+        if h.shape[1] < batch_size:  # a larger batch than any before: the new rows start from zeros
+            h = torch.cat([h, h.new_zeros(h.shape[0], batch_size - h.shape[1], h.shape[2])], dim=1)
+            c = torch.cat([c, c.new_zeros(c.shape[0], batch_size - c.shape[1], c.shape[2])], dim=1)
+            self.states = (h, c)
+        return h[:, :batch_size], c[:, :batch_size]
+
+    def _keep_states(self, final_states: tuple[torch.Tensor, torch.Tensor]) -> None:
+        h, c = final_states
+        if self.states is not None and self.states[0].shape[1] > h.shape[1]:
+            # Rows beyond this batch keep the state they had, as in the original.
+            rows = h.shape[1]
+            h = torch.cat([h, self.states[0][:, rows:]], dim=1)
+            c = torch.cat([c, self.states[1][:, rows:]], dim=1)
+        self.states = (h.detach(), c.detach())

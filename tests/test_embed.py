@@ -1,0 +1,235 @@
+"""ElmoEmbedder and `hf-elmo embed`: the layout of `allennlp elmo`, the original stateful numbers, resuming, 2 processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from conftest import FIXTURE_SETS
+from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
+from hf_elmo.cli import main
+
+FIXTURE = FIXTURE_SETS["allennlp-elmo"]
+HF_ELMO = [sys.executable, "-m", "hf_elmo.cli"]
+# One thread per process: steadier on a small shared machine, and the same arithmetic in every run compared.
+SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny fixture model runs fastest on one thread, and a busy 2-core machine makes two threads crawl."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_path(converted):
+    return converted["allennlp-elmo"]
+
+
+@pytest.fixture(scope="module")
+def embedder(model_path):
+    return ElmoEmbedder(model_path)
+
+
+def fixture_lines() -> list[str]:
+    """The fixture's 30 sentences in the order the original stateful test ran them: batch i = lines 3i..3i+2."""
+    return [" ".join(words) for batch in FIXTURE.batches() for words in batch]
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def read_all(path: Path) -> dict[str, np.ndarray]:
+    with h5py.File(path, "r") as handle:
+        return {key: handle[key][...] for key in handle}
+
+
+def test_embed_sentences_gives_every_layer_in_order(embedder, model_path):
+    sentences = fixture_lines()[:7] + ["", "one"]
+    results = list(embedder.embed_sentences(sentences, batch_size=3))
+    model, tokenizer = ElmoModel.from_pretrained(model_path).eval(), ElmoTokenizer.from_pretrained(model_path)
+    for sentence, result in zip(sentences, results):
+        words = sentence.split()
+        assert result.dtype == np.float32 and result.shape == (3, len(words), 32)
+        if words:
+            with torch.no_grad():
+                alone = model(**tokenizer([words], is_split_into_words=True, return_tensors="pt")).hidden_states
+            assert np.allclose(result, torch.stack(alone)[:, 0].numpy(), atol=1e-6)
+    assert np.allclose(embedder.embed_sentence("one"), results[-1], atol=1e-6)
+    assert embedder.embed_sentence(["one"], output_format="top").shape == (1, 32)
+
+
+def test_stateful_embed_reproduces_the_original_model(model_path, tmp_path):
+    """`--stateful --batch-size 3` on the fixture sentences is the original TensorFlow run: row k of batch i."""
+    source = write_lines(tmp_path / "sentences.txt", fixture_lines())
+    assert main(["embed", str(source), str(tmp_path / "top.hdf5"), "--top", "--stateful", "--batch-size", "3",
+                 "--model", str(model_path)]) == 0
+    output = read_all(tmp_path / "top.hdf5")
+    for i in range(10):
+        for k in range(3):
+            assert np.allclose(output[str(3 * i + k)], FIXTURE.expected_top_layer(k, i), atol=1e-6), (i, k)
+    index = json.loads(output["sentence_to_index"][0])
+    assert index[fixture_lines()[4]] == "4" and len(output) == 31
+    # Stateless, only the first batch (which starts from zero state too) matches.
+    assert main(["embed", str(source), str(tmp_path / "stateless.hdf5"), "--top", "--model", str(model_path)]) == 0
+    stateless = read_all(tmp_path / "stateless.hdf5")
+    assert np.allclose(stateless["0"], FIXTURE.expected_top_layer(0, 0), atol=1e-6)
+    assert not np.allclose(stateless["3"], FIXTURE.expected_top_layer(0, 1), atol=1e-3)
+
+
+def test_output_formats_and_keys(embedder, tmp_path):
+    lines = ["EU rejects German call .", "", "Peter Blackburn", "EU rejects German call ."]
+    source = write_lines(tmp_path / "in.txt", lines)
+    outputs = {}
+    for output_format in ("all", "top", "average", "mix"):
+        summary = embedder.embed_file(source, tmp_path / f"{output_format}.hdf5", output_format=output_format, batch_size=2)
+        assert summary["sentences"] == 4 and summary["computed"] == summary["batches"] == 2
+        outputs[output_format] = read_all(tmp_path / f"{output_format}.hdf5")
+    every = outputs["all"]
+    assert sorted(every) == ["0", "1", "2", "3", "sentence_to_index"]
+    assert every["0"].shape == (3, 5, 32) and every["1"].shape == (3, 0, 32) and every["2"].shape == (3, 2, 32)
+    assert outputs["top"]["1"].shape == (0, 32)
+    assert np.allclose(every["0"], every["3"], atol=1e-6)
+    assert np.array_equal(outputs["top"]["2"], every["2"][-1])
+    assert np.allclose(outputs["average"]["2"], every["2"].mean(0), atol=1e-6)
+    assert np.allclose(outputs["mix"]["2"], every["2"].mean(0), atol=1e-6)  # a fresh mix is the plain average
+    assert json.loads(every["sentence_to_index"][0]) == {lines[0]: "3", "": "1", lines[2]: "2"}
+    with h5py.File(tmp_path / "all.hdf5") as handle:
+        assert list(handle) == ["0", "1", "2", "3", "sentence_to_index"]  # written in line order
+
+    embedder.embed_file(source, tmp_path / "forget.hdf5", forget_sentences=True)
+    assert "sentence_to_index" not in read_all(tmp_path / "forget.hdf5")
+    keyed_source = write_lines(tmp_path / "keyed.txt", ["EU rejects German call .", "Peter Blackburn"])
+    embedder.embed_file(keyed_source, tmp_path / "keyed.hdf5", output_format="top", use_sentence_keys=True)
+    keyed = read_all(tmp_path / "keyed.hdf5")
+    assert sorted(keyed) == ["EU rejects German call .", "Peter Blackburn"]
+    assert np.array_equal(keyed["Peter Blackburn"], outputs["top"]["2"])
+    with pytest.raises(ValueError, match=r"in.txt: line 1 \(''\) cannot be an HDF5 key"):
+        embedder.embed_file(source, tmp_path / "blank.hdf5", use_sentence_keys=True)
+    duplicated = write_lines(tmp_path / "dup.txt", ["a b", "c", "a b"])
+    with pytest.raises(ValueError, match=r"dup.txt: lines 0 and 2 are the same sentence"):
+        embedder.embed_file(duplicated, tmp_path / "dup.hdf5", use_sentence_keys=True)
+    assert not (tmp_path / "blank.hdf5").exists() and not (tmp_path / "dup.hdf5.partial").exists()
+
+
+def test_clear_errors(model_path, tmp_path, capsys):
+    source = write_lines(tmp_path / "in.txt", ["a b"])
+    assert main(["embed", str(source), str(tmp_path / "out.hdf5")]) == 2
+    assert "needs --model: there is no default ELMo model yet" in capsys.readouterr().err
+    assert main(["embed", str(tmp_path / "missing.txt"), str(tmp_path / "out.hdf5"), "--model", str(model_path)]) == 2
+    assert "missing.txt: input file not found" in capsys.readouterr().err
+    (tmp_path / "latin1.txt").write_bytes("fine\ncaf\xe9\n".encode("latin-1"))
+    assert main(["embed", str(tmp_path / "latin1.txt"), str(tmp_path / "out.hdf5"), "--model", str(model_path)]) == 2
+    assert "latin1.txt: line 2 is not UTF-8 text" in capsys.readouterr().err
+    assert not (tmp_path / "out.hdf5").exists()
+
+
+def run_until_killed(command: list[str], partial: Path, batches: int) -> None:
+    """Start `command` and kill it (SIGKILL, no chance to clean up) once it has finished `batches` batches."""
+    process = subprocess.Popen(command, env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if len(list(partial.glob("[0-9]*.hdf5"))) >= batches:
+            break
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()[-2000:]
+
+
+def finished_batches(partial: Path) -> dict[str, int]:
+    return {path.name: path.stat().st_mtime_ns for path in partial.glob("[0-9]*.hdf5")}
+
+
+def assert_same_embeddings(found: Path, expected: Path, lines: int) -> None:
+    found, expected = read_all(found), read_all(expected)
+    assert found.keys() == expected.keys() and len(found) == lines + 1
+    for key, value in expected.items():
+        if key != "sentence_to_index":
+            assert np.allclose(found[key], value, atol=1e-6), key
+
+
+def test_killed_stateful_run_resumes_without_losing_or_repeating_work(model_path, tmp_path):
+    """SIGKILL (no chance to clean up) mid-run, then the same command: it finishes the rest, from the saved state."""
+    lines = (fixture_lines() * 10)[:300] + [""]
+    source = write_lines(tmp_path / "in.txt", lines)
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    command = HF_ELMO + ["embed", str(source), str(output), "--top", "--stateful", "--batch-size", "2",
+                         "--model", str(model_path)]
+    run_until_killed(command, partial, batches=15)
+    assert not output.exists()
+    finished = finished_batches(partial)
+    assert 15 <= len(finished) < 151
+
+    result = subprocess.run(command, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"{151 - len(finished)} computed by this process, {len(finished)} finished by an earlier run" in result.stderr
+    assert "sentences/s" in result.stderr  # the progress bar
+    assert not partial.exists()
+    reference = ElmoEmbedder(model_path, stateful=True)
+    reference.embed_file(source, tmp_path / "reference.hdf5", output_format="top", batch_size=2)
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines))
+    # The same job again finds the finished file and computes nothing.
+    again = ElmoEmbedder(model_path, stateful=True).embed_file(source, output, output_format="top", batch_size=2)
+    assert (again["computed"], again["resumed"]) == (0, 151)
+
+
+def test_interrupted_run_resumes(model_path, tmp_path):
+    """Ctrl-C (SIGINT) in the middle of a stateless run, then the same call again."""
+    lines = (fixture_lines() * 10)[:300] + ["", "last"]
+    source = write_lines(tmp_path / "in.txt", lines)
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    embedder = ElmoEmbedder(model_path)
+
+    def interrupt_after_some_batches():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(finished_batches(partial)) < 10:
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    watcher = threading.Thread(target=interrupt_after_some_batches)
+    watcher.start()
+    with pytest.raises(KeyboardInterrupt):
+        embedder.embed_file(source, output, batch_size=2, progress=False)
+    watcher.join()
+    finished = finished_batches(partial)
+    assert 10 <= len(finished) < 151 and not list(partial.glob(".*tmp*")) and not output.exists()
+
+    summary = embedder.embed_file(source, output, batch_size=2, progress=False)
+    assert (summary["computed"], summary["resumed"]) == (151 - len(finished), len(finished))
+    embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines))
+
+
+def test_two_processes_write_one_file(model_path, tmp_path):
+    lines = fixture_lines() * 4 + ["", "last line"]
+    source = write_lines(tmp_path / "in.txt", lines)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "hf_elmo.cli", "embed", str(source), str(tmp_path / "two.hdf5"), "--batch-size", "4",
+               "--model", str(model_path)]
+    result = subprocess.run(command, env={**SUBPROCESS_ENV, "ACCELERATE_USE_CPU": "1"}, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "(31 batches: 16 computed by this process" in result.stderr  # rank 0's half of the batches
+    ElmoEmbedder(model_path).embed_file(source, tmp_path / "one.hdf5", batch_size=4)
+    two, one = read_all(tmp_path / "two.hdf5"), read_all(tmp_path / "one.hdf5")
+    assert two.keys() == one.keys() and len(two) == len(lines) + 1
+    for key, value in one.items():
+        if key == "sentence_to_index":
+            assert two[key][0] == value[0]
+        else:
+            assert two[key].shape == value.shape and np.allclose(two[key], value, atol=1e-6), key

@@ -1,0 +1,98 @@
+"""modeling/finetune.py on slices of the real task data (from `make data`), and the metrics and data it uses.
+
+The fixture biLM was trained on a few sentences only, so these runs train it too (--finetune-bilm) for a few
+dozen steps; the README's full runs give the held-out numbers.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
+from modeling.finetune import encode, main
+from modeling.metrics import entity_scores, entity_spans
+from modeling.task_data import NER_TAGS, load_conll2003, load_rotten_tomatoes
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The tiny fixture model trains fastest on one thread, and a busy 2-core machine makes two threads crawl."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_entity_spans_read_iob1_and_iob2_as_conlleval_does():
+    assert entity_spans(["B-PER", "I-PER", "O", "B-LOC"]) == [("PER", 0, 2), ("LOC", 3, 4)]
+    assert entity_spans(["I-ORG", "I-ORG", "B-ORG", "I-LOC"]) == [("ORG", 0, 2), ("ORG", 2, 3), ("LOC", 3, 4)]
+    assert entity_spans(["O", "I-MISC", "B-MISC", "I-MISC"]) == [("MISC", 1, 2), ("MISC", 2, 4)]
+    assert entity_spans(["O", "O"]) == []
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG"]]
+    predicted = [["B-PER", "I-PER", "O", "B-ORG"], ["O"]]
+    # 1 of 2 predicted entities is right, 1 of 3 gold entities is found.
+    assert entity_scores(gold, predicted) == pytest.approx({"precision": 50.0, "recall": 100 / 3, "f1": 40.0})
+
+
+def test_task_data_splits():
+    conll = load_conll2003()
+    assert {name: len(split) for name, split in conll.items()} == {"train": 14041, "validation": 3250, "test": 3453}
+    assert conll["train"][0]["words"][:3] == ["EU", "rejects", "German"]
+    assert [NER_TAGS[tag] for tag in conll["train"][0]["ner_tags"][:3]] == ["B-ORG", "O", "B-MISC"]
+    reviews = load_rotten_tomatoes()
+    texts = {name: set(split["text"]) for name, split in reviews.items()}
+    assert sum(map(len, texts.values())) == sum(map(len, reviews.values())) == 12752  # no snippet twice
+    assert not (texts["train"] & texts["test"]) and not (texts["validation"] & texts["test"])
+    assert [len(reviews[name]) for name in ("train", "validation", "test")] == [10201, 1275, 1276]
+    assert reviews["train"].features["label"].names == ["rotten", "fresh"]
+    for split in reviews.values():  # stratified: fresh is 57.8% of every split
+        assert abs(np.mean(split["label"]) - 0.578) < 0.002
+
+
+def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path):
+    output = tmp_path / "ner"
+    results = main([
+        "--task", "ner", "--model", str(converted["allennlp-elmo"]), "--output-dir", str(output), "--finetune-bilm",
+        "--max-train-examples", "600", "--max-eval-examples", "200", "--max-steps", "60", "--batch-size", "16",
+        "--learning-rate", "1e-2", "--warmup-steps", "0", "--logging-steps", "5",
+    ])
+    losses = results["logged_losses"]
+    assert np.mean(losses[-3:]) < 0.8 * np.mean(losses[:2]), losses
+    # Held-out sentences: entities found (predicting "O" everywhere finds none) and more words right.
+    assert results["test"]["f1"] > 5.0
+    assert results["test"]["token_accuracy"] > results["majority_baseline_test"]["token_accuracy"] + 0.5
+    assert json.loads((output / "results.json").read_text())["test"] == results["test"]
+
+    card = (output / "README.md").read_text()
+    assert "pipeline_tag: token-classification" in card and "- elmo" in card and "custom_code" in card
+    assert f"| test | {results['test']['f1']:.2f} |" in card and "${" not in card
+    model = AutoModelForTokenClassification.from_pretrained(output)
+    assert type(model) is ElmoForTokenClassification and model.config.id2label[1] == "B-PER"
+    assert type(ElmoTokenizer.from_pretrained(output)) is ElmoTokenizer
+    assert not (output / "trainer").exists()
+
+
+def test_sentiment_finetuning_fits_its_slice(converted, tmp_path):
+    """On the 64 reviews it trained on, the classifier ends far above always answering the majority class."""
+    output = tmp_path / "sentiment"
+    results = main([
+        "--task", "sentiment", "--model", str(converted["allennlp-elmo"]), "--output-dir", str(output),
+        "--finetune-bilm", "--max-train-examples", "64", "--max-eval-examples", "64", "--max-steps", "60",
+        "--batch-size", "16", "--learning-rate", "1e-2", "--warmup-steps", "0", "--logging-steps", "6",
+    ])
+    losses = results["logged_losses"]
+    assert np.mean(losses[-2:]) < 0.5 * np.mean(losses[:2]), losses
+    model = AutoModelForSequenceClassification.from_pretrained(output).eval()
+    assert type(model) is ElmoForSequenceClassification and model.config.sequence_pooling == "mean_max"
+    tokenizer = ElmoTokenizer.from_pretrained(output)
+    train = load_rotten_tomatoes()["train"].select(range(64))
+    batch = tokenizer(train["text"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        accuracy = (model(**batch).logits.argmax(-1).numpy() == np.asarray(train["label"])).mean()
+    majority = np.bincount(train["label"]).max() / len(train)
+    assert accuracy > majority + 0.15, (accuracy, majority)
+    assert "pipeline_tag: text-classification" in (output / "README.md").read_text()
+    assert encode("sentiment", train.select(range(2)), tokenizer)["length"] == [len(tokenizer.split_words(t)) for t in train["text"][:2]]

@@ -1,0 +1,260 @@
+"""The task heads on the converted fixture ELMo: freezing, pooling, losses, Trainer's contracts, checkpointing."""
+
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from torch.nn import functional as F
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    DataCollatorForTokenClassification,
+    Trainer,
+    TrainingArguments,
+)
+
+from hf_elmo import (
+    ElmoConfig,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
+
+SENTENCES = [
+    ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."],
+    ["Peter", "Blackburn"],
+    ["BRUSSELS", "1996-08-22"],
+    ["The", "European", "Commission", "said", "on", "Thursday", "it", "disagreed", "."],
+]
+TAGS = [[3, 0, 7, 0, 0, 0, 7, 0, 0], [1, 2], [5, 0], [0, 3, 4, 0, 0, 0, 0, 0, 0]]
+HEADS = (ElmoForSequenceClassification, ElmoForTokenClassification)
+
+
+@pytest.fixture(scope="module")
+def base_path(converted):
+    return converted["allennlp-elmo"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(base_path):
+    return ElmoTokenizer.from_pretrained(base_path)
+
+
+def encode(tokenizer, sentences=SENTENCES):
+    return tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+
+
+def padded_tags(tags=TAGS):
+    width = max(map(len, tags))
+    return torch.tensor([row + [-100] * (width - len(row)) for row in tags])
+
+
+def trainable(model):
+    return [name for name, parameter in model.named_parameters() if parameter.requires_grad]
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_feature_based_by_default_and_after_loading(base_path, tokenizer, tmp_path, head):
+    """Only the task mix and the classifier train; the biLM stays frozen through save and reload."""
+    model = head.from_pretrained(base_path, num_labels=9)
+    expected = ["elmo.scalar_mixes.0.scalar_parameters", "elmo.scalar_mixes.0.gamma", "classifier.weight", "classifier.bias"]
+    assert trainable(model) == expected
+    assert trainable(head(model.config)) == expected
+    model.save_pretrained(tmp_path)
+    reloaded = head.from_pretrained(tmp_path)
+    assert trainable(reloaded) == expected
+    assert torch.equal(reloaded.classifier.weight, model.classifier.weight)
+
+    labels = padded_tags() if head is ElmoForTokenClassification else torch.tensor([1, 0, 2, 1])
+    reloaded.train()
+    reloaded(**encode(tokenizer), labels=labels).loss.backward()
+    for name, parameter in reloaded.named_parameters():
+        # Every trainable parameter gets a gradient (DDP waits for exactly these), the frozen ones none.
+        assert (parameter.grad is not None) == (name in expected), name
+    assert torch.isfinite(reloaded.classifier.weight.grad).all()
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_finetune_bilm_trains_every_parameter(base_path, tokenizer, head):
+    model = head.from_pretrained(base_path, num_labels=9, finetune_bilm=True).train()
+    labels = padded_tags() if head is ElmoForTokenClassification else torch.tensor([1, 0, 2, 1])
+    model(**encode(tokenizer), labels=labels).loss.backward()
+    missing = [name for name, parameter in model.named_parameters() if not parameter.requires_grad or parameter.grad is None]
+    assert missing == []
+
+
+def test_heads_use_the_base_models_scalar_mix(base_path, tokenizer):
+    base = ElmoModel.from_pretrained(base_path).eval()
+    with torch.no_grad():
+        base.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([0.5, -1.0, 2.0]))
+        base.scalar_mixes[0].gamma.fill_(0.7)
+    model = ElmoForTokenClassification(base.config)
+    model.elmo.load_state_dict(base.state_dict())
+    model.eval()
+    batch = encode(tokenizer)
+    with torch.no_grad():
+        mix = base(**batch).elmo_representations[0]
+        logits = model(**batch).logits
+    expected = mix @ model.classifier.weight.T + model.classifier.bias
+    assert torch.allclose(logits, expected, atol=1e-6)
+
+
+def test_token_loss_ignores_minus_100_and_padding(base_path, tokenizer):
+    model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9).eval()
+    batch = encode(tokenizer)
+    labels = padded_tags()
+    labels[0, 2] = -100
+    with torch.no_grad():
+        output = model(**batch, labels=labels)
+        # A label under a padding position must not count either.
+        garbage = labels.masked_fill(batch["attention_mask"] == 0, 4)
+        assert torch.equal(model(**batch, labels=garbage).loss, output.loss)
+    valid = labels != -100
+    expected = F.cross_entropy(output.logits[valid], labels[valid])
+    assert torch.allclose(output.loss, expected, atol=1e-6)
+    assert output.logits.shape == (4, 9, 9)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "mean_max"])
+def test_sequence_pooling(base_path, tokenizer, pooling):
+    model = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3, sequence_pooling=pooling).eval()
+    sentences = SENTENCES + [[]]
+    batch = encode(tokenizer, sentences)
+    with torch.no_grad():
+        mix = model.elmo(**batch).elmo_representations[0]
+        logits = model(**batch).logits
+    pooled = []
+    for row, words in enumerate(sentences):
+        vectors = mix[row, : len(words)]
+        parts = {
+            "mean": vectors.mean(0) if words else torch.zeros(32),
+            "max": vectors.amax(0) if words else torch.zeros(32),
+        }
+        pooled.append(torch.cat([parts[name] for name in pooling.split("_")]))
+    expected = torch.stack(pooled) @ model.classifier.weight.T + model.classifier.bias
+    assert model.classifier.in_features == (64 if pooling == "mean_max" else 32)
+    assert torch.allclose(logits, expected, atol=1e-5)
+
+
+def test_sequence_problem_types(base_path, tokenizer):
+    batch = encode(tokenizer)
+    regression = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=1).eval()
+    targets = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    with torch.no_grad():
+        output = regression(**batch, labels=targets)
+    assert regression.config.problem_type == "regression"
+    assert torch.allclose(output.loss, F.mse_loss(output.logits.squeeze(-1), targets), atol=1e-6)
+    multi = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3).eval()
+    targets = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    with torch.no_grad():
+        output = multi(**batch, labels=targets)
+    assert multi.config.problem_type == "multi_label_classification"
+    assert torch.allclose(output.loss, F.binary_cross_entropy_with_logits(output.logits, targets), atol=1e-6)
+
+
+def test_l2_penalty_on_the_mix_weights(base_path, tokenizer):
+    batch, labels = encode(tokenizer), torch.tensor([1, 0, 2, 1])
+    losses = {}
+    for coef in (0.0, 0.01):
+        model = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3, scalar_mix_l2_coef=coef).eval()
+        torch.manual_seed(0)
+        model.classifier.reset_parameters()
+        with torch.no_grad():
+            model.elmo.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([1.0, -2.0, 3.0]))
+        losses[coef] = model(**batch, labels=labels).loss
+    assert torch.allclose(losses[0.01] - losses[0.0], torch.tensor(0.01 * 14.0), atol=1e-6)
+
+
+def ner_dataset(tokenizer, repeat=1):
+    data = Dataset.from_dict({"words": SENTENCES * repeat, "labels": TAGS * repeat})
+    return data.map(lambda b: tokenizer(b["words"], is_split_into_words=True), batched=True, remove_columns=["words"])
+
+
+def one_sgd_step(base_path, tokenizer, tmp_path, batch_size, accumulation, **config):
+    torch.manual_seed(0)
+    model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, **config)
+    before = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+    args = TrainingArguments(
+        output_dir=str(tmp_path / f"ga{accumulation}"), per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=accumulation, max_steps=1, learning_rate=1.0, optim="sgd",
+        lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0, report_to="none", use_cpu=True,
+        save_strategy="no", logging_steps=1, seed=0,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=ner_dataset(tokenizer),
+                      data_collator=DataCollatorForTokenClassification(tokenizer))
+    logged = trainer.train().training_loss
+    return {name: p.detach() - before[name] for name, p in model.named_parameters() if p.requires_grad}, logged
+
+
+def test_gradient_accumulation_matches_one_large_batch(base_path, tokenizer, tmp_path):
+    """GA=2 x 2 sentences gives the update and the logged loss of one batch of 4 (the sentences have 9, 2, 2
+    and 9 labelled words, so averaging per micro-batch would not)."""
+    config = dict(scalar_mix_l2_coef=0.1, finetune_bilm=True)
+    large, large_loss = one_sgd_step(base_path, tokenizer, tmp_path, 4, 1, **config)
+    accumulated, accumulated_loss = one_sgd_step(base_path, tokenizer, tmp_path, 2, 2, **config)
+    for name, update in large.items():
+        assert update.abs().max() > 0, name
+        ratio = accumulated[name].norm() / update.norm()
+        assert abs(ratio.item() - 1.0) < 1e-4, (name, ratio.item())
+        assert torch.allclose(accumulated[name], update, atol=1e-5, rtol=1e-4), name
+    assert abs(accumulated_loss - large_loss) < 1e-5 * abs(large_loss)
+
+
+def test_activation_checkpointing_per_bilstm_layer(base_path, tokenizer):
+    """Checkpointing keeps far fewer activations for backward and gives the same gradients."""
+    batch, labels = encode(tokenizer), padded_tags()
+    gradients, saved = {}, {}
+    for checkpointing in (False, True):
+        model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, finetune_bilm=True)
+        torch.manual_seed(0)
+        model.classifier.reset_parameters()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+            assert all(layer.gradient_checkpointing for layer in model.elmo.layers)
+        model.train()
+        count = [0]
+
+        def pack(tensor):
+            count[0] += tensor.numel()
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            loss = model(**batch, labels=labels).loss
+        loss.backward()
+        saved[checkpointing] = count[0]
+        gradients[checkpointing] = {name: p.grad for name, p in model.named_parameters()}
+    assert saved[True] < 0.5 * saved[False], saved
+    for name, gradient in gradients[False].items():
+        assert torch.allclose(gradients[True][name], gradient, atol=1e-6), name
+
+
+def test_evaluation_keeps_only_the_logits(base_path, tokenizer, tmp_path):
+    """keys_to_ignore_at_inference: even with output_hidden_states on, predict() gathers logits alone."""
+    model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, output_hidden_states=True)
+    batch = encode(tokenizer)
+    with torch.no_grad():
+        assert len(model(**batch).hidden_states) == 3
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to="none", use_cpu=True)
+    trainer = Trainer(model=model, args=args, data_collator=DataCollatorForTokenClassification(tokenizer))
+    prediction = trainer.predict(ner_dataset(tokenizer))
+    assert isinstance(prediction.predictions, np.ndarray) and prediction.predictions.shape == (4, 9, 9)
+    assert prediction.label_ids.shape == (4, 9)
+
+
+def test_auto_classes_load_the_heads(base_path):
+    token_model = AutoModelForTokenClassification.from_pretrained(base_path, num_labels=5)
+    sequence_model = AutoModelForSequenceClassification.from_pretrained(base_path, num_labels=2)
+    assert type(token_model) is ElmoForTokenClassification and type(sequence_model) is ElmoForSequenceClassification
+    # The body is the converted biLM, unchanged.
+    base = ElmoModel.from_pretrained(base_path)
+    for name, tensor in base.state_dict().items():
+        assert torch.equal(token_model.elmo.state_dict()[name], tensor), name
+
+
+def test_head_config_is_checked(base_path):
+    for field, value in [("sequence_pooling", "attention"), ("scalar_mix_l2_coef", -1.0), ("finetune_bilm", "yes")]:
+        with pytest.raises(ValueError, match=field):
+            ElmoConfig(**{field: value})
+    with pytest.raises(ValueError, match="num_output_representations must be 1"):
+        ElmoForTokenClassification(ElmoConfig(num_output_representations=2))

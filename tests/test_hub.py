@@ -1,0 +1,207 @@
+"""Saved folders as Hub repositories: the full auto_map, remote code without hf_elmo, the model card, the upload."""
+
+import ast
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub.errors import OfflineModeIsEnabled
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
+
+from hf_elmo import (
+    ELMO_AUTO_MAP,
+    ElmoConfig,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
+from hf_elmo.model_card import render_model_card
+
+PROBE = [["EU", "rejects", "German", "call", "."], ["Peter", "Blackburn"], ["天", "气"]]  # as in remote_code_probe.py
+HUB_ID = "hf-elmo-test/elmo-tagger"
+# Modules the copied code may import besides its own flat siblings.
+ALLOWED_IMPORTS = {"torch", "numpy", "transformers", "tokenizers"} | set(sys.stdlib_module_names)
+
+
+@pytest.fixture(scope="module")
+def base_path(converted):
+    return converted["allennlp-elmo"]
+
+
+@pytest.fixture(scope="module")
+def head_folders(base_path, tmp_path_factory) -> dict[str, Path]:
+    """A sentence classifier and a word tagger with seeded classifiers, saved with their tokenizer."""
+    root = tmp_path_factory.mktemp("heads")
+    tokenizer = ElmoTokenizer.from_pretrained(base_path)
+    folders = {}
+    torch.manual_seed(0)
+    heads = {
+        "AutoModelForSequenceClassification": ElmoForSequenceClassification.from_pretrained(
+            base_path, num_labels=2, sequence_pooling="mean_max", id2label={0: "rotten", 1: "fresh"}
+        ),
+        "AutoModelForTokenClassification": ElmoForTokenClassification.from_pretrained(base_path, num_labels=5),
+    }
+    for auto_class, model in heads.items():
+        torch.nn.init.normal_(model.classifier.weight)  # a classifier far from 0, so that a mix-up would show
+        model.save_pretrained(root / auto_class)
+        tokenizer.save_pretrained(root / auto_class)
+        folders[auto_class] = root / auto_class
+    return folders
+
+
+@pytest.fixture(scope="module")
+def python_without_hf_elmo(tmp_path_factory) -> Path:
+    """A separate virtual environment that sees this one's packages (transformers, torch, ...) but not hf_elmo.
+
+    hf_elmo is installed in editable mode through a .pth hook; site-packages added by path do not run .pth
+    files, so the hook, and with it hf_elmo, is absent there.
+    """
+    env = tmp_path_factory.mktemp("isolated") / "venv"
+    venv.create(env, with_pip=False)
+    python = env / "bin" / "python"
+    env_site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    Path(env_site, "packages_of_the_test_environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return python
+
+
+def fake_hub_snapshot(hf_home: Path, repo_id: str, folder: Path) -> None:
+    """Lay `folder` out as the hub client's cache of `repo_id` at one commit, as a download would leave it."""
+    repo = hf_home / "hub" / f"models--{repo_id.replace('/', '--')}"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(folder, repo / "snapshots" / commit)
+
+
+def installed_outputs(source, auto_class) -> dict[str, torch.Tensor]:
+    tokenizer = ElmoTokenizer.from_pretrained(source)
+    batch = tokenizer(PROBE, is_split_into_words=True, padding=True, return_tensors="pt")
+    outputs = {}
+    for name, auto in (("AutoModel", AutoModel), (auto_class, getattr(sys.modules["transformers"], auto_class))):
+        model = auto.from_pretrained(source).eval()
+        assert type(model).__module__ == "hf_elmo.modeling_elmo"
+        with torch.no_grad():
+            outputs[name] = model(**batch)[0]
+    return outputs
+
+
+def test_every_class_saves_the_whole_auto_map(base_path, tmp_path):
+    expected = json.loads(json.dumps(ELMO_AUTO_MAP))
+    config = ElmoConfig.from_pretrained(base_path)
+    config.save_pretrained(tmp_path / "config")
+    assert json.loads((tmp_path / "config" / "config.json").read_text())["auto_map"] == expected
+    for cls in (ElmoModel, ElmoForSequenceClassification, ElmoForTokenClassification):
+        folder = tmp_path / cls.__name__
+        cls(config).save_pretrained(folder)
+        assert json.loads((folder / "config.json").read_text())["auto_map"] == expected, cls.__name__
+        # The folder carries the code of every class the map names, importing nothing but the allowed packages.
+        defined = {}
+        for path in folder.glob("*.py"):
+            tree = ast.parse(path.read_text())
+            defined.update({node.name: path.stem for node in tree.body if isinstance(node, ast.ClassDef)})
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    modules = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    modules = [node.module]
+                else:
+                    continue
+                # hf_elmo may only appear inside try/except ImportError (checked by the remote load below).
+                assert all(m.split(".")[0] in ALLOWED_IMPORTS | {"hf_elmo"} for m in modules), (path.name, modules)
+        for reference in expected.values():
+            module, name = (reference[0] if isinstance(reference, list) else reference).split(".")
+            assert defined.get(name) == module, (cls.__name__, reference)
+    ElmoTokenizer().save_pretrained(tmp_path / "tokenizer")
+    tokenizer_config = json.loads((tmp_path / "tokenizer" / "tokenizer_config.json").read_text())
+    assert tokenizer_config["auto_map"]["AutoTokenizer"][0] == "tokenization_elmo.ElmoTokenizer"
+
+
+def test_remote_code_without_hf_elmo_gives_the_same_outputs(
+    base_path, head_folders, python_without_hf_elmo, tmp_path
+):
+    """Folders and a Hub repository (offline snapshot) load through every Auto class with only transformers."""
+    tokenizer = ElmoTokenizer.from_pretrained(base_path)
+    tagger = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
+    card = render_model_card(
+        tagger, HUB_ID, source="fine-tuned on test sentences", results="| test | F1 |\n|---|---|\n| x | 0.5 |",
+        base_model="hf-elmo-test/elmo-base",
+    )
+    tagger.save_hub_folder(tmp_path / "staged", HUB_ID, model_card=card, tokenizer=tokenizer)
+    hf_home = tmp_path / "hf_home"
+    fake_hub_snapshot(hf_home, HUB_ID, tmp_path / "staged")
+
+    sources = {f"{folder}:{auto_class}": (folder, auto_class) for auto_class, folder in head_folders.items()}
+    sources[f"{HUB_ID}:AutoModelForTokenClassification"] = (tmp_path / "staged", "AutoModelForTokenClassification")
+    env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    probe = Path(__file__).with_name("remote_code_probe.py")
+    result = subprocess.run(
+        [python_without_hf_elmo, probe, tmp_path / "outputs.pt", *sources], cwd=tmp_path, env=env,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote = torch.load(tmp_path / "outputs.pt")
+
+    for spec, (folder, auto_class) in sources.items():
+        outputs = remote[spec]
+        for kind in ("config", "tokenizer", "AutoModel module", f"{auto_class} module"):
+            assert outputs[kind].startswith("transformers_modules."), (spec, kind, outputs[kind])
+        assert outputs["AutoModel class"] == "ElmoModel"
+        assert outputs[f"{auto_class} class"] == ELMO_AUTO_MAP[auto_class].split(".")[1]
+        for name, expected in installed_outputs(folder, auto_class).items():
+            assert torch.equal(outputs[name], expected), (spec, name)
+
+    card_data = remote[f"{HUB_ID}:AutoModelForTokenClassification"]["card"]
+    assert card_data["library_name"] == "transformers"
+    assert {"elmo", "custom_code"} <= set(card_data["tags"])
+    assert card_data["pipeline_tag"] == "token-classification"
+    assert card_data["base_model"] == "hf-elmo-test/elmo-base"
+    assert card_data["license"] == "apache-2.0" and card_data["language"] == "en"
+    assert "| x | 0.5 |" in card_data["text"] and "fine-tuned on test sentences" in card_data["text"]
+    assert f"{sum(p.numel() for p in tagger.parameters()):,}" in card_data["text"]
+
+
+def test_hub_folder_carries_hf_elmos_card(head_folders, tmp_path):
+    model = ElmoForSequenceClassification.from_pretrained(head_folders["AutoModelForSequenceClassification"])
+    model.save_hub_folder(tmp_path / "default", "someone/elmo-sentiment", tags=["sentiment"])
+    card = (tmp_path / "default" / "README.md").read_text()
+    assert card.startswith("---\n") and "library_name: transformers" in card
+    for expected in ("- elmo", "- custom_code", "- sentiment", "pipeline_tag: text-classification",
+                     "AutoModelForSequenceClassification.from_pretrained(\"someone/elmo-sentiment\")", "rotten, fresh"):
+        assert expected in card, expected
+    assert "automatically generated" not in card
+
+
+def test_push_to_hub_goes_through_the_hub_client(head_folders, monkeypatch):
+    """Offline, the hub client refuses the upload; everything of ours before it has run (nothing is mocked)."""
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    model = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
+    with pytest.raises(OfflineModeIsEnabled):
+        model.push_to_hub(HUB_ID, tokenizer=ElmoTokenizer())
+
+
+def test_feature_extraction_pipeline_batched_equals_unbatched(base_path):
+    model = ElmoModel.from_pretrained(base_path).eval()
+    extractor = pipeline("feature-extraction", model=model, tokenizer=ElmoTokenizer.from_pretrained(base_path))
+    texts = ["I eat an apple .", "Hello", "Apple is a big company in California .", "天气不错！"]
+    single = extractor(texts, return_tensors=True)
+    batched = extractor(texts, batch_size=3, return_tensors=True)
+    as_lists = extractor(texts, batch_size=3)
+    tokenizer = ElmoTokenizer.from_pretrained(base_path)
+    for text, one, many, listed in zip(texts, single, batched, as_lists):
+        assert one.shape == many.shape == (1, len(tokenizer.split_words(text)), 32)
+        assert torch.allclose(one, many, atol=1e-6)
+        assert torch.allclose(torch.tensor(listed), many)
+        with torch.no_grad():
+            direct = model(**tokenizer(text, return_tensors="pt")).last_hidden_state
+        assert torch.equal(one, direct)
