@@ -3,7 +3,8 @@
     python hf_worker.py MODEL_DIR INPUTS.json THREADS
 
 Modes of a run: "cold" empties the token cache before every batch (each distinct word of a batch goes
-through the char CNN once); "warm" first runs the same batches untimed, so every word is in the cache.
+through the char CNN once); "warm" first runs the same batches untimed, so every word is in the cache;
+"kept" leaves the cache as the previous run left it.
 """
 
 import sys
@@ -104,4 +105,4 @@ def ceiling(seconds: float = 1.0) -> dict:
 
 channel.send({"imported": imported, "loaded": loaded, "load_seconds": load_seconds,
               "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}})
-channel.serve({"run": run, "ceiling": ceiling})
+channel.serve({"run": run, "ceiling": ceiling, "memory": lambda: {"memory": memory_mb()}})

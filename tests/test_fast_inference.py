@@ -50,7 +50,8 @@ def test_fast_path_matches_plain_path_over_chained_batches(converted, name):
             batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
             fast, slow = model(**batch, initial_states=fast_states), reference(**batch, initial_states=plain_states)
             fast_states, plain_states = fast.final_states, slow.final_states
-            assert largest_difference(outputs(fast), outputs(slow)) < 1e-6
+            for a, b in zip(outputs(fast), outputs(slow)):  # cell states reach the clip (3): 1e-6 relative
+                assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
     assert len(model.char_encoder.token_cache) > 0  # the fast path really ran
 
 
