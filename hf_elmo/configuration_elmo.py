@@ -32,6 +32,12 @@ class ElmoConfig(PreTrainedConfig):
         num_output_representations (`int`): how many learned scalar mixes of the layers to return.
         do_layer_norm (`bool`): normalise each layer over the whole batch before mixing (AllenNLP's option).
         dropout (`float`): dropout on the mixed representations, active in training only.
+    Language-model pretraining (`ElmoForPreTraining` only; the base model ignores them):
+        lm_vocab_size (`int`, *optional*): words in the softmax vocabulary, `<S>`, `</S>` and `<UNK>` included.
+        lm_dropout (`float`): dropout on each LSTM layer's input and on the top layer before the softmax, in
+            training only (bilm-tf's options.json `dropout`).
+        lm_negative_samples (`int`): negative words drawn per batch and direction for the sampled softmax
+            (bilm-tf: 8192); 0, or at least `lm_vocab_size`, trains with the full softmax.
     """
 
     model_type = "elmo"
@@ -55,6 +61,9 @@ class ElmoConfig(PreTrainedConfig):
     dropout: float | int = 0.0
     pad_token_id: int = 0
     initializer_range: float | int = 0.02
+    lm_vocab_size: int | None = None
+    lm_dropout: float | int = 0.0
+    lm_negative_samples: int = 8192
 
     def __post_init__(self, **kwargs):
         self.char_cnn_filters = [[int(width), int(count)] for width, count in self.char_cnn_filters]
@@ -62,6 +71,7 @@ class ElmoConfig(PreTrainedConfig):
         self.cell_clip = float(self.cell_clip) if self.cell_clip else None
         self.proj_clip = float(self.proj_clip) if self.proj_clip else None
         self.dropout = float(self.dropout)
+        self.lm_dropout = float(self.lm_dropout)
         self._check_values()
         super().__post_init__(**kwargs)
 
@@ -106,6 +116,14 @@ class ElmoConfig(PreTrainedConfig):
                 raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ElmoConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        if self.lm_vocab_size is not None and (isinstance(self.lm_vocab_size, bool) or self.lm_vocab_size < 3):
+            raise ValueError(
+                f"ElmoConfig.lm_vocab_size must be at least 3 (<S>, </S> and <UNK>) or None, got {self.lm_vocab_size!r}"
+            )
+        if not 0.0 <= self.lm_dropout < 1.0:
+            raise ValueError(f"ElmoConfig.lm_dropout must be in [0, 1), got {self.lm_dropout!r}")
+        if isinstance(self.lm_negative_samples, bool) or self.lm_negative_samples < 0:
+            raise ValueError(f"ElmoConfig.lm_negative_samples must be an integer >= 0, got {self.lm_negative_samples!r}")
 
     @property
     def num_char_filters(self) -> int:
