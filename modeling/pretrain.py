@@ -238,13 +238,21 @@ class TrainingLog:
     def __init__(self, path: Path, active: bool, resume_step: int | None):
         self.path, self.active = path, active
         if active and resume_step is not None and path.is_file():
-            # Lines past the checkpoint were written by the interrupted run; the resumed one writes them again.
-            kept = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and json.loads(line)["step"] <= resume_step]
+            # Lines past the checkpoint were written by the interrupted run (the last one maybe half), and the
+            # resumed run writes them again.
+            kept = [line for line in path.read_text(encoding="utf-8").splitlines() if self._step(line) <= resume_step]
             temporary = path.with_name(f".{path.name}.partial")
             temporary.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
             os.replace(temporary, path)
         elif active and resume_step is None:
             path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _step(line: str) -> float:
+        try:
+            return json.loads(line)["step"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            return math.inf
 
     def write(self, record: dict) -> None:
         if self.active:
