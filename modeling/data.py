@@ -123,10 +123,14 @@ class WordTable:
 
     @property
     def char_ids(self) -> torch.Tensor:
-        """[words, K] character ids; row 0 is the all-zero padding word."""
+        """[words, K] character ids (int16, 262 ids); row 0 is the all-zero padding word."""
         if self._char_ids is None:
-            self._char_ids = torch.tensor(self._rows, dtype=torch.long)
+            self._char_ids = torch.tensor(self._rows, dtype=torch.int16)
         return self._char_ids
+
+    def spell(self, types: np.ndarray) -> torch.Tensor:
+        """Word-table ids [...] -> character ids [..., K], the model's input."""
+        return self.char_ids[torch.from_numpy(np.ascontiguousarray(types, dtype=np.int64))].long()
 
 
 @dataclass
@@ -149,17 +153,14 @@ class EncodedText:
 
     @classmethod
     def encode(cls, sentences, table: WordTable, vocabulary: Vocabulary) -> "EncodedText":
-        types, targets, lengths = [], [], [0]
+        """The corpus in memory: about 8 bytes per word."""
+        types, targets, lengths = [np.zeros(0, dtype=np.int32)], [np.zeros(0, dtype=np.int32)], [0]
         for batch in sentences.iter(batch_size=10_000):
-            for words in batch["words"]:
-                types.extend(table.ids(words))
-                targets.append(vocabulary.ids(words))
-                lengths.append(len(words))
-        return cls(
-            types=np.asarray(types, dtype=np.int64),
-            targets=np.concatenate(targets) if targets else np.zeros(0, dtype=np.int64),
-            offsets=np.cumsum(lengths),
-        )
+            words = [word for sentence in batch["words"] for word in sentence]
+            types.append(np.asarray(table.ids(words), dtype=np.int32))
+            targets.append(vocabulary.ids(words).astype(np.int32))
+            lengths.extend(len(sentence) for sentence in batch["words"])
+        return cls(types=np.concatenate(types), targets=np.concatenate(targets), offsets=np.cumsum(lengths))
 
     def stream(self, order: np.ndarray, vocabulary: Vocabulary, backward: bool) -> tuple[np.ndarray, np.ndarray]:
         """The sentences `order` as one stream of (input type, target id), in the direction's reading order.
@@ -173,8 +174,8 @@ class EncodedText:
         source = np.repeat(self.offsets[:-1][order], lengths) + within
         start = np.repeat(starts, lengths)
         place = np.repeat(lengths, lengths) - 1 - within if backward else within
-        inputs = np.empty(total, dtype=np.int64)
-        targets = np.empty(total, dtype=np.int64)
+        inputs = np.empty(total, dtype=np.int32)
+        targets = np.empty(total, dtype=np.int32)
         inputs[starts] = EOS_TYPE if backward else BOS_TYPE
         inputs[start + 1 + place] = self.types[source]
         targets[start + place] = self.targets[source]
@@ -229,13 +230,8 @@ class StreamBatches:
         epoch, window = divmod(index, self.steps_per_epoch)
         (forward_inputs, forward_targets), (backward_inputs, backward_targets) = self._epoch_streams(epoch)
         columns = slice(window * self.unroll_steps, (window + 1) * self.unroll_steps)
-        char_ids = self.table.char_ids
-        return {
-            "input_ids": char_ids[torch.from_numpy(forward_inputs[:, columns])],
-            "labels": torch.from_numpy(forward_targets[:, columns].copy()),
-            "backward_input_ids": char_ids[torch.from_numpy(backward_inputs[:, columns][:, ::-1].copy())],
-            "backward_labels": torch.from_numpy(backward_targets[:, columns][:, ::-1].copy()),
-        }
+        return window_batch(self.table, forward_inputs[:, columns], forward_targets[:, columns],
+                            backward_inputs[:, columns], backward_targets[:, columns])
 
 
 class SentenceBatches:
@@ -280,7 +276,7 @@ def sentence_batch(text: EncodedText, sentences, table: WordTable, vocabulary: V
         labels[row, : length + 1] = [*text.targets[words], vocabulary.eos_id]
         backward_labels[row, 1 : length + 2] = [vocabulary.bos_id, *text.targets[words]]
     return {
-        "input_ids": table.char_ids[torch.from_numpy(types)],
+        "input_ids": table.spell(types),
         "attention_mask": torch.from_numpy(types != PAD_TYPE).long(),
         "labels": torch.from_numpy(labels),
         "backward_labels": torch.from_numpy(backward_labels),
@@ -320,16 +316,21 @@ class EvaluationStream:
         self.num_windows = length // unroll_steps
 
     def __iter__(self):
-        char_ids = self.table.char_ids
         (forward_inputs, forward_targets), (backward_inputs, backward_targets) = self.arrays
         for window in range(self.num_windows):
             columns = slice(window * self.unroll_steps, (window + 1) * self.unroll_steps)
-            yield {
-                "input_ids": char_ids[torch.from_numpy(forward_inputs[:, columns])],
-                "labels": torch.from_numpy(forward_targets[:, columns].copy()),
-                "backward_input_ids": char_ids[torch.from_numpy(backward_inputs[:, columns][:, ::-1].copy())],
-                "backward_labels": torch.from_numpy(backward_targets[:, columns][:, ::-1].copy()),
-            }
+            yield window_batch(self.table, forward_inputs[:, columns], forward_targets[:, columns],
+                               backward_inputs[:, columns], backward_targets[:, columns])
+
+
+def window_batch(table: WordTable, forward_inputs, forward_targets, backward_inputs, backward_targets) -> dict:
+    """One window of both streams [rows, steps] -> model inputs; the backward window is flipped left to right."""
+    return {
+        "input_ids": table.spell(forward_inputs),
+        "labels": torch.from_numpy(forward_targets.astype(np.int64)),
+        "backward_input_ids": table.spell(backward_inputs[:, ::-1]),
+        "backward_labels": torch.from_numpy(backward_targets[:, ::-1].astype(np.int64)),
+    }
 
 
 def read_corpus(paths: list[str], text_column: str, word_splitting: str, role: str):

@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accelerate import Accelerator  # noqa: E402
-from accelerate.utils import set_seed  # noqa: E402
+from accelerate.utils import DistributedType, set_seed  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
@@ -84,7 +84,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     data.add_argument("--new-vocabulary", action="store_true", help="with --init-from: build a vocabulary from the training text even if the model has one")
 
     model = parser.add_argument_group("model")
-    model.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model size and training recipe")
+    model.add_argument("--preset", choices=list(PRESETS), help="model size and training recipe (with --init-from: the recipe only; default bilm-tf's)")
     model.add_argument("--init-from", help="start from this model folder (a converted ELMo or a pretraining output)")
     model.add_argument("--freeze-body", action="store_true", help="train the softmax only (fit it to a converted model)")
 
@@ -123,7 +123,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
     """The run's options: the preset's, overridden by the command line."""
-    settings = training_settings(args.preset)
+    if args.preset is None and not args.init_from:
+        raise PretrainError(f"pass --preset ({', '.join(PRESETS)}) or --init-from a model folder")
+    settings = training_settings(args.preset) if args.preset else dict(TRAINING_DEFAULTS)
     for name in TRAINING_DEFAULTS:
         value = getattr(args, name, None)
         if value is not None:
@@ -305,7 +307,8 @@ def weights_digest(model) -> int:
     return int.from_bytes(digest.digest()[:8], "big") >> 1
 
 
-def save_final_model(model: ElmoForPreTraining, vocabulary: Vocabulary, output_dir: Path, source: str, results: str) -> None:
+def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vocabulary, output_dir: Path, source: str,
+                     results: str) -> None:
     """save_pretrained into a hidden folder, then move each file into OUTPUT_DIR (each replacement is atomic)."""
     staging = output_dir / ".final.partial"
     shutil.rmtree(staging, ignore_errors=True)
@@ -314,7 +317,7 @@ def save_final_model(model: ElmoForPreTraining, vocabulary: Vocabulary, output_d
         "AutoModel": "modeling_elmo.ElmoModel",
         "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
     }
-    model.save_pretrained(staging)
+    model.save_pretrained(staging, state_dict=state_dict)
     ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token).save_pretrained(staging)
     vocabulary.save(staging / "vocab.txt")
     card = render_model_card(model, output_dir.resolve().name, source=source, results=results)
@@ -329,6 +332,7 @@ def save_final_model(model: ElmoForPreTraining, vocabulary: Vocabulary, output_d
 
 
 def train(args: argparse.Namespace) -> dict:
+    run_started = time.perf_counter()
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=args.report_to or None)
     settings = resolve_settings(args, accelerator.num_processes)
     settings["mixed_precision"] = accelerator.mixed_precision
@@ -407,7 +411,7 @@ def train(args: argparse.Namespace) -> dict:
     unwrapped = accelerator.unwrap_model(model)
     parameter_count = sum(p.numel() for p in unwrapped.parameters())
     accelerator.print(
-        f"{args.preset}: {parameter_count:,} parameters ({parameter_count - unwrapped.softmax.weight.numel() - unwrapped.softmax.bias.numel():,} without the softmax), "
+        f"{args.preset or args.init_from}: {parameter_count:,} parameters ({parameter_count - unwrapped.softmax.weight.numel() - unwrapped.softmax.bias.numel():,} without the softmax), "
         f"vocabulary {len(vocabulary):,} words, {train_text.num_predictions:,} training targets per direction, "
         f"{batches.steps_per_epoch / accumulation:.0f} steps per epoch, {max_steps} steps, {accelerator.num_processes} process(es)"
     )
@@ -481,7 +485,11 @@ def train(args: argparse.Namespace) -> dict:
     progress.close()
 
     results = evaluate() if validation is not None else {}
-    digests = accelerator.gather(torch.tensor([weights_digest(unwrapped)], device=accelerator.device)).tolist()
+    # Every process must hold the same model (FSDP processes hold shards, which get_state_dict gathers).
+    digests = None
+    if accelerator.distributed_type != DistributedType.FSDP:
+        digests = accelerator.gather(torch.tensor([weights_digest(unwrapped)], device=accelerator.device)).tolist()
+    state_dict = accelerator.get_state_dict(model)
     if main_process:
         result_lines = ""
         if results:
@@ -490,9 +498,16 @@ def train(args: argparse.Namespace) -> dict:
                 f"backward {results['backward_perplexity']:.2f}, average {results['average_perplexity']:.2f} "
                 f"({results['target_words']:,} target words per direction)."
             )
-        source = f"pretrained with `modeling/pretrain.py --preset {args.preset}`" + (f" from `{args.init_from}`" if args.init_from else "")
-        save_final_model(unwrapped, vocabulary, output_dir, source, result_lines)
-        final_state = {"step": step, "settings": settings, "parameters": parameter_count, "weights_digest_per_process": digests}
+        source = "pretrained with `modeling/pretrain.py`" + (f" `--preset {args.preset}`" if args.preset else "")
+        source += f" from `{args.init_from}`" if args.init_from else ""
+        save_final_model(unwrapped, state_dict, vocabulary, output_dir, source, result_lines)
+        final_state = {
+            "step": step,
+            "settings": settings,
+            "parameters": parameter_count,
+            "seconds": round(time.perf_counter() - run_started, 1),
+            "weights_digest_per_process": digests,
+        }
         (output_dir / "trainer_state.json").write_text(json.dumps(final_state, indent=2) + "\n", encoding="utf-8")
         (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     accelerator.wait_for_everyone()

@@ -165,7 +165,7 @@ def test_token_layer_computes_each_distinct_word_once_exactly():
     model = ElmoForPreTraining(tiny_config()).eval()
     table = WordTable(50)
     ids = torch.tensor([table.ids("a b a c b a".split()), table.ids("c c a b a d".split())])
-    input_ids, backward_ids = table.char_ids[ids], table.char_ids[ids.flip(1)]
+    input_ids, backward_ids = table.spell(ids.numpy()), table.spell(ids.flip(1).numpy())
     mask = torch.ones(2, 6, dtype=torch.bool)
     with torch.no_grad():
         forward, backward = model._token_layers(input_ids, backward_ids, mask)
@@ -418,7 +418,7 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys, monkeypatch):
     from modeling import pretrain
 
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
-    assert pretrain.main(["--train-file", str(tmp_path / "nothing.txt"), "--output-dir", str(tmp_path / "out")]) == 2
+    assert pretrain.main(["--preset", "tiny", "--train-file", str(tmp_path / "nothing.txt"), "--output-dir", str(tmp_path / "out")]) == 2
     assert "error: --train-file " in capsys.readouterr().err
     (tmp_path / "out" / "checkpoint-5").mkdir(parents=True)
     (tmp_path / "out" / "checkpoint-5" / "trainer_state.json").write_text("{}")
@@ -426,3 +426,5 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys, monkeypatch):
     assert "already holds checkpoints: pass --resume" in capsys.readouterr().err
     assert pretrain.main([*map(str, TRAIN_ARGS), "--output-dir", str(tmp_path / "x"), "--batch-size", "0"]) == 2
     assert "--batch-size must be at least 1" in capsys.readouterr().err
+    assert pretrain.main(["--train-file", str(TRAIN / "data.txt"), "--output-dir", str(tmp_path / "y")]) == 2
+    assert "pass --preset (tiny, " in capsys.readouterr().err
