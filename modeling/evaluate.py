@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, VocabularyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    results = perplexity(model, stream, "cpu")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results = perplexity(model.to(device), stream, device)
     print(
         f"forward perplexity {results['forward_perplexity']:.2f}, backward {results['backward_perplexity']:.2f}, "
         f"average {results['average_perplexity']:.2f} over {results['target_words']} target words per direction"

@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         print("error: plotting needs matplotlib: pip install matplotlib", file=sys.stderr)
         return 2
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
             values = [r[f"eval_{name}_perplexity"] for r in evaluations]
             right.plot(steps, values, marker="o", markersize=3, label=f"{name} ({values[-1]:.1f})", color=color)
         right.set_yscale("log")
+        plain = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
+        right.yaxis.set_major_formatter(plain)
+        right.yaxis.set_minor_formatter(plain)
         right.set_xlabel("optimizer step")
         right.set_ylabel("held-out perplexity (full softmax)")
         right.legend()

@@ -15,6 +15,7 @@ TRAINING_DEFAULTS = {
     "unroll_steps": 20,
     "shuffle": True,
     "negative_samples": 8192,
+    "softmax_bias": "zero",
     "dropout": 0.1,
     "optimizer": "adagrad",
     "learning_rate": 0.2,
@@ -51,7 +52,7 @@ PRESETS = {
         "training": {"batch_size": 4, "unroll_steps": 10, "negative_samples": 16, "save_steps": 10, "logging_steps": 1},
     },
     "ptb-cpu": {
-        "description": "Penn Treebank in an hour on 2 CPU cores",
+        "description": "Penn Treebank in an hour on 2 CPU cores: 6 epochs, about 0.6 s per step",
         "model": {
             "char_embedding_dim": 16,
             "char_cnn_filters": KIM_SMALL_FILTERS,
@@ -63,17 +64,18 @@ PRESETS = {
         "training": {
             "batch_size": 64,
             "unroll_steps": 20,
-            "shuffle": False,
-            "negative_samples": 1024,
-            "dropout": 0.1,
+            "shuffle": False,  # the standard PTB setting: the text in order, so the state carries real context
+            "negative_samples": 2048,
+            "softmax_bias": "unigram",  # start as the unigram model: the sampled softmax calibrates rare words slowly
+            "dropout": 0.2,
             "optimizer": "adamw",
             "learning_rate": 2e-3,
             "lr_scheduler": "linear",
             "warmup_steps": 100,
             "max_grad_norm": 5.0,
-            "epochs": 5.0,
+            "epochs": 6.0,
             "save_steps": 500,
-            "eval_steps": 500,
+            "eval_steps": 726,  # one epoch
             "logging_steps": 10,
         },
     },

@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
@@ -60,7 +61,7 @@ from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
 # Options a resumed run must share with the run it continues, or it would not continue it exactly.
 FIXED_ON_RESUME = (
-    "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "negative_samples",
+    "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "negative_samples", "softmax_bias",
     "dropout", "optimizer", "learning_rate", "lr_scheduler", "warmup_steps", "weight_decay", "max_grad_norm",
     "gradient_accumulation_steps", "seed", "mixed_precision", "num_processes",
 )
@@ -97,6 +98,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     training.add_argument("--unroll-steps", type=int, help="words per window (stream batching)")
     training.add_argument("--shuffle", action=argparse.BooleanOptionalAction, help="shuffle the sentences every epoch")
     training.add_argument("--negative-samples", type=int, help="sampled softmax negatives; 0 = full softmax")
+    training.add_argument("--softmax-bias", choices=["zero", "unigram"],
+                          help="a new softmax's bias: zero (bilm-tf) or the log unigram frequencies of the training text")
     training.add_argument("--dropout", type=float, help="LM dropout: each LSTM layer's input and the softmax input")
     training.add_argument("--optimizer", choices=["adagrad", "adamw"])
     training.add_argument("--learning-rate", type=float)
@@ -275,14 +278,15 @@ def choose_vocabulary(args, output_dir: Path, resuming: bool, train_sentences) -
     return Vocabulary.from_counts(count_words(train_sentences), max_size=args.vocab_size, min_count=args.min_count)
 
 
-def build_model(args, settings: dict, vocabulary: Vocabulary) -> ElmoForPreTraining:
+def build_model(args, settings: dict, vocabulary: Vocabulary) -> tuple[ElmoForPreTraining, bool]:
+    """The model to train, and whether its softmax is new."""
     lm_options = {
         "lm_vocab_size": len(vocabulary),
         "lm_dropout": settings["dropout"],
         "lm_negative_samples": settings["negative_samples"],
     }
     if not args.init_from:
-        return ElmoForPreTraining(ElmoConfig(**PRESETS[args.preset]["model"], **lm_options))
+        return ElmoForPreTraining(ElmoConfig(**PRESETS[args.preset]["model"], **lm_options)), True
     source = Path(args.init_from)
     if not (source / "config.json").is_file():
         raise PretrainError(f"--init-from {source}: no config.json; convert original weights first (conversion/convert_original_elmo.py)")
@@ -295,7 +299,15 @@ def build_model(args, settings: dict, vocabulary: Vocabulary) -> ElmoForPreTrain
         with torch.no_grad():
             model.softmax.weight.normal_(0.0, 1.0 / math.sqrt(model.config.projection_dim))
             model.softmax.bias.zero_()
-    return model
+    return model, not keep_softmax
+
+
+def set_unigram_bias(model: ElmoForPreTraining, text: EncodedText, vocabulary: Vocabulary) -> None:
+    """softmax.bias = log of each word's (add-one smoothed) frequency among the training targets of both LMs."""
+    counts = np.bincount(text.targets, minlength=len(vocabulary)).astype(np.float64)
+    counts[[vocabulary.bos_id, vocabulary.eos_id]] += text.num_sentences
+    with torch.no_grad():
+        model.softmax.bias.copy_(torch.from_numpy(np.log((counts + 1) / (counts.sum() + len(vocabulary)))))
 
 
 def weights_digest(model) -> int:
@@ -370,9 +382,11 @@ def train(args: argparse.Namespace) -> dict:
     if main_process and checkpoint is None:
         vocabulary.save(output_dir / "vocab.txt")
 
-    model = build_model(args, settings, vocabulary)
+    model, new_softmax = build_model(args, settings, vocabulary)
     table = WordTable(model.config.max_characters_per_token)
     train_text = EncodedText.encode(train_sentences, table, vocabulary)
+    if new_softmax and settings["softmax_bias"] == "unigram":
+        set_unigram_bias(model, train_text, vocabulary)
     validation = None
     if validation_sentences is not None:
         validation_text = EncodedText.encode(validation_sentences, table, vocabulary)

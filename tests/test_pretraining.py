@@ -160,11 +160,12 @@ def test_pretraining_head_reads_like_the_body_and_scores_next_and_previous_words
     assert [names[i] for i in batch["backward_labels"][0, 1:5].tolist()] == ["<S>", "the", "neural", "net"]
 
 
-def test_token_layer_computes_each_distinct_word_once_exactly():
+@pytest.mark.parametrize("longest", ["abc", "x" * 30, "y" * 60])  # trimmed to 3 + 2 + 5, to 37, not at all
+def test_token_layer_computes_each_distinct_word_once_exactly(longest):
     torch.manual_seed(0)
     model = ElmoForPreTraining(tiny_config()).eval()
     table = WordTable(50)
-    ids = torch.tensor([table.ids("a b a c b a".split()), table.ids("c c a b a d".split())])
+    ids = torch.tensor([table.ids(f"a b a {longest} b a".split()), table.ids("c c a b a d".split())])
     input_ids, backward_ids = table.spell(ids.numpy()), table.spell(ids.flip(1).numpy())
     mask = torch.ones(2, 6, dtype=torch.bool)
     with torch.no_grad():
@@ -208,6 +209,17 @@ def test_pretraining_input_errors_are_clear():
         model(input_ids=ids, labels=torch.full((1, 3), -100))
     with pytest.raises(ValueError, match="lm_vocab_size"):
         ElmoForPreTraining(ElmoConfig(**TINY_MODEL))
+
+
+def test_unigram_softmax_bias():
+    from modeling.pretrain import set_unigram_bias
+
+    vocabulary = Vocabulary(["<S>", "</S>", "<UNK>", "a", "b"])
+    text = EncodedText.encode(sentences_dataset(["a b a", "a zz"]), WordTable(50), vocabulary)
+    model = ElmoForPreTraining(tiny_config(lm_vocab_size=5))
+    set_unigram_bias(model, text, vocabulary)
+    # Targets of both LMs: <S> x 2, </S> x 2, <UNK> (zz), a x 3, b; add-one smoothed over 9 + 5.
+    assert torch.allclose(model.softmax.bias, torch.log(torch.tensor([3.0, 3.0, 2.0, 4.0, 2.0]) / 14))
 
 
 # ---- vocabulary and data ----------------------------------------------------------------------------------------
@@ -412,6 +424,20 @@ def test_domain_adaptation_from_a_converted_model(converted, tmp_path):
     assert before["eval_forward_perplexity"] == pytest.approx(json.loads((fitted / "eval_results.json").read_text())["forward_perplexity"], rel=1e-5)
     assert after["eval_forward_perplexity"] < 0.8 * before["eval_forward_perplexity"]
     assert after["eval_backward_perplexity"] < 0.8 * before["eval_backward_perplexity"]
+
+
+def test_sentence_batches_with_gradient_accumulation(tmp_path, monkeypatch):
+    """The stateless mode: padded whole sentences, here 2 x 2 per optimizer step."""
+    from modeling import pretrain
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    arguments = [*map(str, TRAIN_ARGS), "--batching", "sentence", "--batch-size", "2", "--gradient-accumulation-steps", "2",
+                 "--max-steps", "4", "--output-dir", str(tmp_path / "run")]
+    assert pretrain.main(arguments) == 0
+    log = read_log(tmp_path / "run")
+    assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4]
+    assert [r["epoch"] for r in log if "loss" in r] == [1.0, 2.0, 3.0, 4.0]  # 5 sentences: one step of 4 per epoch
+    assert math.isfinite(log[-1]["eval_forward_perplexity"])
 
 
 def test_command_line_errors_name_the_problem(tmp_path, capsys, monkeypatch):
