@@ -61,7 +61,7 @@ from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
 # Options a resumed run must share with the run it continues, or it would not continue it exactly.
 FIXED_ON_RESUME = (
-    "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "negative_samples", "softmax_bias",
+    "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "negative_samples", "softmax_init",
     "dropout", "optimizer", "learning_rate", "lr_scheduler", "warmup_steps", "weight_decay", "max_grad_norm",
     "gradient_accumulation_steps", "seed", "mixed_precision", "num_processes",
 )
@@ -72,7 +72,9 @@ class PretrainError(ValueError):
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    presets = "\n".join(f"  {name}: {preset['description']}" for name, preset in PRESETS.items())
+    parser = argparse.ArgumentParser(description=__doc__, epilog=f"presets:\n{presets}",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     data = parser.add_argument_group("data")
     data.add_argument("--train-file", nargs="+", required=True, help="text files or globs, or one saved dataset folder")
     data.add_argument("--validation-file", nargs="+", help="held-out text for the periodic and final perplexity")
@@ -98,8 +100,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     training.add_argument("--unroll-steps", type=int, help="words per window (stream batching)")
     training.add_argument("--shuffle", action=argparse.BooleanOptionalAction, help="shuffle the sentences every epoch")
     training.add_argument("--negative-samples", type=int, help="sampled softmax negatives; 0 = full softmax")
-    training.add_argument("--softmax-bias", choices=["zero", "unigram"],
-                          help="a new softmax's bias: zero (bilm-tf) or the log unigram frequencies of the training text")
+    training.add_argument("--softmax-init", choices=["random", "unigram"],
+                          help="a new softmax: random (bilm-tf) or the unigram model of the training text (weights 0, bias log frequency)")
     training.add_argument("--dropout", type=float, help="LM dropout: each LSTM layer's input and the softmax input")
     training.add_argument("--optimizer", choices=["adagrad", "adamw"])
     training.add_argument("--learning-rate", type=float)
@@ -302,11 +304,13 @@ def build_model(args, settings: dict, vocabulary: Vocabulary) -> tuple[ElmoForPr
     return model, not keep_softmax
 
 
-def set_unigram_bias(model: ElmoForPreTraining, text: EncodedText, vocabulary: Vocabulary) -> None:
-    """softmax.bias = log of each word's (add-one smoothed) frequency among the training targets of both LMs."""
+def set_unigram_softmax(model: ElmoForPreTraining, text: EncodedText, vocabulary: Vocabulary) -> None:
+    """Make the softmax the unigram model of `text`: weights 0, bias = log of each word's (add-one smoothed)
+    frequency among the training targets of both LMs. Whatever the biLM reads, it starts at unigram perplexity."""
     counts = np.bincount(text.targets, minlength=len(vocabulary)).astype(np.float64)
     counts[[vocabulary.bos_id, vocabulary.eos_id]] += text.num_sentences
     with torch.no_grad():
+        model.softmax.weight.zero_()
         model.softmax.bias.copy_(torch.from_numpy(np.log((counts + 1) / (counts.sum() + len(vocabulary)))))
 
 
@@ -385,8 +389,8 @@ def train(args: argparse.Namespace) -> dict:
     model, new_softmax = build_model(args, settings, vocabulary)
     table = WordTable(model.config.max_characters_per_token)
     train_text = EncodedText.encode(train_sentences, table, vocabulary)
-    if new_softmax and settings["softmax_bias"] == "unigram":
-        set_unigram_bias(model, train_text, vocabulary)
+    if new_softmax and settings["softmax_init"] == "unigram":
+        set_unigram_softmax(model, train_text, vocabulary)
     validation = None
     if validation_sentences is not None:
         validation_text = EncodedText.encode(validation_sentences, table, vocabulary)

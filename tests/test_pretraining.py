@@ -209,15 +209,22 @@ def test_pretraining_input_errors_are_clear():
         model(input_ids=ids, labels=torch.full((1, 3), -100))
     with pytest.raises(ValueError, match="lm_vocab_size"):
         ElmoForPreTraining(ElmoConfig(**TINY_MODEL))
+    with pytest.raises(ValueError, match="ElmoConfig.lm_vocab_size must be at least 3"):
+        ElmoConfig(lm_vocab_size=2)
+    with pytest.raises(ValueError, match="ElmoConfig.lm_dropout"):
+        ElmoConfig(lm_dropout=1.0)
+    with pytest.raises(ValueError, match="ElmoConfig.lm_negative_samples"):
+        ElmoConfig(lm_negative_samples=-1)
 
 
-def test_unigram_softmax_bias():
-    from modeling.pretrain import set_unigram_bias
+def test_unigram_softmax():
+    from modeling.pretrain import set_unigram_softmax
 
     vocabulary = Vocabulary(["<S>", "</S>", "<UNK>", "a", "b"])
     text = EncodedText.encode(sentences_dataset(["a b a", "a zz"]), WordTable(50), vocabulary)
     model = ElmoForPreTraining(tiny_config(lm_vocab_size=5))
-    set_unigram_bias(model, text, vocabulary)
+    set_unigram_softmax(model, text, vocabulary)
+    assert torch.all(model.softmax.weight == 0)
     # Targets of both LMs: <S> x 2, </S> x 2, <UNK> (zz), a x 3, b; add-one smoothed over 9 + 5.
     assert torch.allclose(model.softmax.bias, torch.log(torch.tensor([3.0, 3.0, 2.0, 4.0, 2.0]) / 14))
 
@@ -290,7 +297,7 @@ def test_held_out_perplexity_does_not_depend_on_the_window():
     vocabulary = Vocabulary.from_file(TRAIN / "vocab.txt")
     table = WordTable(50)
     text = EncodedText.encode(sentences_dataset((TRAIN / "data.txt").read_text().splitlines()), table, vocabulary)
-    results = [perplexity(model, EvaluationStream(text, table, vocabulary, rows=2, unroll_steps=unroll), "cpu") for unroll in (1, 7, 200)]
+    results = [perplexity(model, EvaluationStream(text, table, vocabulary, rows=2, unroll_steps=unroll), "cpu") for unroll in (3, 7, 200)]
     assert results[0]["target_words"] == results[2]["target_words"] == text.num_predictions == 139
     for other in results[1:]:
         assert other["forward_perplexity"] == pytest.approx(results[0]["forward_perplexity"], rel=1e-5)
