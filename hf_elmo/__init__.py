@@ -4,7 +4,10 @@ import transformers
 
 from . import modeling_elmo
 from .configuration_elmo import ELMO_AUTO_MAP, ElmoConfig
+from .embedder import ElmoEmbedder
 from .modeling_elmo import (
+    ElmoForPreTraining,
+    ElmoForPreTrainingOutput,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -12,7 +15,6 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
     ElmoTaskModel,
 )
-from .embedder import ElmoEmbedder
 from .pipelines import ElmoFeatureExtractionPipeline, register_feature_extraction_pipeline
 from .tokenization_elmo import ElmoTokenizer
 
@@ -33,6 +35,8 @@ __all__ = [
     "ElmoConfig",
     "ElmoEmbedder",
     "ElmoFeatureExtractionPipeline",
+    "ElmoForPreTraining",
+    "ElmoForPreTrainingOutput",
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
     "ElmoModel",

@@ -20,6 +20,7 @@ ELMO_AUTO_MAP = {
     "AutoModel": "modeling_elmo.ElmoModel",
     "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
+    "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
 }
 
 
@@ -52,6 +53,12 @@ class ElmoConfig(PreTrainedConfig):
             (the paper's lambda; AllenNLP suggests 0.001). 0 turns it off.
         sequence_pooling (`str`): how `ElmoForSequenceClassification` turns the words into one vector: `"mean"`,
             `"max"`, or `"mean_max"` (both concatenated, [4P]).
+    Language-model pretraining (`ElmoForPreTraining` only; the base model ignores them):
+        lm_vocab_size (`int`, *optional*): words in the softmax vocabulary, `<S>`, `</S>` and `<UNK>` included.
+        lm_dropout (`float`): dropout on each LSTM layer's input and on the top layer before the softmax, in
+            training only (bilm-tf's options.json `dropout`).
+        lm_negative_samples (`int`): negative words drawn per batch and direction for the sampled softmax
+            (bilm-tf: 8192); 0, or at least `lm_vocab_size`, trains with the full softmax.
     """
 
     model_type = "elmo"
@@ -78,6 +85,9 @@ class ElmoConfig(PreTrainedConfig):
     finetune_bilm: bool = False
     scalar_mix_l2_coef: float | int = 0.0
     sequence_pooling: str = "mean"
+    lm_vocab_size: int | None = None
+    lm_dropout: float | int = 0.0
+    lm_negative_samples: int = 8192
 
     def __post_init__(self, **kwargs):
         self.char_cnn_filters = [[int(width), int(count)] for width, count in self.char_cnn_filters]
@@ -85,6 +95,7 @@ class ElmoConfig(PreTrainedConfig):
         self.cell_clip = float(self.cell_clip) if self.cell_clip else None
         self.proj_clip = float(self.proj_clip) if self.proj_clip else None
         self.dropout = float(self.dropout)
+        self.lm_dropout = float(self.lm_dropout)
         self._check_values()
         super().__post_init__(**kwargs)
         # After the base class has set the loaded keys: entries a folder already names win over ours.
@@ -142,6 +153,14 @@ class ElmoConfig(PreTrainedConfig):
                 f"ElmoConfig.sequence_pooling must be one of {', '.join(map(repr, SEQUENCE_POOLINGS))}, "
                 f"got {self.sequence_pooling!r}"
             )
+        if self.lm_vocab_size is not None and (isinstance(self.lm_vocab_size, bool) or self.lm_vocab_size < 3):
+            raise ValueError(
+                f"ElmoConfig.lm_vocab_size must be at least 3 (<S>, </S> and <UNK>) or None, got {self.lm_vocab_size!r}"
+            )
+        if not 0.0 <= self.lm_dropout < 1.0:
+            raise ValueError(f"ElmoConfig.lm_dropout must be in [0, 1), got {self.lm_dropout!r}")
+        if isinstance(self.lm_negative_samples, bool) or self.lm_negative_samples < 0:
+            raise ValueError(f"ElmoConfig.lm_negative_samples must be an integer >= 0, got {self.lm_negative_samples!r}")
 
     @property
     def num_char_filters(self) -> int:

@@ -331,16 +331,26 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
 
 class ElmoModel(ElmoPreTrainedModel):
-    """The ELMo biLM: every layer for every word, and the learned scalar mixes of them."""
+    """The ELMo biLM: every layer for every word, and the learned scalar mixes of them.
 
-    def __init__(self, config: ElmoConfig):
+    `ElmoForPreTraining` builds its body with `add_scalar_mix=False` (the language model does not use the mixes,
+    and DDP must not see parameters without gradients) and with `lm_dropout`, bilm-tf's dropout on the input of
+    every LSTM layer, active in training only. Loaded with `from_pretrained`, the model has its mixes and no LM
+    dropout; the pretraining softmax of a pretraining checkpoint is dropped.
+    """
+
+    _keys_to_ignore_on_load_unexpected = [r"^softmax\."]
+    _keys_to_ignore_on_load_missing = [r"^scalar_mixes\."]
+
+    def __init__(self, config: ElmoConfig, add_scalar_mix: bool = True, lm_dropout: float = 0.0):
         super().__init__(config)
         self.char_encoder = ElmoCharacterEncoder(config)
         self.layers = nn.ModuleList(ElmoBiLstmLayer(config) for _ in range(config.num_lstm_layers))
         self.scalar_mixes = nn.ModuleList(
             ElmoScalarMix(config.num_lstm_layers + 1, config.do_layer_norm)
-            for _ in range(config.num_output_representations)
+            for _ in range(config.num_output_representations if add_scalar_mix else 0)
         )
+        self.lstm_dropout = nn.Dropout(lm_dropout) if lm_dropout > 0 else None
         self.dropout = nn.Dropout(config.dropout)
         self.gradient_checkpointing = False
         self.post_init()
@@ -441,19 +451,27 @@ class ElmoModel(ElmoPreTrainedModel):
         token_layer: torch.Tensor,
         sequence_mask: torch.Tensor,
         initial_states: tuple[torch.Tensor, torch.Tensor] | None,
+        backward_token_layer: torch.Tensor | None = None,
     ) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-        """token_layer [B, S, P] -> each biLSTM layer [B, S, 2P] and the final states (h, c)."""
+        """token_layer [B, S, P] -> each biLSTM layer [B, S, 2P] and the final states (h, c).
+
+        `backward_token_layer` [B, S, P] gives the backward LSTM a text of its own (pretraining reads two streams,
+        as bilm-tf does); by default both directions read `token_layer`.
+        """
         batch, steps, proj = token_layer.shape
         # The backward LSTM reads each row from its last position down to its first: reversing every row
         # within its length lets both directions share one left-to-right loop.
         lengths = sequence_mask.sum(dim=1, keepdim=True)
         positions = torch.arange(steps, device=token_layer.device).unsqueeze(0)
         reverse = torch.where(sequence_mask, lengths - 1 - positions, positions).unsqueeze(-1)
-        x = torch.stack([token_layer, token_layer.gather(1, reverse.expand(-1, -1, proj))])
+        backward_input = token_layer if backward_token_layer is None else backward_token_layer
+        x = torch.stack([token_layer, backward_input.gather(1, reverse.expand(-1, -1, proj))])
 
         h, c = self._split_states(initial_states, batch, token_layer)
         layers, final_h, final_c = [], [], []
         for index, layer in enumerate(self.layers):
+            if self.lstm_dropout is not None:
+                x = self.lstm_dropout(x)  # bilm-tf drops each layer's input; the residual adds the dropped input
             output, layer_h, layer_c = layer(x, sequence_mask, h[index], c[index])
             if self.config.use_skip_connections and index > 0:
                 output = output + x  # the carried state stays the pre-residual one, as in the original
@@ -673,10 +691,247 @@ class ElmoForTokenClassification(ElmoTaskModel):
         )
 
 
+def log_uniform_probability(ids: torch.Tensor, range_max: int) -> torch.Tensor:
+    """P(id) under the log-uniform (Zipfian) distribution over [0, range_max): log((id + 2) / (id + 1)) / log(range_max + 1).
+
+    It assumes ids sorted by descending word frequency, which is why the vocabulary file is sorted that way.
+    """
+    ids = ids.to(torch.float64)
+    return (torch.log(ids + 2) - torch.log(ids + 1)) / math.log(range_max + 1)
+
+
+def sample_log_uniform(num_sampled: int, range_max: int) -> tuple[torch.Tensor, int]:
+    """`num_sampled` distinct ids from the log-uniform distribution, as TensorFlow's
+    `log_uniform_candidate_sampler(unique=True)` draws them: one draw at a time, repeats rejected, until that many
+    are distinct. Returns the ids in drawing order and the number of draws it took. Uses torch's CPU generator,
+    so a checkpoint's saved random state replays the same samples.
+    """
+    log_range = math.log(range_max + 1)
+    draws = torch.empty(0, dtype=torch.long)
+    while True:
+        uniform = torch.rand(max(2 * num_sampled, 64), dtype=torch.float64)
+        new = (torch.exp(uniform * log_range).floor().long() - 1).clamp_(0, range_max - 1)
+        draws = torch.cat([draws, new])
+        positions = torch.arange(len(draws))
+        _, inverse = torch.unique(draws, return_inverse=True)
+        first = torch.full((int(inverse.max()) + 1,), len(draws)).scatter_reduce(0, inverse, positions, "amin")
+        is_first = first[inverse] == positions
+        distinct = is_first.cumsum(0)
+        if distinct[-1] >= num_sampled:
+            num_tries = int(torch.searchsorted(distinct, num_sampled)) + 1
+            return draws[:num_tries][is_first[:num_tries]], num_tries
+
+
+def log_expected_count(ids: torch.Tensor, range_max: int, num_sampled: int, num_tries: int) -> torch.Tensor:
+    """log of how often `ids` are expected among the samples: log Q in the sampled softmax."""
+    probability = log_uniform_probability(ids, range_max)
+    if num_tries == num_sampled:  # no draw was rejected
+        expected = probability * num_sampled
+    else:  # 1 - (1 - p) ** num_tries, computed stably
+        expected = -torch.expm1(num_tries * torch.log1p(-probability))
+    return torch.log(expected).float()
+
+
+def sampled_softmax_loss(
+    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_sampled: int
+) -> torch.Tensor:
+    """Per-token loss of TensorFlow's `sampled_softmax_loss` with its defaults (bilm-tf's training loss).
+
+    hidden [N, P], targets [N] -> [N]. One set of `num_sampled` distinct negatives (log-uniform) for the whole
+    batch; each logit is corrected by the log of its expected count; a negative that is the token's own target
+    (an accidental hit) is removed; the loss is the cross-entropy of the true word among [true, negatives].
+    """
+    vocab_size = weight.shape[0]
+    sampled, num_tries = sample_log_uniform(num_sampled, vocab_size)
+    sampled = sampled.to(hidden.device)
+    true_logits = (hidden * weight[targets]).sum(-1) + bias[targets]
+    true_logits = true_logits.float() - log_expected_count(targets, vocab_size, num_sampled, num_tries)
+    sampled_logits = F.linear(hidden, weight[sampled], bias[sampled]).float()
+    sampled_logits = sampled_logits - log_expected_count(sampled, vocab_size, num_sampled, num_tries)
+    sampled_logits = sampled_logits.masked_fill(targets.unsqueeze(1) == sampled.unsqueeze(0), float("-inf"))
+    logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1)
+    return torch.logsumexp(logits, dim=1) - true_logits
+
+
+def full_softmax_loss(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Per-token cross-entropy over the whole vocabulary: hidden [N, P], targets [N] -> [N].
+
+    Computed in chunks of tokens so that the logits of a large vocabulary never fill memory.
+    """
+    chunk = max(1, 2**24 // weight.shape[0])
+    losses = [
+        F.cross_entropy(F.linear(part, weight, bias).float(), part_targets, reduction="none")
+        for part, part_targets in zip(hidden.split(chunk), targets.split(chunk))
+    ]
+    return torch.cat(losses) if losses else hidden.new_zeros(0)
+
+
+@dataclass
+class ElmoForPreTrainingOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor` []):
+        `(forward_loss + backward_loss) / 2`, as bilm-tf trains.
+    forward_loss, backward_loss (`torch.FloatTensor` []):
+        Mean negative log-likelihood of each direction's targets: sampled softmax in training, the full softmax
+        in evaluation. Perplexity is `exp` of the mean over a held-out text.
+    last_hidden_state (`torch.FloatTensor` [B, S, 2P]):
+        The top biLSTM layer at every input position (forward half, backward half), the softmax's input.
+    final_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C])):
+        LSTM state after each row: pass it (detached) as `initial_states` of the row's next window.
+    """
+
+    loss: torch.FloatTensor | None = None
+    forward_loss: torch.FloatTensor | None = None
+    backward_loss: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+    final_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+
+
+class ElmoForPreTraining(ElmoPreTrainedModel):
+    """The biLM language model that pretrains ELMo: a forward and a backward LM over the body, one softmax over a
+    word vocabulary shared by both directions, as in bilm-tf.
+
+    Unlike `ElmoModel`, it reads its input exactly as given: a training window is part of a stream of sentences,
+    so `<S>` and `</S>` are words of the input (spelled by `ElmoTokenizer.word_to_char_ids`), and the LSTM state
+    is carried from window to window through `initial_states`.
+    """
+
+    _keys_to_ignore_on_load_unexpected = [r"scalar_mixes\."]
+    accepts_loss_kwargs = False  # the loss is a per-token mean; gradient accumulation divides it
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        if not config.lm_vocab_size:
+            raise ValueError(
+                "ElmoForPreTraining needs ElmoConfig.lm_vocab_size, the number of words of its softmax vocabulary "
+                "(<S>, </S> and <UNK> included); pass lm_vocab_size=len(vocabulary)"
+            )
+        self.elmo = ElmoModel(config, add_scalar_mix=False, lm_dropout=config.lm_dropout)
+        self.softmax = nn.Linear(config.projection_dim, config.lm_vocab_size)  # row i scores word i
+        self.dropout = nn.Dropout(config.lm_dropout) if config.lm_dropout > 0 else None
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        super()._init_weights(module)
+        if module is getattr(self, "softmax", None):  # bilm-tf's softmax initialisation
+            init.normal_(module.weight, std=1.0 / math.sqrt(self.config.projection_dim))
+            init.zeros_(module.bias)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.elmo.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.elmo.set_input_embeddings(value)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        backward_labels: torch.LongTensor | None = None,
+        backward_input_ids: torch.LongTensor | None = None,
+        initial_states: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs,
+    ) -> ElmoForPreTrainingOutput:
+        r"""
+        input_ids (`torch.LongTensor` [B, S, K]):
+            Character ids of the words the LSTMs read, `<S>`/`</S>` included where the text has them; rows are
+            right-padded with all-zero words.
+        attention_mask (`torch.Tensor` [B, S], *optional*):
+            1 for words, 0 for padding (a prefix of each row). Defaults to the words that are not all zeros.
+        labels (`torch.LongTensor` [B, S], *optional*):
+            The forward LM's targets: the vocabulary id of the word after each position; -100 = no target.
+        backward_labels (`torch.LongTensor` [B, S], *optional*):
+            The backward LM's targets: the id of the word before each position; -100 = no target.
+        backward_input_ids (`torch.LongTensor` [B, S, K], *optional*):
+            A different text for the backward LM, in reading order left to right (it is read from its end), with
+            the padding of `input_ids`. By default both directions read `input_ids`.
+        initial_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C]), *optional*):
+            The LSTM state to start from, usually the previous window's `final_states`. Zeros when omitted.
+        """
+        chars = self.config.max_characters_per_token
+        if input_ids.dim() != 3 or input_ids.shape[-1] != chars:
+            raise ValueError(f"input_ids must be [batch, words, {chars}] character ids, got shape {list(input_ids.shape)}")
+        if backward_input_ids is not None and backward_input_ids.shape != input_ids.shape:
+            raise ValueError(
+                f"backward_input_ids must have the shape of input_ids {list(input_ids.shape)}, "
+                f"got {list(backward_input_ids.shape)}"
+            )
+        mask = (input_ids > 0).any(-1) if attention_mask is None else attention_mask.bool()
+        batch, steps = input_ids.shape[:2]
+        if mask.shape != (batch, steps):
+            raise ValueError(f"attention_mask must be [{batch}, {steps}], got {list(mask.shape)}")
+        positions = torch.arange(steps, device=mask.device)
+        if not torch.equal(mask, positions < mask.sum(1, keepdim=True)):
+            raise ValueError("ElmoForPreTraining reads right-padded rows: attention_mask must be 1 on a prefix of each row")
+        if (labels is None) != (backward_labels is None):
+            raise ValueError("pass both labels (forward targets) and backward_labels, or neither")
+
+        token_layer, backward_layer = self._token_layers(input_ids, backward_input_ids, mask)
+        layers, final_states = self.elmo._run_bilstm(token_layer, mask, initial_states, backward_layer)
+        top = layers[-1]
+        loss = forward_loss = backward_loss = None
+        if labels is not None:
+            forward_top, backward_top = top.split(self.config.projection_dim, dim=-1)
+            forward_loss = self._language_model_loss(forward_top, labels, "labels")
+            backward_loss = self._language_model_loss(backward_top, backward_labels, "backward_labels")
+            loss = 0.5 * (forward_loss + backward_loss)
+        return ElmoForPreTrainingOutput(
+            loss=loss,
+            forward_loss=forward_loss,
+            backward_loss=backward_loss,
+            last_hidden_state=top,
+            final_states=final_states,
+        )
+
+    def _token_layers(
+        self, input_ids: torch.Tensor, backward_input_ids: torch.Tensor | None, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[B, S, K] char ids (of each direction) -> [B, S, P] context-free vectors at real positions, 0 elsewhere.
+
+        The char CNN runs once per distinct word of the batch: a vector depends on its word alone, and a batch of
+        running text repeats its frequent words many times.
+        """
+        words = input_ids[mask]
+        if backward_input_ids is not None:
+            words = torch.cat([words, backward_input_ids[mask]])
+        distinct, inverse = torch.unique(words, dim=0, return_inverse=True)
+        vectors = self.elmo.char_encoder(distinct)[inverse]
+        layers = [
+            vectors.new_zeros(*mask.shape, vectors.shape[-1]).masked_scatter(mask.unsqueeze(-1), part)
+            for part in vectors.chunk(1 if backward_input_ids is None else 2)
+        ]
+        return layers[0], layers[1] if len(layers) == 2 else None
+
+    def _language_model_loss(self, hidden: torch.Tensor, labels: torch.Tensor, name: str) -> torch.Tensor:
+        """Mean negative log-likelihood of one direction: hidden [B, S, P], labels [B, S] -> []."""
+        if labels.shape != hidden.shape[:2]:
+            raise ValueError(f"{name} must be [{hidden.shape[0]}, {hidden.shape[1]}], got {list(labels.shape)}")
+        keep = labels != -100
+        targets = labels[keep]
+        vocab_size = self.config.lm_vocab_size
+        if bool(((targets < 0) | (targets >= vocab_size)).any()):
+            raise ValueError(f"{name} holds ids outside the vocabulary [0, {vocab_size}) other than -100")
+        hidden = hidden[keep]
+        if self.dropout is not None:
+            hidden = self.dropout(hidden)
+        negatives = self.config.lm_negative_samples
+        if self.training and 0 < negatives < vocab_size:
+            losses = sampled_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias, negatives)
+        else:
+            losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
+        return losses.sum() / keep.sum().clamp(min=1)
+
+
 __all__ = [
+    "ElmoForPreTraining",
+    "ElmoForPreTrainingOutput",
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
     "ElmoModel",
+    "ElmoModelOutput",
     "ElmoPreTrainedModel",
     "ElmoTaskModel",
 ]

@@ -1,0 +1,341 @@
+"""Text for biLM pretraining: loading, encoding, and the batches bilm-tf trains and evaluates on.
+
+A corpus is one sentence per line (text files, or a local `datasets` dataset with a text column). Each word is
+read by the model as its character ids and predicted as its id in the softmax vocabulary.
+
+Training batches (`StreamBatches`, bilm-tf's default): the sentences of an epoch, shuffled, form one stream per
+direction. The forward stream holds each sentence as inputs `<S> w1 .. wn` with targets `w1 .. wn </S>`; the
+backward stream holds each sentence reversed, inputs `</S> wn .. w1` with targets `wn .. w1 <S>`, in an order
+of its own. Each stream is cut into `rows` equal parts (one per batch row, over all processes) that are read
+`unroll_steps` words at a time, so there is no padding, and a row's LSTM state carries over to its next window.
+`SentenceBatches` is the stateless alternative: whole sentences `<S> w1 .. wn </S>`, padded.
+
+The model reads the backward LM's input from right to left, so backward windows are handed to it flipped into
+left-to-right order (`backward_input_ids`, `backward_labels`).
+"""
+
+import glob
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hf_elmo.tokenization_elmo import ElmoTokenizer, word_to_char_ids
+
+from .vocabulary import BOS, EOS, Vocabulary
+
+IGNORE_INDEX = -100
+# Word-table ids of the padding word (all-zero characters) and the two sentence boundaries.
+PAD_TYPE, BOS_TYPE, EOS_TYPE = 0, 1, 2
+
+
+class DataError(ValueError):
+    """Input text that cannot be used; the message names the file, dataset or option."""
+
+
+def load_sentences(paths: list[str], text_column: str = "text", word_splitting: str = "whitespace", role: str = "train"):
+    """The sentences of text files (globs allowed) or of a local `datasets` dataset, as a `datasets.Dataset` with a
+    `words` column; empty lines are dropped.
+
+    word_splitting: "whitespace" for pre-tokenised text (bilm-tf's format), "tokenizer" to split raw text with
+    `ElmoTokenizer.split_words`.
+    """
+    import datasets
+
+    if word_splitting not in ("whitespace", "tokenizer"):
+        raise DataError(f"--word-splitting must be 'whitespace' or 'tokenizer', got {word_splitting!r}")
+    option = f"--{role}-file"
+    if len(paths) == 1 and Path(paths[0]).is_dir():
+        dataset = _load_saved_dataset(Path(paths[0]), role, option)
+    else:
+        files = []
+        for pattern in paths:
+            matches = sorted(glob.glob(pattern))
+            if not matches:
+                raise DataError(f"{option} {pattern}: no such file")
+            files.extend(matches)
+        for file in files:
+            if Path(file).is_dir():
+                raise DataError(f"{option} {file}: a folder can only be given alone, as a saved datasets dataset")
+        dataset = datasets.load_dataset("text", data_files=files, split="train")
+    if text_column not in dataset.column_names:
+        raise DataError(f"{option} {paths[0]}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}); pass --text-column")
+    if word_splitting == "whitespace":
+        split = str.split
+    else:
+        split = ElmoTokenizer().split_words
+
+    def split_batch(batch):
+        return {"words": [split(text) if text else [] for text in batch[text_column]]}
+
+    dataset = dataset.map(split_batch, batched=True, remove_columns=dataset.column_names, desc=f"splitting {role} text")
+    return dataset.filter(lambda batch: [len(words) > 0 for words in batch["words"]], batched=True, desc="dropping empty lines")
+
+
+def _load_saved_dataset(folder: Path, role: str, option: str):
+    import datasets
+
+    try:
+        dataset = datasets.load_from_disk(str(folder))
+    except FileNotFoundError as error:
+        raise DataError(f"{option} {folder}: not a dataset saved with save_to_disk ({error})") from None
+    if isinstance(dataset, datasets.DatasetDict):
+        wanted = {"train": ("train",), "validation": ("validation", "valid", "test")}.get(role, (role,))
+        split = next((name for name in wanted if name in dataset), None)
+        if split is None:
+            raise DataError(f"{option} {folder}: no split {' or '.join(wanted)} (splits: {', '.join(dataset)})")
+        dataset = dataset[split]
+    return dataset
+
+
+def count_words(sentences) -> Counter:
+    """How often each word occurs in a dataset with a `words` column."""
+    counts = Counter()
+    for batch in sentences.iter(batch_size=10_000):
+        for words in batch["words"]:
+            counts.update(words)
+    return counts
+
+
+class WordTable:
+    """Every distinct word of the corpora and its character ids: the model's input, one row per word."""
+
+    def __init__(self, max_characters_per_token: int):
+        self.max_characters_per_token = max_characters_per_token
+        self.index = {BOS: BOS_TYPE, EOS: EOS_TYPE}
+        self._rows = [[0] * max_characters_per_token, word_to_char_ids(BOS, max_characters_per_token),
+                      word_to_char_ids(EOS, max_characters_per_token)]
+        self._char_ids = None
+
+    def ids(self, words: list[str]) -> list[int]:
+        ids = []
+        for word in words:
+            index = self.index.get(word)
+            if index is None:
+                index = self.index[word] = len(self._rows)
+                self._rows.append(word_to_char_ids(word, self.max_characters_per_token))
+                self._char_ids = None
+            ids.append(index)
+        return ids
+
+    @property
+    def char_ids(self) -> torch.Tensor:
+        """[words, K] character ids (int16, 262 ids); row 0 is the all-zero padding word."""
+        if self._char_ids is None:
+            self._char_ids = torch.tensor(self._rows, dtype=torch.int16)
+        return self._char_ids
+
+    def spell(self, types: np.ndarray) -> torch.Tensor:
+        """Word-table ids [...] -> character ids [..., K], the model's input."""
+        return self.char_ids[torch.from_numpy(np.ascontiguousarray(types, dtype=np.int64))].long()
+
+
+@dataclass
+class EncodedText:
+    """Sentences as flat arrays: sentence i is `[offsets[i], offsets[i + 1])` of `types` (word-table ids) and
+    `targets` (vocabulary ids)."""
+
+    types: np.ndarray
+    targets: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def num_predictions(self) -> int:
+        """Targets per direction: every word, plus `</S>` (forward) or `<S>` (backward) once per sentence."""
+        return len(self.types) + self.num_sentences
+
+    @classmethod
+    def encode(cls, sentences, table: WordTable, vocabulary: Vocabulary) -> "EncodedText":
+        """The corpus in memory: about 8 bytes per word."""
+        types, targets, lengths = [np.zeros(0, dtype=np.int32)], [np.zeros(0, dtype=np.int32)], [0]
+        for batch in sentences.iter(batch_size=10_000):
+            words = [word for sentence in batch["words"] for word in sentence]
+            types.append(np.asarray(table.ids(words), dtype=np.int32))
+            targets.append(vocabulary.ids(words).astype(np.int32))
+            lengths.extend(len(sentence) for sentence in batch["words"])
+        return cls(types=np.concatenate(types), targets=np.concatenate(targets), offsets=np.cumsum(lengths))
+
+    def stream(self, order: np.ndarray, vocabulary: Vocabulary, backward: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The sentences `order` as one stream of (input type, target id), in the direction's reading order.
+
+        Forward: `<S> w1 .. wn` -> `w1 .. wn </S>`; backward: `</S> wn .. w1` -> `wn .. w1 <S>`.
+        """
+        lengths = np.diff(self.offsets)[order]
+        starts = np.cumsum(lengths + 1) - (lengths + 1)
+        total = int((lengths + 1).sum())
+        within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)  # j of word j
+        source = np.repeat(self.offsets[:-1][order], lengths) + within
+        start = np.repeat(starts, lengths)
+        place = np.repeat(lengths, lengths) - 1 - within if backward else within
+        inputs = np.empty(total, dtype=np.int32)
+        targets = np.empty(total, dtype=np.int32)
+        inputs[starts] = EOS_TYPE if backward else BOS_TYPE
+        inputs[start + 1 + place] = self.types[source]
+        targets[start + place] = self.targets[source]
+        targets[starts + lengths] = vocabulary.bos_id if backward else vocabulary.eos_id
+        return inputs, targets
+
+
+class StreamBatches:
+    """bilm-tf's training batches: windows of `unroll_steps` words from per-row streams (see the module doc).
+
+    `batch(index)` depends only on `index` (windows since the start of training), the seed and the process, so a
+    resumed run reads exactly the windows an uninterrupted one would.
+    """
+
+    stateful = True
+
+    def __init__(self, text: EncodedText, table: WordTable, vocabulary: Vocabulary, batch_size: int,
+                 unroll_steps: int, seed: int, shuffle: bool = True, num_processes: int = 1, process_index: int = 0):
+        self.text, self.table, self.vocabulary = text, table, vocabulary
+        self.batch_size, self.unroll_steps, self.seed, self.shuffle = batch_size, unroll_steps, seed, shuffle
+        self.rows = batch_size * num_processes
+        self.my_rows = slice(process_index * batch_size, (process_index + 1) * batch_size)
+        self.row_length = text.num_predictions // self.rows
+        self.steps_per_epoch = self.row_length // unroll_steps
+        if self.steps_per_epoch == 0:
+            raise DataError(
+                f"the training text has {text.num_predictions} words per direction, too few for one window of "
+                f"{self.rows} rows x {unroll_steps} words; lower --batch-size or --unroll-steps"
+            )
+        self._epoch, self._streams = None, None
+
+    def starts_row_streams(self, index: int) -> bool:
+        """True where new streams begin (each epoch): the carried LSTM state must start from zero there."""
+        return index % self.steps_per_epoch == 0
+
+    def _order(self, epoch: int, direction: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.text.num_sentences)
+        return np.random.default_rng([self.seed, epoch, direction]).permutation(self.text.num_sentences)
+
+    def _epoch_streams(self, epoch: int):
+        if epoch != self._epoch:
+            streams = []
+            for direction in (0, 1):
+                inputs, targets = self.text.stream(self._order(epoch, direction), self.vocabulary, backward=direction == 1)
+                size = self.rows * self.row_length
+                streams.append((inputs[:size].reshape(self.rows, -1)[self.my_rows], targets[:size].reshape(self.rows, -1)[self.my_rows]))
+            self._epoch, self._streams = epoch, streams
+        return self._streams
+
+    def batch(self, index: int) -> dict[str, torch.Tensor]:
+        epoch, window = divmod(index, self.steps_per_epoch)
+        (forward_inputs, forward_targets), (backward_inputs, backward_targets) = self._epoch_streams(epoch)
+        columns = slice(window * self.unroll_steps, (window + 1) * self.unroll_steps)
+        return window_batch(self.table, forward_inputs[:, columns], forward_targets[:, columns],
+                            backward_inputs[:, columns], backward_targets[:, columns])
+
+
+class SentenceBatches:
+    """Stateless batches of whole sentences `<S> w1 .. wn </S>`, right-padded; both LMs read the same sentences."""
+
+    stateful = False
+
+    def __init__(self, text: EncodedText, table: WordTable, vocabulary: Vocabulary, batch_size: int, seed: int,
+                 shuffle: bool = True, num_processes: int = 1, process_index: int = 0):
+        self.text, self.table, self.vocabulary = text, table, vocabulary
+        self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
+        self.rows = batch_size * num_processes
+        self.first_row = process_index * batch_size
+        self.steps_per_epoch = text.num_sentences // self.rows
+        if self.steps_per_epoch == 0:
+            raise DataError(f"the training text has {text.num_sentences} sentences, fewer than one batch of {self.rows}")
+        self._epoch, self._order = None, None
+
+    def starts_row_streams(self, index: int) -> bool:
+        return True
+
+    def batch(self, index: int) -> dict[str, torch.Tensor]:
+        epoch, step = divmod(index, self.steps_per_epoch)
+        if epoch != self._epoch:
+            count = self.text.num_sentences
+            self._order = np.random.default_rng([self.seed, epoch]).permutation(count) if self.shuffle else np.arange(count)
+            self._epoch = epoch
+        start = step * self.rows + self.first_row
+        return sentence_batch(self.text, self._order[start : start + self.batch_size], self.table, self.vocabulary)
+
+
+def sentence_batch(text: EncodedText, sentences, table: WordTable, vocabulary: Vocabulary) -> dict[str, torch.Tensor]:
+    """Sentences `<S> w1 .. wn </S>` padded to a common length; labels = next word, backward_labels = previous."""
+    lengths = [int(text.offsets[i + 1] - text.offsets[i]) for i in sentences]
+    steps = max(lengths) + 2
+    types = np.full((len(lengths), steps), PAD_TYPE, dtype=np.int64)
+    labels = np.full((len(lengths), steps), IGNORE_INDEX, dtype=np.int64)
+    backward_labels = np.full((len(lengths), steps), IGNORE_INDEX, dtype=np.int64)
+    for row, (i, length) in enumerate(zip(sentences, lengths)):
+        words = slice(text.offsets[i], text.offsets[i + 1])
+        types[row, : length + 2] = [BOS_TYPE, *text.types[words], EOS_TYPE]
+        labels[row, : length + 1] = [*text.targets[words], vocabulary.eos_id]
+        backward_labels[row, 1 : length + 2] = [vocabulary.bos_id, *text.targets[words]]
+    return {
+        "input_ids": table.spell(types),
+        "attention_mask": torch.from_numpy(types != PAD_TYPE).long(),
+        "labels": torch.from_numpy(labels),
+        "backward_labels": torch.from_numpy(backward_labels),
+    }
+
+
+class EvaluationStream:
+    """A held-out text read once, in order, with the LSTM state carried (bilm-tf's `run_test`), every target counted.
+
+    The sentences are split into `rows` contiguous parts of about equal size (over all processes); each part is read
+    as a forward and a backward stream like the training ones, in windows of `unroll_steps`. Rows that end early are
+    filled with `<S>` words without targets, after their text, so no prediction sees them.
+    """
+
+    def __init__(self, text: EncodedText, table: WordTable, vocabulary: Vocabulary, rows: int, unroll_steps: int,
+                 num_processes: int = 1, process_index: int = 0):
+        if text.num_sentences == 0:
+            raise DataError("the held-out text has no sentences")
+        self.table, self.unroll_steps = table, unroll_steps
+        rows_total = rows * num_processes
+        ends = np.cumsum(np.diff(text.offsets) + 1)
+        bounds = np.searchsorted(ends, np.arange(1, rows_total) * ends[-1] / rows_total, side="right")
+        parts = np.split(np.arange(text.num_sentences), bounds)
+        streams = [(text.stream(part, vocabulary, False), text.stream(part, vocabulary, True)) for part in parts]
+        length = max(len(forward[0]) for forward, _ in streams)
+        length = -(-length // unroll_steps) * unroll_steps
+        mine = streams[process_index * rows : (process_index + 1) * rows]
+        self.arrays = []
+        for direction in (0, 1):
+            inputs = np.full((rows, length), BOS_TYPE, dtype=np.int64)
+            targets = np.full((rows, length), IGNORE_INDEX, dtype=np.int64)
+            for row, pair in enumerate(mine):
+                row_inputs, row_targets = pair[direction]
+                inputs[row, : len(row_inputs)] = row_inputs
+                targets[row, : len(row_targets)] = row_targets
+            self.arrays.append((inputs, targets))
+        self.num_windows = length // unroll_steps
+
+    def __iter__(self):
+        (forward_inputs, forward_targets), (backward_inputs, backward_targets) = self.arrays
+        for window in range(self.num_windows):
+            columns = slice(window * self.unroll_steps, (window + 1) * self.unroll_steps)
+            yield window_batch(self.table, forward_inputs[:, columns], forward_targets[:, columns],
+                               backward_inputs[:, columns], backward_targets[:, columns])
+
+
+def window_batch(table: WordTable, forward_inputs, forward_targets, backward_inputs, backward_targets) -> dict:
+    """One window of both streams [rows, steps] -> model inputs; the backward window is flipped left to right."""
+    return {
+        "input_ids": table.spell(forward_inputs),
+        "labels": torch.from_numpy(forward_targets.astype(np.int64)),
+        "backward_input_ids": table.spell(backward_inputs[:, ::-1]),
+        "backward_labels": torch.from_numpy(backward_targets[:, ::-1].astype(np.int64)),
+    }
+
+
+def read_corpus(paths: list[str], text_column: str, word_splitting: str, role: str):
+    """Load a corpus for `role` ("train" or "validation"), with a readable error for empty input."""
+    sentences = load_sentences(paths, text_column=text_column, word_splitting=word_splitting, role=role)
+    if len(sentences) == 0:
+        raise DataError(f"--{role}-file {' '.join(map(os.fspath, paths))}: no sentences (every line is empty)")
+    return sentences

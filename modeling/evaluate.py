@@ -1,0 +1,99 @@
+"""Held-out perplexity of a pretrained ELMo biLM: forward, backward and their average, with the full softmax.
+
+    python modeling/evaluate.py --model-dir OUTPUT_DIR --file test.txt
+
+Perplexity is exp(mean negative log-likelihood per target word). Each sentence gives n + 1 targets per direction
+(its words, then `</S>` forward or `<S>` backward), as in the standard Penn Treebank count. The text is read once,
+in order, with the LSTM state carried from sentence to sentence (bilm-tf's `run_test`). The average is
+exp of the mean of the two directions' NLL, the geometric mean of their perplexities, which is what bilm-tf
+reports.
+"""
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hf_elmo import ElmoForPreTraining  # noqa: E402
+
+from modeling.data import IGNORE_INDEX, DataError, EncodedText, EvaluationStream, WordTable, read_corpus  # noqa: E402
+from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
+
+
+@torch.no_grad()
+def perplexity(model: ElmoForPreTraining, stream: EvaluationStream, device, autocast=contextlib.nullcontext, reduce=None) -> dict:
+    """Run `stream` through `model` in evaluation mode; `reduce` sums a tensor over processes (Accelerate)."""
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(4, dtype=torch.float64, device=device)  # NLL sums and target counts per direction
+    states = None
+    for batch in stream:
+        batch = {name: tensor.to(device) for name, tensor in batch.items()}
+        with autocast():
+            output = model(**batch, initial_states=states)
+        states = output.final_states
+        forward_count = (batch["labels"] != IGNORE_INDEX).sum()
+        backward_count = (batch["backward_labels"] != IGNORE_INDEX).sum()
+        totals += torch.stack([
+            output.forward_loss.double() * forward_count,
+            output.backward_loss.double() * backward_count,
+            forward_count.double(),
+            backward_count.double(),
+        ])
+    model.train(was_training)
+    if reduce is not None:
+        totals = reduce(totals)
+    forward_nll, backward_nll = (totals[0] / totals[2]).item(), (totals[1] / totals[3]).item()
+    return {
+        "forward_perplexity": math.exp(forward_nll),
+        "backward_perplexity": math.exp(backward_nll),
+        "average_perplexity": math.exp((forward_nll + backward_nll) / 2),
+        "target_words": int(totals[2].item()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", required=True, help="a pretraining output folder or one of its checkpoint-STEP folders")
+    parser.add_argument("--file", nargs="+", required=True, help="held-out text files (one sentence per line) or a saved dataset folder")
+    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--word-splitting", default="whitespace", choices=["whitespace", "tokenizer"])
+    parser.add_argument("--batch-size", type=int, default=64, help="rows read in parallel")
+    parser.add_argument("--unroll-steps", type=int, default=100, help="words per window (the result does not depend on it)")
+    parser.add_argument("--output-json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    try:
+        model_dir = Path(args.model_dir)
+        for name in ("config.json", "vocab.txt"):
+            if not (model_dir / name).is_file():
+                raise DataError(f"{model_dir}: no {name}; pass a folder written by modeling/pretrain.py")
+        vocabulary = Vocabulary.from_file(model_dir / "vocab.txt")
+        model = ElmoForPreTraining.from_pretrained(model_dir)
+        if model.config.lm_vocab_size != len(vocabulary):
+            raise DataError(f"{model_dir}: vocab.txt has {len(vocabulary)} words, the softmax {model.config.lm_vocab_size}")
+        table = WordTable(model.config.max_characters_per_token)
+        text = EncodedText.encode(read_corpus(args.file, args.text_column, args.word_splitting, "validation"), table, vocabulary)
+        stream = EvaluationStream(text, table, vocabulary, rows=args.batch_size, unroll_steps=args.unroll_steps)
+    except (DataError, VocabularyError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results = perplexity(model.to(device), stream, device)
+    print(
+        f"forward perplexity {results['forward_perplexity']:.2f}, backward {results['backward_perplexity']:.2f}, "
+        f"average {results['average_perplexity']:.2f} over {results['target_words']} target words per direction"
+    )
+    if args.output_json:
+        Path(args.output_json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Plot a pretraining run's learning curve (OUTPUT_DIR/log.jsonl) as a PNG.
+
+    python modeling/plot_learning_curve.py OUTPUT_DIR/log.jsonl curve.png [--title TEXT]
+
+Left: the training loss (sampled softmax, both directions), averaged over each logging interval. Right: the
+held-out perplexity of each direction (full softmax) at every evaluation. Needs matplotlib (`pip install
+matplotlib`; `make ptb-plot` installs it into .venv).
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("log", help="log.jsonl of a pretraining run")
+    parser.add_argument("output", help="PNG file to write")
+    parser.add_argument("--title", default=None)
+    args = parser.parse_args(argv)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        print("error: plotting needs matplotlib: pip install matplotlib", file=sys.stderr)
+        return 2
+    records = [json.loads(line) for line in Path(args.log).read_text(encoding="utf-8").splitlines() if line.strip()]
+    training = [r for r in records if "loss" in r]
+    evaluations = [r for r in records if "eval_forward_perplexity" in r]
+    if not training:
+        print(f"error: {args.log}: no training steps logged", file=sys.stderr)
+        return 2
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.plot([r["step"] for r in training], [r["loss"] for r in training], linewidth=0.8, color="tab:gray")
+    left.set_xlabel("optimizer step")
+    left.set_ylabel("training loss (sampled softmax)")
+    left.grid(alpha=0.3)
+    if evaluations:
+        steps = [r["step"] for r in evaluations]
+        for name, color in (("forward", "tab:blue"), ("backward", "tab:orange"), ("average", "tab:green")):
+            values = [r[f"eval_{name}_perplexity"] for r in evaluations]
+            right.plot(steps, values, marker="o", markersize=3, label=f"{name} ({values[-1]:.1f})", color=color)
+        right.set_yscale("log")
+        plain = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
+        right.yaxis.set_major_formatter(plain)
+        right.yaxis.set_minor_formatter(plain)
+        right.set_xlabel("optimizer step")
+        right.set_ylabel("held-out perplexity (full softmax)")
+        right.legend()
+        right.grid(alpha=0.3, which="both")
+    else:
+        right.set_axis_off()
+    if args.title:
+        figure.suptitle(args.title)
+    figure.tight_layout()
+    figure.savefig(args.output, dpi=120)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Model sizes and training recipes for `pretrain.py --preset NAME`; every training value can be overridden on the
+command line (`--batch-size`, `--learning-rate`, ...).
+
+`model` holds `ElmoConfig` fields. The released ELMo sizes are trained as bilm-tf trained the original
+(`bin/train_elmo.py`): 128 rows per device, windows of 20 words, 8192 negative samples, dropout 0.1, Adagrad with
+learning rate 0.2, gradient norm clipped at 10.
+"""
+
+from hf_elmo.configuration_elmo import ORIGINAL_CHAR_CNN_FILTERS
+
+# The options every preset starts from: bilm-tf's recipe.
+TRAINING_DEFAULTS = {
+    "batching": "stream",
+    "batch_size": 128,
+    "unroll_steps": 20,
+    "shuffle": True,
+    "negative_samples": 8192,
+    "softmax_init": "random",
+    "dropout": 0.1,
+    "optimizer": "adagrad",
+    "learning_rate": 0.2,
+    "lr_scheduler": "constant",
+    "warmup_steps": 0,
+    "weight_decay": 0.0,
+    "max_grad_norm": 10.0,
+    "gradient_accumulation_steps": 1,
+    "epochs": 10.0,
+    "save_steps": 1250,
+    "eval_steps": 0,
+    "logging_steps": 100,
+}
+
+# The tiny architecture of the reference test fixtures (`shared/fixtures`), 32-wide layers.
+TINY_MODEL = {
+    "char_embedding_dim": 4,
+    "char_cnn_filters": ((1, 4), (2, 8), (3, 16), (4, 32), (5, 64)),
+    "num_highway_layers": 2,
+    "cell_size": 64,
+    "projection_dim": 16,
+    "num_lstm_layers": 2,
+}
+
+# Kim et al. (2016)'s small character-aware model: filters of width w, 25 w of them, one highway layer.
+KIM_SMALL_FILTERS = tuple((width, 25 * width) for width in range(1, 7))
+# Kim et al. (2016)'s large one: min(200, 50 w) filters of width w up to 7, two highway layers.
+KIM_LARGE_FILTERS = tuple((width, min(200, 50 * width)) for width in range(1, 8))
+
+PRESETS = {
+    "tiny": {
+        "description": "the fixtures' 32-wide model, for tests and trying the program out",
+        "model": TINY_MODEL,
+        "training": {"batch_size": 4, "unroll_steps": 10, "negative_samples": 16, "save_steps": 10, "logging_steps": 1},
+    },
+    "ptb-cpu": {
+        "description": "Penn Treebank in an hour on 2 CPU cores: 6 epochs of 726 steps, about 0.7 s per step",
+        "model": {
+            "char_embedding_dim": 16,
+            "char_cnn_filters": KIM_SMALL_FILTERS,
+            "num_highway_layers": 1,
+            "cell_size": 300,
+            "projection_dim": 300,
+            "num_lstm_layers": 2,
+        },
+        "training": {
+            "batch_size": 64,
+            "unroll_steps": 20,
+            "shuffle": False,  # the standard PTB setting: the text in order, so the state carries real context
+            "negative_samples": 2048,
+            "softmax_init": "unigram",  # start as the unigram model: the sampled softmax calibrates rare words slowly
+            "dropout": 0.2,
+            "optimizer": "adamw",
+            "learning_rate": 2e-3,
+            "lr_scheduler": "linear",
+            "warmup_steps": 100,
+            "max_grad_norm": 5.0,
+            "epochs": 6.0,
+            "save_steps": 500,
+            "eval_steps": 1452,  # every 2 epochs: a full-softmax pass over valid costs about 45 s
+            "logging_steps": 10,
+        },
+    },
+    "ptb-gpu": {
+        "description": "Penn Treebank on one GPU: Kim et al. (2016)'s large character-aware size, full softmax",
+        "model": {
+            "char_embedding_dim": 16,
+            "char_cnn_filters": KIM_LARGE_FILTERS,
+            "num_highway_layers": 2,
+            "cell_size": 650,
+            "projection_dim": 650,
+            "num_lstm_layers": 2,
+        },
+        "training": {
+            "batch_size": 20,
+            "unroll_steps": 35,
+            "shuffle": False,
+            "negative_samples": 0,
+            "softmax_init": "unigram",
+            "dropout": 0.5,
+            "optimizer": "adamw",
+            "learning_rate": 1e-3,
+            "lr_scheduler": "linear",
+            "warmup_steps": 500,
+            "max_grad_norm": 5.0,
+            "epochs": 40.0,
+            "save_steps": 2000,
+            "eval_steps": 2656,  # every 2 epochs
+            "logging_steps": 50,
+        },
+    },
+    "small": {
+        "description": "the released Small ELMo (2x1024_128_2048cnn_1xhighway, 13.6M parameters without softmax)",
+        "model": {"char_cnn_filters": ORIGINAL_CHAR_CNN_FILTERS, "num_highway_layers": 1, "cell_size": 1024, "projection_dim": 128},
+        "training": {},
+    },
+    "medium": {
+        "description": "the released Medium ELMo (2x2048_256_2048cnn_1xhighway, 28.0M parameters without softmax)",
+        "model": {"char_cnn_filters": ORIGINAL_CHAR_CNN_FILTERS, "num_highway_layers": 1, "cell_size": 2048, "projection_dim": 256},
+        "training": {},
+    },
+    "original": {
+        "description": "the original ELMo (2x4096_512_2048cnn_2xhighway, 93.6M parameters without softmax)",
+        "model": {"char_cnn_filters": ORIGINAL_CHAR_CNN_FILTERS, "num_highway_layers": 2, "cell_size": 4096, "projection_dim": 512},
+        "training": {},
+    },
+}
+
+
+def preset_names() -> list[str]:
+    return list(PRESETS)
+
+
+def training_settings(name: str) -> dict:
+    """The preset's training options over bilm-tf's defaults."""
+    return {**TRAINING_DEFAULTS, **PRESETS[name]["training"]}

@@ -1,0 +1,547 @@
+"""Pretrain an ELMo biLM, or adapt one to new text, with Accelerate: one CPU, one GPU, DDP or FSDP.
+
+    python modeling/pretrain.py --preset tiny --train-file train.txt --validation-file valid.txt --output-dir run
+    accelerate launch --config_file modeling/configs/multi_gpu.yaml modeling/pretrain.py --preset original ...
+    python modeling/pretrain.py ... --resume          # after a crash: continue from the last checkpoint
+    python modeling/pretrain.py --init-from elmo-original --train-file domain.txt ...   # domain adaptation
+
+Input: text files (globs allowed) or a local `datasets` dataset with a text column, one sentence per line. The
+softmax vocabulary is `--vocab-file` (bilm-tf's format), the one of `--init-from`, or built from the training text
+(`--vocab-size`, `--min-count`); it is saved as OUTPUT_DIR/vocab.txt.
+
+Every `--save-steps` optimizer steps, the whole training state goes to OUTPUT_DIR/checkpoint-STEP/: weights,
+optimizer, scheduler, random generators, and each process's carried LSTM state. A checkpoint is written into a
+hidden folder and renamed when complete, so a crash at any moment (kill -9 included) leaves only complete ones,
+and `--resume` continues exactly as if nothing had happened. The final model is saved with save_pretrained at
+the top of OUTPUT_DIR (it loads as `ElmoModel` with AutoModel, and as `ElmoForPreTraining`), with log.jsonl
+(losses and held-out perplexities) and eval_results.json.
+"""
+
+import argparse
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from accelerate import Accelerator  # noqa: E402
+from accelerate.utils import DistributedType, set_seed  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+from transformers import get_scheduler  # noqa: E402
+
+from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
+from hf_elmo.model_card import render_model_card  # noqa: E402
+
+from modeling.data import (  # noqa: E402
+    DataError,
+    EncodedText,
+    EvaluationStream,
+    SentenceBatches,
+    StreamBatches,
+    WordTable,
+    count_words,
+    read_corpus,
+)
+from modeling.evaluate import perplexity  # noqa: E402
+from modeling.presets import PRESETS, TRAINING_DEFAULTS, training_settings  # noqa: E402
+from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
+
+CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
+# Options a resumed run must share with the run it continues, or it would not continue it exactly.
+FIXED_ON_RESUME = (
+    "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "negative_samples", "softmax_init",
+    "dropout", "optimizer", "learning_rate", "lr_scheduler", "warmup_steps", "weight_decay", "max_grad_norm",
+    "gradient_accumulation_steps", "seed", "mixed_precision", "num_processes",
+)
+
+
+class PretrainError(ValueError):
+    """A bad option or output folder; the message says which."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    presets = "\n".join(f"  {name}: {preset['description']}" for name, preset in PRESETS.items())
+    parser = argparse.ArgumentParser(description=__doc__, epilog=f"presets:\n{presets}",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    data = parser.add_argument_group("data")
+    data.add_argument("--train-file", nargs="+", required=True, help="text files or globs, or one saved dataset folder")
+    data.add_argument("--validation-file", nargs="+", help="held-out text for the periodic and final perplexity")
+    data.add_argument("--text-column", default="text", help="column of a saved dataset that holds the sentences")
+    data.add_argument("--word-splitting", default="whitespace", choices=["whitespace", "tokenizer"],
+                      help="whitespace: pre-tokenised text (bilm-tf's format); tokenizer: split raw text with ElmoTokenizer")
+    data.add_argument("--vocab-file", help="softmax vocabulary in bilm-tf's format (<S>, </S>, <UNK>, then by frequency)")
+    data.add_argument("--vocab-size", type=int, help="build the vocabulary from the training text: at most this many words")
+    data.add_argument("--min-count", type=int, default=1, help="build the vocabulary from words seen this often")
+    data.add_argument("--new-vocabulary", action="store_true", help="with --init-from: build a vocabulary from the training text even if the model has one")
+
+    model = parser.add_argument_group("model")
+    model.add_argument("--preset", choices=list(PRESETS), help="model size and training recipe (with --init-from: the recipe only; default bilm-tf's)")
+    model.add_argument("--init-from", help="start from this model folder (a converted ELMo or a pretraining output)")
+    model.add_argument("--freeze-body", action="store_true", help="train the softmax only (fit it to a converted model)")
+
+    training = parser.add_argument_group("training (defaults from the preset)")
+    training.add_argument("--output-dir", required=True)
+    training.add_argument("--max-steps", type=int, help="optimizer steps (default: --epochs over the training text)")
+    training.add_argument("--epochs", type=float)
+    training.add_argument("--batching", choices=["stream", "sentence"], help="stream: bilm-tf's windows with carried LSTM state; sentence: stateless padded sentences")
+    training.add_argument("--batch-size", type=int, help="rows per process and step")
+    training.add_argument("--unroll-steps", type=int, help="words per window (stream batching)")
+    training.add_argument("--shuffle", action=argparse.BooleanOptionalAction, help="shuffle the sentences every epoch")
+    training.add_argument("--negative-samples", type=int, help="sampled softmax negatives; 0 = full softmax")
+    training.add_argument("--softmax-init", choices=["random", "unigram"],
+                          help="a new softmax: random (bilm-tf) or the unigram model of the training text (weights 0, bias log frequency)")
+    training.add_argument("--dropout", type=float, help="LM dropout: each LSTM layer's input and the softmax input")
+    training.add_argument("--optimizer", choices=["adagrad", "adamw"])
+    training.add_argument("--learning-rate", type=float)
+    training.add_argument("--lr-scheduler", choices=["constant", "constant_with_warmup", "linear", "cosine"])
+    training.add_argument("--warmup-steps", type=int)
+    training.add_argument("--weight-decay", type=float, help="AdamW only")
+    training.add_argument("--max-grad-norm", type=float, help="clip the gradient's global norm; 0 = no clipping")
+    training.add_argument("--gradient-accumulation-steps", type=int)
+    training.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], help="default: Accelerate's configuration")
+    training.add_argument("--seed", type=int, default=42)
+
+    runs = parser.add_argument_group("checkpoints and logging")
+    runs.add_argument("--save-steps", type=int, help="checkpoint every N steps; 0 = only the final model")
+    runs.add_argument("--save-total-limit", type=int, default=2, help="checkpoints kept (bilm-tf keeps 2)")
+    runs.add_argument("--resume", nargs="?", const="latest", help="continue from the latest checkpoint in OUTPUT_DIR (or from PATH); starts fresh when there is none")
+    runs.add_argument("--overwrite-output-dir", action="store_true", help="start afresh in an OUTPUT_DIR that has checkpoints")
+    runs.add_argument("--eval-steps", type=int, help="held-out perplexity every N steps; 0 = at the end only")
+    runs.add_argument("--eval-batch-size", type=int, default=64, help="rows per process for the held-out text")
+    runs.add_argument("--eval-unroll-steps", type=int, default=100)
+    runs.add_argument("--logging-steps", type=int)
+    runs.add_argument("--report-to", nargs="*", default=[], help="Accelerate trackers, e.g. tensorboard wandb")
+    return parser.parse_args(argv)
+
+
+def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
+    """The run's options: the preset's, overridden by the command line."""
+    if args.preset is None and not args.init_from:
+        raise PretrainError(f"pass --preset ({', '.join(PRESETS)}) or --init-from a model folder")
+    settings = training_settings(args.preset) if args.preset else dict(TRAINING_DEFAULTS)
+    for name in TRAINING_DEFAULTS:
+        value = getattr(args, name, None)
+        if value is not None:
+            settings[name] = value
+    settings.update(
+        preset=args.preset,
+        init_from=args.init_from,
+        freeze_body=args.freeze_body,
+        seed=args.seed,
+        mixed_precision=args.mixed_precision,
+        num_processes=num_processes,
+        max_steps=args.max_steps,
+    )
+    for name in ("batch_size", "unroll_steps", "gradient_accumulation_steps", "logging_steps"):
+        if settings[name] < 1:
+            raise PretrainError(f"--{name.replace('_', '-')} must be at least 1, got {settings[name]}")
+    for name in ("save_steps", "eval_steps", "negative_samples", "warmup_steps"):
+        if settings[name] < 0:
+            raise PretrainError(f"--{name.replace('_', '-')} must be 0 or more, got {settings[name]}")
+    if not 0 <= settings["dropout"] < 1:
+        raise PretrainError(f"--dropout must be in [0, 1), got {settings['dropout']}")
+    if settings["learning_rate"] <= 0:
+        raise PretrainError(f"--learning-rate must be positive, got {settings['learning_rate']}")
+    if args.max_steps is not None and args.max_steps < 0:
+        raise PretrainError(f"--max-steps must be 0 or more, got {args.max_steps}")
+    return settings
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------------------
+
+
+def list_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints, oldest first (incomplete ones only ever exist under a hidden name)."""
+    found = []
+    for path in output_dir.glob("checkpoint-*"):
+        match = CHECKPOINT_NAME.fullmatch(path.name)
+        if match and (path / "trainer_state.json").is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in [*folder.iterdir(), folder]:
+        handle = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+
+
+def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int, states, trainer_state: dict,
+                    vocabulary: Vocabulary, total_limit: int) -> Path:
+    """Write checkpoint-STEP atomically: everything into a hidden folder, then one rename."""
+    final = output_dir / f"checkpoint-{step}"
+    partial = output_dir / f".checkpoint-{step}.partial"
+    if accelerator.is_main_process:
+        shutil.rmtree(partial, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(partial))
+    carried = {} if states is None else {"h": states[0].contiguous().cpu(), "c": states[1].contiguous().cpu()}
+    save_file(carried, partial / f"lstm_states_{accelerator.process_index}.safetensors")
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(model).config.save_pretrained(partial)  # the folder loads with from_pretrained
+        vocabulary.save(partial / "vocab.txt")
+        (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n", encoding="utf-8")
+        _fsync_tree(partial)
+        if final.exists():  # the same step saved before a crash: keep it until the new one is in place
+            retired = output_dir / f".checkpoint-{step}.retired"
+            shutil.rmtree(retired, ignore_errors=True)
+            os.replace(final, retired)
+            os.replace(partial, final)
+            shutil.rmtree(retired)
+        else:
+            os.replace(partial, final)
+        for _, old in list_checkpoints(output_dir)[:-total_limit] if total_limit > 0 else []:
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def load_carried_states(checkpoint: Path, process_index: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    path = checkpoint / f"lstm_states_{process_index}.safetensors"
+    if not path.is_file():
+        raise PretrainError(f"{checkpoint}: no {path.name}; it was written by fewer processes than this run has")
+    carried = load_file(path)
+    return (carried["h"].to(device), carried["c"].to(device)) if carried else None
+
+
+def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path | None:
+    if args.resume is None:
+        if list_checkpoints(output_dir) and not args.overwrite_output_dir:
+            raise PretrainError(
+                f"{output_dir} already holds checkpoints: pass --resume to continue that run, or --overwrite-output-dir"
+            )
+        return None
+    if args.resume != "latest":
+        path = Path(args.resume)
+        if not (path / "trainer_state.json").is_file():
+            raise PretrainError(f"--resume {path}: not a complete checkpoint folder (no trainer_state.json)")
+        return path
+    checkpoints = list_checkpoints(output_dir)
+    return checkpoints[-1][1] if checkpoints else None
+
+
+# ---- log ---------------------------------------------------------------------------------------------------
+
+
+class TrainingLog:
+    """OUTPUT_DIR/log.jsonl, one JSON object per logged step or evaluation (the learning curve)."""
+
+    def __init__(self, path: Path, active: bool, resume_step: int | None):
+        self.path, self.active = path, active
+        if active and resume_step is not None and path.is_file():
+            # Lines past the checkpoint were written by the interrupted run (the last one maybe half), and the
+            # resumed run writes them again.
+            kept = [line for line in path.read_text(encoding="utf-8").splitlines() if self._step(line) <= resume_step]
+            temporary = path.with_name(f".{path.name}.partial")
+            temporary.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            os.replace(temporary, path)
+        elif active and resume_step is None:
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _step(line: str) -> float:
+        try:
+            return json.loads(line)["step"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            return math.inf
+
+    def write(self, record: dict) -> None:
+        if self.active:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+# ---- model and data ------------------------------------------------------------------------------------------
+
+
+def choose_vocabulary(args, output_dir: Path, resuming: bool, train_sentences) -> Vocabulary:
+    if resuming:
+        return Vocabulary.from_file(output_dir / "vocab.txt")
+    if args.vocab_file:
+        return Vocabulary.from_file(args.vocab_file)
+    if args.init_from and not args.new_vocabulary and (Path(args.init_from) / "vocab.txt").is_file():
+        return Vocabulary.from_file(Path(args.init_from) / "vocab.txt")
+    return Vocabulary.from_counts(count_words(train_sentences), max_size=args.vocab_size, min_count=args.min_count)
+
+
+def build_model(args, settings: dict, vocabulary: Vocabulary) -> tuple[ElmoForPreTraining, bool]:
+    """The model to train, and whether its softmax is new."""
+    lm_options = {
+        "lm_vocab_size": len(vocabulary),
+        "lm_dropout": settings["dropout"],
+        "lm_negative_samples": settings["negative_samples"],
+    }
+    if not args.init_from:
+        return ElmoForPreTraining(ElmoConfig(**PRESETS[args.preset]["model"], **lm_options)), True
+    source = Path(args.init_from)
+    if not (source / "config.json").is_file():
+        raise PretrainError(f"--init-from {source}: no config.json; convert original weights first (conversion/convert_original_elmo.py)")
+    source_config = ElmoConfig.from_pretrained(source)
+    source_vocabulary = Vocabulary.from_file(source / "vocab.txt") if (source / "vocab.txt").is_file() else None
+    keep_softmax = source_config.lm_vocab_size is not None and source_vocabulary == vocabulary
+    model = ElmoForPreTraining.from_pretrained(source, ignore_mismatched_sizes=True, **lm_options)
+    if not keep_softmax and source_config.lm_vocab_size is not None:
+        # A softmax over another vocabulary: start it afresh, as a model without one would.
+        with torch.no_grad():
+            model.softmax.weight.normal_(0.0, 1.0 / math.sqrt(model.config.projection_dim))
+            model.softmax.bias.zero_()
+    return model, not keep_softmax
+
+
+def set_unigram_softmax(model: ElmoForPreTraining, text: EncodedText, vocabulary: Vocabulary) -> None:
+    """Make the softmax the unigram model of `text`: weights 0, bias = log of each word's (add-one smoothed)
+    frequency among the training targets of both LMs. Whatever the biLM reads, it starts at unigram perplexity."""
+    counts = np.bincount(text.targets, minlength=len(vocabulary)).astype(np.float64)
+    counts[[vocabulary.bos_id, vocabulary.eos_id]] += text.num_sentences
+    with torch.no_grad():
+        model.softmax.weight.zero_()
+        model.softmax.bias.copy_(torch.from_numpy(np.log((counts + 1) / (counts.sum() + len(vocabulary)))))
+
+
+def weights_digest(model) -> int:
+    """A 63-bit hash of every parameter's bytes, to check that all processes hold the same model."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return int.from_bytes(digest.digest()[:8], "big") >> 1
+
+
+def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vocabulary, output_dir: Path, source: str,
+                     results: str) -> None:
+    """save_pretrained into a hidden folder, then move each file into OUTPUT_DIR (each replacement is atomic)."""
+    staging = output_dir / ".final.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    model.config.auto_map = {
+        "AutoConfig": "configuration_elmo.ElmoConfig",
+        "AutoModel": "modeling_elmo.ElmoModel",
+        "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
+    }
+    model.save_pretrained(staging, state_dict=state_dict)
+    ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token).save_pretrained(staging)
+    vocabulary.save(staging / "vocab.txt")
+    card = render_model_card(model, output_dir.resolve().name, source=source, results=results)
+    (staging / "README.md").write_text(card, encoding="utf-8")
+    _fsync_tree(staging)
+    for path in staging.iterdir():
+        os.replace(path, output_dir / path.name)
+    staging.rmdir()
+
+
+# ---- the run -------------------------------------------------------------------------------------------------
+
+
+def train(args: argparse.Namespace) -> dict:
+    run_started = time.perf_counter()
+    accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=args.report_to or None)
+    settings = resolve_settings(args, accelerator.num_processes)
+    settings["mixed_precision"] = accelerator.mixed_precision
+    output_dir = Path(args.output_dir)
+    main_process = accelerator.is_main_process
+    if main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        for leftover in output_dir.glob(".checkpoint-*.partial"):  # a save that a crash interrupted
+            shutil.rmtree(leftover)
+        if args.overwrite_output_dir and args.resume is None:
+            for _, old in list_checkpoints(output_dir):
+                shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+    checkpoint = find_resume_checkpoint(args, output_dir)
+    if checkpoint is not None:
+        saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["settings"]
+        changed = [name for name in FIXED_ON_RESUME if saved.get(name) != settings.get(name)]
+        if changed:
+            raise PretrainError(
+                f"--resume {checkpoint}: the run was started with other options ("
+                + ", ".join(f"{name}={saved.get(name)!r}, now {settings.get(name)!r}" for name in changed)
+                + "); resume with the original command"
+            )
+    elif args.resume is not None:
+        accelerator.print(f"no checkpoint in {output_dir}: starting from the beginning")
+    set_seed(args.seed)
+
+    # Data: every process reads the corpus (the datasets cache is built once) and the same vocabulary.
+    with accelerator.main_process_first():
+        train_sentences = read_corpus(args.train_file, args.text_column, args.word_splitting, "train")
+        validation_sentences = None
+        if args.validation_file:
+            validation_sentences = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
+    vocabulary = choose_vocabulary(args, output_dir, checkpoint is not None, train_sentences)
+    if main_process and checkpoint is None:
+        vocabulary.save(output_dir / "vocab.txt")
+
+    model, new_softmax = build_model(args, settings, vocabulary)
+    table = WordTable(model.config.max_characters_per_token)
+    train_text = EncodedText.encode(train_sentences, table, vocabulary)
+    if new_softmax and settings["softmax_init"] == "unigram":
+        set_unigram_softmax(model, train_text, vocabulary)
+    validation = None
+    if validation_sentences is not None:
+        validation_text = EncodedText.encode(validation_sentences, table, vocabulary)
+        validation = EvaluationStream(validation_text, table, vocabulary, rows=args.eval_batch_size, unroll_steps=args.eval_unroll_steps,
+                                      num_processes=accelerator.num_processes, process_index=accelerator.process_index)
+    shared = dict(seed=args.seed, shuffle=settings["shuffle"], num_processes=accelerator.num_processes, process_index=accelerator.process_index)
+    if settings["batching"] == "stream":
+        batches = StreamBatches(train_text, table, vocabulary, settings["batch_size"], settings["unroll_steps"], **shared)
+    else:
+        batches = SentenceBatches(train_text, table, vocabulary, settings["batch_size"], **shared)
+    accumulation = settings["gradient_accumulation_steps"]
+    max_steps = args.max_steps if args.max_steps is not None else math.ceil(settings["epochs"] * batches.steps_per_epoch / accumulation)
+
+    if args.freeze_body:
+        model.elmo.requires_grad_(False)
+    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    if settings["optimizer"] == "adagrad":
+        optimizer = torch.optim.Adagrad(parameters, lr=settings["learning_rate"], initial_accumulator_value=1.0)
+    else:
+        optimizer = torch.optim.AdamW(parameters, lr=settings["learning_rate"], weight_decay=settings["weight_decay"])
+    scheduler = get_scheduler(settings["lr_scheduler"], optimizer, num_warmup_steps=settings["warmup_steps"], num_training_steps=max(max_steps, 1))
+    model, optimizer = accelerator.prepare(model, optimizer)
+    # Not prepared: Accelerate would step a prepared scheduler once per process and step.
+    accelerator.register_for_checkpointing(scheduler)
+    # bilm-tf's Adagrad takes the gradient of the loss summed over the window's steps (loss x unroll_steps).
+    loss_scale = settings["unroll_steps"] if settings["optimizer"] == "adagrad" else 1.0
+
+    step, states = 0, None
+    if checkpoint is not None:
+        accelerator.load_state(str(checkpoint))
+        step = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["step"]
+        states = load_carried_states(checkpoint, accelerator.process_index, accelerator.device)
+        accelerator.print(f"resumed from {checkpoint} at step {step}")
+    log = TrainingLog(output_dir / "log.jsonl", main_process, step if checkpoint is not None else None)
+    accelerator.init_trackers("elmo-pretraining", config={k: v for k, v in settings.items() if isinstance(v, (int, float, str, bool))})
+    unwrapped = accelerator.unwrap_model(model)
+    parameter_count = sum(p.numel() for p in unwrapped.parameters())
+    accelerator.print(
+        f"{args.preset or args.init_from}: {parameter_count:,} parameters ({parameter_count - unwrapped.softmax.weight.numel() - unwrapped.softmax.bias.numel():,} without the softmax), "
+        f"vocabulary {len(vocabulary):,} words, {train_text.num_predictions:,} training targets per direction, "
+        f"{batches.steps_per_epoch / accumulation:.0f} steps per epoch, {max_steps} steps, {accelerator.num_processes} process(es)"
+    )
+
+    def evaluate() -> dict:
+        results = perplexity(unwrapped, validation, accelerator.device, accelerator.autocast, lambda t: accelerator.reduce(t, "sum"))
+        record = {"step": step, **{f"eval_{name}": value for name, value in results.items()}}
+        log.write(record)
+        accelerator.log(record, step=step)
+        accelerator.print(
+            f"step {step}: held-out perplexity forward {results['forward_perplexity']:.2f}, "
+            f"backward {results['backward_perplexity']:.2f}, average {results['average_perplexity']:.2f}"
+        )
+        return results
+
+    if validation is not None and checkpoint is None and args.init_from:
+        evaluate()  # where an adapted model starts
+    progress = tqdm(total=max_steps, initial=step, disable=not main_process, desc="pretraining", dynamic_ncols=True)
+    sums = torch.zeros(4, dtype=torch.float64, device=accelerator.device)  # loss, forward, backward, target words
+    steps_in_sums, started = 0, time.perf_counter()
+    while step < max_steps:
+        model.train()
+        for micro in range(accumulation):
+            index = step * accumulation + micro
+            if batches.starts_row_streams(index):
+                states = None
+            batch = {name: tensor.to(accelerator.device) for name, tensor in batches.batch(index).items()}
+            sync = contextlib.nullcontext() if micro == accumulation - 1 else accelerator.no_sync(model)
+            with sync:
+                output = model(**batch, initial_states=states)
+                accelerator.backward(output.loss * (loss_scale / accumulation))
+            if batches.stateful:
+                states = tuple(state.detach() for state in output.final_states)
+            losses = torch.stack([output.loss, output.forward_loss, output.backward_loss]).detach().double()
+            sums[:3] += losses / accumulation
+            sums[3] += (batch["labels"] != -100).sum()
+        grad_norm = None
+        if settings["max_grad_norm"]:
+            grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        steps_in_sums += 1
+        progress.update(1)
+
+        if step % settings["logging_steps"] == 0 or step == max_steps:
+            totals = accelerator.reduce(sums, "sum")
+            elapsed = time.perf_counter() - started
+            record = {
+                "step": step,
+                "epoch": step * accumulation / batches.steps_per_epoch,
+                "loss": totals[0].item() / (steps_in_sums * accelerator.num_processes),
+                "forward_loss": totals[1].item() / (steps_in_sums * accelerator.num_processes),
+                "backward_loss": totals[2].item() / (steps_in_sums * accelerator.num_processes),
+                "learning_rate": scheduler.get_last_lr()[0],
+                "words_per_second": totals[3].item() / elapsed,
+            }
+            if grad_norm is not None:
+                record["grad_norm"] = float(grad_norm)
+            log.write(record)
+            accelerator.log({k: v for k, v in record.items() if k != "step"}, step=step)
+            progress.set_postfix(loss=f"{record['loss']:.3f}", words_per_s=f"{record['words_per_second']:.0f}")
+            sums.zero_()
+            steps_in_sums, started = 0, time.perf_counter()
+        if validation is not None and settings["eval_steps"] and step % settings["eval_steps"] == 0 and step < max_steps:
+            evaluate()
+        if settings["save_steps"] and step % settings["save_steps"] == 0 and step < max_steps:
+            trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings}
+            save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, args.save_total_limit)
+    progress.close()
+
+    results = evaluate() if validation is not None else {}
+    # Every process must hold the same model (FSDP processes hold shards, which get_state_dict gathers).
+    digests = None
+    if accelerator.distributed_type != DistributedType.FSDP:
+        digests = accelerator.gather(torch.tensor([weights_digest(unwrapped)], device=accelerator.device)).tolist()
+    state_dict = accelerator.get_state_dict(model)
+    if main_process:
+        result_lines = ""
+        if results:
+            result_lines = (
+                f"Held-out perplexity after {step} steps: forward {results['forward_perplexity']:.2f}, "
+                f"backward {results['backward_perplexity']:.2f}, average {results['average_perplexity']:.2f} "
+                f"({results['target_words']:,} target words per direction)."
+            )
+        source = "pretrained with `modeling/pretrain.py`" + (f" `--preset {args.preset}`" if args.preset else "")
+        source += f" from `{args.init_from}`" if args.init_from else ""
+        save_final_model(unwrapped, state_dict, vocabulary, output_dir, source, result_lines)
+        final_state = {
+            "step": step,
+            "settings": settings,
+            "parameters": parameter_count,
+            "seconds": round(time.perf_counter() - run_started, 1),
+            "weights_digest_per_process": digests,
+        }
+        (output_dir / "trainer_state.json").write_text(json.dumps(final_state, indent=2) + "\n", encoding="utf-8")
+        (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        train(args)
+    except (PretrainError, DataError, VocabularyError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The word vocabulary of the pretraining softmax, in bilm-tf's file format.
+
+A vocabulary file has one word per line: `<S>`, `</S>`, `<UNK>` first, then the words by descending frequency,
+the order the log-uniform sampler of the sampled softmax assumes. Files written by bilm-tf and the released
+`vocab-2016-09-10.txt` read as they are (the line `!!!MAXTERMID` is skipped; a word's id is its line).
+"""
+
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
+SPECIAL_WORDS = (BOS, EOS, UNK)
+
+
+class VocabularyError(ValueError):
+    """A vocabulary file or option that cannot be used; the message names it."""
+
+
+class Vocabulary:
+    """Words of the softmax, id = position. Words outside it are `<UNK>` as targets (inputs are characters)."""
+
+    def __init__(self, words: list[str], source: str = "vocabulary"):
+        missing = [word for word in SPECIAL_WORDS if word not in words]
+        if missing:
+            raise VocabularyError(f"{source}: must contain {', '.join(SPECIAL_WORDS)}; missing {', '.join(missing)}")
+        self.words = list(words)
+        self.index = {}
+        for position, word in enumerate(self.words):
+            if word in self.index:
+                raise VocabularyError(f"{source}: word {word!r} appears twice (lines {self.index[word] + 1} and {position + 1})")
+            self.index[word] = position
+        self.bos_id, self.eos_id, self.unk_id = (self.index[word] for word in SPECIAL_WORDS)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Vocabulary) and self.words == other.words
+
+    def ids(self, words: Iterable[str]) -> np.ndarray:
+        """Vocabulary ids of `words`, `<UNK>`'s id for the words it does not have."""
+        return np.fromiter((self.index.get(word, self.unk_id) for word in words), dtype=np.int64)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "Vocabulary":
+        path = Path(path)
+        if not path.is_file():
+            raise VocabularyError(f"{path}: vocabulary file not found")
+        with open(path, encoding="utf-8") as f:
+            words = [line.strip() for line in f]
+        return cls([word for word in words if word and word != "!!!MAXTERMID"], source=str(path))
+
+    @classmethod
+    def from_counts(cls, counts: Counter, max_size: int | None = None, min_count: int = 1) -> "Vocabulary":
+        """`<S>`, `</S>`, `<UNK>`, then the words seen at least `min_count` times, most frequent first (ties in
+        alphabetical order), at most `max_size` entries in all."""
+        if max_size is not None and max_size < len(SPECIAL_WORDS) + 1:
+            raise VocabularyError(f"--vocab-size must be at least {len(SPECIAL_WORDS) + 1} (the 3 special words and one more), got {max_size}")
+        if min_count < 1:
+            raise VocabularyError(f"--min-count must be at least 1, got {min_count}")
+        ranked = sorted(
+            (word for word, count in counts.items() if count >= min_count and word not in SPECIAL_WORDS),
+            key=lambda word: (-counts[word], word),
+        )
+        if max_size is not None:
+            ranked = ranked[: max_size - len(SPECIAL_WORDS)]
+        return cls([*SPECIAL_WORDS, *ranked])
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the file atomically: a reader sees the old file or the whole new one."""
+        path = Path(path)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write("\n".join(self.words) + "\n")
+        os.replace(temporary, path)

@@ -1,0 +1,463 @@
+"""Pretraining: the biLM loss, sampled softmax, perplexity, the batches, and modeling/pretrain.py end to end
+(loss falls, kill -9 and resume, two processes, AutoModel loading, export, domain adaptation)."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoModelForPreTraining
+
+from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
+from hf_elmo.modeling_elmo import log_uniform_probability, sample_log_uniform, sampled_softmax_loss
+from hf_elmo.tokenization_elmo import char_ids_to_word
+
+from conversion.convert_original_elmo import convert_hf_to_original, convert_original_to_hf
+from modeling.data import DataError, EncodedText, EvaluationStream, SentenceBatches, StreamBatches, WordTable, load_sentences
+from modeling.evaluate import perplexity
+from modeling.presets import TINY_MODEL
+from modeling.vocabulary import Vocabulary, VocabularyError
+
+from conftest import FIXTURES
+
+REPO = Path(__file__).resolve().parents[1]
+PRETRAIN = REPO / "modeling" / "pretrain.py"
+TRAIN = FIXTURES / "bilm-tf" / "train"
+TRAIN_ARGS = ["--preset", "tiny", "--train-file", TRAIN / "data.txt", "--validation-file", TRAIN / "data.txt",
+              "--vocab-file", TRAIN / "vocab.txt", "--logging-steps", "1", "--seed", "7"]
+
+
+def tiny_config(**overrides) -> ElmoConfig:
+    return ElmoConfig(**{**TINY_MODEL, "lm_vocab_size": 32, **overrides})
+
+
+def words_of(char_ids: torch.Tensor) -> list[str]:
+    return [char_ids_to_word(word) for word in char_ids.tolist()]
+
+
+def script_env(tmp_path: Path) -> dict:
+    return {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "datasets-cache"), "HF_HUB_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def run_pretrain(tmp_path: Path, *args, check=True, launcher=(sys.executable,), env=None) -> subprocess.CompletedProcess:
+    result = subprocess.run([*launcher, str(PRETRAIN), *map(str, args)], capture_output=True, text=True,
+                            env={**script_env(tmp_path), **(env or {})}, timeout=300)
+    if check and result.returncode != 0:
+        pytest.fail(f"pretrain.py failed:\n{result.stderr[-3000:]}")
+    return result
+
+
+def read_log(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+
+
+def losses(folder: Path) -> dict[int, float]:
+    return {record["step"]: record["loss"] for record in read_log(folder) if "loss" in record}
+
+
+def sentences_dataset(lines: list[str]):
+    import datasets
+
+    return datasets.Dataset.from_dict({"words": [line.split() for line in lines]})
+
+
+# ---- sampled softmax ------------------------------------------------------------------------------------------
+
+
+def test_log_uniform_draws_follow_the_distribution():
+    torch.manual_seed(0)
+    draws = [sample_log_uniform(1, 6)[0].item() for _ in range(4000)]
+    frequencies = np.bincount(draws, minlength=6) / len(draws)
+    expected = [math.log((k + 2) / (k + 1)) / math.log(7) for k in range(6)]
+    assert np.allclose(frequencies, expected, atol=0.03)
+    assert torch.allclose(log_uniform_probability(torch.arange(6), 6), torch.tensor(expected, dtype=torch.float64))
+    candidates, tries = sample_log_uniform(5, 8)
+    assert len(set(candidates.tolist())) == 5 and tries >= 5
+
+
+def test_sampled_softmax_loss_by_hand():
+    torch.manual_seed(1)
+    vocab_size, num_sampled = 12, 4
+    hidden, weight, bias = torch.randn(5, 3), torch.randn(vocab_size, 3), torch.randn(vocab_size)
+    torch.manual_seed(2)
+    candidates, tries = sample_log_uniform(num_sampled, vocab_size)
+    targets = torch.tensor([candidates[0].item(), 11, 0, 5, candidates[2].item()])  # two accidental hits
+    torch.manual_seed(2)
+    loss = sampled_softmax_loss(hidden, targets, weight, bias, num_sampled)
+
+    def log_q(word: int) -> float:
+        p = math.log((word + 2) / (word + 1)) / math.log(vocab_size + 1)
+        return math.log(p * num_sampled if tries == num_sampled else 1 - (1 - p) ** tries)
+
+    for row, target in enumerate(targets.tolist()):
+        logits = [float(hidden[row] @ weight[target] + bias[target]) - log_q(target)]
+        logits += [float(hidden[row] @ weight[word] + bias[word]) - log_q(word)
+                   for word in candidates.tolist() if word != target]
+        expected = math.log(sum(math.exp(value) for value in logits)) - logits[0]
+        assert loss[row].item() == pytest.approx(expected, abs=1e-5)
+
+
+# ---- the model ------------------------------------------------------------------------------------------------
+
+
+def test_perplexity_by_hand_on_a_three_word_vocabulary():
+    """Softmax weights 0 and biases log p: every position predicts p over <S>, </S>, <UNK>, whatever it read."""
+    vocabulary = Vocabulary(["<S>", "</S>", "<UNK>"])
+    model = ElmoForPreTraining(tiny_config(lm_vocab_size=3)).eval()
+    p = torch.tensor([0.2, 0.3, 0.5])
+    with torch.no_grad():
+        model.softmax.weight.zero_()
+        model.softmax.bias.copy_(p.log())
+    table = WordTable(50)
+    text = EncodedText.encode(sentences_dataset(["a b c", "d e"]), table, vocabulary)
+    results = perplexity(model, EvaluationStream(text, table, vocabulary, rows=2, unroll_steps=3), "cpu")
+    # Forward targets: a b c </S> | d e </S> -> 5 x <UNK>, 2 x </S>; backward: c b a <S> | e d <S>.
+    forward_nll = -(5 * math.log(0.5) + 2 * math.log(0.3)) / 7
+    backward_nll = -(5 * math.log(0.5) + 2 * math.log(0.2)) / 7
+    assert results["target_words"] == 7
+    assert results["forward_perplexity"] == pytest.approx(math.exp(forward_nll), rel=1e-6)
+    assert results["backward_perplexity"] == pytest.approx(math.exp(backward_nll), rel=1e-6)
+    assert results["average_perplexity"] == pytest.approx(math.exp((forward_nll + backward_nll) / 2), rel=1e-6)
+
+
+def test_pretraining_head_reads_like_the_body_and_scores_next_and_previous_words():
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(tiny_config()).eval()
+    vocabulary = Vocabulary.from_file(TRAIN / "vocab.txt")
+    table = WordTable(50)
+    text = EncodedText.encode(sentences_dataset(["the neural net", "words of the vocabulary ( the ) increases"]), table, vocabulary)
+    batch = SentenceBatches(text, table, vocabulary, batch_size=2, seed=0, shuffle=False).batch(0)
+    with torch.no_grad():
+        output = model(**batch)
+        tokenizer = ElmoTokenizer()
+        words = [["the", "neural", "net"], ["words", "of", "the", "vocabulary", "(", "the", ")", "increases"]]
+        reference = model.elmo(**tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt"))
+    # The head reads <S> w1 .. wn </S>; the body adds the boundaries itself and returns the words only.
+    assert torch.allclose(output.last_hidden_state[0, 1:4], reference.last_hidden_state[0, :3], atol=1e-6)
+    assert torch.allclose(output.last_hidden_state[1, 1:9], reference.last_hidden_state[1, :8], atol=1e-6)
+    # Forward half at position t scores the word after t; backward half the word before it.
+    forward, backward = output.last_hidden_state.split(16, dim=-1)
+    logits_f, logits_b = model.softmax(forward), model.softmax(backward)
+    keep_f, keep_b = batch["labels"] != -100, batch["backward_labels"] != -100
+    expected_f = torch.nn.functional.cross_entropy(logits_f[keep_f], batch["labels"][keep_f])
+    expected_b = torch.nn.functional.cross_entropy(logits_b[keep_b], batch["backward_labels"][keep_b])
+    assert output.forward_loss.item() == pytest.approx(expected_f.item(), abs=1e-5)
+    assert output.backward_loss.item() == pytest.approx(expected_b.item(), abs=1e-5)
+    assert output.loss.item() == pytest.approx((expected_f.item() + expected_b.item()) / 2, abs=1e-5)
+    assert words_of(batch["input_ids"][0, :5]) == ["<S>", "the", "neural", "net", "</S>"]
+    names = vocabulary.words
+    assert [names[i] for i in batch["labels"][0, :4].tolist()] == ["the", "neural", "net", "</S>"]
+    assert [names[i] for i in batch["backward_labels"][0, 1:5].tolist()] == ["<S>", "the", "neural", "net"]
+
+
+@pytest.mark.parametrize("longest", ["abc", "x" * 30, "y" * 60])  # trimmed to 3 + 2 + 5, to 37, not at all
+def test_token_layer_computes_each_distinct_word_once_exactly(longest):
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(tiny_config()).eval()
+    table = WordTable(50)
+    ids = torch.tensor([table.ids(f"a b a {longest} b a".split()), table.ids("c c a b a d".split())])
+    input_ids, backward_ids = table.spell(ids.numpy()), table.spell(ids.flip(1).numpy())
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    with torch.no_grad():
+        forward, backward = model._token_layers(input_ids, backward_ids, mask)
+        plain = model.elmo.char_encoder(input_ids.flatten(0, 1)).view(2, 6, -1)
+        plain_backward = model.elmo.char_encoder(backward_ids.flatten(0, 1)).view(2, 6, -1)
+    assert torch.allclose(forward, plain, atol=1e-6) and torch.allclose(backward, plain_backward, atol=1e-6)
+
+
+def test_carried_state_continues_the_stream_exactly():
+    """Two windows with the state carried give the loss of the two windows read at once."""
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(tiny_config()).eval()
+    vocabulary = Vocabulary.from_file(TRAIN / "vocab.txt")
+    table = WordTable(50)
+    lines = (TRAIN / "data.txt").read_text().splitlines()
+    text = EncodedText.encode(sentences_dataset(lines), table, vocabulary)
+    short = StreamBatches(text, table, vocabulary, batch_size=2, unroll_steps=5, seed=3)
+    long = StreamBatches(text, table, vocabulary, batch_size=2, unroll_steps=10, seed=3)
+    first, second, both = short.batch(0), short.batch(1), long.batch(0)
+    # Forward windows follow each other left to right; the backward LM reads its windows right to left.
+    assert torch.equal(both["input_ids"], torch.cat([first["input_ids"], second["input_ids"]], 1))
+    assert torch.equal(both["backward_input_ids"], torch.cat([second["backward_input_ids"], first["backward_input_ids"]], 1))
+    with torch.no_grad():
+        one = model(**first)
+        two = model(**second, initial_states=one.final_states)
+        together = model(**both)
+    assert together.forward_loss.item() == pytest.approx((one.forward_loss.item() + two.forward_loss.item()) / 2, abs=1e-5)
+    assert together.backward_loss.item() == pytest.approx((one.backward_loss.item() + two.backward_loss.item()) / 2, abs=1e-5)
+
+
+def test_pretraining_input_errors_are_clear():
+    model = ElmoForPreTraining(tiny_config())
+    ids = torch.zeros(1, 3, 50, dtype=torch.long)
+    ids[0, :2, 0] = 259
+    with pytest.raises(ValueError, match="prefix"):
+        model(input_ids=ids, attention_mask=torch.tensor([[0, 1, 1]]))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(input_ids=ids, labels=torch.tensor([[40, -100, -100]]), backward_labels=torch.full((1, 3), -100))
+    with pytest.raises(ValueError, match="both labels"):
+        model(input_ids=ids, labels=torch.full((1, 3), -100))
+    with pytest.raises(ValueError, match="lm_vocab_size"):
+        ElmoForPreTraining(ElmoConfig(**TINY_MODEL))
+    with pytest.raises(ValueError, match="ElmoConfig.lm_vocab_size must be at least 3"):
+        ElmoConfig(lm_vocab_size=2)
+    with pytest.raises(ValueError, match="ElmoConfig.lm_dropout"):
+        ElmoConfig(lm_dropout=1.0)
+    with pytest.raises(ValueError, match="ElmoConfig.lm_negative_samples"):
+        ElmoConfig(lm_negative_samples=-1)
+
+
+def test_unigram_softmax():
+    from modeling.pretrain import set_unigram_softmax
+
+    vocabulary = Vocabulary(["<S>", "</S>", "<UNK>", "a", "b"])
+    text = EncodedText.encode(sentences_dataset(["a b a", "a zz"]), WordTable(50), vocabulary)
+    model = ElmoForPreTraining(tiny_config(lm_vocab_size=5))
+    set_unigram_softmax(model, text, vocabulary)
+    assert torch.all(model.softmax.weight == 0)
+    # Targets of both LMs: <S> x 2, </S> x 2, <UNK> (zz), a x 3, b; add-one smoothed over 9 + 5.
+    assert torch.allclose(model.softmax.bias, torch.log(torch.tensor([3.0, 3.0, 2.0, 4.0, 2.0]) / 14))
+
+
+# ---- vocabulary and data ----------------------------------------------------------------------------------------
+
+
+def test_original_vocabulary_files(tmp_path):
+    vocabulary = Vocabulary.from_file(FIXTURES / "bilm-tf" / "data" / "vocab_test.txt")  # </S> on the first line
+    assert (len(vocabulary), vocabulary.eos_id, vocabulary.bos_id, vocabulary.unk_id) == (100, 0, 1, 2)
+    assert vocabulary.ids(["the", "never-seen"]).tolist() == [3, 2]
+    (tmp_path / "v.txt").write_text("<S>\n</S>\n!!!MAXTERMID\n<UNK>\nthe\n")
+    assert Vocabulary.from_file(tmp_path / "v.txt").words == ["<S>", "</S>", "<UNK>", "the"]
+    (tmp_path / "bad.txt").write_text("<S>\n</S>\nthe\n")
+    with pytest.raises(VocabularyError, match=r"bad.txt: must contain .*missing <UNK>"):
+        Vocabulary.from_file(tmp_path / "bad.txt")
+
+
+def test_vocabulary_from_corpus_is_frequency_sorted():
+    counts = Counter({"b": 3, "a": 3, "c": 5, "d": 1, "<S>": 9})
+    assert Vocabulary.from_counts(counts).words == ["<S>", "</S>", "<UNK>", "c", "a", "b", "d"]
+    assert Vocabulary.from_counts(counts, max_size=5).words == ["<S>", "</S>", "<UNK>", "c", "a"]
+    assert Vocabulary.from_counts(counts, min_count=3).words == ["<S>", "</S>", "<UNK>", "c", "a", "b"]
+    with pytest.raises(VocabularyError, match="--vocab-size"):
+        Vocabulary.from_counts(counts, max_size=2)
+
+
+def test_corpora_from_text_files_and_saved_datasets(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "raw.txt").write_text("Don't stop, U.S. friends!\n\nok\n")
+    assert load_sentences([str(tmp_path / "raw.txt")])["words"] == [["Don't", "stop,", "U.S.", "friends!"], ["ok"]]
+    split = load_sentences([str(tmp_path / "raw.txt")], word_splitting="tokenizer")["words"]
+    assert split[0] == ["Do", "n't", "stop", ",", "U.S", ".", "friends", "!"]
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"sentence": ["a b", "c"]})}).save_to_disk(tmp_path / "saved")
+    assert load_sentences([str(tmp_path / "saved")], text_column="sentence")["words"] == [["a", "b"], ["c"]]
+    with pytest.raises(DataError, match="no column 'text'"):
+        load_sentences([str(tmp_path / "saved")])
+    with pytest.raises(DataError, match="--validation-file .*saved: no split validation"):
+        load_sentences([str(tmp_path / "saved")], text_column="sentence", role="validation")
+    with pytest.raises(DataError, match="--train-file .*missing.txt: no such file"):
+        load_sentences([str(tmp_path / "missing.txt")])
+
+
+def test_stream_batches_are_bilm_tf_streams():
+    vocabulary = Vocabulary(["<S>", "</S>", "<UNK>", "a", "b", "c", "d", "e", "f"])
+    table = WordTable(50)
+    text = EncodedText.encode(sentences_dataset(["a b", "c d e", "f"]), table, vocabulary)
+    batches = StreamBatches(text, table, vocabulary, batch_size=1, unroll_steps=3, seed=0, shuffle=False)
+    assert batches.steps_per_epoch == 3
+    names = vocabulary.words
+    read = [batches.batch(i) for i in range(3)]
+    assert sum((words_of(b["input_ids"][0]) for b in read), []) == "<S> a b <S> c d e <S> f".split()
+    assert sum(([names[i] for i in b["labels"][0].tolist()] for b in read), []) == "a b </S> c d e </S> f </S>".split()
+    # The backward LM reads `</S> b a </S> e d c </S> f`; each window reaches the model flipped left to right.
+    assert sum((words_of(b["backward_input_ids"][0].flip(0)) for b in read), []) == "</S> b a </S> e d c </S> f".split()
+    assert sum(([names[i] for i in b["backward_labels"][0].flip(0).tolist()] for b in read), []) == "b a <S> e d c <S> f <S>".split()
+    # Two processes read different rows of one epoch, each target once.
+    text = EncodedText.encode(sentences_dataset([" ".join("abcdef"[i % 6] for i in range(n)) for n in range(1, 30)]), table, vocabulary)
+    ranks = [StreamBatches(text, table, vocabulary, 2, 4, seed=5, num_processes=2, process_index=r) for r in (0, 1)]
+    seen = [torch.cat([ranks[r].batch(i)["input_ids"] for i in range(ranks[r].steps_per_epoch)], 1) for r in (0, 1)]
+    assert not torch.equal(seen[0], seen[1])
+    assert ranks[0].rows * ranks[0].steps_per_epoch * 4 > text.num_predictions - 4 * 4
+
+
+def test_held_out_perplexity_does_not_depend_on_the_window():
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(tiny_config()).eval()
+    vocabulary = Vocabulary.from_file(TRAIN / "vocab.txt")
+    table = WordTable(50)
+    text = EncodedText.encode(sentences_dataset((TRAIN / "data.txt").read_text().splitlines()), table, vocabulary)
+    results = [perplexity(model, EvaluationStream(text, table, vocabulary, rows=2, unroll_steps=unroll), "cpu") for unroll in (3, 7, 200)]
+    assert results[0]["target_words"] == results[2]["target_words"] == text.num_predictions == 139
+    for other in results[1:]:
+        assert other["forward_perplexity"] == pytest.approx(results[0]["forward_perplexity"], rel=1e-5)
+        assert other["backward_perplexity"] == pytest.approx(results[0]["backward_perplexity"], rel=1e-5)
+
+
+# ---- the training program ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory) -> Path:
+    """60 uninterrupted steps of the tiny preset (sampled softmax, dropout 0.1), checkpoints every 5."""
+    folder = tmp_path_factory.mktemp("reference")
+    run_pretrain(folder, *TRAIN_ARGS, "--max-steps", 60, "--save-steps", 5, "--eval-steps", 20, "--output-dir", folder / "run")
+    return folder / "run"
+
+
+def test_training_loss_falls_and_the_final_model_is_complete(reference_run):
+    steps = losses(reference_run)
+    assert len(steps) == 60
+    first, last = np.mean([steps[s] for s in range(1, 7)]), np.mean([steps[s] for s in range(55, 61)])
+    assert last < first - 0.3, (first, last)
+    evaluations = [record for record in read_log(reference_run) if "eval_forward_perplexity" in record]
+    assert [record["step"] for record in evaluations] == [20, 40, 60]
+    assert all(math.isfinite(record["eval_average_perplexity"]) for record in evaluations)
+    assert evaluations[-1]["eval_forward_perplexity"] < evaluations[0]["eval_forward_perplexity"]
+    results = json.loads((reference_run / "eval_results.json").read_text())
+    assert results["forward_perplexity"] == evaluations[-1]["eval_forward_perplexity"]
+    assert sorted(p.name for p in reference_run.glob("checkpoint-*")) == ["checkpoint-50", "checkpoint-55"]
+    assert Vocabulary.from_file(reference_run / "vocab.txt") == Vocabulary.from_file(TRAIN / "vocab.txt")
+    config = json.loads((reference_run / "config.json").read_text())
+    assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForPreTraining"}
+    assert (reference_run / "modeling_elmo.py").is_file() and (reference_run / "tokenizer_config.json").is_file()
+
+
+def test_resume_after_kill_9_ends_exactly_like_the_uninterrupted_run(reference_run, tmp_path):
+    folder = tmp_path / "run"
+    command = [sys.executable, str(PRETRAIN), *map(str, TRAIN_ARGS), "--max-steps", "60", "--save-steps", "5",
+               "--eval-steps", "20", "--output-dir", str(folder)]
+    process = subprocess.Popen(command, env=script_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    log = folder / "log.jsonl"
+    while time.monotonic() < deadline and process.poll() is None:
+        if log.is_file() and log.read_text().count('"loss"') >= 17:
+            break
+        time.sleep(0.005)
+    assert process.poll() is None, "the run ended before it could be killed"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    killed_at = max(losses(folder)) if log.read_text().strip() else 0
+    assert 17 <= killed_at < 60 and not (folder / "model.safetensors").exists()
+    # A save that a crash cut short is never taken for a checkpoint.
+    (folder / ".checkpoint-99.partial").mkdir()
+    (folder / ".checkpoint-99.partial" / "model.safetensors").write_bytes(b"half a file")
+
+    run_pretrain(tmp_path, *TRAIN_ARGS, "--max-steps", 60, "--save-steps", 5, "--eval-steps", 20, "--output-dir", folder, "--resume")
+    assert not (folder / ".checkpoint-99.partial").exists()
+    expected, found = read_log(reference_run), read_log(folder)
+    assert len(found) == len(expected)
+    for want, got in zip(expected, found):
+        assert want.keys() == got.keys()
+        for key in want:
+            if key not in ("words_per_second",):
+                assert got[key] == pytest.approx(want[key], abs=1e-6), (want["step"], key)
+    reference_weights, resumed_weights = load_file(reference_run / "model.safetensors"), load_file(folder / "model.safetensors")
+    for name, tensor in reference_weights.items():
+        assert torch.allclose(resumed_weights[name], tensor, atol=1e-6), name
+
+
+def test_two_processes_train_one_model(tmp_path):
+    """2 processes x 2 rows make the same model as 1 process x 4 rows: each process reads its own rows, the
+    gradients are averaged, and both processes end with the same weights."""
+    common = [*TRAIN_ARGS, "--max-steps", 6, "--unroll-steps", 5, "--negative-samples", 0, "--dropout", 0,
+              "--save-steps", 3, "--eval-steps", 0]
+    run_pretrain(tmp_path, *common, "--batch-size", 2, "--output-dir", tmp_path / "two",
+                 launcher=(sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"),
+                 env={"ACCELERATE_USE_CPU": "1"})
+    run_pretrain(tmp_path, *common, "--batch-size", 4, "--output-dir", tmp_path / "one")
+    state = json.loads((tmp_path / "two" / "trainer_state.json").read_text())
+    assert state["settings"]["num_processes"] == 2
+    digests = state["weights_digest_per_process"]
+    assert len(digests) == 2 and digests[0] == digests[1]
+    assert {p.name for p in (tmp_path / "two" / "checkpoint-3").glob("lstm_states_*")} == {"lstm_states_0.safetensors", "lstm_states_1.safetensors"}
+    two, one = losses(tmp_path / "two"), losses(tmp_path / "one")
+    assert len(two) == 6 and all(two[s] == pytest.approx(one[s], abs=1e-5) for s in one)
+    two_weights, one_weights = load_file(tmp_path / "two" / "model.safetensors"), load_file(tmp_path / "one" / "model.safetensors")
+    for name, tensor in one_weights.items():
+        assert torch.allclose(two_weights[name], tensor, atol=1e-5), name
+
+
+def test_trained_model_loads_as_elmo_model_and_exports_to_the_original_format(reference_run, tmp_path):
+    pretrained = AutoModelForPreTraining.from_pretrained(reference_run).eval()
+    model = AutoModel.from_pretrained(reference_run).eval()
+    assert type(pretrained) is ElmoForPreTraining and type(model) is ElmoModel
+    assert not any(name.startswith("softmax") for name in model.state_dict())
+    for name, tensor in model.state_dict().items():
+        if not name.startswith("scalar_mixes"):
+            assert torch.equal(tensor, pretrained.elmo.state_dict()[name]), name
+    tokenizer = ElmoTokenizer.from_pretrained(reference_run)
+    batch = tokenizer(["neural networks make predictions .", "the curse"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**batch).hidden_states
+    convert_hf_to_original(reference_run, tmp_path / "original")
+    convert_original_to_hf(tmp_path / "original" / "options.json", tmp_path / "original" / "weights.hdf5", tmp_path / "back")
+    with torch.no_grad():
+        found = AutoModel.from_pretrained(tmp_path / "back").eval()(**batch).hidden_states
+    for layer_expected, layer_found in zip(expected, found):
+        assert torch.equal(layer_expected, layer_found)
+
+
+def test_domain_adaptation_from_a_converted_model(converted, tmp_path):
+    """A converted ELMo has no softmax: fit one for the new text's vocabulary, then train the whole biLM on."""
+    data = ["--train-file", TRAIN / "data.txt", "--validation-file", TRAIN / "data.txt", "--logging-steps", 1, "--seed", 3,
+            "--batch-size", 4, "--unroll-steps", 10, "--negative-samples", 0, "--save-steps", 0]
+    fitted, adapted = tmp_path / "softmax", tmp_path / "adapted"
+    run_pretrain(tmp_path, *data, "--init-from", converted["allennlp-elmo"], "--freeze-body", "--optimizer", "adamw",
+                 "--learning-rate", 0.05, "--max-steps", 30, "--output-dir", fitted)
+    vocabulary = Vocabulary.from_file(fitted / "vocab.txt")
+    # Built from the new text: every one of its 77 distinct words, most frequent first.
+    assert len(vocabulary) == 80 and vocabulary.words[:5] == ["<S>", "</S>", "<UNK>", "of", "the"]
+    assert AutoModelForPreTraining.from_pretrained(fitted).config.lm_vocab_size == len(vocabulary)
+    original, fitted_body = ElmoModel.from_pretrained(converted["allennlp-elmo"]), ElmoModel.from_pretrained(fitted)
+    assert all(torch.equal(t, fitted_body.state_dict()[n]) for n, t in original.state_dict().items())  # body frozen
+
+    run_pretrain(tmp_path, *data, "--init-from", fitted, "--optimizer", "adamw", "--learning-rate", 0.01,
+                 "--max-steps", 30, "--output-dir", adapted)
+    evaluations = [r for r in read_log(adapted) if "eval_forward_perplexity" in r]
+    before, after = evaluations[0], evaluations[-1]
+    assert before["step"] == 0 and after["step"] == 30
+    # It starts where the fitted softmax ended, and improves on the new text.
+    assert before["eval_forward_perplexity"] == pytest.approx(json.loads((fitted / "eval_results.json").read_text())["forward_perplexity"], rel=1e-5)
+    assert after["eval_forward_perplexity"] < 0.8 * before["eval_forward_perplexity"]
+    assert after["eval_backward_perplexity"] < 0.8 * before["eval_backward_perplexity"]
+
+
+def test_sentence_batches_with_gradient_accumulation(tmp_path, monkeypatch):
+    """The stateless mode: padded whole sentences, here 2 x 2 per optimizer step."""
+    from modeling import pretrain
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    arguments = [*map(str, TRAIN_ARGS), "--batching", "sentence", "--batch-size", "2", "--gradient-accumulation-steps", "2",
+                 "--max-steps", "4", "--output-dir", str(tmp_path / "run")]
+    assert pretrain.main(arguments) == 0
+    log = read_log(tmp_path / "run")
+    assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4]
+    assert [r["epoch"] for r in log if "loss" in r] == [1.0, 2.0, 3.0, 4.0]  # 5 sentences: one step of 4 per epoch
+    assert math.isfinite(log[-1]["eval_forward_perplexity"])
+
+
+def test_command_line_errors_name_the_problem(tmp_path, capsys, monkeypatch):
+    from modeling import pretrain
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    assert pretrain.main(["--preset", "tiny", "--train-file", str(tmp_path / "nothing.txt"), "--output-dir", str(tmp_path / "out")]) == 2
+    assert "error: --train-file " in capsys.readouterr().err
+    (tmp_path / "out" / "checkpoint-5").mkdir(parents=True)
+    (tmp_path / "out" / "checkpoint-5" / "trainer_state.json").write_text("{}")
+    assert pretrain.main([*map(str, TRAIN_ARGS), "--output-dir", str(tmp_path / "out")]) == 2
+    assert "already holds checkpoints: pass --resume" in capsys.readouterr().err
+    assert pretrain.main([*map(str, TRAIN_ARGS), "--output-dir", str(tmp_path / "x"), "--batch-size", "0"]) == 2
+    assert "--batch-size must be at least 1" in capsys.readouterr().err
+    assert pretrain.main(["--train-file", str(TRAIN / "data.txt"), "--output-dir", str(tmp_path / "y")]) == 2
+    assert "pass --preset (tiny, " in capsys.readouterr().err
