@@ -454,6 +454,9 @@ def main(argv=None) -> int:
     parser.add_argument("--work-dir", default=str(ROOT / "build" / "bench"))
     parser.add_argument("--output", default=str(Path(__file__).parent / "RESULTS.md"))
     args = parser.parse_args(argv)
+    # Workers run inside benchmarks/; abspath, not resolve: a venv's python is a symlink that must stay one.
+    args.allennlp_python = os.path.abspath(args.allennlp_python)
+    args.work_dir, args.output = os.path.abspath(args.work_dir), os.path.abspath(args.output)
     if not Path(args.allennlp_python).is_file():
         print(f"error: no AllenNLP interpreter at {args.allennlp_python}; run "
               "`bash ../shared/tools/peer-allennlp-setup.sh build/allennlp-venv` (make bench does)", file=sys.stderr)

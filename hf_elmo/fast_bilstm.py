@@ -1,18 +1,20 @@
 """The biLSTM layer's fast inference path: the computation of `ElmoBiLstmLayer._plain_forward`, reorganised.
 
-What changes is only the order and grouping of work, never the arithmetic of a cell:
+What changes is the order and grouping of work, not what a cell computes:
 * rows are sorted by length and packed time-major (`pack_padded_sequence`), so step t multiplies only the
   rows still running and no padded position is ever computed;
-* the input half of every gate is one multiply over all packed positions, with the forget gate's +1.0
-  folded into its bias;
+* the input half of every gate takes a few large multiplies (blocks of whole steps), with the forget gate's
+  +1.0 folded into the bias; from a zero initial state (the default) the first step's recurrent multiply,
+  exactly 0, is skipped;
 * the recurrent state is never copied: a row's previous output is its recurrent input, and its cell state
   is updated in place;
 * on CPU in float32, large recurrent and projection weights are reordered once for oneDNN (kept beside
   the layer, rebuilt when a weight changes), which multiplies a few rows by a large matrix up to twice as
-  fast as the generic BLAS call.
+  fast as the generic BLAS call; and tanh is computed through sigmoid (see `_tanh_`).
 
-Results equal the plain path to float32 rounding (the tests hold them within 1e-6). Gradients are not
-supported: the layer takes this path only when autograd and autocast are off.
+Results equal the plain path to float32 rounding: the tests hold them within 1e-6 (relative, for the cell
+states near the clip). Gradients are not supported: the layer takes this path only when autograd and
+autocast are off.
 """
 
 import weakref
