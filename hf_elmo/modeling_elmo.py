@@ -162,8 +162,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         recurrent_weight = self.recurrent_weight.transpose(1, 2)
         projection_weight = None if self.projection_weight is None else self.projection_weight.transpose(1, 2)
         outputs = []
-        for t in range(steps):
-            gates = input_gates[:, :, t] + torch.bmm(h, recurrent_weight)
+        # unbind, not indexing: indexing one step at a time costs a full-size gradient buffer per step in backward.
+        for t, step_input_gates in enumerate(input_gates.unbind(2)):
+            gates = step_input_gates + torch.bmm(h, recurrent_weight)
             input_gate, forget_gate, cell_gate, output_gate = gates.chunk(4, dim=-1)
             new_c = torch.sigmoid(forget_gate + 1.0) * c + torch.sigmoid(input_gate) * torch.tanh(cell_gate)
             if self.cell_clip is not None:
