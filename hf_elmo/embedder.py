@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import torch
 
+from .default_model import default_model_path
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 
@@ -46,7 +47,8 @@ class ElmoEmbedder:
     Embed sentences with every ELMo layer.
 
     Args:
-        model_name_or_path: a converted ELMo checkpoint folder or Hub id.
+        model_name_or_path: a converted ELMo checkpoint folder or Hub id; default: the default model that ships
+            with hf-elmo (`hf_elmo.default_model`).
         device: where to run, e.g. `"cuda"`; CPU by default.
         stateful: carry the LSTM state from batch to batch, row r continuing row r (the original behaviour).
         model_kwargs: passed to `ElmoModel.from_pretrained`.
@@ -54,11 +56,13 @@ class ElmoEmbedder:
 
     def __init__(
         self,
-        model_name_or_path: str | os.PathLike,
+        model_name_or_path: str | os.PathLike | None = None,
         device: str | torch.device | None = None,
         stateful: bool = False,
         **model_kwargs,
     ):
+        if model_name_or_path is None:
+            model_name_or_path = default_model_path()
         self.model_name_or_path = str(model_name_or_path)
         self.model = ElmoModel.from_pretrained(model_name_or_path, **model_kwargs).eval()
         self.tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path)

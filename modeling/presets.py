@@ -79,6 +79,33 @@ PRESETS = {
             "logging_steps": 10,
         },
     },
+    "default": {
+        "description": "the default model shipped with hf_elmo: English and Chinese text, about 50 minutes on 2 CPU cores",
+        "model": {
+            "char_embedding_dim": 16,
+            "char_cnn_filters": KIM_SMALL_FILTERS,
+            "num_highway_layers": 1,
+            "cell_size": 512,
+            "projection_dim": 256,
+            "num_lstm_layers": 2,
+        },
+        "training": {
+            "batch_size": 64,
+            "unroll_steps": 20,
+            "negative_samples": 2048,
+            "softmax_init": "unigram",
+            "dropout": 0.1,
+            "optimizer": "adamw",
+            "learning_rate": 2e-3,
+            "lr_scheduler": "linear",
+            "warmup_steps": 200,
+            "max_grad_norm": 5.0,
+            "epochs": 0.6,  # 2,810 steps, 3.6M words: the hour that the 2-core machine gives it
+            "save_steps": 500,
+            "eval_steps": 0,
+            "logging_steps": 20,
+        },
+    },
     "ptb-gpu": {
         "description": "Penn Treebank on one GPU: Kim et al. (2016)'s large character-aware size, full softmax",
         "model": {

