@@ -128,8 +128,8 @@ def test_output_formats_and_keys(embedder, tmp_path):
 
 def test_clear_errors(model_path, tmp_path, capsys):
     source = write_lines(tmp_path / "in.txt", ["a b"])
-    assert main(["embed", str(source), str(tmp_path / "out.hdf5")]) == 2
-    assert "needs --model: there is no default ELMo model yet" in capsys.readouterr().err
+    assert main(["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(tmp_path / "no-such-model")]) == 2
+    assert "no-such-model" in capsys.readouterr().err
     assert main(["embed", str(tmp_path / "missing.txt"), str(tmp_path / "out.hdf5"), "--model", str(model_path)]) == 2
     assert "missing.txt: input file not found" in capsys.readouterr().err
     (tmp_path / "latin1.txt").write_bytes("fine\ncaf\xe9\n".encode("latin-1"))
