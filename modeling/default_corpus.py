@@ -78,7 +78,11 @@ CHINESE_SENTENCE_END = re.compile(r"(?<=[。！？!?])")
 
 
 def split_sentences(text: str) -> list[str]:
-    """English sentences: break after . ! ? followed by a capital, except after common abbreviations."""
+    """English sentences: break after . ! ? followed by a capital, except after common abbreviations.
+
+    Known flaw, kept so that the committed default model stays reproducible: quotes and brackets that close a
+    sentence are dropped with the space after them. Fix it together with the next retraining.
+    """
     sentences: list[str] = []
     start = 0
     for match in SENTENCE_END.finditer(text):
