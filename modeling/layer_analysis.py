@@ -329,7 +329,8 @@ def main(argv=None) -> dict:
         findings.append(("POS: the first biLSTM layer beats the second", scores["layer1"][1] > scores["layer2"][1]))
     results["findings"] = findings
     split_sizes = lambda splits: " / ".join(f"{len(words):,}" for words, _ in splits.values())  # noqa: E731
-    settings = {**{k: v for k, v in vars(args).items() if k != "update_card"}, "model": model_path,
+    settings = {**{k: v for k, v in vars(args).items() if k != "update_card"},
+                "model": args.model or "the default model (hf_elmo/default-model)",
                 "ner_sentences": f"{split_sizes(tasks['ner'])} sentences",
                 "pos_sentences": f"{split_sizes(tasks['pos'])} sentences", "pos_tags": len(brown_tags),
                 "minutes": (time.perf_counter() - started) / 60}
