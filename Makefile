@@ -4,7 +4,6 @@ VENV ?= .venv
 # The CPU build that this project's machines keep on disk; GPU users choose their own, e.g.
 #   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
 TORCH_SPEC ?= torch==2.13.0
-FIXTURES ?= ../shared/fixtures
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 
