@@ -202,9 +202,14 @@ def test_interrupted_run_resumes(model_path, tmp_path):
         return forward(*args, **kwargs)
 
     embedder.model.forward = forward_interrupted_at_batch_11
-    with pytest.raises(KeyboardInterrupt):
-        embedder.embed_file(source, output, batch_size=2, progress=False)
-    del embedder.model.forward  # back to the class's forward
+    # Python's own Ctrl-C handler, even where the test runner was started with SIGINT ignored (a background job).
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            embedder.embed_file(source, output, batch_size=2, progress=False)
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+        del embedder.model.forward  # back to the class's forward
     finished = finished_batches(partial)
     assert 10 <= len(finished) < 151 and not list(partial.glob(".*tmp*")) and not output.exists()
 
