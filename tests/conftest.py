@@ -1,6 +1,10 @@
 """Shared test data: the real ELMo fixtures in ../shared/fixtures, converted once per test session."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,3 +69,20 @@ def converted(tmp_path_factory) -> dict[str, Path]:
         convert_original_to_hf(fixture.options_file, fixture.weight_file, folder)
         folders[name] = folder
     return folders
+
+
+def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc_per_node 2 ARGUMENTS` on CPU (gloo).
+
+    --standalone rendezvous on a free port, never the fixed 29500 that another job on the machine may hold. On a
+    timeout the whole process group (the launcher and both workers) is killed and the test fails with the output."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *map(str, arguments)]
+    process = subprocess.Popen(command, env={**env, "ACCELERATE_USE_CPU": "1"}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"two processes still running after {timeout} s:\n{stdout[-2000:]}\n{stderr[-4000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)

@@ -2,17 +2,14 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from conftest import run_two_processes
 
 
 def test_heads_train_under_ddp_without_unused_parameters(converted, tmp_path):
     probe = Path(__file__).with_name("ddp_heads_probe.py")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(probe), str(converted["allennlp-elmo"]), str(tmp_path)]
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    result = run_two_processes([probe, converted["allennlp-elmo"], tmp_path], {**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-4000:]
     runs = json.loads((tmp_path / "result.json").read_text())
     assert len(runs) == 4

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURE_SETS
+from conftest import FIXTURE_SETS, run_two_processes
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
 
@@ -222,11 +222,8 @@ def test_interrupted_run_resumes(model_path, tmp_path):
 def test_two_processes_write_one_file(model_path, tmp_path):
     lines = fixture_lines() * 4 + ["", "last line"]
     source = write_lines(tmp_path / "in.txt", lines)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "hf_elmo.cli", "embed", str(source), str(tmp_path / "two.hdf5"), "--batch-size", "4",
-               "--model", str(model_path)]
-    result = subprocess.run(command, env={**SUBPROCESS_ENV, "ACCELERATE_USE_CPU": "1"}, capture_output=True,
-                            text=True, timeout=300)
+    result = run_two_processes(["-m", "hf_elmo.cli", "embed", source, tmp_path / "two.hdf5", "--batch-size", 4,
+                                "--model", model_path], SUBPROCESS_ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "(31 batches: 16 computed by this process" in result.stderr  # rank 0's half of the batches
     ElmoEmbedder(model_path).embed_file(source, tmp_path / "one.hdf5", batch_size=4)

@@ -27,7 +27,7 @@ from modeling.evaluate import perplexity
 from modeling.presets import TINY_MODEL
 from modeling.vocabulary import Vocabulary, VocabularyError
 
-from conftest import FIXTURES
+from conftest import FIXTURES, run_two_processes
 
 REPO = Path(__file__).resolve().parents[1]
 PRETRAIN = REPO / "modeling" / "pretrain.py"
@@ -49,9 +49,12 @@ def script_env(tmp_path: Path) -> dict:
             "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
 
 
-def run_pretrain(tmp_path: Path, *args, check=True, launcher=(sys.executable,), env=None) -> subprocess.CompletedProcess:
-    result = subprocess.run([*launcher, str(PRETRAIN), *map(str, args)], capture_output=True, text=True,
-                            env={**script_env(tmp_path), **(env or {})}, timeout=300)
+def run_pretrain(tmp_path: Path, *args, check=True, processes=1) -> subprocess.CompletedProcess:
+    if processes == 2:
+        result = run_two_processes([PRETRAIN, *args], script_env(tmp_path))
+    else:
+        result = subprocess.run([sys.executable, str(PRETRAIN), *map(str, args)], capture_output=True, text=True,
+                                env=script_env(tmp_path), timeout=300)
     if check and result.returncode != 0:
         pytest.fail(f"pretrain.py failed:\n{result.stderr[-3000:]}")
     return result
@@ -373,9 +376,7 @@ def test_two_processes_train_one_model(tmp_path):
     gradients are averaged, and both processes end with the same weights."""
     common = [*TRAIN_ARGS, "--max-steps", 6, "--unroll-steps", 5, "--negative-samples", 0, "--dropout", 0,
               "--save-steps", 3, "--eval-steps", 0]
-    run_pretrain(tmp_path, *common, "--batch-size", 2, "--output-dir", tmp_path / "two",
-                 launcher=(sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"),
-                 env={"ACCELERATE_USE_CPU": "1"})
+    run_pretrain(tmp_path, *common, "--batch-size", 2, "--output-dir", tmp_path / "two", processes=2)
     run_pretrain(tmp_path, *common, "--batch-size", 4, "--output-dir", tmp_path / "one")
     state = json.loads((tmp_path / "two" / "trainer_state.json").read_text())
     assert state["settings"]["num_processes"] == 2
