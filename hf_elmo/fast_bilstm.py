@@ -4,13 +4,15 @@ What changes is the order and grouping of work, not what a cell computes:
 * rows are sorted by length and packed time-major (`pack_padded_sequence`), so step t multiplies only the
   rows still running and no padded position is ever computed;
 * the input half of every gate takes a few large multiplies (blocks of whole steps), with the forget gate's
-  +1.0 folded into the bias; from a zero initial state (the default) the first step's recurrent multiply,
-  exactly 0, is skipped;
+  +1.0 folded into the bias; in the first layer, whose inputs are token vectors, one multiply over the
+  distinct rows instead: every occurrence of a word shares it, and both directions read the same words,
+  so it multiplies at most half as many rows; from a zero initial state (the default) the first step's
+  recurrent multiply, exactly 0, is skipped;
 * the recurrent state is never copied: a row's previous output is its recurrent input, and its cell state
   is updated in place;
-* on CPU in float32, large recurrent and projection weights are reordered once for oneDNN (kept beside
-  the layer, rebuilt when a weight changes), which multiplies a few rows by a large matrix up to twice as
-  fast as the generic BLAS call; and tanh is computed through sigmoid (see `_tanh_`).
+* on CPU in float32, large weights are reordered once for oneDNN (kept beside the layer, rebuilt when a
+  weight changes), which multiplies a few rows by a large matrix up to twice as fast as the generic BLAS
+  call, and a few hundred rows up to 1.4 times; and tanh is computed through sigmoid (see `_tanh_`).
 
 Results equal the plain path to float32 rounding: the tests hold them within 1e-6 (relative, for the cell
 states near the clip). Gradients are not supported: the layer takes this path only when autograd and
@@ -98,28 +100,26 @@ class ExactMultiplies:
     def __init__(self, layer):
         self.layer = layer
         self.bias = forget_biased(layer)
+        self.input_onednn = _onednn_weights(layer.input_weight)
         self.recurrent_onednn = _onednn_weights(layer.recurrent_weight)
         self.projection_onednn = None if layer.projection_weight is None else _onednn_weights(layer.projection_weight)
 
-    def input_gates(self, direction: int, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """x [N, P] -> x W_in^T [N, 4C] in `out`; plus the bias (forget bias included) unless oneDNN adds it
-        in `gates`."""
+    def input_gates(self, direction: int, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+        """x [N, P] -> x W_in^T + bias (forget bias included) [N, 4C], in `out` where BLAS computes it."""
+        if self.input_onednn is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.input_onednn[direction], self.bias[direction], "none", [], "")
         weight = self.layer.input_weight[direction].t()
         if x.shape[0] == 1:
             out = None  # computed as two rows (see two_rows); small
-        if self.recurrent_onednn is not None:
-            return two_rows(lambda rows: torch.mm(rows, weight, out=out), x)
         return two_rows(lambda rows: torch.addmm(self.bias[direction], rows, weight, out=out), x)
 
     def gates(self, direction: int, h: torch.Tensor | None, input_gates: torch.Tensor) -> torch.Tensor:
         """h [n, P] (None: all zeros), input_gates [n, 4C] -> every gate's pre-activation [n, 4C], a new tensor."""
-        if self.recurrent_onednn is not None:
-            if h is None:  # 0 W_rec^T is exactly 0
-                return input_gates + self.bias[direction]
-            weight = self.recurrent_onednn[direction]
-            return torch.ops.mkldnn._linear_pointwise.binary(h, input_gates, weight, self.bias[direction], "add")
-        if h is None:
+        if h is None:  # 0 W_rec^T is exactly 0
             return input_gates.clone()
+        if self.recurrent_onednn is not None:
+            weight = self.recurrent_onednn[direction]
+            return torch.ops.mkldnn._linear_pointwise.binary(h, input_gates, weight, None, "add")
         weight = self.layer.recurrent_weight[direction].t()
         return two_rows(lambda rows, added: torch.addmm(added, rows, weight), h, input_gates)
 
@@ -154,12 +154,55 @@ def _cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | None) -> torc
     return tanh_(c.clone()).mul_(gates[:, 3 * cell :])
 
 
+def _blocked_step_inputs(multiplies, direction: int, data: torch.Tensor, batch_sizes: list[int]):
+    """The input half of the gates [n, 4C] of each step of `direction`, from packed rows `data` [N, 2, P]:
+    a block of whole steps (>= INPUT_BLOCK_ROWS rows) per multiply, into one reused buffer, so multiplies
+    are large and no large buffer is allocated per block."""
+    blocks, rows = [], 0
+    for t, n in enumerate(batch_sizes):
+        if rows == 0:
+            blocks.append([t, t + 1, 0])
+        blocks[-1][1], blocks[-1][2] = t + 1, blocks[-1][2] + n
+        rows = 0 if blocks[-1][2] >= INPUT_BLOCK_ROWS else blocks[-1][2]
+    workspace = data.new_empty(max(block[2] for block in blocks), multiplies.bias.shape[-1])
+    offset = 0
+    for first, last, block_rows in blocks:
+        block = multiplies.input_gates(direction, data[offset : offset + block_rows, direction], workspace[:block_rows])
+        for n in batch_sizes[first:last]:
+            yield block[:n]
+            block = block[n:]
+        offset += block_rows
+
+
+def _distinct_rows(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The distinct rows of packed rows `data` [N, 2, P] (both directions: they read the same words) and,
+    per packed row and direction, the index of its distinct row [N, 2]; None where rows barely repeat."""
+    distinct, inverse = torch.unique(data.reshape(-1, data.shape[-1]), dim=0, return_inverse=True)
+    if distinct.shape[0] > 0.75 * inverse.shape[0]:
+        return None
+    return distinct, inverse.view(data.shape[:2])
+
+
+def _gathered_step_inputs(multiplies, direction: int, distinct: tuple[torch.Tensor, torch.Tensor], batch_sizes: list[int]):
+    """As `_blocked_step_inputs`, from one multiply over the distinct rows (see `_distinct_rows`), each step
+    gathering its rows from the result. Equal rows give equal products, so this is exact."""
+    rows, inverse = distinct
+    table = multiplies.input_gates(direction, rows, None)
+    inverse = inverse[:, direction]
+    for n in batch_sizes:
+        yield table.index_select(0, inverse[:n])
+        inverse = inverse[n:]
+
+
 def fast_bilstm_layer(
-    layer, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor, multiplies=None
+    layer, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor, multiplies=None,
+    inputs_repeat: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Same contract as `ElmoBiLstmLayer.forward`: inputs [2, B, S, P], step_mask [B, S] (a prefix of each
     row, at least one step), h [2, B, P], c [2, B, C] -> outputs [2, B, S, P] (0 past each row's end),
-    final h, final c. `multiplies` defaults to `ExactMultiplies` of the layer."""
+    final h, final c. `multiplies` defaults to `ExactMultiplies` of the layer. `inputs_repeat`: the rows are
+    token vectors (the first layer), so a word's every occurrence has the same row; the input half of the
+    gates is then computed once per distinct row."""
     if multiplies is None:
         multiplies = derived_weights(layer, "exact", ExactMultiplies)
     directions, batch, steps, proj = inputs.shape
@@ -178,32 +221,23 @@ def fast_bilstm_layer(
     c = c.index_select(1, order.to(c.device)).contiguous()  # sorted; each step updates its first rows in place
     h = h.index_select(1, order.to(h.device))
     zero_start = not bool(h.any())  # the default, stateless start: the first recurrent multiply is 0
-    # The input half of the gates, a block of whole steps (>= INPUT_BLOCK_ROWS positions) per multiply, into
-    # one reused buffer: large multiplies, and no fresh large allocation per layer.
-    blocks, rows = [], 0
-    for t, n in enumerate(batch_sizes):
-        if rows == 0:
-            blocks.append([t, t + 1, 0])
-        blocks[-1][1], blocks[-1][2] = t + 1, blocks[-1][2] + n
-        rows = 0 if blocks[-1][2] >= INPUT_BLOCK_ROWS else blocks[-1][2]
-    workspace = inputs.new_empty(max(block[2] for block in blocks), multiplies.bias.shape[-1])
+    distinct = _distinct_rows(data) if inputs_repeat else None
     for d in range(directions):
         previous, offset = (None if zero_start else h[d]), 0
-        for first, last, block_rows in blocks:
-            input_gates = multiplies.input_gates(d, data[offset : offset + block_rows, d], workspace[:block_rows])
-            block_offset = 0
-            for n in batch_sizes[first:last]:
-                step_input = input_gates[block_offset : block_offset + n]
-                gates = multiplies.gates(d, None if previous is None else previous[:n], step_input)
-                new_h = _cell(gates, c[d, :n], layer.cell_clip)
-                if layer.projection_weight is not None:
-                    new_h = multiplies.projection(d, new_h)
-                    if layer.proj_clip is not None:
-                        new_h.clamp_(-layer.proj_clip, layer.proj_clip)
-                previous = outputs[d, offset + block_offset : offset + block_offset + n]  # the next step's state
-                previous.copy_(new_h)
-                block_offset += n
-            offset += block_rows
+        if distinct is None:
+            step_inputs = _blocked_step_inputs(multiplies, d, data, batch_sizes)
+        else:
+            step_inputs = _gathered_step_inputs(multiplies, d, distinct, batch_sizes)
+        for n, step_input in zip(batch_sizes, step_inputs):
+            gates = multiplies.gates(d, None if previous is None else previous[:n], step_input)
+            new_h = _cell(gates, c[d, :n], layer.cell_clip)
+            if layer.projection_weight is not None:
+                new_h = multiplies.projection(d, new_h)
+                if layer.proj_clip is not None:
+                    new_h.clamp_(-layer.proj_clip, layer.proj_clip)
+            previous = outputs[d, offset : offset + n]  # the next step's state
+            previous.copy_(new_h)
+            offset += n
 
     # Back to [2, B, S, P] with zeros past each row's end, and the state after each row's last step.
     device, sizes = outputs.device, packed.batch_sizes

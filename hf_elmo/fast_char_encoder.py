@@ -1,16 +1,22 @@
 """The character encoder's fast inference path: the computation of `ElmoCharacterEncoder._plain_forward`,
-with each convolution done as one matrix multiply over its character windows.
+with each convolution done as one matrix multiply over its character windows, on fewer characters.
 
-A char CNN filter has only `width * char_embedding_dim` inputs (at most 7 x 16 here), which the generic
-convolution kernels handle poorly; laid out as [windows, width * dim] x [width * dim, filters], a block of
-words becomes one well-shaped multiply whose result still fits in cache for the max over positions. The
-bias is added after the max, which is exact: adding a constant is monotone, so it cannot change which
-window is largest. Results equal the plain path to float32 rounding.
+* A char CNN filter has only `width * char_embedding_dim` inputs (at most 7 x 16 here), which the generic
+  convolution kernels handle poorly; laid out as [windows, width * dim] x [width * dim, filters], a block of
+  words becomes one well-shaped multiply whose result still fits in cache for the max over positions.
+* Words are taken shortest first, in blocks, and each block's characters are cut after its longest word's
+  end plus the widest filter's width. What is cut are windows of padding characters only: every word's
+  such windows have one same value per filter, and the cut keeps one of them, so the max is unchanged.
+* The bias is added after the max, which is exact: adding a constant is monotone, so it cannot change
+  which window is largest.
+
+Results equal the plain path to float32 rounding.
 """
 
 import torch
 
 from .fast_bilstm import derived_weights
+from .tokenization_elmo import PAD_CHAR_ID
 
 # Words per block: their window products for the widest filter (64 x 44 x 1024 floats) stay in cache.
 BLOCK_WORDS = 64
@@ -30,20 +36,29 @@ def fast_char_encoder(encoder, char_ids: torch.Tensor) -> torch.Tensor:
         return fast_char_encoder(encoder, char_ids.expand(2, -1))[:1]
     parameters = [p for conv in encoder.char_cnn for p in (conv.weight, conv.bias)]
     matrices, bias = derived_weights(encoder, "char_cnn", _filter_matrices, parameters)
-    chars = encoder.char_embedding(char_ids)  # [N, K, D]
-    words, length, dim = chars.shape
+    words, length = char_ids.shape
+    widest = max(conv.kernel_size[0] for conv in encoder.char_cnn)
+    # Where each word's padding starts for good (0 for a word of padding only), and the words by that end.
+    positions = torch.arange(1, length + 1, device=char_ids.device)
+    ends = ((char_ids != PAD_CHAR_ID) * positions).amax(dim=1)
+    ends, order = torch.sort(ends, stable=True)
+    chars = encoder.char_embedding(char_ids.index_select(0, order))  # [N, K, D], shortest word first
+    dim = chars.shape[-1]
     pooled = chars.new_empty(words, bias.shape[0])
     for start in range(0, words, BLOCK_WORDS):
-        block = chars[start : start + BLOCK_WORDS]
+        stop = min(start + BLOCK_WORDS, words)
+        kept = min(length, int(ends[stop - 1]) + widest)
+        block = chars[start:stop, :kept]
         column = 0
         for conv, matrix in zip(encoder.char_cnn, matrices):
             width, count = conv.kernel_size[0], conv.out_channels
-            windows = block.unfold(1, width, 1).transpose(2, 3).reshape(block.shape[0], length - width + 1, width * dim)
-            torch.amax(windows @ matrix, dim=1, out=pooled[start : start + block.shape[0], column : column + count])
+            windows = block.unfold(1, width, 1).transpose(2, 3).reshape(-1, width * dim)  # [n * positions, w * D]
+            products = (windows @ matrix).view(stop - start, kept - width + 1, count)
+            torch.amax(products, dim=1, out=pooled[start:stop, column : column + count])
             column += count
     x = encoder.activation(pooled.add_(bias))
     for layer in encoder.highway:
         x = layer(x)
     if encoder.projection is not None:
         x = encoder.projection(x)
-    return x
+    return x.index_select(0, torch.argsort(order))

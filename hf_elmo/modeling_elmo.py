@@ -133,11 +133,13 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         self.approximation: str | None = None  # see ElmoModel.set_lstm_approximation
 
     def forward(
-        self, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor
+        self, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
+        inputs_repeat: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """
         inputs: [2, B, S, P], the backward half already reversed within each row; step_mask: [B, S] bool,
-        True for each row's first `length` steps; h: [2, B, P] and c: [2, B, C], the initial state.
+        True for each row's first `length` steps; h: [2, B, P] and c: [2, B, C], the initial state;
+        inputs_repeat: the inputs are token vectors (the first layer's), equal wherever a word repeats.
         Returns the outputs [2, B, S, P] (exactly 0 at masked steps) and the state after each row's last step.
 
         Without autograd or autocast, the same computation runs reorganised for speed (`fast_bilstm.py`), or an
@@ -148,7 +150,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             if self.approximation is not None:
                 return approximate_bilstm_layer(self, inputs, step_mask, h, c)
             if self.use_fast_path and bool(step_mask[:, 0].all()):
-                return fast_bilstm_layer(self, inputs, step_mask, h, c)
+                return fast_bilstm_layer(self, inputs, step_mask, h, c, inputs_repeat=inputs_repeat)
         return self._plain_forward(inputs, step_mask, h, c)
 
     def _plain_forward(
@@ -473,7 +475,7 @@ class ElmoModel(ElmoPreTrainedModel):
         for index, layer in enumerate(self.layers):
             if self.lstm_dropout is not None:
                 x = self.lstm_dropout(x)  # bilm-tf drops each layer's input; the residual adds the dropped input
-            output, layer_h, layer_c = layer(x, sequence_mask, h[index], c[index])
+            output, layer_h, layer_c = layer(x, sequence_mask, h[index], c[index], inputs_repeat=index == 0)
             if self.config.use_skip_connections and index > 0:
                 output = output + x  # the carried state stays the pre-residual one, as in the original
             x = output

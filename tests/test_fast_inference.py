@@ -9,9 +9,10 @@ import torch
 from conftest import FIXTURE_SETS, FIXTURES
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.approximate import approximation_deviation
-from hf_elmo.fast_bilstm import derived_weights, ExactMultiplies
+from hf_elmo.fast_bilstm import _distinct_rows, derived_weights, ExactMultiplies
 from hf_elmo.fast_char_encoder import fast_char_encoder
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer
+from hf_elmo.tokenization_elmo import PAD_CHAR_ID
 
 
 @pytest.fixture(scope="module")
@@ -56,22 +57,30 @@ def test_fast_path_matches_plain_path_over_chained_batches(converted, name):
 
 
 @pytest.mark.parametrize("zero_start", [True, False])
-def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start):
-    """An original-size layer (4096 cells, 512 projection): the size at which the recurrent and projection
-    weights are reordered for oneDNN. Ragged lengths, a row of one step, and zero or random initial state."""
+@pytest.mark.parametrize("inputs_repeat", [False, True])
+def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start, inputs_repeat):
+    """An original-size layer (4096 cells, 512 projection): the size at which the input, recurrent and
+    projection weights are reordered for oneDNN. Ragged lengths, a row of one step, zero or random initial
+    state; and inputs of a few distinct rows (as token vectors repeat), whose gates are computed once."""
     torch.manual_seed(0)
     model = ElmoModel(ElmoConfig(num_lstm_layers=1, num_highway_layers=0, char_cnn_filters=[[1, 4]]))
     layer = model.layers[0].eval()
     lengths = torch.tensor([9, 1, 5, 9, 2])
     step_mask = torch.arange(9) < lengths[:, None]
-    inputs = torch.randn(2, 5, 9, 512) * step_mask[None, :, :, None]
+    if inputs_repeat:
+        inputs = torch.randn(4, 512)[torch.randint(0, 4, (2, 5, 9))]
+        assert _distinct_rows(inputs.reshape(-1, 2, 512)) is not None  # the gathered path runs
+    else:
+        inputs = torch.randn(2, 5, 9, 512)
+    inputs = inputs * step_mask[None, :, :, None]
     h = torch.zeros(2, 5, 512) if zero_start else torch.randn(2, 5, 512) * 0.5
     c = torch.zeros(2, 5, 4096) if zero_start else torch.randn(2, 5, 4096)
     with torch.no_grad():
-        fast = layer(inputs, step_mask, h, c)
+        fast = layer(inputs, step_mask, h, c, inputs_repeat=inputs_repeat)
         slow = layer._plain_forward(inputs, step_mask, h, c)
-        alone = layer(inputs[:, 2:3], step_mask[2:3], h[:, 2:3], c[:, 2:3])  # a batch of one sentence
+        alone = layer(inputs[:, 2:3], step_mask[2:3], h[:, 2:3], c[:, 2:3], inputs_repeat=inputs_repeat)  # one sentence
     multiplies = derived_weights(layer, "exact", ExactMultiplies)
+    assert (multiplies.input_onednn is not None) == torch.backends.mkldnn.is_available()
     assert (multiplies.recurrent_onednn is not None) == torch.backends.mkldnn.is_available()
     assert (multiplies.projection_onednn is not None) == torch.backends.mkldnn.is_available()
     # Unit-scale random inputs drive outputs and states up to the clip (3): hold them to 1e-6 relative.
@@ -93,6 +102,23 @@ def test_fast_char_encoder_matches_plain(fixture_model):
     assert fast.shape == slow.shape == (458, 16)
     assert (fast - slow).abs().max().item() < 1e-6
     assert (one - slow[5:6]).abs().max().item() < 1e-6
+
+
+def test_fast_char_encoder_cuts_only_padding(fixture_model):
+    """The fast path cuts each block of words after its longest word (plus the widest filter): words with no
+    padding at all, a word of padding only and a padded batch position (all ids 0) keep their plain values,
+    in blocks of mixed and of equal lengths."""
+    model, tokenizer = fixture_model
+    words = ["a", "x" * 60, "ELMo", "representations", "z" * 48, "b"] * 30  # 180 words: three blocks
+    char_ids = tokenizer([words], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+    assert (char_ids[1] != PAD_CHAR_ID).all()  # truncated to fill every position
+    char_ids = torch.cat([char_ids, torch.full_like(char_ids[:1], PAD_CHAR_ID), torch.zeros_like(char_ids[:1])])
+    with torch.no_grad():
+        fast = fast_char_encoder(model.char_encoder, char_ids)
+        slow = model.char_encoder._plain_forward(char_ids)
+        short = fast_char_encoder(model.char_encoder, char_ids[[0, 5, 6, 11]])  # one block of 1-letter words
+    assert (fast - slow).abs().max().item() < 1e-6
+    assert (short - slow[[0, 5, 6, 11]]).abs().max().item() < 1e-6
 
 
 def test_outputs_do_not_depend_on_where_the_weights_sit_in_memory(converted):
