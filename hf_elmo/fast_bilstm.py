@@ -156,8 +156,8 @@ def _cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | None) -> torc
 
 def _blocked_step_inputs(multiplies, direction: int, data: torch.Tensor, batch_sizes: list[int]):
     """The input half of the gates [n, 4C] of each step of `direction`, from packed rows `data` [N, 2, P]:
-    a block of whole steps (>= INPUT_BLOCK_ROWS rows) per multiply, into one reused buffer, so multiplies
-    are large and no large buffer is allocated per block."""
+    a block of whole steps (>= INPUT_BLOCK_ROWS rows) per multiply, so that multiplies are large (where
+    BLAS computes them, into one reused buffer)."""
     blocks, rows = [], 0
     for t, n in enumerate(batch_sizes):
         if rows == 0:
