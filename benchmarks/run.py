@@ -469,9 +469,15 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
         lines.append(f"- {kind}: " + ", ".join(f"{v:.2g}" for v in values))
     lines += ["", "## GPU", "",
               "`benchmarks/gpu.sh` measures words/s of both sizes in fp32 and bf16 autocast (and bf16's deviation "
-              "from fp32) on a CUDA machine with torch installed and no network, in under 5 minutes. No GPU was "
-              "available to this run, so it has not been run and there are no GPU figures here; the exact path is "
-              "written device-agnostic (BLAS multiplies instead of oneDNN off the CPU) and is tested on CPU only.", ""]
+              "from fp32) on a CUDA machine with torch installed and no network, and runs the checks that need a "
+              "GPU, in under 5 minutes. This machine has no GPU; the last run of `gpu.sh` on one wrote "
+              "`benchmarks/GPU_RESULTS.md`:", ""]
+    gpu_results = Path(__file__).parent / "GPU_RESULTS.md"
+    if gpu_results.is_file():
+        lines += ["> " + line if line else ">" for line in gpu_results.read_text(encoding="utf-8").strip().splitlines()]
+    else:
+        lines.append("(no such file: `gpu.sh` has not been run yet)")
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -11,8 +11,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+# Where the exactness tests run: the CPU always, and a CUDA device where this machine has one (CI has none;
+# the GPU check of benchmarks/gpu.sh runs them there).
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @dataclass(frozen=True)

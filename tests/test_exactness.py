@@ -7,31 +7,32 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 import hf_elmo  # noqa: F401  (registers ELMo with the Auto classes)
-from conftest import FIXTURE_SETS, FIXTURES
+from conftest import DEVICES, FIXTURE_SETS, FIXTURES
 
 
-def load(folder):
-    return AutoModel.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+def load(folder, device="cpu"):
+    return AutoModel.from_pretrained(folder).to(device).eval(), AutoTokenizer.from_pretrained(folder)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", FIXTURE_SETS)
-def test_stateful_batches_match_the_original_model(converted, name):
+def test_stateful_batches_match_the_original_model(converted, name, device):
     """10 batches of 3, the LSTM state chained from batch to batch as the original ran them."""
     fixture = FIXTURE_SETS[name]
-    model, tokenizer = load(converted[name])
+    model, tokenizer = load(converted[name], device)
     states, largest = None, 0.0
     for i, sentences in enumerate(fixture.batches()):
-        batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+        batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt").to(device)
         with torch.no_grad():
             output = model(**batch, initial_states=states)
         states = output.final_states
         for row, words in enumerate(sentences):
             assert output.attention_mask[row].sum().item() == len(words)
-            found = output.last_hidden_state[row, : len(words)].numpy()
+            found = output.last_hidden_state[row, : len(words)].cpu().numpy()
             expected = fixture.expected_top_layer(row, i)
             largest = max(largest, float(np.abs(found - expected).max()))
             assert np.allclose(found, expected, atol=1e-6), f"batch {i} row {row}"
-    print(f"{name}: largest difference from the original over 10 batches: {largest:.3g}")
+    print(f"{name} on {device}: largest difference from the original over 10 batches: {largest:.3g}")
 
 
 @pytest.mark.parametrize("name", FIXTURE_SETS)
@@ -60,21 +61,22 @@ def test_later_batches_need_the_state(converted, name):
     assert np.abs(found - fixture.expected_top_layer(0, 1)).max() > 1e-2
 
 
-def test_token_layer_matches_the_original_token_embeddings(converted):
+@pytest.mark.parametrize("device", DEVICES)
+def test_token_layer_matches_the_original_token_embeddings(converted, device):
     """Layer 0 of the 458 words of vocab_test.txt is the original char-CNN embedding, duplicated."""
     words = (FIXTURES / "allennlp-elmo" / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
     assert len(words) == 458
     with h5py.File(FIXTURES / "allennlp-elmo" / "elmo_token_embeddings.hdf5", "r") as handle:
         expected = handle["embedding"][...]
-    model, tokenizer = load(converted["allennlp-elmo"])
+    model, tokenizer = load(converted["allennlp-elmo"], device)
     sentences = [words[i : i + 50] for i in range(0, len(words), 50)]  # 10 sentences, the last one shorter
-    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt").to(device)
     with torch.no_grad():
         layer0 = model(**batch).hidden_states[0]
-    found = layer0[batch["attention_mask"].bool()].numpy()
+    found = layer0[batch["attention_mask"].bool()].cpu().numpy()
     half = found.shape[-1] // 2
     assert np.array_equal(found[:, :half], found[:, half:])
-    print(f"token layer: largest difference {np.abs(found[:, :half] - expected).max():.3g}")
+    print(f"token layer on {device}: largest difference {np.abs(found[:, :half] - expected).max():.3g}")
     assert np.allclose(found[:, :half], expected, atol=1e-6)
 
 

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from conftest import FIXTURE_SETS, FIXTURES
+from conftest import DEVICES, FIXTURE_SETS, FIXTURES
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.approximate import approximation_deviation
 from hf_elmo.fast_bilstm import _distinct_rows, derived_weights, ExactMultiplies
@@ -39,16 +39,17 @@ def outputs(output) -> list[torch.Tensor]:
     return list(output.hidden_states) + list(output.elmo_representations) + list(output.final_states)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", FIXTURE_SETS)
-def test_fast_path_matches_plain_path_over_chained_batches(converted, name):
+def test_fast_path_matches_plain_path_over_chained_batches(converted, name, device):
     """All 10 fixture batches, the state carried from batch to batch (so non-zero initial states too)."""
-    model = ElmoModel.from_pretrained(converted[name]).eval()
+    model = ElmoModel.from_pretrained(converted[name]).to(device).eval()
     reference = plain(model)
     tokenizer = ElmoTokenizer.from_pretrained(converted[name])
     fast_states = plain_states = None
     with torch.no_grad():
         for sentences in FIXTURE_SETS[name].batches():
-            batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+            batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt").to(device)
             fast, slow = model(**batch, initial_states=fast_states), reference(**batch, initial_states=plain_states)
             fast_states, plain_states = fast.final_states, slow.final_states
             for a, b in zip(outputs(fast), outputs(slow)):  # cell states reach the clip (3): 1e-6 relative
@@ -56,15 +57,16 @@ def test_fast_path_matches_plain_path_over_chained_batches(converted, name):
     assert len(model.char_encoder.token_cache) > 0  # the fast path really ran
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("zero_start", [True, False])
 @pytest.mark.parametrize("inputs_repeat", [False, True])
-def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start, inputs_repeat):
+def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start, inputs_repeat, device):
     """An original-size layer (4096 cells, 512 projection): the size at which the input, recurrent and
     projection weights are reordered for oneDNN. Ragged lengths, a row of one step, zero or random initial
     state; and inputs of a few distinct rows (as token vectors repeat), whose gates are computed once."""
     torch.manual_seed(0)
     model = ElmoModel(ElmoConfig(num_lstm_layers=1, num_highway_layers=0, char_cnn_filters=[[1, 4]]))
-    layer = model.layers[0].eval()
+    layer = model.layers[0].to(device).eval()
     lengths = torch.tensor([9, 1, 5, 9, 2])
     step_mask = torch.arange(9) < lengths[:, None]
     if inputs_repeat:
@@ -75,14 +77,16 @@ def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start, inp
     inputs = inputs * step_mask[None, :, :, None]
     h = torch.zeros(2, 5, 512) if zero_start else torch.randn(2, 5, 512) * 0.5
     c = torch.zeros(2, 5, 4096) if zero_start else torch.randn(2, 5, 4096)
+    inputs, step_mask, h, c = (tensor.to(device) for tensor in (inputs, step_mask, h, c))
     with torch.no_grad():
         fast = layer(inputs, step_mask, h, c, inputs_repeat=inputs_repeat)
         slow = layer._plain_forward(inputs, step_mask, h, c)
         alone = layer(inputs[:, 2:3], step_mask[2:3], h[:, 2:3], c[:, 2:3], inputs_repeat=inputs_repeat)  # one sentence
     multiplies = derived_weights(layer, "exact", ExactMultiplies)
-    assert (multiplies.input_onednn is not None) == torch.backends.mkldnn.is_available()
-    assert (multiplies.recurrent_onednn is not None) == torch.backends.mkldnn.is_available()
-    assert (multiplies.projection_onednn is not None) == torch.backends.mkldnn.is_available()
+    onednn = device == "cpu" and torch.backends.mkldnn.is_available()
+    assert (multiplies.input_onednn is not None) == onednn
+    assert (multiplies.recurrent_onednn is not None) == onednn
+    assert (multiplies.projection_onednn is not None) == onednn
     # Unit-scale random inputs drive outputs and states up to the clip (3): hold them to 1e-6 relative.
     for a, b in zip(fast, slow):
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
