@@ -4,8 +4,8 @@ approximate cuDNN mode (`nn.LSTM`, no clipping); then the checks that need a GPU
 `gpu.sh`; needs torch with CUDA and transformers, no network, and finishes in under 5 minutes.
 
 Weights are random (bilm-tf's initialisation); inputs are synthetic sentences of 20-30 words drawn from a
-Zipf-distributed vocabulary, so that words repeat as in running text. "cold": token cache emptied before
-every batch; "warm": the batch ran once before.
+Zipf-distributed vocabulary, so that words repeat as in running text. "cold": caches of per-word results
+emptied before every batch; "warm": the batch ran once before.
 """
 
 import argparse
@@ -39,7 +39,7 @@ def sentences(count: int, seed: int) -> list[list[str]]:
 def words_per_second(model, batch, words: int, device, runs: int, cold: bool, autocast=None) -> float:
     def once() -> float:
         if cold:
-            model.char_encoder.token_cache.clear()
+            model.clear_caches()
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()

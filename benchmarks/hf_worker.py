@@ -2,9 +2,9 @@
 
     python hf_worker.py MODEL_DIR INPUTS.json THREADS
 
-Modes of a run: "cold" empties the token cache before every batch (each distinct word of a batch goes
-through the char CNN once); "warm" first runs the same batches untimed, so every word is in the cache;
-"kept" leaves the cache as the previous run left it.
+Modes of a run: "cold" empties the caches of per-word results before every batch (each distinct word of a
+batch goes through the char CNN and the first layer's input multiply once); "warm" first runs the same batches
+untimed, so every word is in the caches; "kept" leaves the caches as the previous run left them.
 """
 
 import sys
@@ -65,7 +65,7 @@ def run(case: str, mode: str = "cold", save: str | None = None, approximation: s
         lstm_seconds, outputs, seconds = 0.0, [], 0.0
         for batch in batches:
             if mode == "cold":
-                cache.clear()
+                model.clear_caches()
             misses = cache.misses
             batch_seconds, layers = timed(lambda: embed(batch, autocast_dtype))
             seconds += batch_seconds

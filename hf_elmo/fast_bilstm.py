@@ -6,8 +6,9 @@ What changes is the order and grouping of work, not what a cell computes:
 * the input half of every gate takes a few large multiplies (blocks of whole steps), with the forget gate's
   +1.0 folded into the bias; in the first layer, whose inputs are token vectors, one multiply over the
   distinct rows instead: every occurrence of a word shares it, and both directions read the same words,
-  so it multiplies at most half as many rows; from a zero initial state (the default) the first step's
-  recurrent multiply, exactly 0, is skipped;
+  so it multiplies at most half as many rows; in eval mode the layer's `input_gate_cache` keeps them for
+  the words of later batches (see `token_cache.py`); from a zero initial state (the default) the first
+  step's recurrent multiply, exactly 0, is skipped;
 * the recurrent state is never copied: a row's previous output is its recurrent input, and its cell state
   is updated in place;
 * on CPU in float32, large weights are reordered once for oneDNN (kept beside the layer, rebuilt when a
@@ -23,6 +24,8 @@ import weakref
 
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
+
+from .token_cache import ElmoTokenCache
 
 # Per (layer, kind): (fingerprint of the layer's weights, derived tensors). Kept outside the module so that
 # state_dict, deepcopy and pickling never see them.
@@ -100,18 +103,40 @@ class ExactMultiplies:
     def __init__(self, layer):
         self.layer = layer
         self.bias = forget_biased(layer)
-        self.input_onednn = _onednn_weights(layer.input_weight)
         self.recurrent_onednn = _onednn_weights(layer.recurrent_weight)
         self.projection_onednn = None if layer.projection_weight is None else _onednn_weights(layer.projection_weight)
+        self._input_onednn = {}  # "directions" or "both" (see both_input_gates): each reordered on first use
+
+    def input_onednn(self, kind: str) -> list[torch.Tensor] | None:
+        """The input weights reordered for oneDNN (None where BLAS is used): per direction ("directions"), or
+        both stacked into one [8C, P] matrix ("both")."""
+        if kind not in self._input_onednn:
+            weights = self.layer.input_weight.detach()
+            if kind == "both":
+                weights = weights.reshape(1, -1, weights.shape[-1])
+            self._input_onednn[kind] = _onednn_weights(weights)
+        return self._input_onednn[kind]
 
     def input_gates(self, direction: int, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
         """x [N, P] -> x W_in^T + bias (forget bias included) [N, 4C], in `out` where BLAS computes it."""
-        if self.input_onednn is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, self.input_onednn[direction], self.bias[direction], "none", [], "")
+        onednn = self.input_onednn("directions")
+        if onednn is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, onednn[direction], self.bias[direction], "none", [], "")
         weight = self.layer.input_weight[direction].t()
         if x.shape[0] == 1:
             out = None  # computed as two rows (see two_rows); small
         return two_rows(lambda rows: torch.addmm(self.bias[direction], rows, weight, out=out), x)
+
+    def both_input_gates(self, x: torch.Tensor) -> torch.Tensor:
+        """x [N, P] -> the input gates of both directions [N, 2, 4C], in one multiply (the first layer's inputs
+        are read by both directions)."""
+        onednn, bias = self.input_onednn("both"), self.bias.view(-1)
+        if onednn is not None:
+            gates = torch.ops.mkldnn._linear_pointwise(x, onednn[0], bias, "none", [], "")
+        else:
+            weight = self.layer.input_weight.detach().reshape(-1, x.shape[-1]).t()
+            gates = two_rows(lambda rows: torch.addmm(bias, rows, weight), x)
+        return gates.view(x.shape[0], 2, -1)
 
     def gates(self, direction: int, h: torch.Tensor | None, input_gates: torch.Tensor) -> torch.Tensor:
         """h [n, P] (None: all zeros), input_gates [n, 4C] -> every gate's pre-activation [n, 4C], a new tensor."""
@@ -174,35 +199,25 @@ def _blocked_step_inputs(multiplies, direction: int, data: torch.Tensor, batch_s
         offset += block_rows
 
 
-def _distinct_rows(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The distinct rows of packed rows `data` [N, 2, P] (both directions: they read the same words) and,
-    per packed row and direction, the index of its distinct row [N, 2]; None where rows barely repeat."""
-    distinct, inverse = torch.unique(data.reshape(-1, data.shape[-1]), dim=0, return_inverse=True)
-    if distinct.shape[0] > 0.75 * inverse.shape[0]:
-        return None
-    return distinct, inverse.view(data.shape[:2])
-
-
-def _gathered_step_inputs(multiplies, direction: int, distinct: tuple[torch.Tensor, torch.Tensor], batch_sizes: list[int]):
-    """As `_blocked_step_inputs`, from one multiply over the distinct rows (see `_distinct_rows`), each step
-    gathering its rows from the result. Equal rows give equal products, so this is exact."""
-    rows, inverse = distinct
-    table = multiplies.input_gates(direction, rows, None)
-    inverse = inverse[:, direction]
+def _gathered_step_inputs(table: torch.Tensor, index: torch.Tensor, direction: int, batch_sizes: list[int]):
+    """As `_blocked_step_inputs`, gathered from a table of the input half of the gates of distinct rows, both
+    directions, [M, 2, 4C]: packed row i's is `table[index[i, direction], direction]` (index [N, 2])."""
+    table, index = table[:, direction], index[:, direction]
     for n in batch_sizes:
-        yield table.index_select(0, inverse[:n])
-        inverse = inverse[n:]
+        yield table.index_select(0, index[:n])
+        index = index[n:]
 
 
 def fast_bilstm_layer(
     layer, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor, multiplies=None,
-    inputs_repeat: bool = False,
+    gate_cache: ElmoTokenCache | None = None, use_cache: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Same contract as `ElmoBiLstmLayer.forward`: inputs [2, B, S, P], step_mask [B, S] (a prefix of each
     row, at least one step), h [2, B, P], c [2, B, C] -> outputs [2, B, S, P] (0 past each row's end),
-    final h, final c. `multiplies` defaults to `ExactMultiplies` of the layer. `inputs_repeat`: the rows are
-    token vectors (the first layer), so a word's every occurrence has the same row; the input half of the
-    gates is then computed once per distinct row."""
+    final h, final c. `multiplies` defaults to `ExactMultiplies` of the layer. `gate_cache`, for the first
+    layer, whose rows are token vectors (a word's every occurrence has the same row): the input half of the
+    gates is computed once per distinct row, through this cache, which keeps them for later batches when
+    `use_cache`."""
     if multiplies is None:
         multiplies = derived_weights(layer, "exact", ExactMultiplies)
     directions, batch, steps, proj = inputs.shape
@@ -221,13 +236,17 @@ def fast_bilstm_layer(
     c = c.index_select(1, order.to(c.device)).contiguous()  # sorted; each step updates its first rows in place
     h = h.index_select(1, order.to(h.device))
     zero_start = not bool(h.any())  # the default, stateless start: the first recurrent multiply is 0
-    distinct = _distinct_rows(data) if inputs_repeat else None
+    if gate_cache is not None:  # both directions read the same words: their rows are looked up together
+        table, index = gate_cache.lookup(
+            multiplies.both_input_gates, data.reshape(-1, proj), [layer.input_weight, layer.bias], use_cache
+        )
+        index = index.view(-1, directions)
     for d in range(directions):
         previous, offset = (None if zero_start else h[d]), 0
-        if distinct is None:
+        if gate_cache is None:
             step_inputs = _blocked_step_inputs(multiplies, d, data, batch_sizes)
         else:
-            step_inputs = _gathered_step_inputs(multiplies, d, distinct, batch_sizes)
+            step_inputs = _gathered_step_inputs(table, index, d, batch_sizes)
         for n, step_input in zip(batch_sizes, step_inputs):
             gates = multiplies.gates(d, None if previous is None else previous[:n], step_input)
             new_h = _cell(gates, c[d, :n], layer.cell_clip)

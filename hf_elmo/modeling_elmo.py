@@ -23,7 +23,7 @@ from .approximate import APPROXIMATIONS, approximate_bilstm_layer
 from .configuration_elmo import ElmoConfig
 from .fast_bilstm import fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
-from .token_cache import ElmoTokenCache
+from .token_cache import DEFAULT_GATE_CACHE_BYTES, DEFAULT_MAX_WORDS, ElmoTokenCache
 from .tokenization_elmo import BOS_WORD, EOS_WORD, PAD_CHAR_ID, word_to_char_ids
 
 @dataclass
@@ -130,6 +130,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         self.cell_clip = config.cell_clip
         self.proj_clip = config.proj_clip
         self.use_fast_path = True
+        # The first layer's input gates per word, for inference (see fast_bilstm.py); `.max_words = 0` is off.
+        gate_bytes = 2 * 4 * cell * 4  # both directions, float32
+        self.input_gate_cache = ElmoTokenCache(min(DEFAULT_MAX_WORDS, DEFAULT_GATE_CACHE_BYTES // gate_bytes))
         self.approximation: str | None = None  # see ElmoModel.set_lstm_approximation
 
     def forward(
@@ -139,7 +142,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         """
         inputs: [2, B, S, P], the backward half already reversed within each row; step_mask: [B, S] bool,
         True for each row's first `length` steps; h: [2, B, P] and c: [2, B, C], the initial state;
-        inputs_repeat: the inputs are token vectors (the first layer's), equal wherever a word repeats.
+        inputs_repeat: the inputs are token vectors (the first layer's), equal wherever a word repeats; the fast
+        path then computes the input half of the gates once per distinct word, through `input_gate_cache`.
         Returns the outputs [2, B, S, P] (exactly 0 at masked steps) and the state after each row's last step.
 
         Without autograd or autocast, the same computation runs reorganised for speed (`fast_bilstm.py`), or an
@@ -150,7 +154,10 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             if self.approximation is not None:
                 return approximate_bilstm_layer(self, inputs, step_mask, h, c)
             if self.use_fast_path and bool(step_mask[:, 0].all()):
-                return fast_bilstm_layer(self, inputs, step_mask, h, c, inputs_repeat=inputs_repeat)
+                gate_cache = self.input_gate_cache if inputs_repeat else None
+                return fast_bilstm_layer(
+                    self, inputs, step_mask, h, c, gate_cache=gate_cache, use_cache=not self.training
+                )
         return self._plain_forward(inputs, step_mask, h, c)
 
     def _plain_forward(
@@ -368,6 +375,14 @@ class ElmoModel(ElmoPreTrainedModel):
             raise ValueError(f"unknown biLSTM approximation {kind!r}: choose one of {APPROXIMATIONS} or None (exact)")
         for layer in self.layers:
             layer.approximation = kind
+
+    def clear_caches(self) -> None:
+        """Empty the inference caches of per-word results: the token cache (word vectors) and the first biLSTM
+        layer's input gates. They empty themselves when their weights change; this is for timing a cold start
+        or freeing their memory."""
+        self.char_encoder.token_cache.clear()
+        for layer in self.layers:
+            layer.input_gate_cache.clear()
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.char_encoder.char_embedding

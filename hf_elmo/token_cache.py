@@ -1,10 +1,12 @@
-"""A bounded cache of context-free word vectors (char CNN -> highway -> projection), keyed by character ids.
+"""A bounded cache of what inference computes from a word alone, keyed by the word's input row.
 
-The character encoder gives every occurrence of a word the same vector, so inference computes each distinct
-word of a batch once (exact) and keeps the most recently used `max_words` vectors for later batches. The
-cache serves inference only (no autograd, eval mode) and empties itself when any encoder weight changes:
-it remembers each parameter's storage and version counter, which every in-place update (optimizer steps,
-`load_state_dict`, `.to()`) changes. Writes through `.data` bypass that counter: call `clear()` after them.
+The character encoder gives every occurrence of a word the same vector (char CNN -> highway -> projection),
+keyed by its character ids; the first biLSTM layer, whose inputs are those vectors, gives it the same input
+half of the gates, keyed by the vector. So inference computes each distinct row of a batch once (exact) and
+keeps the results of the most recently used `max_words` rows for later batches. A cache serves inference only
+(no autograd, eval mode) and empties itself when a weight it depends on changes: it remembers each
+parameter's storage and version counter, which every in-place update (optimizer steps, `load_state_dict`,
+`.to()`) changes. Writes through `.data` bypass that counter: call `clear()` after them.
 """
 
 from collections import OrderedDict
@@ -13,19 +15,24 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-# 20,000 words cover most running text; at P = 512 they take 41 MB.
+# 20,000 words cover most running text; at P = 512 their vectors take 41 MB.
 DEFAULT_MAX_WORDS = 20_000
+# The first layer's input gates take 32 KB a word per 1,024 cells (128 KB at the original size): the cache of
+# each layer is bounded to this many bytes, 1,024 words at the original size (the most frequent 1,000 words
+# are about two thirds of English running text).
+DEFAULT_GATE_CACHE_BYTES = 128 * 2**20
 
 
 class ElmoTokenCache:
-    """Least-recently-used store of word vectors [P], at most `max_words` of them (0 turns caching off)."""
+    """Least-recently-used store of per-word results (rows [...]), at most `max_words` of them (0 turns caching
+    off), keyed by the bytes of the word's input row."""
 
     def __init__(self, max_words: int = DEFAULT_MAX_WORDS):
         self.max_words = max_words
         self.hits = 0
         self.misses = 0
-        self._slots: OrderedDict[bytes, int] = OrderedDict()  # word key -> row of _vectors, oldest first
-        self._vectors: torch.Tensor | None = None  # [capacity, P]
+        self._slots: OrderedDict[bytes, int] = OrderedDict()  # row key -> row of _vectors, oldest first
+        self._vectors: torch.Tensor | None = None  # [capacity, ...]
         self._free: list[int] = []  # rows of _vectors that hold no word
         self._fingerprint: tuple | None = None
 
@@ -41,24 +48,38 @@ class ElmoTokenCache:
     def encode(
         self,
         encode: Callable[[torch.Tensor], torch.Tensor],
-        char_ids: torch.Tensor,
+        rows: torch.Tensor,
         parameters: list[torch.Tensor],
         use_cache: bool = True,
     ) -> torch.Tensor:
-        """[N, K] character ids -> [N, P], calling `encode` once on the distinct words (only on those not in
-        the cache when `use_cache`)."""
-        if char_ids.shape[0] == 0:
-            return encode(char_ids)
-        # Distinct words; ids are < 262, so 16 bits hold them and a row's bytes are its key.
-        rows = np.ascontiguousarray(char_ids.detach().cpu().numpy().astype(np.uint16))
-        keys_view = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel()
+        """[N, K] input rows -> [N, ...], calling `encode` once on the distinct rows (only on those not in the
+        cache when `use_cache`)."""
+        table, index = self.lookup(encode, rows, parameters, use_cache)
+        return table.index_select(0, index)
+
+    def lookup(
+        self,
+        encode: Callable[[torch.Tensor], torch.Tensor],
+        rows: torch.Tensor,
+        parameters: list[torch.Tensor],
+        use_cache: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """As `encode`, without gathering: a table [M, ...] and, per input row, the index [N] of its result in
+        the table (the cache's own store when `use_cache`, so valid until the next call)."""
+        if rows.shape[0] == 0:
+            return encode(rows), torch.zeros(0, dtype=torch.long, device=rows.device)
+        # Distinct rows, by their bytes (character ids are < 262: 16 bits hold them, and make shorter keys).
+        keys_array = rows.detach().cpu().numpy()
+        if keys_array.dtype.kind in "iu" and keys_array.min() >= 0 and keys_array.max() < 2**16:
+            keys_array = keys_array.astype(np.uint16)
+        keys_array = np.ascontiguousarray(keys_array)
+        keys_view = keys_array.view(np.dtype((np.void, keys_array.shape[1] * keys_array.itemsize))).ravel()
         unique, first, inverse = np.unique(keys_view, return_index=True, return_inverse=True)
-        inverse = torch.from_numpy(inverse.reshape(-1)).to(char_ids.device)
+        inverse = torch.from_numpy(inverse.reshape(-1)).to(rows.device)
 
         if not use_cache or len(unique) > self.max_words:  # (the batch alone would overflow the cache)
             self.misses += len(unique) if use_cache else 0
-            vectors = encode(char_ids[torch.from_numpy(first).to(char_ids.device)])
-            return vectors[inverse]
+            return encode(rows[torch.from_numpy(first).to(rows.device)]), inverse
         fingerprint = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
         if fingerprint != self._fingerprint:
             self.clear()
@@ -71,21 +92,25 @@ class ElmoTokenCache:
             if key in self._slots:
                 self._slots.move_to_end(key)  # most recently used last, so eviction spares this batch
         if missing:
-            new_vectors = encode(char_ids[torch.from_numpy(first[missing]).to(char_ids.device)])
+            new_vectors = encode(rows[torch.from_numpy(first[missing]).to(rows.device)])
             self._store([keys[i] for i in missing], new_vectors)
         slots = torch.tensor([self._slots[key] for key in keys], device=self._vectors.device)
-        return self._vectors.index_select(0, slots)[inverse]
+        return self._vectors, slots[inverse]
 
     def _store(self, keys: list[bytes], vectors: torch.Tensor) -> None:
-        """Put `vectors` [n, P] under `keys`, evicting the least recently used words beyond `max_words`."""
+        """Put `vectors` [n, ...] under `keys`, evicting the least recently used words beyond `max_words`."""
         for _ in range(len(self._slots) + len(keys) - self.max_words):
             self._free.append(self._slots.popitem(last=False)[1])
+        if self._vectors is None and len(keys) <= self.max_words:  # the first results become the store
+            self._vectors = vectors
+            self._slots.update(zip(keys, range(len(keys))))
+            return
         if self._vectors is None:
-            self._vectors = vectors.new_empty(0, vectors.shape[1])
+            self._vectors = vectors.new_empty(0, *vectors.shape[1:])
         if len(self._free) < len(keys):  # grow geometrically, never past max_words rows
             capacity = self._vectors.shape[0]
             new_capacity = min(self.max_words, max(2 * capacity, capacity + len(keys) - len(self._free)))
-            grown = vectors.new_empty(new_capacity, vectors.shape[1])
+            grown = vectors.new_empty(new_capacity, *vectors.shape[1:])
             grown[:capacity] = self._vectors
             self._vectors = grown
             self._free.extend(range(capacity, new_capacity))

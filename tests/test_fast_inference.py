@@ -9,7 +9,7 @@ import torch
 from conftest import DEVICES, FIXTURE_SETS, FIXTURES
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.approximate import approximation_deviation
-from hf_elmo.fast_bilstm import _distinct_rows, derived_weights, ExactMultiplies
+from hf_elmo.fast_bilstm import derived_weights, ExactMultiplies
 from hf_elmo.fast_char_encoder import fast_char_encoder
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer
 from hf_elmo.tokenization_elmo import PAD_CHAR_ID
@@ -71,7 +71,6 @@ def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start, inp
     step_mask = torch.arange(9) < lengths[:, None]
     if inputs_repeat:
         inputs = torch.randn(4, 512)[torch.randint(0, 4, (2, 5, 9))]
-        assert _distinct_rows(inputs.reshape(-1, 2, 512)) is not None  # the gathered path runs
     else:
         inputs = torch.randn(2, 5, 9, 512)
     inputs = inputs * step_mask[None, :, :, None]
@@ -84,7 +83,7 @@ def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start, inp
         alone = layer(inputs[:, 2:3], step_mask[2:3], h[:, 2:3], c[:, 2:3], inputs_repeat=inputs_repeat)  # one sentence
     multiplies = derived_weights(layer, "exact", ExactMultiplies)
     onednn = device == "cpu" and torch.backends.mkldnn.is_available()
-    assert (multiplies.input_onednn is not None) == onednn
+    assert (multiplies.input_onednn("both" if inputs_repeat else "directions") is not None) == onednn
     assert (multiplies.recurrent_onednn is not None) == onednn
     assert (multiplies.projection_onednn is not None) == onednn
     # Unit-scale random inputs drive outputs and states up to the clip (3): hold them to 1e-6 relative.
@@ -145,17 +144,22 @@ def test_outputs_do_not_depend_on_where_the_weights_sit_in_memory(converted):
 def test_cache_computes_each_distinct_word_once_and_hits_later(fixture_model):
     model, tokenizer = fixture_model
     model = copy.deepcopy(model)
-    cache = model.char_encoder.token_cache
-    cache.clear()
+    model.clear_caches()
+    cache, gates = model.char_encoder.token_cache, model.layers[0].input_gate_cache
     sentences = [["the", "cat", "saw", "the", "dog"], ["the", "dog", "ran"]]
     batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
         first = model(**batch)
         assert cache.misses == 7 and cache.hits == 0  # <S>, </S>, the, cat, saw, dog, ran
+        assert gates.misses == 7 and gates.hits == 0  # the first layer's input gates of the same 7 words
         second = model(**batch)
         assert cache.misses == 7 and cache.hits == 7
+        assert gates.misses == 7 and gates.hits == 7
         reference = plain(model)(**batch)
-    assert len(cache) == 7
+    assert len(cache) == len(gates) == 7
+    assert len(model.layers[1].input_gate_cache) == 0  # later layers' inputs depend on the context
+    model.clear_caches()
+    assert len(cache) == len(gates) == 0
     for a, b in zip(outputs(first), outputs(second)):
         assert torch.equal(a, b)
     assert largest_difference(outputs(first), outputs(reference)) < 1e-6
@@ -165,9 +169,9 @@ def test_cache_is_bounded_and_evicts_the_least_recently_used(fixture_model):
     model, tokenizer = fixture_model
     model = copy.deepcopy(model)
     reference = plain(model)
-    cache = model.char_encoder.token_cache
-    cache.clear()
-    cache.max_words = 5
+    model.clear_caches()
+    cache, gates = model.char_encoder.token_cache, model.layers[0].input_gate_cache
+    cache.max_words = gates.max_words = 5
     # (sentence, new char CNN runs): <S> and </S> are words too, used by every sentence.
     steps = [(["a", "b"], 4), (["c"], 1), (["a", "d"], 1),  # full now: b is the least recently used ...
              (["b"], 1),  # ... so b was evicted; bringing it back evicts c
@@ -177,12 +181,12 @@ def test_cache_is_bounded_and_evicts_the_least_recently_used(fixture_model):
     with torch.no_grad():
         for words, new in steps:
             batch = tokenizer([words], is_split_into_words=True, return_tensors="pt")
-            misses = cache.misses
+            misses, gate_misses = cache.misses, gates.misses
             found, expected = model(**batch), reference(**batch)
             assert largest_difference(outputs(found), outputs(expected)) < 1e-6
-            assert cache.misses - misses == new, words
-            assert len(cache) <= 5
-    assert len(cache) == 5
+            assert cache.misses - misses == gates.misses - gate_misses == new, words
+            assert len(cache) <= 5 and len(gates) <= 5
+    assert len(cache) == len(gates) == 5
 
 
 def test_cache_is_dropped_when_the_weights_change(fixture_model):
@@ -207,20 +211,36 @@ def test_cache_is_dropped_when_the_weights_change(fixture_model):
     assert (reloaded - expected).abs().max().item() > 0.5
 
 
+def test_gate_cache_is_dropped_when_the_first_layer_changes(fixture_model):
+    """Same token vectors, new first-layer weights: the cached input gates must not be reused."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    gates = model.layers[0].input_gate_cache
+    batch = tokenizer([["the", "weights", "change"]], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        before = model(**batch).hidden_states[1]
+        assert len(gates) == 5
+        model.layers[0].input_weight.mul_(1.5)
+        after = model(**batch).hidden_states[1]
+        expected = plain(model)(**batch).hidden_states[1]
+    assert not torch.allclose(before, after, atol=1e-3)
+    assert (after - expected).abs().max().item() < 1e-6
+
+
 def test_cache_is_not_used_in_training_or_with_autograd(fixture_model):
     model, tokenizer = fixture_model
     model = copy.deepcopy(model)
-    cache = model.char_encoder.token_cache
-    cache.clear()
+    model.clear_caches()
+    cache, gates = model.char_encoder.token_cache, model.layers[0].input_gate_cache
     batch = tokenizer([["only", "inference", "fills", "it"]], is_split_into_words=True, return_tensors="pt")
     model.train()
     with torch.no_grad():
         model(**batch)
-    assert len(cache) == 0 and cache.misses == 0
+    assert len(cache) == len(gates) == 0 and cache.misses == gates.misses == 0
     model.eval()
     output = model(**batch)  # autograd on: the plain path, gradients reach the char CNN
     output.last_hidden_state.sum().backward()
-    assert len(cache) == 0
+    assert len(cache) == len(gates) == 0
     assert model.char_encoder.char_cnn[0].weight.grad is not None
 
 
