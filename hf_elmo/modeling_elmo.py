@@ -143,7 +143,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         inputs: [2, B, S, P], the backward half already reversed within each row; step_mask: [B, S] bool,
         True for each row's first `length` steps; h: [2, B, P] and c: [2, B, C], the initial state;
         inputs_repeat: the inputs are token vectors (the first layer's), equal wherever a word repeats; the fast
-        path then computes the input half of the gates once per distinct word, through `input_gate_cache`.
+        path then computes the input half of the gates once per distinct word, through `input_gate_cache` on CPU.
         Returns the outputs [2, B, S, P] (exactly 0 at masked steps) and the state after each row's last step.
 
         Without autograd or autocast, the same computation runs reorganised for speed (`fast_bilstm.py`), or an
@@ -154,7 +154,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             if self.approximation is not None:
                 return approximate_bilstm_layer(self, inputs, step_mask, h, c)
             if self.use_fast_path and bool(step_mask[:, 0].all()):
-                gate_cache = self.input_gate_cache if inputs_repeat else None
+                # On a GPU the input multiply is cheap and the cache's lookup (keys on the host) is not.
+                gate_cache = self.input_gate_cache if inputs_repeat and inputs.device.type == "cpu" else None
                 return fast_bilstm_layer(
                     self, inputs, step_mask, h, c, gate_cache=gate_cache, use_cache=not self.training
                 )
