@@ -4,10 +4,10 @@ What changes is the order and grouping of work, not what a cell computes:
 * rows are sorted by length and packed time-major (`pack_padded_sequence`), so step t multiplies only the
   rows still running and no padded position is ever computed;
 * the input half of every gate takes a few large multiplies (blocks of whole steps), with the forget gate's
-  +1.0 folded into the bias; in the first layer, whose inputs are token vectors, one multiply over the
-  distinct rows instead: every occurrence of a word shares it, and both directions read the same words,
-  so it multiplies at most half as many rows; on CPU in eval mode the layer's `input_gate_cache` keeps them for
-  the words of later batches (see `token_cache.py`); from a zero initial state (the default) the first
+  +1.0 folded into the bias; on CPU, in the first layer, whose inputs are token vectors, one multiply over
+  the distinct rows instead: every occurrence of a word shares it, and both directions read the same words,
+  so it multiplies at most half as many rows, and in eval mode the layer's `input_gate_cache` keeps them
+  for the words of later batches (see `token_cache.py`); from a zero initial state (the default) the first
   step's recurrent multiply, exactly 0, is skipped;
 * the recurrent state is never copied: a row's previous output is its recurrent input, and its cell state
   is updated in place;
