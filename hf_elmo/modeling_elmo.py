@@ -760,16 +760,22 @@ def sampled_softmax_loss(
     batch; each logit is corrected by the log of its expected count; a negative that is the token's own target
     (an accidental hit) is removed; the loss is the cross-entropy of the true word among [true, negatives].
     """
-    vocab_size = weight.shape[0]
+    vocab_size, tokens = weight.shape[0], targets.shape[0]
     sampled, num_tries = sample_log_uniform(num_sampled, vocab_size)
     sampled = sampled.to(hidden.device)
-    true_logits = (hidden * weight[targets]).sum(-1) + bias[targets]
-    true_logits = true_logits.float() - log_expected_count(targets, vocab_size, num_sampled, num_tries)
-    sampled_logits = F.linear(hidden, weight[sampled], bias[sampled]).float()
-    sampled_logits = sampled_logits - log_expected_count(sampled, vocab_size, num_sampled, num_tries)
-    sampled_logits = sampled_logits.masked_fill(targets.unsqueeze(1) == sampled.unsqueeze(0), float("-inf"))
-    logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1)
-    return torch.logsumexp(logits, dim=1) - true_logits
+    # One gather of the true words' and the negatives' rows: in backward, one scatter into a [V, P] gradient.
+    words = torch.cat([targets, sampled])
+    rows, row_bias = weight[words], bias[words]
+    log_q = log_expected_count(words, vocab_size, num_sampled, num_tries)
+    true_logits = ((hidden * rows[:tokens]).sum(-1) + row_bias[:tokens]).float() - log_q[:tokens]
+    sampled_logits = F.linear(hidden, rows[tokens:], row_bias[tokens:]).float() - log_q[tokens:]
+    # Accidental hits: the negatives are distinct, so each token's target is at most one of them.
+    position = torch.full((vocab_size,), -1, device=hidden.device)
+    position[sampled] = torch.arange(num_sampled, device=hidden.device)
+    hit = position[targets]
+    hit_rows = (hit >= 0).nonzero().squeeze(1)
+    sampled_logits = sampled_logits.index_put((hit_rows, hit[hit_rows]), sampled_logits.new_tensor(float("-inf")))
+    return torch.logaddexp(true_logits, torch.logsumexp(sampled_logits, dim=1)) - true_logits
 
 
 def full_softmax_loss(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
