@@ -52,7 +52,7 @@ PRESETS = {
         "training": {"batch_size": 4, "unroll_steps": 10, "negative_samples": 16, "save_steps": 10, "logging_steps": 1},
     },
     "ptb-cpu": {
-        "description": "Penn Treebank in an hour on 2 CPU cores: 6 epochs of 726 steps, about 0.7 s per step",
+        "description": "Penn Treebank in an hour on 2 CPU cores: 6 epochs of 726 steps, 0.45-0.7 s per step",
         "model": {
             "char_embedding_dim": 16,
             "char_cnn_filters": KIM_SMALL_FILTERS,
@@ -67,7 +67,9 @@ PRESETS = {
             "shuffle": False,  # the standard PTB setting: the text in order, so the state carries real context
             "negative_samples": 2048,
             "softmax_init": "unigram",  # start as the unigram model: the sampled softmax calibrates rare words slowly
-            "dropout": 0.2,
+            # 0.2 before: forward test perplexity 130.27 against 127.92 (validation 182 / 147 / 135 after 2 / 4 / 6
+            # epochs against 179 / 147 / 133); in 6 epochs the model underfits more than it overfits.
+            "dropout": 0.1,
             "optimizer": "adamw",
             # Tried on PTB (validation perplexity): 4e-3 wins one-epoch trials (2e-3 260, 4e-3 232, 8e-3 280) but
             # loses over 6 epochs (140 against 2e-3's 135; test 135.1 against 130.3). In one
