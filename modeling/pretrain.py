@@ -3,6 +3,7 @@
     python modeling/pretrain.py --preset tiny --train-file train.txt --validation-file valid.txt --output-dir run
     accelerate launch --config_file modeling/configs/multi_gpu.yaml modeling/pretrain.py --preset original ...
     python modeling/pretrain.py ... --resume          # after a crash: continue from the last checkpoint
+    python modeling/pretrain.py ... --max-train-minutes 50   # as many steps as 50 minutes hold, schedule included
     python modeling/pretrain.py --init-from elmo-original --train-file domain.txt ...   # domain adaptation
 
 Input: text files (globs allowed) or a local `datasets` dataset with a text column, one sentence per line. The
@@ -63,7 +64,7 @@ CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
 FIXED_ON_RESUME = (
     "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "negative_samples", "softmax_init",
     "dropout", "optimizer", "learning_rate", "lr_scheduler", "warmup_steps", "weight_decay", "max_grad_norm",
-    "gradient_accumulation_steps", "seed", "mixed_precision", "num_processes",
+    "gradient_accumulation_steps", "seed", "mixed_precision", "num_processes", "max_train_minutes",
 )
 
 
@@ -95,6 +96,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     training.add_argument("--output-dir", required=True)
     training.add_argument("--max-steps", type=int, help="optimizer steps (default: --epochs over the training text)")
     training.add_argument("--epochs", type=float)
+    training.add_argument("--max-train-minutes", type=float,
+                          help="train for this long instead of --epochs: the schedule follows the clock (evaluations "
+                               "and checkpoints not counted); 0 = off")
     training.add_argument("--batching", choices=["stream", "sentence"], help="stream: bilm-tf's windows with carried LSTM state; sentence: stateless padded sentences")
     training.add_argument("--batch-size", type=int, help="rows per process and step")
     training.add_argument("--unroll-steps", type=int, help="words per window (stream batching)")
@@ -156,6 +160,12 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
         raise PretrainError(f"--learning-rate must be positive, got {settings['learning_rate']}")
     if args.max_steps is not None and args.max_steps < 0:
         raise PretrainError(f"--max-steps must be 0 or more, got {args.max_steps}")
+    if settings["max_train_minutes"] < 0:
+        raise PretrainError(f"--max-train-minutes must be 0 (off) or more, got {settings['max_train_minutes']}")
+    if args.epochs is not None:
+        if args.max_train_minutes:
+            raise PretrainError("pass --epochs or --max-train-minutes, not both")
+        settings["max_train_minutes"] = 0.0  # --epochs replaces a preset's time budget
     return settings
 
 
@@ -344,6 +354,57 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
     staging.rmdir()
 
 
+class TrainingClock:
+    """`--max-train-minutes`: the learning-rate schedule follows training time instead of steps.
+
+    The warm-up still counts steps; after it, the scheduler's course is spread over the time left, so the run ends
+    on time with its schedule complete, at whatever speed the machine has. Time is the optimizer steps' own, summed
+    (evaluations and checkpoints do not count), the slowest process's when there are several. The number of steps
+    therefore depends on the machine's speed: such a run is not reproducible step for step, and a resumed one
+    continues the schedule from the checkpoint's time but not with the same steps as an uninterrupted run.
+    """
+
+    COURSE_STEPS = 1_000_000  # the scheduler's steps after the warm-up: the resolution of the time-driven course
+
+    def __init__(self, minutes: float, warmup_steps: int, seconds: float = 0.0, warmup_seconds: float | None = None):
+        self.budget, self.warmup_steps = minutes * 60.0, warmup_steps
+        self.seconds = seconds
+        self.warmup_seconds = 0.0 if warmup_steps == 0 else warmup_seconds
+
+    def add(self, seconds: float, step: int) -> None:
+        """Count one more optimizer step's `seconds`; `step` is the number of steps done."""
+        self.seconds += seconds
+        if step == self.warmup_steps:
+            self.warmup_seconds = self.seconds
+
+    @property
+    def done(self) -> bool:
+        return self.seconds >= self.budget
+
+    def schedule_step(self, step: int) -> float:
+        """Where the scheduler's course stands after `step` steps: `step` in the warm-up, then the share of the
+        time left after it that has passed, in COURSE_STEPS."""
+        if self.warmup_seconds is None or step < self.warmup_steps:
+            return float(step)
+        remaining = max(self.budget - self.warmup_seconds, 1e-9)
+        return self.warmup_steps + self.COURSE_STEPS * min((self.seconds - self.warmup_seconds) / remaining, 1.0)
+
+    def steps_estimate(self, step: int) -> int:
+        """The number of steps the run will have at the current speed."""
+        if step == 0 or self.seconds == 0:
+            return step
+        return step + max(0, int((self.budget - self.seconds) * step / self.seconds))
+
+    def state(self) -> dict:
+        return {"train_seconds": self.seconds, "warmup_seconds": self.warmup_seconds}
+
+
+def set_learning_rate(optimizer, scheduler, schedule_step: float) -> None:
+    """The learning rate that `scheduler`'s own schedule gives at `schedule_step` (possibly fractional)."""
+    for group, base, multiplier in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+        group["lr"] = base * multiplier(schedule_step)
+
+
 # ---- the run -------------------------------------------------------------------------------------------------
 
 
@@ -365,11 +426,12 @@ def train(args: argparse.Namespace) -> dict:
     checkpoint = find_resume_checkpoint(args, output_dir)
     if checkpoint is not None:
         saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["settings"]
-        changed = [name for name in FIXED_ON_RESUME if saved.get(name) != settings.get(name)]
+        # Options that older versions did not record had their default.
+        changed = [name for name in FIXED_ON_RESUME if saved.get(name, TRAINING_DEFAULTS.get(name)) != settings.get(name)]
         if changed:
             raise PretrainError(
                 f"--resume {checkpoint}: the run was started with other options ("
-                + ", ".join(f"{name}={saved.get(name)!r}, now {settings.get(name)!r}" for name in changed)
+                + ", ".join(f"{name}={saved.get(name, TRAINING_DEFAULTS.get(name))!r}, now {settings.get(name)!r}" for name in changed)
                 + "); resume with the original command"
             )
     elif args.resume is not None:
@@ -402,7 +464,14 @@ def train(args: argparse.Namespace) -> dict:
     else:
         batches = SentenceBatches(train_text, table, vocabulary, settings["batch_size"], **shared)
     accumulation = settings["gradient_accumulation_steps"]
-    max_steps = args.max_steps if args.max_steps is not None else math.ceil(settings["epochs"] * batches.steps_per_epoch / accumulation)
+    clock = None
+    if settings["max_train_minutes"]:
+        clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"])
+        max_steps = args.max_steps if args.max_steps is not None else sys.maxsize
+        schedule_steps = settings["warmup_steps"] + TrainingClock.COURSE_STEPS
+    else:
+        max_steps = args.max_steps if args.max_steps is not None else math.ceil(settings["epochs"] * batches.steps_per_epoch / accumulation)
+        schedule_steps = max(max_steps, 1)
 
     if args.freeze_body:
         model.elmo.requires_grad_(False)
@@ -411,7 +480,7 @@ def train(args: argparse.Namespace) -> dict:
         optimizer = torch.optim.Adagrad(parameters, lr=settings["learning_rate"], initial_accumulator_value=1.0)
     else:
         optimizer = torch.optim.AdamW(parameters, lr=settings["learning_rate"], weight_decay=settings["weight_decay"])
-    scheduler = get_scheduler(settings["lr_scheduler"], optimizer, num_warmup_steps=settings["warmup_steps"], num_training_steps=max(max_steps, 1))
+    scheduler = get_scheduler(settings["lr_scheduler"], optimizer, num_warmup_steps=settings["warmup_steps"], num_training_steps=schedule_steps)
     model, optimizer = accelerator.prepare(model, optimizer)
     # Not prepared: Accelerate would step a prepared scheduler once per process and step.
     accelerator.register_for_checkpointing(scheduler)
@@ -421,8 +490,13 @@ def train(args: argparse.Namespace) -> dict:
     step, states = 0, None
     if checkpoint is not None:
         accelerator.load_state(str(checkpoint))
-        step = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["step"]
+        saved_state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        step = saved_state["step"]
         states = load_carried_states(checkpoint, accelerator.process_index, accelerator.device)
+        if clock is not None:
+            clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"], saved_state["train_seconds"],
+                                  saved_state["warmup_seconds"])
+            set_learning_rate(optimizer, scheduler, clock.schedule_step(step))
         accelerator.print(f"resumed from {checkpoint} at step {step}")
     log = TrainingLog(output_dir / "log.jsonl", main_process, step if checkpoint is not None else None)
     accelerator.init_trackers("elmo-pretraining", config={k: v for k, v in settings.items() if isinstance(v, (int, float, str, bool))})
@@ -431,7 +505,9 @@ def train(args: argparse.Namespace) -> dict:
     accelerator.print(
         f"{args.preset or args.init_from}: {parameter_count:,} parameters ({parameter_count - unwrapped.softmax.weight.numel() - unwrapped.softmax.bias.numel():,} without the softmax), "
         f"vocabulary {len(vocabulary):,} words, {train_text.num_predictions:,} training targets per direction, "
-        f"{batches.steps_per_epoch / accumulation:.0f} steps per epoch, {max_steps} steps, {accelerator.num_processes} process(es)"
+        f"{batches.steps_per_epoch / accumulation:.0f} steps per epoch, "
+        + (f"{settings['max_train_minutes']:g} minutes of training" if clock else f"{max_steps} steps")
+        + f", {accelerator.num_processes} process(es)"
     )
 
     def evaluate() -> dict:
@@ -447,11 +523,14 @@ def train(args: argparse.Namespace) -> dict:
 
     if validation is not None and checkpoint is None and args.init_from:
         evaluate()  # where an adapted model starts
-    progress = tqdm(total=max_steps, initial=step, disable=not main_process, desc="pretraining", dynamic_ncols=True)
+    total = clock.steps_estimate(step) if clock else max_steps
+    progress = tqdm(total=total or None, initial=step, disable=not main_process, desc="pretraining", dynamic_ncols=True)
     sums = torch.zeros(4, dtype=torch.float64, device=accelerator.device)  # loss, forward, backward, target words
     steps_in_sums, started = 0, time.perf_counter()
-    while step < max_steps:
+    finished = step >= max_steps or (clock is not None and clock.done)
+    while not finished:
         model.train()
+        step_started = time.perf_counter()
         for micro in range(accumulation):
             index = step * accumulation + micro
             if batches.starts_row_streams(index):
@@ -470,9 +549,15 @@ def train(args: argparse.Namespace) -> dict:
         if settings["max_grad_norm"]:
             grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
         optimizer.step()
-        scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
+        if clock is None:
+            scheduler.step()
+        else:
+            seconds = torch.tensor([time.perf_counter() - step_started], dtype=torch.float64, device=accelerator.device)
+            clock.add(accelerator.reduce(seconds, "max").item(), step)
+            set_learning_rate(optimizer, scheduler, clock.schedule_step(step))
+        finished = step >= max_steps or (clock is not None and clock.done)
         steps_in_sums += 1
         progress.update(1)
 
@@ -485,7 +570,7 @@ def train(args: argparse.Namespace) -> dict:
                 "loss": totals[0].item() / (steps_in_sums * accelerator.num_processes),
                 "forward_loss": totals[1].item() / (steps_in_sums * accelerator.num_processes),
                 "backward_loss": totals[2].item() / (steps_in_sums * accelerator.num_processes),
-                "learning_rate": scheduler.get_last_lr()[0],
+                "learning_rate": optimizer.param_groups[0]["lr"],
                 "words_per_second": totals[3].item() / elapsed,
             }
             if grad_norm is not None:
@@ -493,12 +578,16 @@ def train(args: argparse.Namespace) -> dict:
             log.write(record)
             accelerator.log({k: v for k, v in record.items() if k != "step"}, step=step)
             progress.set_postfix(loss=f"{record['loss']:.3f}", words_per_s=f"{record['words_per_second']:.0f}")
+            if clock is not None:
+                progress.total = max(clock.steps_estimate(step), step)
+                progress.refresh()
             sums.zero_()
             steps_in_sums, started = 0, time.perf_counter()
-        if validation is not None and settings["eval_steps"] and step % settings["eval_steps"] == 0 and step < max_steps:
+        if validation is not None and settings["eval_steps"] and step % settings["eval_steps"] == 0 and not finished:
             evaluate()
-        if settings["save_steps"] and step % settings["save_steps"] == 0 and step < max_steps:
-            trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings}
+        if settings["save_steps"] and step % settings["save_steps"] == 0 and not finished:
+            trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings,
+                             **(clock.state() if clock else {})}
             save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, args.save_total_limit)
     progress.close()
 
@@ -522,7 +611,9 @@ def train(args: argparse.Namespace) -> dict:
         final_state = {
             "step": step,
             "settings": settings,
+            "epoch": step * accumulation / batches.steps_per_epoch,
             "parameters": parameter_count,
+            **(clock.state() if clock else {}),
             "seconds": round(time.perf_counter() - run_started, 1),
             "weights_digest_per_process": digests,
         }

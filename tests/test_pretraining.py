@@ -449,6 +449,27 @@ def test_sentence_batches_with_gradient_accumulation(tmp_path, monkeypatch):
     assert math.isfinite(log[-1]["eval_forward_perplexity"])
 
 
+def test_time_budget_ends_on_time_with_the_schedule_complete(tmp_path):
+    """--max-train-minutes: as many steps as fit, the linear schedule spread over the time, a resume continues its clock."""
+    folder = tmp_path / "run"
+    budget = ["--max-train-minutes", 0.1, "--lr-scheduler", "linear", "--warmup-steps", 3, "--save-steps", 4, "--eval-steps", 0]
+    run_pretrain(tmp_path, *TRAIN_ARGS, *budget, "--max-steps", 9, "--output-dir", folder)
+    checkpoint = json.loads((folder / "checkpoint-8" / "trainer_state.json").read_text())
+    assert 0 < checkpoint["warmup_seconds"] < checkpoint["train_seconds"] < 6
+
+    run_pretrain(tmp_path, *TRAIN_ARGS, *budget, "--output-dir", folder, "--resume")
+    state = json.loads((folder / "trainer_state.json").read_text())
+    steps = [record for record in read_log(folder) if "loss" in record]
+    assert state["step"] == len(steps) == steps[-1]["step"] > 9  # went on past the first command's --max-steps
+    assert 6 <= state["train_seconds"] < 7  # stopped once the 6 seconds of training were spent
+    rates = [record["learning_rate"] for record in steps]
+    assert rates[:3] == pytest.approx([0.2 / 3, 0.4 / 3, 0.2])  # the warm-up counts steps
+    assert all(later < earlier for earlier, later in zip(rates[3:], rates[4:])) and rates[-1] == 0.0
+    # After the warm-up, the linear decay follows the share of the remaining time spent.
+    spent = (checkpoint["train_seconds"] - checkpoint["warmup_seconds"]) / (6 - checkpoint["warmup_seconds"])
+    assert rates[7] == pytest.approx(0.2 * (1 - spent), rel=1e-6)
+
+
 def test_command_line_errors_name_the_problem(tmp_path, capsys, monkeypatch):
     from modeling import pretrain
 
@@ -463,3 +484,5 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys, monkeypatch):
     assert "--batch-size must be at least 1" in capsys.readouterr().err
     assert pretrain.main(["--train-file", str(TRAIN / "data.txt"), "--output-dir", str(tmp_path / "y")]) == 2
     assert "pass --preset (tiny, " in capsys.readouterr().err
+    assert pretrain.main([*map(str, TRAIN_ARGS), "--output-dir", str(tmp_path / "z"), "--epochs", "2", "--max-train-minutes", "5"]) == 2
+    assert "pass --epochs or --max-train-minutes, not both" in capsys.readouterr().err
