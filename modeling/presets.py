@@ -53,7 +53,7 @@ PRESETS = {
         "training": {"batch_size": 4, "unroll_steps": 10, "negative_samples": 16, "save_steps": 10, "logging_steps": 1},
     },
     "ptb-cpu": {
-        "description": "Penn Treebank in an hour on 2 CPU cores: 52 minutes of training steps, 6-10 epochs by the machine's speed",
+        "description": "Penn Treebank in an hour on 2 CPU cores: 52 minutes of training steps, 6 to 9 epochs by the machine's speed",
         "model": {
             "char_embedding_dim": 16,
             "char_cnn_filters": KIM_SMALL_FILTERS,
