@@ -44,7 +44,7 @@ def words_per_second(model, batch, words: int, device, runs: int, cold: bool, au
             torch.cuda.synchronize()
         start = time.perf_counter()
         with torch.no_grad(), torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
-            model(**batch)
+            model(**batch, output_final_states=False)
         if device.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - start

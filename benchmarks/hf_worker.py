@@ -47,9 +47,9 @@ model._run_bilstm = _timed_run_bilstm
 def embed(sentences, autocast_dtype=None):
     batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     if autocast_dtype is None:
-        return model(**batch).hidden_states
+        return model(**batch, output_final_states=False).hidden_states
     with torch.autocast("cpu", dtype=getattr(torch, autocast_dtype)):
-        return [layer.float() for layer in model(**batch).hidden_states]
+        return [layer.float() for layer in model(**batch, output_final_states=False).hidden_states]
 
 
 def run(case: str, mode: str = "cold", save: str | None = None, approximation: str | None = None,

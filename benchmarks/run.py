@@ -4,7 +4,8 @@
 
 Both libraries load the same random weights, written in the original HDF5 format (hf_elmo through its
 converter), and embed the same words. Each library runs in its own process with the same thread count;
-their runs alternate, several rounds, and every figure is the median over rounds. The machine's matrix
+their runs alternate, several rounds, and every figure is the median over rounds (a speed ratio: the median of
+the ratios within each round, as the machine's speed drifts). The machine's matrix
 multiply rate and memory bandwidth are measured between the rounds, so the fractions of them refer to the
 same conditions as the timings.
 """
@@ -141,6 +142,13 @@ def flops_per_position(config) -> tuple[float, float]:
     char = cnn + config.num_highway_layers * 2 * width * width + (width * proj if config.has_char_projection else 0)
     lstm = config.num_lstm_layers * 2 * (2 * proj * 4 * cell + (cell * proj if config.has_lstm_projection else 0))
     return 2.0 * char, 2.0 * lstm
+
+
+def needed_positions(sentences: list[list[str]]) -> tuple[int, int]:
+    """(token positions, biLSTM steps per direction) that the returned layers of `sentences` need: every word
+    plus `<S>` and `</S>` through the char CNN; through the biLSTM every word plus one boundary per direction
+    (forward: `<S>` to `</S>`, whose own step feeds only the final state; backward the other way)."""
+    return sum(len(s) + 2 for s in sentences), sum(len(s) + 1 for s in sentences)
 
 
 def weight_bytes(config, steps: int, per_step_input: bool) -> float:
@@ -301,32 +309,34 @@ def summarise(size_result: dict, inputs: dict) -> dict:
     out = {"ceiling_gflops": ceiling / 1e9, "bandwidth_gbs": bandwidth / 1e9}
     for case in ("batch", "single"):
         sentences = [s for batch in inputs[case] for s in batch]
-        positions = sum(len(s) + 2 for s in sentences)
+        positions, steps = needed_positions(sentences)
         words = sum(len(s) for s in sentences)
+        flops = positions * char_flops + steps * lstm_flops
         row = {}
         for lib in ("allennlp", "hf-cold", "hf-warm"):
             seconds = median([r["seconds"] for r in runs[f"{lib}-{case}"]])
-            row[lib] = {"words_per_s": words / seconds, "seconds": seconds,
-                        "flop_fraction": positions * (char_flops + lstm_flops) / seconds / ceiling}
+            row[lib] = {"words_per_s": words / seconds, "seconds": seconds, "flop_fraction": flops / seconds / ceiling}
             if lib != "allennlp":
                 lstm_seconds = median([r["lstm_seconds"] for r in runs[f"{lib}-{case}"]])
-                row[lib]["lstm_flop_fraction"] = positions * lstm_flops / lstm_seconds / ceiling
-            if case == "single":
-                need = sum(weight_bytes(config, len(s) + 2, lib == "allennlp") for s in sentences)
+                row[lib]["lstm_flop_fraction"] = steps * lstm_flops / lstm_seconds / ceiling
+            if case == "single":  # AllenNLP also runs the step after </S> (forward) and <S> (backward)
+                need = sum(weight_bytes(config, len(s) + (2 if lib == "allennlp" else 1), lib == "allennlp") for s in sentences)
                 row[lib]["bandwidth_fraction"] = need / seconds / bandwidth
+        # The machine's speed drifts between rounds: each ratio is taken within a round, then the median over rounds.
         for mode in ("cold", "warm"):
-            row[f"ratio_{mode}"] = row[f"hf-{mode}"]["words_per_s"] / row["allennlp"]["words_per_s"]
+            row[f"ratio_{mode}"] = median([allennlp["seconds"] / hf["seconds"]
+                                           for allennlp, hf in zip(runs[f"allennlp-{case}"], runs[f"hf-{mode}-{case}"])])
         out[case] = row
     # The fastest this exact biLSTM can run here: the input multiplies at the ceiling (the first layer's over
     # the distinct words and <S>, </S>, none when warm: they are cached), the per-step multiplies at their
     # measured rate (the first step of each row has no recurrent multiply), the cell's own work free.
     sentences = [s for batch in inputs["batch"] for s in batch]
-    positions, words = sum(len(s) + 2 for s in sentences), sum(len(s) for s in sentences)
+    steps, words = needed_positions(sentences)[1], sum(len(s) for s in sentences)
     distinct = len({word for sentence in sentences for word in sentence}) + 2
     proj, cell, layers = config.projection_dim, config.cell_size, config.num_lstm_layers
     first_input_flops = 2 * 2 * proj * 4 * cell * distinct
-    later_input_flops = 2 * 2 * proj * 4 * cell * (layers - 1) * positions
-    step_flops = layers * 2 * 2 * (proj * 4 * cell * (positions - len(sentences)) + cell * proj * positions)
+    later_input_flops = 2 * 2 * proj * 4 * cell * (layers - 1) * steps
+    step_flops = layers * 2 * 2 * (proj * 4 * cell * (steps - len(sentences)) + cell * proj * steps)
     step_rate = median([r["step_gflops"] for r in runs["ceiling"]]) * 1e9
     bound = {"cold": (first_input_flops + later_input_flops) / ceiling + step_flops / step_rate,
              "warm": later_input_flops / ceiling + step_flops / step_rate}
@@ -335,7 +345,7 @@ def summarise(size_result: dict, inputs: dict) -> dict:
                     for mode in ("cold", "warm")}
     out["bound"] = {
         "step_rate_gflops": step_rate / 1e9,
-        "lstm_flop_fraction": positions * lstm_flops / bound["warm"] / ceiling,  # as measured: warm
+        "lstm_flop_fraction": steps * lstm_flops / bound["warm"] / ceiling,  # as measured: warm
         # The ratio to AllenNLP if the biLSTM ran at the bound and the rest of the batch took what it took.
         **{f"ratio_{mode}": words / (bound[mode] + char_seconds[mode]) / batch["allennlp"]["words_per_s"]
            for mode in ("cold", "warm")},
@@ -366,7 +376,8 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
              f"- Load average (1 min): {setup['load_average_start'][0]:.2f} at the start, "
              f"{min(setup['load_during']):.2f}-{max(setup['load_during']):.2f} between rounds, "
              f"{setup['load_average_end'][0]:.2f} at the end",
-             f"- Rounds: {setup['rounds']} per case, libraries alternating (order flipped every round), medians reported; "
+             f"- Rounds: {setup['rounds']} per case, libraries alternating (order flipped every round), medians reported, "
+             "speed ratios as the median of each round's ratio; "
              f"whole run {elapsed / 60:.1f} min",
              "- Inputs: real English text (the fixtures' news sentences and training text as one word stream): "
              f"one batch of {len(inputs['batch'][0])} sentences of 20-30 words "
@@ -376,7 +387,7 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
              "- Weights: random (bilm-tf's initialisation, seed 1234), written in the original HDF5 format; AllenNLP "
              "loads that file, hf_elmo its conversion (safetensors).",
              "- AllenNLP: `_ElmoBiLm` + `batch_to_ids` + `remove_sentence_boundaries`, LSTM state reset before every "
-             "batch. hf_elmo: `ElmoModel` defaults (stateless), exact path. \"cold\": caches of per-word results "
+             "batch. hf_elmo: `ElmoModel` (stateless, `output_final_states=False`: no final state, so each row's last LSTM step, whose outputs are dropped, is skipped), exact path. \"cold\": caches of per-word results "
              "emptied before every batch (`clear_caches()`: each distinct word of the batch still goes through the "
              "char CNN and the first layer's input multiply once); \"warm\": the same batches ran once before, so "
              "every word is cached. Both libraries were warmed up before timing.",
@@ -393,14 +404,17 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
                   f"{(result['config']['char_flops'] + result['config']['lstm_flops']) / 1e6:.0f}M "
                   f"(char CNN + highway + projection {result['config']['char_flops'] / 1e6:.0f}M, biLSTM "
                   f"{result['config']['lstm_flops'] / 1e6:.0f}M).", "",
+                  "Words per second are medians over the rounds; a ratio is the median of the ratios within each round.", "",
                   "| case | AllenNLP words/s | hf_elmo cold words/s | hf_elmo warm words/s | cold ratio | warm ratio |",
                   "|---|---|---|---|---|---|"]
         for case, label in (("batch", "32 sentences"), ("single", "1 sentence at a time")):
             row = summary[case]
             lines.append(f"| {label} | {row['allennlp']['words_per_s']:.0f} | {row['hf-cold']['words_per_s']:.0f} | "
                          f"{row['hf-warm']['words_per_s']:.0f} | {row['ratio_cold']:.2f}x | {row['ratio_warm']:.2f}x |")
-        lines += ["", "Fraction of the measured ceilings (model FLOPs = every token, `<S>`/`</S>` included, through "
-                  "the char CNN and the biLSTM, per second, over the matrix multiply ceiling):", "",
+        lines += ["", "Fraction of the measured ceilings (model FLOPs that the returned layers need, per second, over "
+                  "the matrix multiply ceiling: every token, `<S>`/`</S>` included, through the char CNN; every word "
+                  "and one boundary per sentence and direction through the biLSTM, the step from `</S>` forward and "
+                  "from `<S>` backward only giving the final state):", "",
                   "| case | AllenNLP | hf_elmo cold | hf_elmo warm | hf_elmo biLSTM part (warm) |", "|---|---|---|---|---|"]
         for case, label in (("batch", "32 sentences, FLOP ceiling"), ("single", "1 sentence, FLOP ceiling")):
             row = summary[case]
@@ -490,7 +504,7 @@ def main(argv=None) -> int:
     parser.add_argument("--allennlp-python", default=str(ROOT / "build" / "allennlp-venv" / "bin" / "python"),
                         help="interpreter of the venv made by ../shared/tools/peer-allennlp-setup.sh")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--sizes", default="original,small")
     parser.add_argument("--work-dir", default=str(ROOT / "build" / "bench"))
     parser.add_argument("--output", default=str(Path(__file__).parent / "RESULTS.md"))

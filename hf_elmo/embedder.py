@@ -105,7 +105,7 @@ class ElmoEmbedder:
         if not words:
             return []
         batch = self.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt").to(self.device)
-        output = self.model(**batch, initial_states=self._initial_states(len(words)))
+        output = self.model(**batch, initial_states=self._initial_states(len(words)), output_final_states=self.stateful)
         if self.stateful:
             self._keep_states(output.final_states)
         if output_format == "all":

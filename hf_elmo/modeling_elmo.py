@@ -397,6 +397,7 @@ class ElmoModel(ElmoPreTrainedModel):
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
         initial_states: tuple[torch.Tensor, torch.Tensor] | None = None,
+        output_final_states: bool = True,
         **kwargs,
     ) -> ElmoModelOutput:
         r"""
@@ -408,6 +409,10 @@ class ElmoModel(ElmoPreTrainedModel):
         initial_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C]), *optional*):
             LSTM state to start from, usually the `final_states` of the previous batch. Zeros when omitted, so
             the same sentence always gets the same vectors.
+        output_final_states (`bool`, *optional*, defaults to `True`):
+            False: `final_states` is None, and the LSTMs skip each row's last step (`</S>` forward, `<S>` backward),
+            whose only results are the final state and outputs at `<S>`/`</S>`, which are not returned; every output
+            is unchanged. (With `do_layer_norm` the scalar mixes' statistics include `<S>`/`</S>`: nothing is skipped.)
         """
         if input_ids.dim() != 3 or input_ids.shape[-1] != self.config.max_characters_per_token:
             raise ValueError(
@@ -430,7 +435,8 @@ class ElmoModel(ElmoPreTrainedModel):
         token_layer = token_vectors.new_zeros(*sequence_mask.shape, token_vectors.shape[-1])
         token_layer = token_layer.masked_scatter(sequence_mask.unsqueeze(-1), token_vectors)
 
-        layers, final_states = self._run_bilstm(token_layer, sequence_mask, initial_states)
+        skip_last_step = not output_final_states and not self.config.do_layer_norm
+        layers, final_states = self._run_bilstm(token_layer, sequence_mask, initial_states, skip_last_step=skip_last_step)
         layers = [torch.cat([token_layer, token_layer], dim=-1)] + layers
         mixes = [self.dropout(mix(layers, sequence_mask)) for mix in self.scalar_mixes]
 
@@ -447,7 +453,7 @@ class ElmoModel(ElmoPreTrainedModel):
             hidden_states=hidden_states,
             elmo_representations=tuple(unpack(mix) for mix in mixes),
             attention_mask=word_mask,
-            final_states=final_states,
+            final_states=final_states if output_final_states else None,
         )
 
     def _add_sentence_boundaries(
@@ -471,11 +477,14 @@ class ElmoModel(ElmoPreTrainedModel):
         sequence_mask: torch.Tensor,
         initial_states: tuple[torch.Tensor, torch.Tensor] | None,
         backward_token_layer: torch.Tensor | None = None,
+        skip_last_step: bool = False,
     ) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         """token_layer [B, S, P] -> each biLSTM layer [B, S, 2P] and the final states (h, c).
 
         `backward_token_layer` [B, S, P] gives the backward LSTM a text of its own (pretraining reads two streams,
-        as bilm-tf does); by default both directions read `token_layer`.
+        as bilm-tf does); by default both directions read `token_layer`. `skip_last_step`: each direction stops
+        one step before its row's end, so the layers hold no valid output at the row's two ends (`<S>`, `</S>`),
+        and the final states are those of the step before.
         """
         batch, steps, proj = token_layer.shape
         # The backward LSTM reads each row from its last position down to its first: reversing every row
@@ -486,12 +495,13 @@ class ElmoModel(ElmoPreTrainedModel):
         backward_input = token_layer if backward_token_layer is None else backward_token_layer
         x = torch.stack([token_layer, backward_input.gather(1, reverse.expand(-1, -1, proj))])
 
+        step_mask = sequence_mask & (positions < lengths - 1) if skip_last_step else sequence_mask
         h, c = self._split_states(initial_states, batch, token_layer)
         layers, final_h, final_c = [], [], []
         for index, layer in enumerate(self.layers):
             if self.lstm_dropout is not None:
                 x = self.lstm_dropout(x)  # bilm-tf drops each layer's input; the residual adds the dropped input
-            output, layer_h, layer_c = layer(x, sequence_mask, h[index], c[index], inputs_repeat=index == 0)
+            output, layer_h, layer_c = layer(x, step_mask, h[index], c[index], inputs_repeat=index == 0)
             if self.config.use_skip_connections and index > 0:
                 output = output + x  # the carried state stays the pre-residual one, as in the original
             x = output
@@ -619,7 +629,7 @@ class ElmoForSequenceClassification(ElmoTaskModel):
             [B, num_labels] 0/1 floats for multi-label classification (`problem_type` decides, as in transformers).
         Returns logits [B, num_labels].
         """
-        outputs = self.elmo(input_ids, attention_mask=attention_mask)
+        outputs = self.elmo(input_ids, attention_mask=attention_mask, output_final_states=False)
         pooled = self.pool(outputs.elmo_representations[0], outputs.attention_mask)
         logits = self.classifier(pooled)
         loss = None
@@ -694,7 +704,7 @@ class ElmoForTokenClassification(ElmoTaskModel):
             A label id per word; -100 is ignored, and so is every padding position.
         Returns logits [B, T, num_labels].
         """
-        outputs = self.elmo(input_ids, attention_mask=attention_mask)
+        outputs = self.elmo(input_ids, attention_mask=attention_mask, output_final_states=False)
         logits = self.classifier(outputs.elmo_representations[0])
         loss = None
         if labels is not None:

@@ -18,7 +18,7 @@ class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
     """The feature-extraction pipeline; for ELMo models, the top biLSTM layer of each sentence, [1, words, 2P]."""
 
     def _forward(self, model_inputs):
-        outputs = self.model(**model_inputs)
+        outputs = self.model(**model_inputs, output_final_states=False) if _is_elmo(self.model) else self.model(**model_inputs)
         if not _is_elmo(self.model):
             return outputs
         return {"last_hidden_state": outputs.last_hidden_state, "attention_mask": outputs.attention_mask}

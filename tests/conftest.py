@@ -1,5 +1,6 @@
 """Shared test data: the real ELMo fixtures in ../shared/fixtures, converted once per test session."""
 
+import contextlib
 import json
 import os
 import signal
@@ -86,7 +87,25 @@ def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subpr
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        # torchrun starts each worker in a session of its own: kill them by parentage, then the launcher's group.
+        for pid in _descendants(process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
         pytest.fail(f"two processes still running after {timeout} s:\n{stdout[-2000:]}\n{stderr[-4000:]}")
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, pending = [], [pid]
+    while pending:
+        found.extend(below := children.get(pending.pop(), []))
+        pending.extend(below)
+    return found

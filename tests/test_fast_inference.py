@@ -57,6 +57,28 @@ def test_fast_path_matches_plain_path_over_chained_batches(converted, name, devi
     assert len(model.char_encoder.token_cache) > 0  # the fast path really ran
 
 
+@pytest.mark.parametrize("do_layer_norm", [False, True])
+@pytest.mark.parametrize("fast", [True, False])
+def test_without_final_states_the_last_step_is_skipped_and_no_output_changes(fixture_model, fast, do_layer_norm):
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model) if fast else plain(model)
+    model.config.do_layer_norm = do_layer_norm
+    for mix in model.scalar_mixes:
+        mix.do_layer_norm = do_layer_norm
+    steps_run = []
+    model.layers[0].register_forward_pre_hook(lambda layer, args: steps_run.append(int(args[1].sum())))
+    sentences = FIXTURE_SETS["allennlp-elmo"].batches()[2]
+    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        full, skipped = model(**batch), model(**batch, output_final_states=False)
+    assert skipped.final_states is None
+    words = sum(len(sentence) for sentence in sentences)
+    # <S> words </S> per row; without final states each direction stops before its row's last position.
+    assert steps_run == [words + 2 * len(sentences), words + (2 * len(sentences) if do_layer_norm else len(sentences))]
+    for a, b in zip([*full.hidden_states, *full.elmo_representations], [*skipped.hidden_states, *skipped.elmo_representations]):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("zero_start", [True, False])
 @pytest.mark.parametrize("inputs_repeat", [False, True])
