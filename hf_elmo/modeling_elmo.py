@@ -435,7 +435,8 @@ class ElmoModel(ElmoPreTrainedModel):
         token_layer = token_vectors.new_zeros(*sequence_mask.shape, token_vectors.shape[-1])
         token_layer = token_layer.masked_scatter(sequence_mask.unsqueeze(-1), token_vectors)
 
-        skip_last_step = not output_final_states and not self.config.do_layer_norm
+        # A layer-normalised mix takes its statistics over <S> and </S> too, so it needs their last step.
+        skip_last_step = not output_final_states and not any(mix.do_layer_norm for mix in self.scalar_mixes)
         layers, final_states = self._run_bilstm(token_layer, sequence_mask, initial_states, skip_last_step=skip_last_step)
         layers = [torch.cat([token_layer, token_layer], dim=-1)] + layers
         mixes = [self.dropout(mix(layers, sequence_mask)) for mix in self.scalar_mixes]

@@ -62,7 +62,6 @@ def test_fast_path_matches_plain_path_over_chained_batches(converted, name, devi
 def test_without_final_states_the_last_step_is_skipped_and_no_output_changes(fixture_model, fast, do_layer_norm):
     model, tokenizer = fixture_model
     model = copy.deepcopy(model) if fast else plain(model)
-    model.config.do_layer_norm = do_layer_norm
     for mix in model.scalar_mixes:
         mix.do_layer_norm = do_layer_norm
     steps_run = []
