@@ -9,11 +9,13 @@ What changes is the order and grouping of work, not what a cell computes:
   so it multiplies at most half as many rows, and in eval mode the layer's `input_gate_cache` keeps them
   for the words of later batches (see `token_cache.py`); from a zero initial state (the default) the first
   step's recurrent multiply, exactly 0, is skipped;
+* where every row starts alike (each sentence's <S> from the default zero state), the first step, and the
+  second step's recurrent multiply, are computed for one row that stands for all;
 * the recurrent state is never copied: a row's previous output is its recurrent input, and its cell state
   is updated in place;
 * on CPU in float32, large weights are reordered once for oneDNN (kept beside the layer, rebuilt when a
   weight changes), which multiplies a few rows by a large matrix up to twice as fast as the generic BLAS
-  call, and a few hundred rows up to 1.4 times; and tanh is computed through sigmoid (see `_tanh_`).
+  call, and a few hundred rows up to 1.4 times; and tanh is computed through sigmoid (see `_cell`).
 
 Results equal the plain path to float32 rounding: the tests hold them within 1e-6 (relative, for the cell
 states near the clip). Gradients are not supported: the layer takes this path only when autograd and
@@ -156,27 +158,45 @@ class ExactMultiplies:
         return two_rows(lambda rows: rows @ weight, m)
 
 
-def _tanh_(x: torch.Tensor) -> torch.Tensor:
-    """tanh in place as 2 sigmoid(2x) - 1, within 2 float32 ulps of `torch.tanh`.
-
-    On x86 CPUs `torch.tanh` is MKL's vector tanh, several times slower than `torch.sigmoid` and split across
-    threads from 2048 elements on, so a busy machine stalls every call for a scheduler tick; sigmoid is
-    ATen's own kernel and threads only large tensors.
-    """
-    return torch.sigmoid_(x.mul_(2.0)).mul_(2.0).sub_(1.0)
-
-
 def _cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | None) -> torch.Tensor:
-    """In place on `gates` [n, 4C] (forget bias included) and `c` [n, C]; returns o * tanh(c) [n, C]."""
+    """In place on `gates` [n, 4C] (forget bias included) and `c` [n, C]; returns o * tanh(c) [n, C].
+
+    On CPU tanh is computed as 2 sigmoid(2x) - 1 (within 2 float32 ulps of `torch.tanh`), so that one sigmoid
+    covers all four gates: `torch.tanh` is MKL's vector tanh there, several times slower than ATen's sigmoid
+    and split across threads from 2048 elements on, so a busy machine stalls every call for a scheduler tick.
+    """
     cell = c.shape[-1]
-    tanh_ = _tanh_ if c.device.type == "cpu" else torch.tanh_
-    torch.sigmoid_(gates[:, : 2 * cell])  # input and forget gates
-    tanh_(gates[:, 2 * cell : 3 * cell])
-    torch.sigmoid_(gates[:, 3 * cell :])
-    c.mul_(gates[:, cell : 2 * cell]).addcmul_(gates[:, :cell], gates[:, 2 * cell : 3 * cell])
+    input_gate, forget_gate, cell_input, output_gate = gates.split(cell, dim=1)
+    on_cpu = c.device.type == "cpu"
+    if on_cpu:
+        cell_input.mul_(2.0)
+        torch.sigmoid_(gates)
+        cell_input.mul_(2.0).sub_(1.0)
+    else:
+        torch.sigmoid_(gates[:, : 2 * cell])
+        torch.tanh_(cell_input)
+        torch.sigmoid_(output_gate)
+    c.mul_(forget_gate).addcmul_(input_gate, cell_input)
     if cell_clip is not None:
         c.clamp_(-cell_clip, cell_clip)
-    return tanh_(c.clone()).mul_(gates[:, 3 * cell :])
+    if on_cpu:
+        return torch.sigmoid_(c * 2.0).mul_(2.0).sub_(1.0).mul_(output_gate)
+    return torch.tanh(c).mul_(output_gate)
+
+
+def _step_output(multiplies, layer, direction: int, gates: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """One step's output [n, P] from its gates [n, 4C] (consumed), updating the cell state `c` [n, C] in place."""
+    h = _cell(gates, c, layer.cell_clip)
+    if layer.projection_weight is not None:
+        h = multiplies.projection(direction, h)
+        if layer.proj_clip is not None:
+            h.clamp_(-layer.proj_clip, layer.proj_clip)
+    return h
+
+
+def _rows_alike(x: torch.Tensor) -> bool:
+    """Whether `x` [n, ...] has at least two rows, all equal to the first."""
+    return x.shape[0] > 1 and bool((x == x[:1]).all())
 
 
 def _blocked_step_inputs(multiplies, direction: int, data: torch.Tensor, batch_sizes: list[int]):
@@ -203,8 +223,9 @@ def _gathered_step_inputs(table: torch.Tensor, index: torch.Tensor, direction: i
     """As `_blocked_step_inputs`, gathered from a table of the input half of the gates of distinct rows, both
     directions, [M, 2, 4C]: packed row i's is `table[index[i, direction], direction]` (index [N, 2])."""
     table, index = table[:, direction], index[:, direction]
+    workspace = table.new_empty(batch_sizes[0], table.shape[-1])
     for n in batch_sizes:
-        yield table.index_select(0, index[:n])
+        yield torch.index_select(table, 0, index[:n], out=workspace[:n])
         index = index[n:]
 
 
@@ -247,13 +268,24 @@ def fast_bilstm_layer(
             step_inputs = _blocked_step_inputs(multiplies, d, data, batch_sizes)
         else:
             step_inputs = _gathered_step_inputs(table, index, d, batch_sizes)
-        for n, step_input in zip(batch_sizes, step_inputs):
-            gates = multiplies.gates(d, None if previous is None else previous[:n], step_input)
-            new_h = _cell(gates, c[d, :n], layer.cell_clip)
-            if layer.projection_weight is not None:
-                new_h = multiplies.projection(d, new_h)
-                if layer.proj_clip is not None:
-                    new_h.clamp_(-layer.proj_clip, layer.proj_clip)
+        step_rows = zip(batch_sizes, step_inputs)
+        shared = None  # the output of a step at which every row was alike: one row standing for all
+        if _rows_alike(data[: batch_sizes[0], d]) and _rows_alike(h[d]) and _rows_alike(c[d]):
+            # Every row starts alike (as every sentence starts with <S> from the default zero state): the first
+            # step is computed for one row, and so is the next step's recurrent multiply.
+            n, step_input = next(step_rows)
+            gates = multiplies.gates(d, None if previous is None else previous[:1], step_input[:1])
+            shared = _step_output(multiplies, layer, d, gates, c[d, :1])
+            c[d, 1:n] = c[d, :1]
+            previous, offset = outputs[d, :n], n
+            previous.copy_(shared.expand(n, -1))
+        for n, step_input in step_rows:
+            if shared is not None:
+                gates = step_input + multiplies.gates(d, shared, step_input.new_zeros(1, step_input.shape[1]))
+                shared = None
+            else:
+                gates = multiplies.gates(d, None if previous is None else previous[:n], step_input)
+            new_h = _step_output(multiplies, layer, d, gates, c[d, :n])
             previous = outputs[d, offset : offset + n]  # the next step's state
             previous.copy_(new_h)
             offset += n

@@ -115,6 +115,37 @@ def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start, inp
         assert torch.allclose(a, b[:, 2:3], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("inputs_repeat", [False, True])
+def test_rows_that_start_alike_share_their_first_step(inputs_repeat, monkeypatch):
+    """From the zero state every sentence first reads <S> (the backward half </S>): the fast path runs that
+    step, and the next step's recurrent multiply, for one row standing for all, with the plain path's results."""
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(num_lstm_layers=1, num_highway_layers=0, char_cnn_filters=[[1, 4]]))
+    layer = model.layers[0].eval()
+    lengths = torch.tensor([9, 1, 5, 9, 2])
+    step_mask = torch.arange(9) < lengths[:, None]
+    rows = torch.randn(4, 512)
+    inputs = rows[torch.randint(0, 4, (2, 5, 9))] if inputs_repeat else torch.randn(2, 5, 9, 512)
+    inputs[0, :, 0], inputs[1, :, 0] = rows[0], rows[1]  # per direction, every row's first input alike
+    inputs = inputs * step_mask[None, :, :, None]
+    h, c = torch.zeros(2, 5, 512), torch.zeros(2, 5, 4096)
+    multiplies = derived_weights(layer, "exact", ExactMultiplies)
+    recurrent_rows = []  # per call of the gates' multiply: rows of the recurrent input (0: none, all zeros)
+
+    def gates(direction, previous, input_gates):
+        recurrent_rows.append(0 if previous is None else previous.shape[0])
+        return ExactMultiplies.gates(multiplies, direction, previous, input_gates)
+
+    monkeypatch.setattr(multiplies, "gates", gates)
+    with torch.no_grad():
+        fast = layer(inputs, step_mask, h, c, inputs_repeat=inputs_repeat)
+        slow = layer._plain_forward(inputs, step_mask, h, c)
+    # Per direction: the first step for one row, its recurrent multiply for one row, then every running row.
+    assert recurrent_rows == 2 * [0, 1, 3, 3, 3, 2, 2, 2, 2]
+    for a, b in zip(fast, slow):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
 def test_fast_char_encoder_matches_plain(fixture_model):
     model, tokenizer = fixture_model
     words = (FIXTURES / "allennlp-elmo" / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
