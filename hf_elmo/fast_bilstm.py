@@ -280,9 +280,9 @@ def fast_bilstm_layer(
             previous, offset = outputs[d, :n], n
             previous.copy_(shared.expand(n, -1))
         for n, step_input in step_rows:
-            if shared is not None:
-                gates = step_input + multiplies.gates(d, shared, step_input.new_zeros(1, step_input.shape[1]))
-                shared = None
+            if shared is not None:  # every row's recurrent input is the shared row: one multiply serves all
+                recurrent = multiplies.gates(d, shared, step_input.new_zeros(1, step_input.shape[1]))
+                gates, shared = step_input + recurrent, None
             else:
                 gates = multiplies.gates(d, None if previous is None else previous[:n], step_input)
             new_h = _step_output(multiplies, layer, d, gates, c[d, :n])
