@@ -324,19 +324,22 @@ def summarise(size_result: dict, inputs: dict) -> dict:
                 row[lib]["bandwidth_fraction"] = need / seconds / bandwidth
         # The machine's speed drifts between rounds: each ratio is taken within a round, then the median over rounds.
         for mode in ("cold", "warm"):
-            row[f"ratio_{mode}"] = median([allennlp["seconds"] / hf["seconds"]
-                                           for allennlp, hf in zip(runs[f"allennlp-{case}"], runs[f"hf-{mode}-{case}"])])
+            ratios = [allennlp["seconds"] / hf["seconds"]
+                      for allennlp, hf in zip(runs[f"allennlp-{case}"], runs[f"hf-{mode}-{case}"])]
+            row[f"ratio_{mode}"], row[f"ratio_{mode}_range"] = median(ratios), (min(ratios), max(ratios))
         out[case] = row
     # The fastest this exact biLSTM can run here: the input multiplies at the ceiling (the first layer's over
     # the distinct words and <S>, </S>, none when warm: they are cached), the per-step multiplies at their
-    # measured rate (the first step of each row has no recurrent multiply), the cell's own work free.
+    # measured rate (the first step of each row has no recurrent multiply, and the second's serves every row
+    # from one shared row), the cell's own work free.
     sentences = [s for batch in inputs["batch"] for s in batch]
     steps, words = needed_positions(sentences)[1], sum(len(s) for s in sentences)
     distinct = len({word for sentence in sentences for word in sentence}) + 2
     proj, cell, layers = config.projection_dim, config.cell_size, config.num_lstm_layers
     first_input_flops = 2 * 2 * proj * 4 * cell * distinct
     later_input_flops = 2 * 2 * proj * 4 * cell * (layers - 1) * steps
-    step_flops = layers * 2 * 2 * (proj * 4 * cell * (steps - len(sentences)) + cell * proj * steps)
+    shared_rows = len(sentences) - 1  # per chain, the first step of all but one row
+    step_flops = layers * 2 * 2 * (proj * 4 * cell * (steps - len(sentences) - shared_rows) + cell * proj * (steps - shared_rows))
     step_rate = median([r["step_gflops"] for r in runs["ceiling"]]) * 1e9
     bound = {"cold": (first_input_flops + later_input_flops) / ceiling + step_flops / step_rate,
              "warm": later_input_flops / ceiling + step_flops / step_rate}
@@ -407,10 +410,14 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
                   "Words per second are medians over the rounds; a ratio is the median of the ratios within each round.", "",
                   "| case | AllenNLP words/s | hf_elmo cold words/s | hf_elmo warm words/s | cold ratio | warm ratio |",
                   "|---|---|---|---|---|---|"]
+        spread = []
         for case, label in (("batch", "32 sentences"), ("single", "1 sentence at a time")):
             row = summary[case]
             lines.append(f"| {label} | {row['allennlp']['words_per_s']:.0f} | {row['hf-cold']['words_per_s']:.0f} | "
                          f"{row['hf-warm']['words_per_s']:.0f} | {row['ratio_cold']:.2f}x | {row['ratio_warm']:.2f}x |")
+            (cold_low, cold_high), (warm_low, warm_high) = row["ratio_cold_range"], row["ratio_warm_range"]
+            spread.append(f"{label}: cold {cold_low:.2f}x to {cold_high:.2f}x, warm {warm_low:.2f}x to {warm_high:.2f}x")
+        lines += ["", f"Ratios within single rounds: {'; '.join(spread)}."]
         lines += ["", "Fraction of the measured ceilings (model FLOPs that the returned layers need, per second, over "
                   "the matrix multiply ceiling: every token, `<S>`/`</S>` included, through the char CNN; every word "
                   "and one boundary per sentence and direction through the biLSTM, the step from `</S>` forward and "
