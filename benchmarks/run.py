@@ -336,9 +336,9 @@ def summarise(size_result: dict, inputs: dict) -> dict:
     steps, words = needed_positions(sentences)[1], sum(len(s) for s in sentences)
     distinct = len({word for sentence in sentences for word in sentence}) + 2
     proj, cell, layers = config.projection_dim, config.cell_size, config.num_lstm_layers
-    first_input_flops = 2 * 2 * proj * 4 * cell * distinct
-    later_input_flops = 2 * 2 * proj * 4 * cell * (layers - 1) * steps
     shared_rows = len(sentences) - 1  # per chain, the first step of all but one row
+    first_input_flops = 2 * 2 * proj * 4 * cell * distinct
+    later_input_flops = 2 * 2 * proj * 4 * cell * (layers - 1) * (steps - shared_rows)
     step_flops = layers * 2 * 2 * (proj * 4 * cell * (steps - len(sentences) - shared_rows) + cell * proj * (steps - shared_rows))
     step_rate = median([r["step_gflops"] for r in runs["ceiling"]]) * 1e9
     bound = {"cold": (first_input_flops + later_input_flops) / ceiling + step_flops / step_rate,

@@ -64,6 +64,8 @@ def nn_lstm_layer(layer, inputs, step_mask, h, c):
 class Int8Multiplies:
     """The cell's multiplies with int8 weights (symmetric, one scale per output row) and dynamic int8 inputs."""
 
+    input_gates_use_out = False  # (see ExactMultiplies)
+
     def __init__(self, layer):
         self.bias = forget_biased(layer)
         pack = torch.ops.quantized.linear_prepack

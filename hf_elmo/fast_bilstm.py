@@ -9,8 +9,8 @@ What changes is the order and grouping of work, not what a cell computes:
   so it multiplies at most half as many rows, and in eval mode the layer's `input_gate_cache` keeps them
   for the words of later batches (see `token_cache.py`); from a zero initial state (the default) the first
   step's recurrent multiply, exactly 0, is skipped;
-* where every row starts alike (each sentence's <S> from the default zero state), the first step, and the
-  second step's recurrent multiply, are computed for one row that stands for all;
+* where every row starts alike (each sentence's <S> from the default zero state), the first step (its input
+  multiply included), and the second step's recurrent multiply, are computed for one row that stands for all;
 * the recurrent state is never copied: a row's previous output is its recurrent input, and its cell state
   is updated in place;
 * on CPU in float32, large weights are reordered once for oneDNN (kept beside the layer, rebuilt when a
@@ -119,6 +119,11 @@ class ExactMultiplies:
             self._input_onednn[kind] = _onednn_weights(weights)
         return self._input_onednn[kind]
 
+    @property
+    def input_gates_use_out(self) -> bool:
+        """Whether `input_gates` computes into the `out` it is given (BLAS does; oneDNN allocates its result)."""
+        return self.input_onednn("directions") is None
+
     def input_gates(self, direction: int, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
         """x [N, P] -> x W_in^T + bias (forget bias included) [N, 4C], in `out` where BLAS computes it."""
         onednn = self.input_onednn("directions")
@@ -144,9 +149,9 @@ class ExactMultiplies:
         """h [n, P] (None: all zeros), input_gates [n, 4C] -> every gate's pre-activation [n, 4C], a new tensor."""
         if h is None:  # 0 W_rec^T is exactly 0
             return input_gates.clone()
-        if self.recurrent_onednn is not None:
+        if self.recurrent_onednn is not None:  # (the same numbers as oneDNN's fused add, which is slower)
             weight = self.recurrent_onednn[direction]
-            return torch.ops.mkldnn._linear_pointwise.binary(h, input_gates, weight, None, "add")
+            return torch.ops.mkldnn._linear_pointwise(h, weight, None, "none", [], "").add_(input_gates)
         weight = self.layer.recurrent_weight[direction].t()
         return two_rows(lambda rows, added: torch.addmm(added, rows, weight), h, input_gates)
 
@@ -201,21 +206,30 @@ def _rows_alike(x: torch.Tensor) -> bool:
 
 def _blocked_step_inputs(multiplies, direction: int, data: torch.Tensor, batch_sizes: list[int]):
     """The input half of the gates [n, 4C] of each step of `direction`, from packed rows `data` [N, 2, P]:
-    a block of whole steps (>= INPUT_BLOCK_ROWS rows) per multiply, so that multiplies are large (where
-    BLAS computes them, into one reused buffer)."""
-    blocks, rows = [], 0
+    blocks of whole steps, one multiply each, so that multiplies are large.
+
+    No block has more rows than the first (INPUT_BLOCK_ROWS, or one step where a step has more), and each is
+    released before the next is computed (the caller must drop each step's rows before asking for the next):
+    so the allocator hands the same memory back, and a block's result is written to pages already mapped, not
+    to fresh ones (a page fault per 4 KiB, about 4 us each here: 25,000 of them in a warm batch before).
+    """
+    limit = max(INPUT_BLOCK_ROWS // batch_sizes[0], 1) * batch_sizes[0]  # the first block's rows
+    blocks = []  # [first step, last step + 1, rows]
     for t, n in enumerate(batch_sizes):
-        if rows == 0:
-            blocks.append([t, t + 1, 0])
+        if not blocks or blocks[-1][2] + n > limit:
+            blocks.append([t, t, 0])
         blocks[-1][1], blocks[-1][2] = t + 1, blocks[-1][2] + n
-        rows = 0 if blocks[-1][2] >= INPUT_BLOCK_ROWS else blocks[-1][2]
-    workspace = data.new_empty(max(block[2] for block in blocks), multiplies.bias.shape[-1])
+    workspace = None  # one reused buffer, where the multiply computes into one
+    if multiplies.input_gates_use_out:
+        workspace = data.new_empty(limit, multiplies.bias.shape[-1])
     offset = 0
     for first, last, block_rows in blocks:
-        block = multiplies.input_gates(direction, data[offset : offset + block_rows, direction], workspace[:block_rows])
+        out = None if workspace is None else workspace[:block_rows]
+        block = multiplies.input_gates(direction, data[offset : offset + block_rows, direction], out)
         for n in batch_sizes[first:last]:
-            yield block[:n]
-            block = block[n:]
+            step, block = block[:n], block[n:]
+            yield step
+        del step, block
         offset += block_rows
 
 
@@ -263,23 +277,29 @@ def fast_bilstm_layer(
         )
         index = index.view(-1, directions)
     for d in range(directions):
-        previous, offset = (None if zero_start else h[d]), 0
-        if gate_cache is None:
-            step_inputs = _blocked_step_inputs(multiplies, d, data, batch_sizes)
-        else:
-            step_inputs = _gathered_step_inputs(table, index, d, batch_sizes)
-        step_rows = zip(batch_sizes, step_inputs)
+        previous, offset, first_step = (None if zero_start else h[d]), 0, 0
         shared = None  # the output of a step at which every row was alike: one row standing for all
         if _rows_alike(data[: batch_sizes[0], d]) and _rows_alike(h[d]) and _rows_alike(c[d]):
             # Every row starts alike (as every sentence starts with <S> from the default zero state): the first
-            # step is computed for one row, and so is the next step's recurrent multiply.
-            n, step_input = next(step_rows)
-            gates = multiplies.gates(d, None if previous is None else previous[:1], step_input[:1])
+            # step, its input multiply included, is computed for one row, and so is the next step's recurrent one.
+            n = batch_sizes[0]
+            if gate_cache is None:
+                step_input = multiplies.input_gates(d, data[:1, d], None)
+            else:
+                step_input = table[index[:1, d], d]
+            gates = multiplies.gates(d, None if previous is None else previous[:1], step_input)
             shared = _step_output(multiplies, layer, d, gates, c[d, :1])
             c[d, 1:n] = c[d, :1]
-            previous, offset = outputs[d, :n], n
+            previous, offset, first_step = outputs[d, :n], n, 1
             previous.copy_(shared.expand(n, -1))
-        for n, step_input in step_rows:
+        if first_step == len(batch_sizes):  # (every row had that one step only)
+            step_inputs = iter(())
+        elif gate_cache is None:
+            step_inputs = _blocked_step_inputs(multiplies, d, data[offset:], batch_sizes[first_step:])
+        else:
+            step_inputs = _gathered_step_inputs(table, index[offset:], d, batch_sizes[first_step:])
+        for step_input in step_inputs:  # (not zipped with batch_sizes: zip would hold on to the last one)
+            n = step_input.shape[0]
             if shared is not None:  # every row's recurrent input is the shared row: one multiply serves all
                 recurrent = multiplies.gates(d, shared, step_input.new_zeros(1, step_input.shape[1]))
                 gates, shared = step_input + recurrent, None
@@ -289,6 +309,7 @@ def fast_bilstm_layer(
             previous = outputs[d, offset : offset + n]  # the next step's state
             previous.copy_(new_h)
             offset += n
+            del step_input  # (so that the block it came from can be released; see _blocked_step_inputs)
 
     # Back to [2, B, S, P] with zeros past each row's end, and the state after each row's last step.
     device, sizes = outputs.device, packed.batch_sizes

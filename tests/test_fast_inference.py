@@ -5,9 +5,10 @@ import copy
 
 import pytest
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from conftest import DEVICES, FIXTURE_SETS, FIXTURES
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, fast_bilstm
 from hf_elmo.approximate import approximation_deviation
 from hf_elmo.fast_bilstm import derived_weights, ExactMultiplies
 from hf_elmo.fast_char_encoder import fast_char_encoder
@@ -118,7 +119,8 @@ def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start, inp
 @pytest.mark.parametrize("inputs_repeat", [False, True])
 def test_rows_that_start_alike_share_their_first_step(inputs_repeat, monkeypatch):
     """From the zero state every sentence first reads <S> (the backward half </S>): the fast path runs that
-    step, and the next step's recurrent multiply, for one row standing for all, with the plain path's results."""
+    step (its input multiply included), and the next step's recurrent multiply, for one row standing for all,
+    with the plain path's results."""
     torch.manual_seed(0)
     model = ElmoModel(ElmoConfig(num_lstm_layers=1, num_highway_layers=0, char_cnn_filters=[[1, 4]]))
     layer = model.layers[0].eval()
@@ -131,17 +133,62 @@ def test_rows_that_start_alike_share_their_first_step(inputs_repeat, monkeypatch
     h, c = torch.zeros(2, 5, 512), torch.zeros(2, 5, 4096)
     multiplies = derived_weights(layer, "exact", ExactMultiplies)
     recurrent_rows = []  # per call of the gates' multiply: rows of the recurrent input (0: none, all zeros)
+    input_rows = []  # per call of the input multiply (made when the inputs do not repeat): its rows
 
     def gates(direction, previous, input_gates):
         recurrent_rows.append(0 if previous is None else previous.shape[0])
         return ExactMultiplies.gates(multiplies, direction, previous, input_gates)
 
+    def input_gates(direction, x, out):
+        input_rows.append(x.shape[0])
+        return ExactMultiplies.input_gates(multiplies, direction, x, out)
+
     monkeypatch.setattr(multiplies, "gates", gates)
+    monkeypatch.setattr(multiplies, "input_gates", input_gates)
     with torch.no_grad():
         fast = layer(inputs, step_mask, h, c, inputs_repeat=inputs_repeat)
         slow = layer._plain_forward(inputs, step_mask, h, c)
+    for a, b in zip(fast, slow):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
     # Per direction: the first step for one row, its recurrent multiply for one row, then every running row.
     assert recurrent_rows == 2 * [0, 1, 3, 3, 3, 2, 2, 2, 2]
+    # Without repeats, per direction: the first step's input multiply for one row, then one block of the rest.
+    assert input_rows == ([] if inputs_repeat else 2 * [1, 21])
+
+    with torch.no_grad():  # rows of that one step only
+        fast = layer(inputs[:, :, :1], step_mask[:, :1], h, c, inputs_repeat=inputs_repeat)
+        slow = layer._plain_forward(inputs[:, :, :1], step_mask[:, :1], h, c)
+    for a, b in zip(fast, slow):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_input_blocks_are_released_before_the_next_is_computed(monkeypatch):
+    """The input half of the gates comes in blocks of whole steps, none larger than the first, each released
+    before the next is computed (so the allocator can hand its memory back), with the plain path's results."""
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(num_lstm_layers=1, num_highway_layers=0, char_cnn_filters=[[1, 4]]))
+    layer = model.layers[0].eval()
+    lengths = torch.tensor([9, 1, 5, 9, 2])
+    step_mask = torch.arange(9) < lengths[:, None]
+    inputs = torch.randn(2, 5, 9, 512) * step_mask[None, :, :, None]
+    h, c = torch.zeros(2, 5, 512), torch.zeros(2, 5, 4096)
+    multiplies = derived_weights(layer, "exact", ExactMultiplies)
+    assert not multiplies.input_gates_use_out  # oneDNN allocates each block
+    blocks = []  # per block: its rows, and a weak reference to its memory
+
+    def input_gates(direction, x, out):
+        assert all(memory.expired() for _, memory in blocks), "an earlier block is still held"
+        block = ExactMultiplies.input_gates(multiplies, direction, x, out)
+        blocks.append((block.shape[0], StorageWeakRef(block.untyped_storage())))
+        return block
+
+    monkeypatch.setattr(fast_bilstm, "INPUT_BLOCK_ROWS", 10)
+    monkeypatch.setattr(multiplies, "input_gates", input_gates)
+    with torch.no_grad():
+        fast = layer(inputs, step_mask, h, c)
+        slow = layer._plain_forward(inputs, step_mask, h, c)
+    # Steps hold 5, 4, 3, 3, 3, 2, 2, 2, 2 rows: per direction, blocks of whole steps of at most 2 * 5 rows.
+    assert [rows for rows, _ in blocks] == 2 * [9, 9, 8]
     for a, b in zip(fast, slow):
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
 
