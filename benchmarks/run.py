@@ -421,7 +421,8 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
         lines += ["", "Fraction of the measured ceilings (model FLOPs that the returned layers need, per second, over "
                   "the matrix multiply ceiling: every token, `<S>`/`</S>` included, through the char CNN; every word "
                   "and one boundary per sentence and direction through the biLSTM, the step from `</S>` forward and "
-                  "from `<S>` backward only giving the final state):", "",
+                  "from `<S>` backward only giving the final state; hf_elmo computes less where words repeat or are "
+                  "cached, so its fractions can pass 100%):", "",
                   "| case | AllenNLP | hf_elmo cold | hf_elmo warm | hf_elmo biLSTM part (warm) |", "|---|---|---|---|---|"]
         for case, label in (("batch", "32 sentences, FLOP ceiling"), ("single", "1 sentence, FLOP ceiling")):
             row = summary[case]
