@@ -64,8 +64,6 @@ def nn_lstm_layer(layer, inputs, step_mask, h, c):
 class Int8Multiplies:
     """The cell's multiplies with int8 weights (symmetric, one scale per output row) and dynamic int8 inputs."""
 
-    input_gates_use_out = False  # (see ExactMultiplies)
-
     def __init__(self, layer):
         self.bias = forget_biased(layer)
         pack = torch.ops.quantized.linear_prepack
@@ -82,13 +80,16 @@ class Int8Multiplies:
             warnings.simplefilter("ignore", UserWarning)
             return torch.quantize_per_channel(weight.detach().float(), scale, zero, 0, torch.qint8)
 
-    def input_gates(self, direction, x, out):
+    def input_gates(self, direction, x):
         return torch.ops.quantized.linear_dynamic(x.contiguous(), self.input_weight[direction])
+
+    def recurrent(self, direction, h):
+        return torch.ops.quantized.linear_dynamic(h.contiguous(), self.recurrent_weight[direction])
 
     def gates(self, direction, h, input_gates):
         if h is None:
             return input_gates.clone()
-        return torch.ops.quantized.linear_dynamic(h.contiguous(), self.recurrent_weight[direction]).add_(input_gates)
+        return self.recurrent(direction, h).add_(input_gates)
 
     def projection(self, direction, m):
         return torch.ops.quantized.linear_dynamic(m.contiguous(), self.projection_weight[direction])

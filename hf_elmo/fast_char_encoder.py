@@ -9,6 +9,8 @@ with each convolution done as one matrix multiply over its character windows, on
   such windows have one same value per filter, and the cut keeps one of them, so the max is unchanged.
 * The bias is added after the max, which is exact: adding a constant is monotone, so it cannot change
   which window is largest.
+* Each highway layer's two products (transform and carry) are one, and every product takes the kernel
+  measured fastest for it on CPU (`fast_linear.py`).
 
 Results equal the plain path to float32 rounding.
 """
@@ -16,6 +18,7 @@ Results equal the plain path to float32 rounding.
 import torch
 
 from .fast_bilstm import derived_weights
+from .fast_linear import FastLinear, blas_linear
 from .tokenization_elmo import PAD_CHAR_ID
 
 # Words per block: their window products for the widest filter (64 x 44 x 1024 floats) stay in cache.
@@ -28,6 +31,18 @@ def _filter_matrices(encoder) -> tuple[list[torch.Tensor], torch.Tensor]:
     matrices = [conv.weight.detach().permute(2, 1, 0).reshape(-1, conv.out_channels).contiguous()
                 for conv in encoder.char_cnn]
     return matrices, torch.cat([conv.bias.detach() for conv in encoder.char_cnn])
+
+
+def _linears(encoder) -> tuple[list, object | None]:
+    """Per highway layer, the product with its transform and carry weights stacked [2F, F] (and their biases);
+    the projection's product."""
+    def linear(weight):
+        measured = weight.device.type == "cpu" and weight.dtype == torch.float32
+        return FastLinear(weight) if measured else blas_linear(weight.detach())
+
+    highway = [(linear(torch.cat([layer.transform.weight, layer.carry.weight])),
+                torch.cat([layer.transform.bias, layer.carry.bias]).detach()) for layer in encoder.highway]
+    return highway, None if encoder.projection is None else linear(encoder.projection.weight)
 
 
 def fast_char_encoder(encoder, char_ids: torch.Tensor) -> torch.Tensor:
@@ -57,8 +72,12 @@ def fast_char_encoder(encoder, char_ids: torch.Tensor) -> torch.Tensor:
             torch.amax(products, dim=1, out=pooled[start:stop, column : column + count])
             column += count
     x = encoder.activation(pooled.add_(bias))
-    for layer in encoder.highway:
-        x = layer(x)
-    if encoder.projection is not None:
-        x = encoder.projection(x)
+    parameters = [p for module in [*encoder.highway, encoder.projection] if module is not None for p in module.parameters()]
+    highway, projection = derived_weights(encoder, "linears", _linears, parameters)
+    for linear, stacked_bias in highway:  # ElmoHighway: g * relu(W_t x + b_t) + (1 - g) * x, g = sigmoid(W_c x + b_c)
+        transformed, gate = linear(x, stacked_bias).chunk(2, dim=1)
+        torch.sigmoid_(gate)
+        x = torch.relu_(transformed).mul_(gate).addcmul_(gate.neg_().add_(1.0), x)
+    if projection is not None:
+        x = projection(x, encoder.projection.bias)
     return x.index_select(0, torch.argsort(order))

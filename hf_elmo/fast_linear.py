@@ -1,0 +1,171 @@
+"""`x W^T + b` on CPU for a weight that inference multiplies many times, by the kernel measured fastest.
+
+PyTorch offers several kernels for one float32 product on CPU, and which one is fastest depends on the CPU
+(its vendor, its vector extensions, its caches), on the weight's shape and on the number of rows:
+* `"mkl_packed"`: MKL with the weight packed once for its GEMM kernels (`cblas_sgemm_pack`, as
+  `torch.ops.mkl._mkl_linear` uses it); on an Intel Xeon with AVX-512 the fastest at every row count;
+* `"onednn"`: oneDNN with the weight reordered once into its blocked layout; on an AMD EPYC about twice
+  as fast as plain BLAS for a few rows;
+* `"blas"`: the plain BLAS call on the weight as it is (no copy), the best choice for small weights.
+None is hard-coded. The first multiply of each weight shape, number of rows (in powers of two, up to 256)
+and thread count times the candidates on its real inputs, and the fastest serves every later multiply of
+that kind in the process, for every weight of that shape: so two models with the same weights always
+take the same kernels and give the same numbers. Each weight keeps the prepared copy of the kernels it
+uses only. All of them compute the exact float32 product (they differ in the order of additions, as any
+two BLAS calls do). With `dtype=torch.bfloat16` (the opt-in "bf16" mode, see `approximate.py`) the weight
+is stored in bfloat16 and the candidates are oneDNN's and ATen's bfloat16 products (float32 accumulation).
+"""
+
+import time
+from collections.abc import Callable
+
+import torch
+
+# Rows per multiply, in classes of powers of two; from 256 rows on, one class (timed on 256 of them).
+MAX_ROWS_CLASS = 256
+# Timed calls per candidate (after one untimed call), interleaved, the fastest single call counting: at least
+# MIN_TIMED_CALLS, more for quick multiplies, up to about MEASURE_SECONDS of calls per candidate.
+MIN_TIMED_CALLS, MAX_TIMED_CALLS, MEASURE_SECONDS = 2, 10, 0.01
+# A kernel later in the order of preference is chosen only where it is faster by more than this fraction.
+MARGIN = 0.1
+# (kernel kind, weight shape, bias or not, dtype, threads, rows class) -> the name of the fastest kernel.
+_FASTEST: dict[tuple, str] = {}
+
+
+def two_rows(product: Callable, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+    """`product(x, *others)` for row-wise products, with a single row computed as two identical ones.
+
+    BLAS multiplies one row by a matrix-vector kernel whose rounding depends on the matrix's memory
+    alignment, so a memory-mapped checkpoint (weights at odd offsets) and the same weights in fresh memory
+    would differ in the last bit; two rows take the matrix-matrix kernel, which does not.
+    """
+    if x.shape[0] != 1:
+        return product(x, *others)
+    return product(x.expand(2, -1), *(o.expand(2, -1) for o in others))[:1]
+
+
+def blas_linear(weight: torch.Tensor):
+    """x [n, in] -> x W^T (+ bias) by the plain BLAS call on `weight` [out, in] as it is (any device)."""
+
+    def run(x, bias=None):
+        if bias is None:
+            return two_rows(lambda rows: rows @ weight.t(), x)
+        return two_rows(lambda rows: torch.addmm(bias, rows, weight.t()), x)
+
+    return run
+
+
+def _mkl_packed(weight: torch.Tensor):
+    # Packed for many rows: measured as fast for a few rows as a pack for those, unlike the reverse.
+    packed = torch.ops.mkl._mkl_reorder_linear_weight(weight.contiguous(), MAX_ROWS_CLASS)
+
+    def run(x, bias):  # (the last argument says the pack suits these rows, so MKL's packed GEMM runs)
+        return torch.ops.mkl._mkl_linear(x.contiguous(), packed, weight, bias, x.shape[0])
+
+    return run
+
+
+def _onednn(weight: torch.Tensor):
+    reordered = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous())
+
+    def run(x, bias):
+        return torch.ops.mkldnn._linear_pointwise(x, reordered, bias, "none", [], "")
+
+    return run
+
+
+def _onednn_bf16(weight: torch.Tensor):
+    return _onednn(weight.to(torch.bfloat16))
+
+
+def _aten_bf16(weight: torch.Tensor):
+    weight = weight.to(torch.bfloat16).t().contiguous()  # [in, out]
+
+    def run(x, bias):
+        return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
+
+    return run
+
+
+def float32_kernels() -> dict[str, Callable]:
+    """The exact float32 candidates this build of PyTorch has, by name."""
+    kernels = {}
+    if torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear"):
+        kernels["mkl_packed"] = _mkl_packed
+    if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        kernels["onednn"] = _onednn
+    kernels["blas"] = blas_linear
+    return kernels
+
+
+def bfloat16_kernels() -> dict[str, Callable]:
+    """The bfloat16 candidates (bfloat16 inputs and weights, float32 accumulation), by name."""
+    kernels = {}
+    if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        kernels["onednn_bf16"] = _onednn_bf16
+    kernels["aten_bf16"] = _aten_bf16
+    return kernels
+
+
+def rows_class(rows: int) -> int:
+    """1, 2, 4, ... MAX_ROWS_CLASS: the power of two at or above `rows`, at most MAX_ROWS_CLASS."""
+    return min(1 << max(rows - 1, 0).bit_length(), MAX_ROWS_CLASS)
+
+
+class FastLinear:
+    """`x [n, in] -> x W^T (+ bias) [n, out]` for one CPU weight `W` [out, in] (float32), by the fastest
+    kernel for its shape and `n` (see the module docstring). `dtype=torch.bfloat16`: W stored in bfloat16
+    and the product computed in bfloat16 with float32 accumulation; the result is then bfloat16.
+    `kernels` (name -> preparation of the weight, in order of preference) defaults to every candidate for
+    `dtype`."""
+
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype = torch.float32, kernels: dict | None = None):
+        self.weight = weight.detach()
+        self.dtype = dtype
+        if kernels is None:
+            kernels = float32_kernels() if dtype == torch.float32 else bfloat16_kernels()
+        self.kernels = kernels
+        self._key = (tuple(kernels), tuple(self.weight.shape), dtype)
+        self._prepared: dict[str, Callable] = {}  # kernel name -> its run(x, bias)
+        self._by_rows: dict[tuple, Callable] = {}  # (rows, bias or not, threads) -> run, found in _FASTEST before
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        if bias is not None and bias.dtype != self.dtype:
+            bias = bias.to(self.dtype)
+        local = (x.shape[0], bias is not None, torch.get_num_threads())
+        run = self._by_rows.get(local)
+        if run is None:
+            key = self._key + (bias is not None, local[2], rows_class(x.shape[0]))
+            if key not in _FASTEST:
+                _FASTEST[key] = self._measure(x[:MAX_ROWS_CLASS], bias)
+            run = self._by_rows[local] = self._run(_FASTEST[key])
+        return run(x, bias)
+
+    def _run(self, name: str) -> Callable:
+        if name not in self._prepared:
+            self._prepared[name] = self.kernels[name](self.weight)
+        return self._prepared[name]
+
+    def _measure(self, x: torch.Tensor, bias: torch.Tensor | None) -> str:
+        """The name of the candidate that computes `x W^T + bias` fastest, timed here and now: the first in
+        order of preference that is within MARGIN of the fastest (so that timing noise rarely flips a choice)."""
+        in_use = set(self._prepared)
+        runs = {name: self._run(name) for name in self.kernels}
+        best = {}
+        for run in runs.values():
+            run(x, bias)  # (first calls set kernels up)
+        calls = 0
+        while calls < MIN_TIMED_CALLS or (calls < MAX_TIMED_CALLS and calls * min(best.values()) < MEASURE_SECONDS):
+            for name, run in runs.items():
+                start = time.perf_counter()
+                run(x, bias)
+                best[name] = min(best.get(name, float("inf")), time.perf_counter() - start)
+            calls += 1
+        fastest = min(best.values())
+        chosen = next(name for name in runs if best[name] <= (1 + MARGIN) * fastest)
+        for name in runs:  # keep only the prepared weights of the kernels in use
+            if name != chosen and name not in in_use:
+                del self._prepared[name]
+        return chosen
