@@ -87,12 +87,17 @@ class ExactMultiplies:
         or "both_input" (both directions' input weights stacked, [8C, P])."""
         key = (kind, direction)
         if key not in self._linears:
-            layer = self.layer
-            weight = {"input": layer.input_weight[direction], "recurrent": layer.recurrent_weight[direction],
-                      "projection": None if layer.projection_weight is None else layer.projection_weight[direction],
-                      "both_input": layer.input_weight.reshape(-1, layer.input_weight.shape[-1])}[kind].detach()
+            weight = self.weight(kind, direction)
             self._linears[key] = FastLinear(weight) if self.measured else blas_linear(weight)
         return self._linears[key]
+
+    def weight(self, kind: str, direction: int = 0) -> torch.Tensor:
+        """The layer's weight [out, in] that `linear(kind, direction)` multiplies by."""
+        layer = self.layer
+        if kind == "both_input":
+            return layer.input_weight.detach().reshape(-1, layer.input_weight.shape[-1])
+        return {"input": layer.input_weight, "recurrent": layer.recurrent_weight,
+                "projection": layer.projection_weight}[kind][direction].detach()
 
     def input_gates(self, direction: int, x: torch.Tensor) -> torch.Tensor:
         """x [N, P] -> x W_in^T + bias (forget bias included) [N, 4C], a new tensor."""
@@ -143,10 +148,12 @@ def _step_output(multiplies, layer, direction: int, gates: torch.Tensor, c: torc
     h = _cell(gates, c, layer.cell_clip)
     if layer.projection_weight is not None:
         h = multiplies.projection(direction, h)
-    if layer.proj_clip is not None and layer.projection_weight is not None:
-        torch.clamp(h, -layer.proj_clip, layer.proj_clip, out=out)
-    else:
+    if layer.proj_clip is None or layer.projection_weight is None:
         out.copy_(h)
+    elif h.dtype == out.dtype:
+        torch.clamp(h, -layer.proj_clip, layer.proj_clip, out=out)
+    else:  # (a bfloat16 product)
+        out.copy_(h).clamp_(-layer.proj_clip, layer.proj_clip)
 
 
 def _rows_alike(x: torch.Tensor) -> bool:

@@ -10,10 +10,11 @@ PyTorch offers several kernels for one float32 product on CPU, and which one is 
 None is hard-coded. The first multiply of each weight shape, number of rows (in powers of two, up to 256)
 and thread count times the candidates on its real inputs, and the fastest serves every later multiply of
 that kind in the process, for every weight of that shape: so two models with the same weights always
-take the same kernels and give the same numbers. Each weight keeps the prepared copy of the kernels it
-uses only. All of them compute the exact float32 product (they differ in the order of additions, as any
-two BLAS calls do). With `dtype=torch.bfloat16` (the opt-in "bf16" mode, see `approximate.py`) the weight
-is stored in bfloat16 and the candidates are oneDNN's and ATen's bfloat16 products (float32 accumulation).
+take the same kernels and give the same numbers. A candidate later in the order above is taken only where
+it is faster by more than MARGIN, so that timing noise rarely flips a choice. Each weight keeps the
+prepared copy of the kernels it uses only. All of them compute the exact float32 product (they differ in
+the order of additions, as any two BLAS calls do). The opt-in "bf16" mode (`approximate.py`) chooses the
+same way between `onednn_bfloat16` and the exact product.
 """
 
 import time
@@ -74,15 +75,13 @@ def _onednn(weight: torch.Tensor):
     return run
 
 
-def _onednn_bf16(weight: torch.Tensor):
-    return _onednn(weight.to(torch.bfloat16))
+def onednn_bfloat16(weight: torch.Tensor):
+    """x [n, in] -> x W^T (+ bias) in bfloat16 by oneDNN (float32 accumulation, a bfloat16 result), the weight
+    stored in bfloat16 and reordered once."""
+    run_bfloat16 = _onednn(weight.to(torch.bfloat16))
 
-
-def _aten_bf16(weight: torch.Tensor):
-    weight = weight.to(torch.bfloat16).t().contiguous()  # [in, out]
-
-    def run(x, bias):
-        return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
+    def run(x, bias=None):
+        return run_bfloat16(x.to(torch.bfloat16), None if bias is None else bias.to(torch.bfloat16))
 
     return run
 
@@ -98,15 +97,6 @@ def float32_kernels() -> dict[str, Callable]:
     return kernels
 
 
-def bfloat16_kernels() -> dict[str, Callable]:
-    """The bfloat16 candidates (bfloat16 inputs and weights, float32 accumulation), by name."""
-    kernels = {}
-    if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-        kernels["onednn_bf16"] = _onednn_bf16
-    kernels["aten_bf16"] = _aten_bf16
-    return kernels
-
-
 def rows_class(rows: int) -> int:
     """1, 2, 4, ... MAX_ROWS_CLASS: the power of two at or above `rows`, at most MAX_ROWS_CLASS."""
     return min(1 << max(rows - 1, 0).bit_length(), MAX_ROWS_CLASS)
@@ -114,26 +104,17 @@ def rows_class(rows: int) -> int:
 
 class FastLinear:
     """`x [n, in] -> x W^T (+ bias) [n, out]` for one CPU weight `W` [out, in] (float32), by the fastest
-    kernel for its shape and `n` (see the module docstring). `dtype=torch.bfloat16`: W stored in bfloat16
-    and the product computed in bfloat16 with float32 accumulation; the result is then bfloat16.
-    `kernels` (name -> preparation of the weight, in order of preference) defaults to every candidate for
-    `dtype`."""
+    kernel for its shape and `n` (see the module docstring). `kernels` (name -> preparation of the weight,
+    in order of preference) defaults to every float32 candidate."""
 
-    def __init__(self, weight: torch.Tensor, dtype: torch.dtype = torch.float32, kernels: dict | None = None):
+    def __init__(self, weight: torch.Tensor, kernels: dict | None = None):
         self.weight = weight.detach()
-        self.dtype = dtype
-        if kernels is None:
-            kernels = float32_kernels() if dtype == torch.float32 else bfloat16_kernels()
-        self.kernels = kernels
-        self._key = (tuple(kernels), tuple(self.weight.shape), dtype)
+        self.kernels = float32_kernels() if kernels is None else kernels
+        self._key = (tuple(self.kernels), tuple(self.weight.shape))
         self._prepared: dict[str, Callable] = {}  # kernel name -> its run(x, bias)
         self._by_rows: dict[tuple, Callable] = {}  # (rows, bias or not, threads) -> run, found in _FASTEST before
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if x.dtype != self.dtype:
-            x = x.to(self.dtype)
-        if bias is not None and bias.dtype != self.dtype:
-            bias = bias.to(self.dtype)
         local = (x.shape[0], bias is not None, torch.get_num_threads())
         run = self._by_rows.get(local)
         if run is None:

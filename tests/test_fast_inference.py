@@ -4,13 +4,14 @@ approximate modes. The plain path is the definition; every exact fast path must 
 import copy
 import time
 
+import numpy as np
 import pytest
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from conftest import DEVICES, FIXTURE_SETS, FIXTURES
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, fast_bilstm, fast_linear
-from hf_elmo.approximate import approximation_deviation
+from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer, fast_bilstm, fast_linear
+from hf_elmo.approximate import Bf16Multiplies, approximation_deviation
 from hf_elmo.fast_bilstm import derived_weights, ExactMultiplies
 from hf_elmo.fast_linear import FastLinear
 from hf_elmo.fast_char_encoder import fast_char_encoder
@@ -163,7 +164,7 @@ def test_fast_linear_takes_the_fastest_kernel_for_the_shape_and_keeps_only_its_w
     # Within the margin, the first in order of preference is kept (noise does not flip the choice).
     equal = {"first": kernel("first", 0.002), "second": kernel("second", 0.002)}
     assert FastLinear(torch.randn(7, 5), kernels=equal)(x).shape == (3, 7)
-    assert fast_linear._FASTEST[(("first", "second"), (7, 5), torch.float32, False, torch.get_num_threads(), 4)] == "first"
+    assert fast_linear._FASTEST[(("first", "second"), (7, 5), False, torch.get_num_threads(), 4)] == "first"
 
 
 @pytest.mark.parametrize("kernel", fast_linear.float32_kernels())
@@ -307,6 +308,29 @@ def test_outputs_do_not_depend_on_where_the_weights_sit_in_memory(converted):
                 assert torch.equal(a, b)
 
 
+def test_a_bfloat16_model_runs_inference_through_the_caches_and_the_embedder(converted):
+    """A model loaded in bfloat16 (`dtype=torch.bfloat16`) takes the fast path, its caches keyed by the bytes of
+    bfloat16 rows, and gives the float32 model's vectors to bfloat16 precision; so does `ElmoEmbedder`."""
+    folder = converted["allennlp-elmo"]
+    model = ElmoModel.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    reference = ElmoModel.from_pretrained(folder).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        found, again, expected = model(**batch), model(**batch), reference(**batch)
+    assert found.last_hidden_state.dtype == torch.bfloat16
+    assert len(model.char_encoder.token_cache) > 0 and len(model.layers[0].input_gate_cache) > 0
+    assert model.layers[0].input_gate_cache.hits > 0
+    assert all(torch.equal(a, b) for a, b in zip(outputs(found), outputs(again)))
+    for a, b in zip(found.hidden_states, expected.hidden_states):
+        assert (a.float() - b).abs().max().item() < 0.1
+    sentence = "The cat sat on the mat ."
+    vectors = ElmoEmbedder(folder, dtype=torch.bfloat16).embed_sentence(sentence)
+    assert vectors.dtype == np.float32
+    assert np.abs(vectors - ElmoEmbedder(folder).embed_sentence(sentence)).max() < 0.1
+
+
 # ---- the token cache -----------------------------------------------------------------------------------
 
 
@@ -416,11 +440,12 @@ def test_cache_is_not_used_in_training_or_with_autograd(fixture_model):
 # ---- opt-in approximate modes ------------------------------------------------------------------------------
 
 
-def test_approximations_report_their_deviation(fixture_model):
+def test_approximations_report_their_deviation(fixture_model, monkeypatch):
     model, tokenizer = fixture_model
     model = copy.deepcopy(model)
     batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
                       return_tensors="pt")
+    monkeypatch.setattr(fast_linear, "MARGIN", 1e9)  # bf16: bfloat16 products wherever they are candidates
     deviations = {kind: approximation_deviation(model, batch, kind) for kind in ("nn_lstm", "int8", "bf16")}
     for kind, per_layer in deviations.items():
         assert len(per_layer) == 3, kind
@@ -436,6 +461,41 @@ def test_approximations_report_their_deviation(fixture_model):
         assert largest_difference(outputs(model(**batch)), outputs(plain(model)(**batch))) < 1e-6
     with pytest.raises(ValueError, match="nn_lstm"):
         model.set_lstm_approximation("fp8")
+
+
+def test_bf16_mode_multiplies_in_bfloat16_and_leaves_the_exact_caches_alone(fixture_model, monkeypatch):
+    """With bfloat16 products forced (the first candidate, whatever their speed), the bf16 mode runs them
+    (oneDNN's), gives float32 outputs a little off the exact ones, and fills a gate cache of its own: the
+    exact model's outputs afterwards are bit for bit those from before."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    monkeypatch.setattr(fast_linear, "MARGIN", 1e9)
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[1], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        exact = outputs(model(**batch))
+        model.set_lstm_approximation("bf16")
+        bf16, again = outputs(model(**batch)), outputs(model(**batch))  # the second from its own gate cache
+        model.set_lstm_approximation(None)
+        after = outputs(model(**batch))
+    assert all(torch.equal(a, b) for a, b in zip(exact, after))
+    assert all(torch.equal(a, b) for a, b in zip(bf16, again))
+    assert all(tensor.dtype == torch.float32 for tensor in bf16)
+    assert 1e-4 < largest_difference(bf16, exact) < 0.5
+    multiplies = derived_weights(model.layers[0], "bf16", Bf16Multiplies)
+    kernels = {name for linear in multiplies._linears.values() for name in linear._prepared}
+    assert kernels == {"onednn_bfloat16"}
+    assert len(multiplies.gate_cache) > 0 and multiplies.gate_cache.hits > 0
+
+
+def test_bf16_mode_is_refused_where_the_cpu_would_emulate_bfloat16(fixture_model, monkeypatch):
+    from hf_elmo import approximate
+
+    model = copy.deepcopy(fixture_model[0])
+    monkeypatch.setattr(approximate, "native_bfloat16_extension", lambda: None)
+    with pytest.raises(ValueError, match="AVX512-BF16 or AMX-BF16"):
+        model.set_lstm_approximation("bf16")
+    assert all(layer.approximation is None for layer in model.layers)
 
 
 def test_nn_lstm_mode_equals_exact_where_nothing_is_clipped():
