@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .cuda_graphs import graphed_bilstm_layer
 from .fast_bilstm import ExactMultiplies, derived_weights, fast_bilstm_layer, forget_biased
 from .fast_linear import FastLinear, onednn_bfloat16
 from .token_cache import ElmoTokenCache
@@ -183,6 +184,8 @@ class Bf16Multiplies(ExactMultiplies):
 def bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False, use_cache: bool = True):
     """`ElmoBiLstmLayer.forward` with bfloat16 multiplies (the fast path's organisation of the work)."""
     check_approximation("bf16", inputs.device)
+    if inputs.is_cuda:
+        return graphed_bilstm_layer(layer, inputs, step_mask, h, c, dtype=torch.bfloat16)
     multiplies = derived_weights(layer, "bf16", Bf16Multiplies)
     gate_cache = multiplies.gate_cache if inputs_repeat and inputs.device.type == "cpu" else None
     return fast_bilstm_layer(layer, inputs.float(), step_mask, h.float(), c.float(), multiplies=multiplies,

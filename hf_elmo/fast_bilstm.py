@@ -124,14 +124,14 @@ class ExactMultiplies:
 
 
 def _cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | None) -> torch.Tensor:
-    """In place on `gates` [n, 4C] (forget bias included) and `c` [n, C]; returns o * tanh(c) [n, C].
+    """In place on `gates` [..., 4C] (forget bias included) and `c` [..., C]; returns o * tanh(c) [..., C].
 
     Both tanh are computed through sigmoid, tanh(x) = 1 - 2 sigmoid(-2x) (within about 1e-7 of `torch.tanh`),
     so that one sigmoid covers all four gates and the products fold into `addcmul`: 9 operations a step
     instead of 13. On CPU `torch.tanh` is also MKL's vector tanh, several times slower than ATen's sigmoid and
     split across threads from 2048 elements on, so that a busy machine stalls every call for a scheduler tick.
     """
-    input_gate, forget_gate, cell_input, output_gate = gates.split(c.shape[-1], dim=1)
+    input_gate, forget_gate, cell_input, output_gate = gates.split(c.shape[-1], dim=-1)
     cell_input.mul_(-2.0)
     torch.sigmoid_(gates)
     torch.addcmul(input_gate, input_gate, cell_input, value=-2.0, out=cell_input)  # i * tanh(g)
@@ -206,6 +206,10 @@ def fast_bilstm_layer(
     layer, whose rows are token vectors (a word's every occurrence has the same row): the input half of the
     gates is computed once per distinct row, through this cache, which keeps them for later batches when
     `use_cache`."""
+    if multiplies is None and inputs.is_cuda and layer.recurrent_weight.dtype == torch.float32:
+        from .cuda_graphs import graphed_bilstm_layer  # (it builds on this module)
+
+        return graphed_bilstm_layer(layer, inputs, step_mask, h, c)
     if multiplies is None:
         multiplies = derived_weights(layer, "exact", ExactMultiplies)
     directions, batch, steps, proj = inputs.shape

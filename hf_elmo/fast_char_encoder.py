@@ -17,6 +17,7 @@ Results equal the plain path to float32 rounding.
 
 import torch
 
+from .cuda_graphs import exact_float32_matmul
 from .fast_bilstm import derived_weights
 from .fast_linear import FastLinear, blas_linear
 from .tokenization_elmo import PAD_CHAR_ID
@@ -46,9 +47,17 @@ def _linears(encoder) -> tuple[list, object | None]:
 
 
 def fast_char_encoder(encoder, char_ids: torch.Tensor) -> torch.Tensor:
-    """[N, K] character ids -> [N, P] word vectors, as `ElmoCharacterEncoder._plain_forward` computes them."""
+    """[N, K] character ids -> [N, P] word vectors, as `ElmoCharacterEncoder._plain_forward` computes them
+    (on a GPU without TF32, see `cuda_graphs.exact_float32_matmul`)."""
+    if char_ids.is_cuda:
+        with exact_float32_matmul():
+            return _encode(encoder, char_ids)
+    return _encode(encoder, char_ids)
+
+
+def _encode(encoder, char_ids: torch.Tensor) -> torch.Tensor:
     if char_ids.shape[0] == 1:  # one word: computed as two, for alignment-independent rounding (see two_rows)
-        return fast_char_encoder(encoder, char_ids.expand(2, -1))[:1]
+        return _encode(encoder, char_ids.expand(2, -1))[:1]
     parameters = [p for conv in encoder.char_cnn for p in (conv.weight, conv.bias)]
     matrices, bias = derived_weights(encoder, "char_cnn", _filter_matrices, parameters)
     words, length = char_ids.shape
