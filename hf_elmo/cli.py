@@ -38,7 +38,7 @@ def add_embed_parser(commands) -> None:
 
 
 def embed(args: argparse.Namespace) -> int:
-    from .embed_file import process_state
+    from .embed_file import check_paths, process_state
     from .embedder import ElmoEmbedder
 
     if args.batch_size < 1:
@@ -47,6 +47,7 @@ def embed(args: argparse.Namespace) -> int:
     state = process_state()
     device = state.device if state.num_processes > 1 else args.device
     try:
+        check_paths(args.input, args.output)  # before the model loads
         embedder = ElmoEmbedder(args.model, device=device, stateful=args.stateful)
         summary = embedder.embed_file(
             args.input, args.output, output_format=args.output_format, batch_size=args.batch_size,
@@ -58,8 +59,9 @@ def embed(args: argparse.Namespace) -> int:
     if state.is_main_process:
         print(
             f"hf-elmo embed: {summary['sentences']} sentences in {args.output} ({summary['batches']} batches: "
-            f"{summary['computed']} computed by this process, {summary['resumed']} finished by an earlier run; "
-            f"{summary['seconds']:.1f} s)",
+            f"{summary['computed']} computed by this process, {summary['resumed']} finished by an earlier run"
+            + (f", {summary['recomputed']} of them recomputed to restore the caches" if summary["recomputed"] else "")
+            + f"; {summary['seconds']:.1f} s)",
             file=sys.stderr,
         )
     return 0
