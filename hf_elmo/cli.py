@@ -59,9 +59,8 @@ def embed(args: argparse.Namespace) -> int:
     if state.is_main_process:
         print(
             f"hf-elmo embed: {summary['sentences']} sentences in {args.output} ({summary['batches']} batches: "
-            f"{summary['computed']} computed by this process, {summary['resumed']} finished by an earlier run"
-            + (f", {summary['recomputed']} of them recomputed to restore the caches" if summary["recomputed"] else "")
-            + f"; {summary['seconds']:.1f} s)",
+            f"{summary['computed']} computed by this process, {summary['resumed']} finished by an earlier run; "
+            f"{summary['seconds']:.1f} s)",
             file=sys.stderr,
         )
     return 0

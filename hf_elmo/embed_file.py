@@ -13,14 +13,15 @@ earlier, interrupted run finished (a damaged one is named and computed again) an
 all are there, they are copied in line order into OUTPUT (again atomically, through a temporary file in
 `OUTPUT.partial/`) and the folder is removed. `OUTPUT.lock` keeps a second run off the same output while one runs.
 
-Exactly the same bytes, however often a run was interrupted: the model's per-word caches keep results that were
-computed together with other words, and float32 rounding in a matrix multiply (its kernel depends on the number of
-rows) or in a vectorised sigmoid (the last elements of a tensor take a scalar path) depends on that company, by up
-to 1e-6. So the batches are taken in windows of `CACHE_WINDOW_BATCHES`: the caches are emptied at each window's
-start, and a run that resumes inside a window first recomputes that window's finished batches (without writing
-them), so every batch is computed from the same cache contents as in an uninterrupted run. Under `accelerate
-launch` or `torchrun`, window w goes to process w mod N (so the numbers do not depend on N either), and the
-first process writes the output file.
+Exactly the same bytes, however often a run was interrupted and however many processes ran it: float32 rounding
+in a matrix multiply (MKL picks its kernel by the number of rows: a highway layer's row comes out differently from
+a multiply of 2 rows than of 7) and in a vectorised sigmoid (a tensor's last elements take a scalar path) depends on
+what else is computed with it, by up to 1e-6. The model's per-word caches keep results computed with the words of
+earlier batches, so with caches that fill as they go, a batch's numbers would depend on what ran before it (and a
+resumed run, starting cold, would differ). So a run first fills them with the file's most frequent words (as many
+as they hold), computed together in a fixed order, and keeps exactly those: every other word is computed with its
+own batch and not kept. A batch's numbers are then a function of the file and the batch alone. Under `accelerate
+launch` or `torchrun`, batch k goes to process k mod N, and the first process writes the output file.
 """
 
 import contextlib
@@ -30,7 +31,7 @@ import logging
 import os
 import shutil
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import h5py
@@ -42,14 +43,15 @@ from tqdm.auto import tqdm
 
 from .embedder import OUTPUT_FORMATS, ElmoEmbedder, length_sorted_batches
 from .files import OutputLock, check_output_location, read_text_file
+from .tokenization_elmo import BOS_WORD, EOS_WORD
 
 logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
 STATE_GROUP = "_state"  # in a stateful run's batch files: the LSTM state after the batch
 MANIFEST_ATTRIBUTE = "hf_elmo_embed"  # on a finished output file: the manifest of the run that wrote it
-# Batches per window of the caches (see the module docstring): a resumed run recomputes at most this many less one.
-CACHE_WINDOW_BATCHES = 16
+# Words per call when the caches are filled (bounds its memory; a fixed size, so always the same calls).
+PIN_CHUNK_WORDS = 2048
 
 
 def process_state() -> PartialState:
@@ -81,12 +83,39 @@ def plan_batches(sentences: list[str], batch_size: int, stateful: bool) -> list[
     return [[lines[j] for j in batch] for batch in length_sorted_batches([len(sentences[i].split()) for i in lines], batch_size)]
 
 
-def cache_windows(num_batches: int) -> list[range]:
-    """The batches in windows of `CACHE_WINDOW_BATCHES`, each computed from emptied caches, by one process."""
-    return [
-        range(start, min(start + CACHE_WINDOW_BATCHES, num_batches))
-        for start in range(0, num_batches, CACHE_WINDOW_BATCHES)
-    ]
+def pin_frequent_words(embedder: ElmoEmbedder, sentences: list[str]) -> None:
+    """Fill the model's inference caches with the most frequent words of `sentences` (and `<S>`, `</S>`), computed
+    in a fixed order, and keep exactly those until `unpin_words` (see the module docstring)."""
+    model, tokenizer = embedder.model, embedder.tokenizer
+    token_cache, gate_cache = model.char_encoder.token_cache, model.layers[0].input_gate_cache
+    unpin_words(embedder)
+    model.clear_caches()
+    counts = Counter(word for sentence in sentences for word in sentence.split())
+    ranked = sorted(counts, key=lambda word: (-counts[word], word))
+    with torch.inference_mode():
+        words = [BOS_WORD, EOS_WORD, *ranked[: max(token_cache.max_words - 2, 0)]]
+        chunk_words = min(PIN_CHUNK_WORDS, token_cache.max_words)  # (a call with more rows than it holds keeps none)
+        for start in range(0, len(words) if token_cache.max_words >= 2 else 0, chunk_words):
+            chunk = [tokenizer.word_to_char_ids(word) for word in words[start : start + chunk_words]]
+            model.char_encoder(torch.tensor(chunk, device=embedder.device))
+        token_cache.add_new = False
+        # The first biLSTM layer's cache of input gates (used on CPU) is filled by that layer, run on the vectors of
+        # the words that it holds room for, as sequences of one word (so the layer computes little else).
+        words = words[: gate_cache.max_words] if embedder.device.type == "cpu" else []
+        if words:
+            chars = torch.tensor([tokenizer.word_to_char_ids(word) for word in words], device=embedder.device)
+            vectors = model.char_encoder(chars)  # [N, P], the pinned ones
+            layer, batch = model.layers[0], vectors.shape[0]
+            layer(vectors.expand(2, -1, -1).unsqueeze(2), torch.ones(batch, 1, dtype=torch.bool, device=vectors.device),
+                  vectors.new_zeros(2, batch, model.config.projection_dim), vectors.new_zeros(2, batch, model.config.cell_size),
+                  inputs_repeat=True)
+        gate_cache.add_new = False
+
+
+def unpin_words(embedder: ElmoEmbedder) -> None:
+    """The caches fill as they go again (their words stay)."""
+    embedder.model.char_encoder.token_cache.add_new = True
+    embedder.model.layers[0].input_gate_cache.add_new = True
 
 
 def _sha256_file(path: Path) -> str:
@@ -194,9 +223,8 @@ def embed_file(
     docstring). Stateless or stateful as `embedder` is; stateful runs go through the file in order, `batch_size`
     lines at a time, row r carrying its state to row r of the next batch, as `allennlp elmo` did.
 
-    Returns a summary: `sentences`, `batches`, `computed` (batches this process computed and wrote), `resumed`
-    (batches an earlier run had finished), `recomputed` (finished batches computed again to restore the caches, see
-    the module docstring), `seconds`, `output`.
+    Returns a summary: `sentences`, `batches`, `computed` (batches this process computed), `resumed` (batches an
+    earlier run had finished), `seconds`, `output`.
     """
     started = time.perf_counter()
     if output_format not in OUTPUT_FORMATS:
@@ -226,8 +254,7 @@ def embed_file(
         "forget_sentences": forget_sentences,
     }
     batches = plan_batches(sentences, batch_size, embedder.stateful)
-    summary = {"sentences": len(sentences), "batches": len(batches), "computed": 0, "resumed": 0, "recomputed": 0,
-               "output": str(output_file)}
+    summary = {"sentences": len(sentences), "batches": len(batches), "computed": 0, "resumed": 0, "output": str(output_file)}
     partial, lock = companion_paths(output_file)
     with contextlib.ExitStack() as held:
         # The first process takes the lock and prepares the batch folder; the others learn whether it could.
@@ -260,38 +287,29 @@ def embed_file(
 
 
 def _compute_batches(embedder, sentences, batches, partial, output_format, state, summary, progress) -> None:
-    """Compute and save every batch of this process's windows that no earlier run finished."""
+    """Compute and save every batch of this process that no earlier run finished."""
     files = _BatchFiles(partial)
     finished = {int(path.stem) for path in partial.glob("[0-9]*.hdf5")}
-    windows = [window for w, window in enumerate(cache_windows(len(batches))) if w % state.num_processes == state.process_index]
-    mine = [k for window in windows for k in window]
-    summary["resumed"] = sum(k in finished for k in mine)
+    mine = [k for k in range(len(batches)) if k % state.num_processes == state.process_index]
+    todo = [k for k in mine if k not in finished]
+    summary["resumed"] = len(mine) - len(todo)
+    if not todo:
+        return
+    embedder.reset_states()
+    if embedder.stateful and todo[0] > 0:  # stateful batches finish in order: continue from the last one's state
+        with h5py.File(files.path(todo[0] - 1), "r") as handle:
+            embedder.states = tuple(
+                torch.from_numpy(handle[STATE_GROUP][name][...]).to(embedder.device) for name in ("h", "c")
+            )
     bar = tqdm(
         total=sum(len(batches[k]) for k in mine), initial=sum(len(batches[k]) for k in mine if k in finished),
         unit=" sentences", desc="hf-elmo embed", disable=not (progress and state.is_main_process), dynamic_ncols=True,
     )
-    carried = -1  # stateful: the batch whose final LSTM state the embedder holds (-1: none yet, zeros)
-    embedder.reset_states()
-    with bar:
-        for window in windows:
-            todo = [k for k in window if k not in finished]
-            if not todo:
-                continue
-            embedder.model.clear_caches()
-            if embedder.stateful and carried != window.start - 1:
-                # Stateful batches finish in order: continue from the state after the batch before the window.
-                with h5py.File(files.path(window.start - 1), "r") as handle:
-                    embedder.states = tuple(
-                        torch.from_numpy(handle[STATE_GROUP][name][...]).to(embedder.device) for name in ("h", "c")
-                    )
-            for k in window:
-                if k > todo[-1]:
-                    break
+    pin_frequent_words(embedder, sentences)
+    try:
+        with bar:
+            for k in todo:
                 embeddings = embedder.embed_batch([sentences[line] for line in batches[k]], output_format)
-                carried = k
-                if k in finished:  # computed again only so that the caches hold what they held when it was first
-                    summary["recomputed"] += 1
-                    continue
 
                 def write_batch(handle, k=k, embeddings=embeddings):
                     for line, embedding in zip(batches[k], embeddings):
@@ -303,6 +321,8 @@ def _compute_batches(embedder, sentences, batches, partial, output_format, state
                 _write_atomically(files.path(k), write_batch)
                 summary["computed"] += 1
                 bar.update(len(batches[k]))
+    finally:
+        unpin_words(embedder)
 
 
 def _write_output(embedder, sentences, batches, partial, output_file, output_format, manifest, use_sentence_keys,
@@ -394,4 +414,4 @@ def _batch_file_problem(path: Path, sentences: list[str], batches: list[list[int
     return None
 
 
-__all__ = ["cache_windows", "check_paths", "embed_file", "plan_batches", "read_sentences"]
+__all__ = ["check_paths", "embed_file", "pin_frequent_words", "plan_batches", "read_sentences", "unpin_words"]

@@ -230,7 +230,7 @@ def test_two_processes_write_one_file(model_path, tmp_path):
     two, one = read_all(tmp_path / "two.hdf5"), read_all(tmp_path / "one.hdf5")
     assert two.keys() == one.keys() and len(two) == len(lines) + 1
     for key, value in one.items():
-        # Bit for bit: each window of batches is computed by one process from emptied caches, whichever it is.
+        # Bit for bit: a batch's numbers depend on the file and the batch only, not on the process.
         assert np.array_equal(two[key], value), key
 
 
