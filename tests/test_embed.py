@@ -418,3 +418,25 @@ def test_kills_at_several_points_resume_to_the_same_bytes_and_a_second_run_is_re
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]
     ElmoEmbedder(model_path).embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
     assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines))
+
+
+def test_pinned_caches_make_a_batch_depend_on_the_file_and_the_batch_alone(embedder):
+    """What makes resumed runs exact: the caches hold the file's frequent words, computed once in a fixed order, and
+    nothing else, so the words embedded before a batch do not change its numbers (they did by up to 1e-6)."""
+    from hf_elmo.embed_file import pin_frequent_words, unpin_words
+
+    lines = fixture_lines()
+    token_cache = embedder.model.char_encoder.token_cache
+    pin_frequent_words(embedder, lines[:20])
+    try:
+        pinned = len(token_cache)
+        assert pinned == len({word for line in lines[:20] for word in line.split()}) + 2  # and <S>, </S>
+        alone = embedder.embed_batch(lines[25:28])
+        for history in (lines[20:25], lines[28:30] + ["entirely new words here"]):
+            for other in history:
+                embedder.embed_batch([other])
+            assert len(token_cache) == pinned  # nothing new kept
+            assert all(np.array_equal(a, b) for a, b in zip(embedder.embed_batch(lines[25:28]), alone))
+    finally:
+        unpin_words(embedder)
+    assert token_cache.add_new and embedder.model.layers[0].input_gate_cache.add_new

@@ -529,6 +529,8 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
         assert_one_error(code, err, *[text for text in expected if text])
     code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "latin1.txt")])
     assert_one_error(code, capsys.readouterr().err, "latin1.txt: line 2 is not UTF-8 text")
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(TRAIN / "data.txt"), "--output-json", str(tmp_path)])
+    assert_one_error(code, capsys.readouterr().err, f"{tmp_path}: is a folder; give the path of the file to write")
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path, monkeypatch):
