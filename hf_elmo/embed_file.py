@@ -42,7 +42,7 @@ from accelerate.utils import broadcast_object_list, parse_flag_from_env
 from tqdm.auto import tqdm
 
 from .embedder import OUTPUT_FORMATS, ElmoEmbedder, length_sorted_batches
-from .files import OutputLock, check_output_location, read_text_file
+from .files import OutputLock, check_output_location, read_text_file, sha256_file
 from .tokenization_elmo import BOS_WORD, EOS_WORD
 
 logger = logging.getLogger(__name__)
@@ -116,14 +116,6 @@ def unpin_words(embedder: ElmoEmbedder) -> None:
     """The caches fill as they go again (their words stay)."""
     embedder.model.char_encoder.token_cache.add_new = True
     embedder.model.layers[0].input_gate_cache.add_new = True
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _model_fingerprint(model: torch.nn.Module) -> str:
@@ -244,7 +236,7 @@ def embed_file(
         _check_sentence_keys(sentences, input_file)
     manifest = {
         "input": str(input_file.resolve()),
-        "input_sha256": _sha256_file(input_file),
+        "input_sha256": sha256_file(input_file),
         "model": embedder.model_name_or_path,
         "model_sha256": _model_fingerprint(embedder.model),
         "output_format": output_format,

@@ -6,6 +6,7 @@ or deep inside a library. Messages are `ValueError`s (or the caller's own subcla
 """
 
 import fcntl
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -94,6 +95,15 @@ def check_output_location(path, kind: str, error: type[ValueError] = ValueError,
         raise error(f"{folder}: cannot write there, so {path} cannot be written ({failure.strerror})") from None
 
 
+def sha256_file(path) -> str:
+    """The sha256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 class OutputLock:
     """An exclusive lock that one run holds on its output, as the file `path`, for as long as the run lasts.
 
@@ -139,4 +149,4 @@ class OutputLock:
             self._handle = None
 
 
-__all__ = ["OutputLock", "check_output_location", "check_text_file", "decode_utf8", "read_text_file"]
+__all__ = ["OutputLock", "check_output_location", "check_text_file", "decode_utf8", "read_text_file", "sha256_file"]

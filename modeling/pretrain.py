@@ -43,7 +43,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
-from hf_elmo.files import check_output_location  # noqa: E402
+from hf_elmo.files import check_output_location, sha256_file  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from modeling.data import (  # noqa: E402
@@ -223,14 +223,6 @@ def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int
             shutil.rmtree(old)
     accelerator.wait_for_everyone()
     return final
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def file_digests(folder: Path) -> dict[str, dict]:

@@ -76,6 +76,16 @@ def converted(tmp_path_factory) -> dict[str, Path]:
     return folders
 
 
+def unwritable_folder(tmp_path: Path) -> Path:
+    """A folder this process cannot create anything in (root ignores permissions: a kernel file system there)."""
+    if os.geteuid() == 0:
+        return Path("/sys")
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
+
 def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc_per_node 2 ARGUMENTS` on CPU (gloo).
 

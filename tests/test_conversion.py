@@ -1,7 +1,6 @@
 """conversion/: original format -> Hugging Face checkpoint -> original format, and every kind of bad input."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import FIXTURE_SETS, MULTILINGUAL_FR
+from conftest import FIXTURE_SETS, MULTILINGUAL_FR, unwritable_folder
 from conversion.convert_original_elmo import convert_hf_to_original, convert_original_to_hf, main
 from conversion.original_format import ConversionError, state_dict_to_original, write_original_weights
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
@@ -403,16 +402,6 @@ def test_to_original_refuses_a_broken_checkpoint(converted, tmp_path, capsys, ca
     for text in TO_ORIGINAL_BAD_INPUTS[case]:
         assert text in message, (text, message)
     assert not (tmp_path / "back").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".back")]
-
-
-def unwritable_folder(tmp_path: Path) -> Path:
-    """A folder this process cannot create anything in (root ignores permissions: a kernel file system there)."""
-    if os.geteuid() == 0:
-        return Path("/sys")
-    folder = tmp_path / "read-only"
-    folder.mkdir()
-    folder.chmod(0o555)
-    return folder
 
 
 def test_output_folders_that_cannot_be_written_fail_before_the_work(original, converted, tmp_path, capsys):

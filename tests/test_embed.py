@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURE_SETS, run_two_processes
+from conftest import FIXTURE_SETS, run_two_processes, unwritable_folder
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
 
@@ -264,16 +264,6 @@ def test_the_input_is_never_the_output(model_path, tmp_path, capsys):
     assert_one_error(code, err, "is the input file")
     assert source.read_bytes() == text and lock_named_input.read_text() == "a b\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["hardlink.hdf5", "in.txt", "out.hdf5.lock", "symlink.hdf5"]
-
-
-def unwritable_folder(tmp_path: Path) -> Path:
-    """A folder this process cannot create anything in (root ignores permissions: a kernel file system there)."""
-    if os.geteuid() == 0:
-        return Path("/sys")
-    folder = tmp_path / "read-only"
-    folder.mkdir()
-    folder.chmod(0o555)
-    return folder
 
 
 def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp_path, capsys):

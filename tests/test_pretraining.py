@@ -28,7 +28,7 @@ from modeling.evaluate import perplexity
 from modeling.presets import TINY_MODEL
 from modeling.vocabulary import Vocabulary, VocabularyError
 
-from conftest import FIXTURES, run_two_processes
+from conftest import FIXTURES, run_two_processes, unwritable_folder
 
 REPO = Path(__file__).resolve().parents[1]
 PRETRAIN = REPO / "modeling" / "pretrain.py"
@@ -545,12 +545,8 @@ def test_output_folders_that_cannot_be_written_fail_before_the_work(tmp_path, ca
     """Checked first: the training file named here does not exist, and the error is about the output."""
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
-    unwritable = Path("/sys") if os.geteuid() == 0 else tmp_path / "read-only"  # (root ignores permissions)
-    if unwritable != Path("/sys"):
-        unwritable.mkdir()
-        unwritable.chmod(0o555)
     for output, expected in {a_file: "file.txt: is a file, not a folder", a_file / "run": "file.txt: is a file, so",
-                             unwritable / "run": "cannot write there"}.items():
+                             unwritable_folder(tmp_path) / "run": "cannot write there"}.items():
         code, err = run_main(capsys, "--preset", "tiny", "--train-file", tmp_path / "none.txt", "--output-dir", output)
         assert_one_error(code, err, expected)
     assert a_file.read_text() == "x"
