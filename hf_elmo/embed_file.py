@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from collections import Counter, OrderedDict
@@ -48,6 +49,7 @@ from .tokenization_elmo import BOS_WORD, EOS_WORD
 logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
+BATCH_FILE = re.compile(r"\d{8}\.hdf5")  # OUTPUT.partial/00000012.hdf5: batch 12
 STATE_GROUP = "_state"  # in a stateful run's batch files: the LSTM state after the batch
 MANIFEST_ATTRIBUTE = "hf_elmo_embed"  # on a finished output file: the manifest of the run that wrote it
 # Words per call when the caches are filled (bounds its memory; a fixed size, so always the same calls).
@@ -281,7 +283,7 @@ def embed_file(
 def _compute_batches(embedder, sentences, batches, partial, output_format, state, summary, progress) -> None:
     """Compute and save every batch of this process that no earlier run finished."""
     files = _BatchFiles(partial)
-    finished = {int(path.stem) for path in partial.glob("[0-9]*.hdf5")}
+    finished = {int(path.stem) for path in partial.glob("[0-9]*.hdf5") if BATCH_FILE.fullmatch(path.name)}
     mine = [k for k in range(len(batches)) if k % state.num_processes == state.process_index]
     todo = [k for k in mine if k not in finished]
     summary["resumed"] = len(mine) - len(todo)
@@ -387,9 +389,9 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
 
 def _batch_file_problem(path: Path, sentences: list[str], batches: list[list[int]], stateful: bool) -> str | None:
     """What is wrong with a finished batch file (None: nothing): it must read back with every line of its batch."""
-    batch = int(path.stem)
-    if path.name != f"{batch:08d}.hdf5" or batch >= len(batches):
+    if not BATCH_FILE.fullmatch(path.name) or int(path.stem) >= len(batches):
         return "is no batch of this run"
+    batch = int(path.stem)
     expected = {str(line): len(sentences[line].split()) for line in batches[batch]}
     if stateful:
         expected.update({f"{STATE_GROUP}/h": None, f"{STATE_GROUP}/c": None})
