@@ -95,7 +95,7 @@ def load_checkpoint(model_dir: str | os.PathLike) -> ElmoModel:
     index = model_dir / "model.safetensors.index.json"
     if not (weights.is_file() or index.is_file()):
         raise ConversionError(f"{model_dir}: no model.safetensors, so there are no weights to convert")
-    for shard in [weights] if weights.is_file() else sorted(set(_shard_names(index))):
+    for shard in [weights.name] if weights.is_file() else sorted(set(_shard_names(index))):
         try:
             with safe_open(model_dir / shard, "pt"):  # reads the header, and checks that the data fills the file
                 pass

@@ -153,6 +153,7 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
     """Before any work: the output can be written, and writing it (or its batch folder or lock) cannot destroy
     the input."""
     input_file, output_file = Path(input_file), Path(output_file)
+    check_output_location(output_file, "file")
     partial, lock = companion_paths(output_file)
     for path in (output_file, partial, lock):
         if path.exists() and input_file.exists() and os.path.samefile(input_file, path):
@@ -160,7 +161,6 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
                 f"{path}: is the input file {input_file} itself; writing the embeddings there would destroy the "
                 "text: give another output file"
             )
-    check_output_location(output_file, "file")
     if partial.exists() and not partial.is_dir():
         raise ValueError(f"{partial}: is a file, where the batches of {output_file} are kept; move it away")
 

@@ -392,11 +392,12 @@ TO_ORIGINAL_BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("case", TO_ORIGINAL_BAD_INPUTS)
-def test_to_original_refuses_a_broken_checkpoint(converted, tmp_path, capsys, case):
+def test_to_original_refuses_a_broken_checkpoint(converted, tmp_path, capsys, monkeypatch, case):
     folder = tmp_path / "model"
     shutil.copytree(converted["allennlp-elmo"], folder)
     damage_checkpoint(folder, case)
-    code, _, err = run_main(capsys, "--to-original", "--model-dir", folder, "--output-dir", tmp_path / "back")
+    monkeypatch.chdir(tmp_path)  # paths as a user types them, relative
+    code, _, err = run_main(capsys, "--to-original", "--model-dir", "model", "--output-dir", "back")
     message = err.strip()
     assert code == 2 and message.startswith("error: ") and len(message.splitlines()) == 1, err
     for text in TO_ORIGINAL_BAD_INPUTS[case]:

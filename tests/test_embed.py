@@ -266,13 +266,15 @@ def test_the_input_is_never_the_output(model_path, tmp_path, capsys):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["hardlink.hdf5", "in.txt", "out.hdf5.lock", "symlink.hdf5"]
 
 
-def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp_path, capsys):
+def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp_path, capsys, monkeypatch):
     """Checked first: the model named here does not exist, and the error is about the output."""
     source = write_lines(tmp_path / "in.txt", ["a b"])
     (tmp_path / "folder").mkdir()
     a_file = write_lines(tmp_path / "file.txt", ["x"])
+    monkeypatch.chdir(tmp_path / "folder")
     cases = {
         tmp_path / "folder": "is a folder; give the path of the file to write",
+        Path("."): "folder: is a folder; give the path of the file to write",
         a_file / "out.hdf5": "file.txt: is a file, so",
         a_file / "deeper" / "out.hdf5": "file.txt: is a file, so",
         unwritable_folder(tmp_path) / "out.hdf5": "cannot write there",
