@@ -233,11 +233,15 @@ class ElmoPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks a weight of the biLM, holds one that
-        the config has no place for (a highway layer more than it says), or holds one in another shape: transformers
-        would start the first and third afresh and drop the second, and only say so in its load report. A new
-        head's weights (a task classifier, the pretraining softmax, a task's scalar mix) may be missing."""
+        the config has no place for (a highway layer more than it says), or (with `ignore_mismatched_sizes`) holds
+        one in another shape: transformers would start the first and third afresh and drop the second, and only say
+        so in its load report. A new head's weights (a task classifier, the pretraining softmax, a task's scalar mix)
+        may be missing, and so may any weight of a `state_dict` passed in (the caller's own, which transformers
+        completes by initialising the rest)."""
         output_loading_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        if kwargs.get("state_dict") is not None:
+            return (model, info) if output_loading_info else model
         problems = [f"lacks the tensor {key}" for key in sorted(info["missing_keys"]) if BILM_WEIGHT.match(key)]
         problems += [
             f"holds the tensor {key}, which its config.json has no place for"

@@ -422,3 +422,9 @@ def test_output_folders_that_cannot_be_written_fail_before_the_work(original, co
             assert code == 2 and message.startswith("error: ") and len(message.splitlines()) == 1, err
             assert expected in message, (expected, message)
     assert a_file.read_text() == "x"
+
+
+def test_a_state_dict_passed_in_may_leave_weights_to_initialise():
+    """transformers' own tests load `from_pretrained(None, config=..., state_dict={})`: the caller's weights."""
+    model, info = ElmoModel.from_pretrained(None, config=ElmoConfig(**TINY), state_dict={}, output_loading_info=True)
+    assert "char_encoder.char_embedding.weight" in info["missing_keys"] and type(model) is ElmoModel
