@@ -237,11 +237,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
         one in another shape: transformers would start the first and third afresh and drop the second, and only say
         so in its load report. A new head's weights (a task classifier, the pretraining softmax, a task's scalar mix)
         may be missing, and so may any weight of a `state_dict` passed in (the caller's own, which transformers
-        completes by initialising the rest)."""
-        output_loading_info = kwargs.pop("output_loading_info", False)
+        completes by initialising the rest). A caller who asks for the load report (`output_loading_info=True`)
+        gets it instead of the error: it lists every missing, extra and mis-shaped weight."""
+        if kwargs.get("output_loading_info") or kwargs.get("state_dict") is not None:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
-        if kwargs.get("state_dict") is not None:
-            return (model, info) if output_loading_info else model
         problems = [f"lacks the tensor {key}" for key in sorted(info["missing_keys"]) if BILM_WEIGHT.match(key)]
         problems += [
             f"holds the tensor {key}, which its config.json has no place for"
@@ -254,7 +254,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ValueError(f"{pretrained_model_name_or_path}: not a complete {cls.__name__}: it {problems[0]}{more}")
-        return (model, info) if output_loading_info else model
+        return model
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):

@@ -336,6 +336,9 @@ def test_loading_refuses_a_checkpoint_without_every_biLM_weight(converted, tmp_p
     save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match=r"holds the tensor layers\.0\.bias of shape \[2, 252\], where its config\.json needs \[2, 256\]"):
         ElmoModel.from_pretrained(folder, ignore_mismatched_sizes=True)
+    # Who asks for transformers' load report gets it instead: it names what is wrong.
+    _, info = ElmoModel.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True)
+    assert [key for key, *_ in info["mismatched_keys"]] == ["layers.0.bias"]
 
 
 def test_new_heads_may_start_afresh(converted, tmp_path):
