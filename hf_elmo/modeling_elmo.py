@@ -49,6 +49,25 @@ class ElmoModelOutput(ModelOutput):
     final_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
 
 
+def _check_character_ids(input_ids, config: ElmoConfig, name: str = "input_ids") -> None:
+    """One clear error for what the character embedding cannot read: another shape, a non-integer dtype, or ids
+    outside the alphabet (a word vocabulary's ids, say)."""
+    chars = config.max_characters_per_token
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 3 or input_ids.shape[-1] != chars:
+        shape = list(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(f"{name} must be [batch, words, {chars}] character ids, got {shape}")
+    if input_ids.dtype not in (torch.long, torch.int):
+        raise ValueError(f"{name} must hold integer character ids (torch.long or torch.int), got {input_ids.dtype}")
+    if input_ids.numel() and not _is_exporting():  # (an exported program does not check its inputs' values)
+        low, high = torch.aminmax(input_ids)
+        if low < 0 or high >= config.n_characters:
+            outside = (low if low < 0 else high).item()
+            raise ValueError(
+                f"{name} holds {outside}, outside the character alphabet [0, {config.n_characters}): character ids "
+                f"come from ElmoTokenizer (a word's spelling), not from a word vocabulary"
+            )
+
+
 def _is_exporting() -> bool:
     """True while torch.export traces the model. The fast paths and the per-word caches decide on data (which
     words repeat, what is cached, whether rows start together), which an exported graph cannot hold: the plain
@@ -178,8 +197,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         directions, batch, steps, _ = inputs.shape
         # The input half of every gate, for all steps at once: one large multiply instead of one per step.
         input_gates = torch.baddbmm(
-            self.bias.unsqueeze(1), inputs.reshape(directions, batch * steps, -1), self.input_weight.transpose(1, 2)
-        ).view(directions, batch, steps, -1)
+            self.bias.unsqueeze(1), inputs.reshape(directions, batch * steps, inputs.shape[-1]),
+            self.input_weight.transpose(1, 2),
+        ).view(directions, batch, steps, self.bias.shape[-1])
         recurrent_weight = self.recurrent_weight.transpose(1, 2)
         projection_weight = None if self.projection_weight is None else self.projection_weight.transpose(1, 2)
         outputs = []
@@ -439,11 +459,7 @@ class ElmoModel(ElmoPreTrainedModel):
             whose only results are the final state and outputs at `<S>`/`</S>`, which are not returned; every output
             is unchanged. (With `do_layer_norm` the scalar mixes' statistics include `<S>`/`</S>`: nothing is skipped.)
         """
-        if input_ids.dim() != 3 or input_ids.shape[-1] != self.config.max_characters_per_token:
-            raise ValueError(
-                f"input_ids must be [batch, words, {self.config.max_characters_per_token}] character ids, "
-                f"got shape {list(input_ids.shape)}"
-            )
+        _check_character_ids(input_ids, self.config)
         batch, words, _ = input_ids.shape
         word_mask = (input_ids > 0).any(-1) if attention_mask is None else attention_mask.bool()
         if word_mask.shape != (batch, words):
@@ -949,14 +965,14 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             The LSTM state to start from, usually the previous window's `final_states`. Zeros when omitted.
         output_hidden_states (`bool`, *optional*): return `hidden_states`; defaults to `config.output_hidden_states`.
         """
-        chars = self.config.max_characters_per_token
-        if input_ids.dim() != 3 or input_ids.shape[-1] != chars:
-            raise ValueError(f"input_ids must be [batch, words, {chars}] character ids, got shape {list(input_ids.shape)}")
-        if backward_input_ids is not None and backward_input_ids.shape != input_ids.shape:
-            raise ValueError(
-                f"backward_input_ids must have the shape of input_ids {list(input_ids.shape)}, "
-                f"got {list(backward_input_ids.shape)}"
-            )
+        _check_character_ids(input_ids, self.config)
+        if backward_input_ids is not None:
+            _check_character_ids(backward_input_ids, self.config, "backward_input_ids")
+            if backward_input_ids.shape != input_ids.shape:
+                raise ValueError(
+                    f"backward_input_ids must have the shape of input_ids {list(input_ids.shape)}, "
+                    f"got {list(backward_input_ids.shape)}"
+                )
         mask = (input_ids > 0).any(-1) if attention_mask is None else attention_mask.bool()
         batch, steps = input_ids.shape[:2]
         if mask.shape != (batch, steps):
