@@ -506,43 +506,51 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def _run_bilstm(
         self,
-        token_layer: torch.Tensor,
+        layer0: torch.Tensor,
         sequence_mask: torch.Tensor,
         initial_states: tuple[torch.Tensor, torch.Tensor] | None,
         skip_last_step: bool = False,
         layout: "_SentenceLayout | None" = None,
+        return_hidden_states: bool = True,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-        """token_layer [B, S, 2P], layer 0: what the forward LSTM reads (first half) and what the backward LSTM
+        """layer0 [B, S, 2P]: what the forward LSTM reads (first half) and what the backward LSTM
         reads (second half; pretraining gives it a text of its own, as bilm-tf does), in reading order.
 
         Returns every layer (layer 0 included) as returned to the caller (`layout.unpack` of it, [B, T, 2P], or
         as computed, [B, S, 2P]), every layer as computed (for the scalar mixes), and the final states (h, c).
-        Each layer the LSTMs read is rebuilt from the returned one (`layout.repack`, an exact copy), so the
-        returned hidden states are the tensors the model used, and gradients reach each of them.
+        With autograd and `return_hidden_states`, each layer the LSTMs read is rebuilt from the returned one
+        (`layout.repack`, an exact copy), so the returned hidden states are the tensors the model used, and
+        gradients reach each of them.
         `skip_last_step`: each direction stops one step before its row's end, so the layers hold no valid output
         at the row's two ends (`<S>`, `</S>`), and the final states are those of the step before.
         """
-        batch, steps, width = token_layer.shape
+        batch, steps, width = layer0.shape
         proj = width // 2
         # The backward LSTM reads each row from its last position down to its first: reversing every row
         # within its length lets both directions share one left-to-right loop.
         lengths = sequence_mask.sum(dim=1, keepdim=True)
-        positions = torch.arange(steps, device=token_layer.device).unsqueeze(0)
+        positions = torch.arange(steps, device=layer0.device).unsqueeze(0)
         reverse = torch.where(sequence_mask, lengths - 1 - positions, positions).unsqueeze(-1).expand(-1, -1, proj)
         step_mask = sequence_mask & (positions < lengths - 1) if skip_last_step else sequence_mask
-        h, c = self._split_states(initial_states, batch, token_layer)
+        h, c = self._split_states(initial_states, batch, layer0)
 
+        # Rebuilding each layer's input from the returned tensor matters only to autograd, and only when returned.
+        link = return_hidden_states and torch.is_grad_enabled()
         hidden_states, layers, final_h, final_c = [], [], [], []
-        layer = token_layer
+        layer, output = layer0, None
         for index in range(len(self.layers) + 1):
             hidden = layer if layout is None else layout.unpack(layer)
-            layer = hidden if layout is None else layout.repack(hidden, layer)
+            if link and layout is not None:
+                layer = layout.repack(hidden, layer)
             hidden_states.append(hidden)
             layers.append(layer)
             if index == len(self.layers):
                 break
-            forward_input, backward_input = layer.split(proj, dim=-1)
-            x = torch.stack([forward_input, backward_input.gather(1, reverse)])
+            if link or output is None:
+                forward_input, backward_input = layer.split(proj, dim=-1)
+                x = torch.stack([forward_input, backward_input.gather(1, reverse)])
+            else:
+                x = output  # the previous layer's output, as the LSTMs read it (the same values)
             if self.lstm_dropout is not None:
                 x = self.lstm_dropout(x)  # bilm-tf drops each layer's input; the residual adds the dropped input
             output, layer_h, layer_c = self.layers[index](x, step_mask, h[index], c[index], inputs_repeat=index == 0)
@@ -988,7 +996,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
 
         token_layer, backward_layer = self._token_layers(input_ids, backward_input_ids, mask)
         layer0 = torch.cat([token_layer, token_layer if backward_layer is None else backward_layer], dim=-1)
-        hidden_states, _, final_states = self.elmo._run_bilstm(layer0, mask, initial_states)
+        hidden_states, _, final_states = self.elmo._run_bilstm(
+            layer0, mask, initial_states, return_hidden_states=output_hidden_states
+        )
         top = hidden_states[-1]
         loss = forward_loss = backward_loss = None
         if labels is not None:

@@ -47,11 +47,6 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
     """The token-classification pipeline; for ELMo models, one entity per word of the text (or per given word with
     `is_split_into_words=True`), with its span in the text, grouped into entities by every aggregation strategy."""
 
-    def check_model_type(self, supported_models):
-        # ELMo's heads are registered with the Auto classes, not in the built-in name lists this check reads.
-        if not _is_elmo(self.model):
-            super().check_model_type(supported_models)
-
     def _sanitize_parameters(self, aggregation_strategy=None, stride=None, **kwargs):
         if not _is_elmo(self.model):
             return super()._sanitize_parameters(aggregation_strategy=aggregation_strategy, stride=stride, **kwargs)

@@ -188,8 +188,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
     words, as `tokenize` gives them, to the character ids `encode` gives; a name of the alphabet (or an added special
     token) gives its id.
 
-    `add_tokens` and `add_special_tokens` add words that raw text is never split inside (`tokenizer.add_tokens(
-    ["e-mail", "<URL>"])` keeps them whole); they are spelled as every word is, so the model needs no new embedding.
+    `add_tokens` and `add_special_tokens` add words that raw text is split around, never inside (`tokenizer.add_tokens(
+    ["don't", "<URL>"])` keeps them whole); they are spelled as every word is, so the model needs no new embedding.
     Added special tokens are marked in `special_tokens_mask` and dropped by `decode(..., skip_special_tokens=True)`.
     The padding word is always id 0, the all-zero word; `pad_token` only names it.
 
@@ -208,7 +208,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
         self.max_characters_per_token = max_characters_per_token
         self._word_splitter = _build_word_splitter()
         # Built before super().__init__, which looks the special tokens up in get_vocab().
-        pad_token = str(kwargs.setdefault("pad_token", "<pad>"))  # the name of id 0, the all-zero padding word
+        if kwargs.setdefault("pad_token", "<pad>") is None:
+            raise ValueError("ElmoTokenizer pads with the all-zero word, id 0: pad_token names it and cannot be None.")
+        pad_token = str(kwargs["pad_token"])  # the name of id 0, the all-zero padding word
         character_names = [pad_token, *(f"<0x{byte:02X}>" for byte in range(256))]
         character_names += [BOS_WORD, EOS_WORD, "<bow>", "<eow>", "<char_pad>"]
         if pad_token in character_names[1:]:

@@ -4,14 +4,8 @@ transformers' tokenizer API where it means something for ELMo."""
 import pytest
 import torch
 
-from hf_elmo import (
-    ElmoConfig,
-    ElmoForPreTraining,
-    ElmoForSequenceClassification,
-    ElmoForTokenClassification,
-    ElmoModel,
-    ElmoTokenizer,
-)
+from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification
+from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.tokenization_elmo import word_to_char_ids
 
 MODEL_CLASSES = (ElmoModel, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForPreTraining)
