@@ -220,6 +220,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             c = torch.where(valid, new_c, c)
             h = torch.where(valid, new_h, h)
             outputs.append(torch.where(valid, new_h, 0.0))
+        if not outputs:  # no steps at all (a batch of rows without words)
+            return h.new_zeros(directions, batch, 0, h.shape[-1]), h, c
         return torch.stack(outputs, dim=2), h, c
 
 

@@ -214,7 +214,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
         character_names = [pad_token, *(f"<0x{byte:02X}>" for byte in range(256))]
         character_names += [BOS_WORD, EOS_WORD, "<bow>", "<eow>", "<char_pad>"]
         if pad_token in character_names[1:]:
-            raise ValueError(f"pad_token {pad_token!r} names another character id; choose a name of its own (default '<pad>').")
+            raise ValueError(
+                f"pad_token {pad_token!r} names another character id; choose a name of its own (default '<pad>')."
+            )
         self._vocab = {name: char_id for char_id, name in enumerate(character_names)}
         self._id_to_name = character_names
         super().__init__(max_characters_per_token=max_characters_per_token, **kwargs)

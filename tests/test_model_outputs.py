@@ -42,14 +42,16 @@ def test_pretraining_returns_the_hidden_states_it_used(base_path):
     rows = [["<S>", *sentence, "</S>"] for sentence in SENTENCES]
     batch = tokenizer(rows, is_split_into_words=True, padding=True, return_tensors="pt")
     # Another text for the backward LM (pretraining reads two streams), with the same padding.
-    backward_ids = tokenizer([row[::-1] for row in rows], is_split_into_words=True, padding=True, return_tensors="pt")["input_ids"]
+    backward = tokenizer([row[::-1] for row in rows], is_split_into_words=True, padding=True, return_tensors="pt")
+    backward_ids = backward["input_ids"]
     assert model(**batch).hidden_states is None  # config.output_hidden_states is False by default
     output = model(**batch, backward_input_ids=backward_ids, output_hidden_states=True)
     assert len(output.hidden_states) == model.config.num_lstm_layers + 1
     assert output.hidden_states[-1] is output.last_hidden_state
     proj = model.config.projection_dim
     with torch.no_grad():
-        forward_tokens, backward_tokens = model._token_layers(batch["input_ids"], backward_ids, batch["attention_mask"].bool())
+        mask = batch["attention_mask"].bool()
+        forward_tokens, backward_tokens = model._token_layers(batch["input_ids"], backward_ids, mask)
     assert torch.equal(output.hidden_states[0], torch.cat([forward_tokens, backward_tokens], dim=-1))
     for layer in output.hidden_states:
         assert layer.shape == (2, batch["input_ids"].shape[1], 2 * proj)

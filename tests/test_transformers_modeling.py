@@ -4,8 +4,10 @@ run against every ELMo class, as transformers runs them for its models (tests/mo
 The mixins come from the source distribution of the installed transformers (`make transformers-tests`).
 """
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 import unittest
 from unittest import mock
@@ -89,11 +91,12 @@ class ElmoModelTester:
     def prepare_config_and_inputs_for_common(self) -> tuple[ElmoConfig, dict]:
         """Sentences of random lowercase words, right-padded as the tokenizer pads them; the first row is full."""
         generator = torch.Generator().manual_seed(0)
-        lengths = [self.seq_length] + torch.randint(1, self.seq_length + 1, (self.batch_size - 1,), generator=generator).tolist()
+        lengths = torch.randint(1, self.seq_length + 1, (self.batch_size - 1,), generator=generator).tolist()
         input_ids = torch.zeros(self.batch_size, self.seq_length, self.max_characters_per_token, dtype=torch.long)
-        for row, length in enumerate(lengths):
+        for row, length in enumerate([self.seq_length, *lengths]):
             for position in range(length):
-                letters = torch.randint(ord("a"), ord("z") + 1, (int(torch.randint(1, 8, (1,), generator=generator)),), generator=generator)
+                size = int(torch.randint(1, 8, (1,), generator=generator))
+                letters = torch.randint(ord("a"), ord("z") + 1, (size,), generator=generator)
                 word = "".join(map(chr, letters.tolist()))
                 input_ids[row, position] = torch.tensor(word_to_char_ids(word, self.max_characters_per_token))
         attention_mask = (input_ids > 0).any(-1).long()
@@ -103,6 +106,7 @@ class ElmoModelTester:
 use_transformers_tests()
 # PipelineTesterMixin loads its tiny models from this folder (instead of the Hub) and reads the summary at import.
 _TINY_MODELS = tempfile.mkdtemp(prefix="elmo-tiny-models-")
+atexit.register(shutil.rmtree, _TINY_MODELS, ignore_errors=True)
 save_tiny_pipeline_models(_TINY_MODELS)
 os.environ["TRANSFORMERS_TINY_MODEL_PATH"] = _TINY_MODELS
 

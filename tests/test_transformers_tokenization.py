@@ -111,7 +111,9 @@ class ElmoTokenizationTest(TokenizerTesterMixin, unittest.TestCase):
         for side in ("right", "left"):
             kwargs = {"padding_side": side} if padding_side_as_kwarg else {}
             tokenizer.padding_side = "left" if padding_side_as_kwarg and side == "right" else side
-            padded = tokenizer("Sequence of words", max_length=13, padding="max_length", return_special_tokens_mask=True, **kwargs)
+            padded = tokenizer(
+                "Sequence of words", max_length=13, padding="max_length", return_special_tokens_mask=True, **kwargs
+            )
             for key, fill in (("input_ids", padding_word), ("attention_mask", 0), ("special_tokens_mask", 1)):
                 padding = [fill] * 10
                 expected = plain[key] + padding if side == "right" else padding + plain[key]
