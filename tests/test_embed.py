@@ -287,13 +287,15 @@ def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp
                      "out.hdf5.partial: is a file, where the batches")
 
 
-def test_devices_that_this_machine_lacks_fail_clearly(model_path, tmp_path, capsys):
+def test_devices_that_this_machine_lacks_fail_clearly(tmp_path, capsys):
+    """Checked before the model loads: the model named here does not exist, and the error is about the device."""
     source = write_lines(tmp_path / "in.txt", ["a b"])
     devices = [f"cuda:{torch.cuda.device_count()}", "gpu0", "meta"]
     if not torch.cuda.is_available():
         devices.append("cuda")
     for device in devices:
-        code, err = run_cli(capsys, "embed", source, tmp_path / "out.hdf5", "--device", device, "--model", model_path)
+        code, err = run_cli(capsys, "embed", source, tmp_path / "out.hdf5", "--device", device,
+                            "--model", tmp_path / "no-such-model")
         assert_one_error(code, err, f"device '{device}' cannot be used here", "this machine has cpu")
     assert not (tmp_path / "out.hdf5").exists()
 
