@@ -304,8 +304,9 @@ def edit_config(folder: Path, **changes) -> None:
 
 
 def test_loading_refuses_a_checkpoint_without_every_biLM_weight(converted, tmp_path):
-    """transformers starts a missing weight afresh (with uninitialised memory where no init covers it: nan was
-    seen) and drops a weight the config has no place for, saying so only in its load report."""
+    """transformers starts a missing weight afresh (nan was seen, from uninitialised memory, before the
+    initialisation reached every module) and drops a weight the config has no place for, saying so only in its load
+    report."""
     folder = tmp_path / "model"
     shutil.copytree(converted["allennlp-elmo"], folder)
     drop_tensors(folder, "layers.1.recurrent_weight", "char_encoder.highway.1.carry.bias")
