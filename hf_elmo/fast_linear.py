@@ -9,18 +9,31 @@ PyTorch offers several kernels for one float32 product on CPU, and which one is 
 * `"blas"`: the plain BLAS call on the weight as it is (no copy), the best choice for small weights.
 None is hard-coded. The first multiply of each weight shape, number of rows (in powers of two, up to 256)
 and thread count times the candidates on its real inputs, and the fastest serves every later multiply of
-that kind in the process, for every weight of that shape: so two models with the same weights always
-take the same kernels and give the same numbers. A candidate later in the order above is taken only where
-it is faster by more than MARGIN, so that timing noise rarely flips a choice. Each weight keeps the
-prepared copy of the kernels it uses only. All of them compute the exact float32 product (they differ in
-the order of additions, as any two BLAS calls do). The opt-in "bf16" mode (`approximate.py`) chooses the
-same way between `onednn_bfloat16` and the exact product.
+that kind, for every weight of that shape. A candidate later in the order above is taken only where it is
+faster by more than MARGIN, so that timing noise rarely flips a choice. The choices are kept in a file shared
+by the processes of the machine (`kernel_choices_path`, measured under a file lock), so that every run on it
+takes the same kernels and gives the same numbers, bit for bit (a resumed `hf-elmo embed` relies on it);
+delete the file to measure again. Each weight keeps the prepared copy of the kernels it uses only. All of
+them compute the exact float32 product (they differ in the order of additions, as any two BLAS calls do).
+The opt-in "bf16" mode (`approximate.py`) chooses the same way between `onednn_bfloat16` and the exact
+product.
 """
 
+import contextlib
+import json
+import os
+import platform
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
+try:
+    import fcntl
+except ImportError:  # (Windows) choices are then kept for the process only
+    fcntl = None
 
 # Rows per multiply, in classes of powers of two; from 256 rows on, one class (timed on 256 of them).
 MAX_ROWS_CLASS = 256
@@ -29,8 +42,72 @@ MAX_ROWS_CLASS = 256
 MIN_TIMED_CALLS, MAX_TIMED_CALLS, MEASURE_SECONDS = 2, 10, 0.01
 # A kernel later in the order of preference is chosen only where it is faster by more than this fraction.
 MARGIN = 0.1
-# (kernel kind, weight shape, bias or not, dtype, threads, rows class) -> the name of the fastest kernel.
+# (candidates, weight shape, bias or not, threads, rows class) -> the name of the fastest kernel, in this process.
 _FASTEST: dict[tuple, str] = {}
+
+
+def kernel_choices_path() -> Path:
+    """The file of this machine's kernel choices: $HF_ELMO_KERNEL_CHOICES, else hf_elmo/kernels.json in the
+    user's cache folder ($XDG_CACHE_HOME or ~/.cache)."""
+    if os.environ.get("HF_ELMO_KERNEL_CHOICES"):
+        return Path(os.environ["HF_ELMO_KERNEL_CHOICES"])
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "hf_elmo" / "kernels.json"
+
+
+def _this_machine() -> str:
+    """What the file's choices hold for: this CPU and this build of PyTorch."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return f"{cpu}; torch {torch.__version__}"
+
+
+# The choices while this process holds the file's lock: a measurement that starts inside another (a kernel that
+# runs FastLinear products itself) uses them, since a second lock of the same file by one process waits forever.
+_HELD: dict | None = None
+
+
+@contextlib.contextmanager
+def _shared_choices():
+    """This machine's stored choices {key: kernel}, under an exclusive lock; changes are written back
+    (atomically). Where the file cannot be used, an empty dict that stays in memory."""
+    global _HELD
+    if _HELD is not None:
+        yield _HELD
+        return
+    path = kernel_choices_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_name(path.name + ".lock"), "a")
+    except OSError:
+        yield {}
+        return
+    with lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(stored, dict):
+                stored = {}
+        except (OSError, ValueError):
+            stored = {}
+        machine = _this_machine()
+        choices = _HELD = dict(stored.get(machine, {}))
+        try:
+            yield choices
+        finally:
+            _HELD = None
+        if choices != stored.get(machine):
+            stored[machine] = choices
+            with contextlib.suppress(OSError):
+                handle, partial = tempfile.mkstemp(dir=path.parent, prefix=".kernels.")
+                with os.fdopen(handle, "w", encoding="utf-8") as out:
+                    json.dump(stored, out, indent=1, sort_keys=True)
+                os.replace(partial, path)
 
 
 def two_rows(product: Callable, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
@@ -120,7 +197,11 @@ class FastLinear:
         if run is None:
             key = self._key + (bias is not None, local[2], rows_class(x.shape[0]))
             if key not in _FASTEST:
-                _FASTEST[key] = self._measure(x[:MAX_ROWS_CLASS], bias)
+                with _shared_choices() as choices:  # (another process may be measuring the same: one at a time)
+                    stored = json.dumps([list(key[0]), *key[1:]])
+                    if choices.get(stored) not in self.kernels:
+                        choices[stored] = self._measure(x[:MAX_ROWS_CLASS], bias)
+                    _FASTEST[key] = choices[stored]
             run = self._by_rows[local] = self._run(_FASTEST[key])
         return run(x, bias)
 

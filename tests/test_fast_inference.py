@@ -2,6 +2,10 @@
 approximate modes. The plain path is the definition; every exact fast path must match it within 1e-6."""
 
 import copy
+import json
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -135,7 +139,15 @@ def test_original_size_layer_fast_path_matches_plain_with_every_kernel(
         assert torch.allclose(a, b[:, 2:3], rtol=1e-6, atol=1e-6)
 
 
-def test_fast_linear_takes_the_fastest_kernel_for_the_shape_and_keeps_only_its_weights():
+@pytest.fixture
+def kernel_choices(tmp_path, monkeypatch):
+    """A file of kernel choices of the test's own."""
+    path = tmp_path / "kernels.json"
+    monkeypatch.setenv("HF_ELMO_KERNEL_CHOICES", str(path))
+    return path
+
+
+def test_fast_linear_takes_the_fastest_kernel_for_the_shape_and_keeps_only_its_weights(kernel_choices):
     """A kernel that is measurably slower loses, even listed first; every weight of the same shape then takes
     the winner without timing again, and holds no prepared copy for the loser."""
     prepared = []
@@ -165,6 +177,23 @@ def test_fast_linear_takes_the_fastest_kernel_for_the_shape_and_keeps_only_its_w
     equal = {"first": kernel("first", 0.002), "second": kernel("second", 0.002)}
     assert FastLinear(torch.randn(7, 5), kernels=equal)(x).shape == (3, 7)
     assert fast_linear._FASTEST[(("first", "second"), (7, 5), False, torch.get_num_threads(), 4)] == "first"
+    assert "first" in kernel_choices.read_text() and "quick" in kernel_choices.read_text()
+
+
+def test_kernel_choices_are_shared_by_the_processes_of_a_machine(kernel_choices):
+    """A choice in the file is what every process takes, without timing (so that runs give the same bits):
+    here one no measurement would make, the plain BLAS call for a large weight and many rows."""
+    key = json.dumps([list(fast_linear.float32_kernels()), [3000, 700], True, torch.get_num_threads(), 256])
+    kernel_choices.write_text(json.dumps({fast_linear._this_machine(): {key: "blas"}}))
+    program = ("import torch; from hf_elmo import fast_linear\n"
+               "linear = fast_linear.FastLinear(torch.randn(3000, 700)); linear(torch.randn(300, 700), torch.zeros(3000))\n"
+               "print(*linear._prepared)")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                            env={**os.environ, "HF_ELMO_KERNEL_CHOICES": str(kernel_choices)})
+    assert result.stdout.split() == ["blas"]
+    linear = FastLinear(torch.randn(3000, 700))
+    linear(torch.randn(300, 700), torch.zeros(3000))
+    assert set(linear._prepared) == {"blas"}
 
 
 @pytest.mark.parametrize("kernel", fast_linear.float32_kernels())
