@@ -9,6 +9,12 @@ from transformers import PreTrainedConfig
 # The released models' character CNN: (filter width, number of filters), 2048 filters in all.
 ORIGINAL_CHAR_CNN_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
+# How words are spelled: "bytes", the UTF-8 bytes of bilm-tf's models; "vocabulary", the ids of a character
+# vocabulary (char.dic, ELMoForManyLangs' models; see lexicon.py).
+ALPHABETS = ("bytes", "vocabulary")
+# The byte alphabet's special character ids (tokenization_elmo.py): <S>, </S>, begin and end of word, padding.
+BYTE_ALPHABET_IDS = {"bos_char_id": 257, "eos_char_id": 258, "bow_char_id": 259, "eow_char_id": 260, "pad_char_id": 261}
+
 # How ElmoForSequenceClassification pools the words of a sentence.
 SEQUENCE_POOLINGS = ("mean", "max", "mean_max")
 
@@ -35,6 +41,19 @@ class ElmoConfig(PreTrainedConfig):
         char_cnn_activation (`str`): `"relu"` or `"tanh"`, applied after max-pooling (`char_cnn.activation`).
         max_characters_per_token (`int`): characters per word, begin/end-of-word included.
         n_characters (`int`): rows of the character embedding; 262 = 261 trained ids + the padding row 0.
+    Alphabet (how a word is spelled; the default is bilm-tf's UTF-8 bytes):
+        alphabet (`str`): `"bytes"` (UTF-8 bytes, n_characters 262) or `"vocabulary"` (the ids of a character
+            vocabulary, ELMoForManyLangs' char.dic: `n_characters` is its size + 1, for the padding row 0).
+        bos_char_id, eos_char_id (`int`): the one character of the sentence boundary words `<S>`/`</S>` (`<bos>`/`<eos>`).
+        bow_char_id, eow_char_id (`int`): the characters that begin and end every word.
+        pad_char_id (`int`): the character that fills a word after its end.
+    Word input (ELMoForManyLangs' models may read each word's id in word.dic as well as its characters):
+        word_vocab_size (`int`): rows of the word embedding; 0 = no word input.
+        word_embedding_dim (`int`): its width; the word vector comes before the char CNN's (after its highway
+            layers), and the projection reads both.
+        bos_word_id, eos_word_id (`int`, *optional*): the word ids of the sentence boundaries.
+        always_project (`bool`): keep the token projection and the LSTM cell projection where the widths already
+            match (ELMoForManyLangs always has both; bilm-tf builds each only where the widths differ).
     biLSTM (`lstm` in options.json):
         cell_size (`int`): LSTM memory cell size C (`lstm.dim`).
         projection_dim (`int`): hidden size P of each direction and the token vector size (`lstm.projection_dim`).
@@ -42,6 +61,8 @@ class ElmoConfig(PreTrainedConfig):
         cell_clip (`float`, *optional*): clip the memory cell to [-cell_clip, cell_clip]; `None` = no clip.
         proj_clip (`float`, *optional*): clip the projected hidden state; `None` = no clip.
         use_skip_connections (`bool`): residual connection around every layer but the first.
+        forget_bias (`float`): added to the forget gate at run time: 1.0 in bilm-tf's LSTMCell, whose stored bias
+            leaves it out; 0.0 for ELMoForManyLangs (AllenNLP's cell), whose stored bias includes it.
     Output:
         num_output_representations (`int`): how many learned scalar mixes of the layers to return.
         do_layer_norm (`bool`): normalise each layer over the whole batch before mixing (AllenNLP's option).
@@ -71,12 +92,24 @@ class ElmoConfig(PreTrainedConfig):
     char_cnn_activation: str = "relu"
     max_characters_per_token: int = 50
     n_characters: int = 262
+    alphabet: str = "bytes"
+    bos_char_id: int = BYTE_ALPHABET_IDS["bos_char_id"]
+    eos_char_id: int = BYTE_ALPHABET_IDS["eos_char_id"]
+    bow_char_id: int = BYTE_ALPHABET_IDS["bow_char_id"]
+    eow_char_id: int = BYTE_ALPHABET_IDS["eow_char_id"]
+    pad_char_id: int = BYTE_ALPHABET_IDS["pad_char_id"]
+    word_vocab_size: int = 0
+    word_embedding_dim: int = 0
+    bos_word_id: int | None = None
+    eos_word_id: int | None = None
+    always_project: bool = False
     cell_size: int = 4096
     projection_dim: int = 512
     num_lstm_layers: int = 2
     cell_clip: float | int | None = 3.0
     proj_clip: float | int | None = 3.0
     use_skip_connections: bool = True
+    forget_bias: float | int = 1.0
     num_output_representations: int = 1
     do_layer_norm: bool = False
     dropout: float | int = 0.0
@@ -95,6 +128,7 @@ class ElmoConfig(PreTrainedConfig):
         self.cell_clip = float(self.cell_clip) if self.cell_clip else None
         self.proj_clip = float(self.proj_clip) if self.proj_clip else None
         self.dropout = float(self.dropout)
+        self.forget_bias = float(self.forget_bias)
         self.lm_dropout = float(self.lm_dropout)
         self._check_values()
         super().__post_init__(**kwargs)
@@ -127,11 +161,7 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError("ElmoConfig.max_characters_per_token must be at least 3 (begin, end and one character)")
         if self.char_cnn_activation not in ("relu", "tanh"):
             raise ValueError(f"ElmoConfig.char_cnn_activation must be 'relu' or 'tanh', got {self.char_cnn_activation!r}")
-        if self.n_characters != 262:
-            raise ValueError(
-                f"ElmoConfig.n_characters must be 262 (261 trained character ids plus the padding row), "
-                f"got {self.n_characters!r}; options.json files written for training say 261: use from_original_options"
-            )
+        self._check_alphabet()
         if self.projection_dim > self.cell_size:
             raise ValueError(
                 f"ElmoConfig.projection_dim ({self.projection_dim}) cannot exceed cell_size ({self.cell_size})"
@@ -162,6 +192,50 @@ class ElmoConfig(PreTrainedConfig):
         if isinstance(self.lm_negative_samples, bool) or self.lm_negative_samples < 0:
             raise ValueError(f"ElmoConfig.lm_negative_samples must be an integer >= 0, got {self.lm_negative_samples!r}")
 
+    def _check_alphabet(self):
+        if self.alphabet not in ALPHABETS:
+            raise ValueError(f"ElmoConfig.alphabet must be one of {', '.join(map(repr, ALPHABETS))}, got {self.alphabet!r}")
+        special_ids = {name: getattr(self, name) for name in BYTE_ALPHABET_IDS}
+        if self.alphabet == "bytes":
+            if self.n_characters != 262:
+                raise ValueError(
+                    f"ElmoConfig.n_characters must be 262 (261 trained character ids plus the padding row), "
+                    f"got {self.n_characters!r}; options.json files written for training say 261: use from_original_options"
+                )
+            for name, value in special_ids.items():
+                if value != BYTE_ALPHABET_IDS[name]:
+                    raise ValueError(f"ElmoConfig.{name} of the byte alphabet is {BYTE_ALPHABET_IDS[name]}, got {value!r}")
+        else:
+            if isinstance(self.n_characters, bool) or not isinstance(self.n_characters, int) or self.n_characters < 2:
+                raise ValueError(f"ElmoConfig.n_characters must be an integer >= 2, got {self.n_characters!r}")
+            for name, value in special_ids.items():
+                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < self.n_characters:
+                    raise ValueError(
+                        f"ElmoConfig.{name} must be a character id in 1..n_characters - 1 ({self.n_characters - 1}; "
+                        f"0 is the padding word), got {value!r}"
+                    )
+            if len(set(special_ids.values())) != len(special_ids):
+                raise ValueError(f"ElmoConfig's special character ids must differ, got {special_ids}")
+        for name in ("word_vocab_size", "word_embedding_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"ElmoConfig.{name} must be an integer >= 0 (0: no word input), got {value!r}")
+        if (self.word_vocab_size > 0) != (self.word_embedding_dim > 0):
+            raise ValueError(
+                f"ElmoConfig.word_vocab_size ({self.word_vocab_size}) and word_embedding_dim "
+                f"({self.word_embedding_dim}) must both be 0 (no word input) or both positive"
+            )
+        if self.word_vocab_size:
+            for name in ("bos_word_id", "eos_word_id"):
+                value = getattr(self, name)
+                if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.word_vocab_size:
+                    raise ValueError(
+                        f"ElmoConfig.{name} must be a word id in 0..word_vocab_size - 1 ({self.word_vocab_size - 1}), "
+                        f"got {value!r}"
+                    )
+        if not isinstance(self.always_project, bool):
+            raise ValueError(f"ElmoConfig.always_project must be True or False, got {self.always_project!r}")
+
     @property
     def num_char_filters(self) -> int:
         """F, the width of the character CNN's output (2048 for the released models)."""
@@ -175,12 +249,12 @@ class ElmoConfig(PreTrainedConfig):
     @property
     def has_char_projection(self) -> bool:
         # bilm-tf builds CNN_proj only when the CNN width differs from the LSTM input width.
-        return self.num_char_filters != self.projection_dim
+        return self.always_project or self.num_char_filters + self.word_embedding_dim != self.projection_dim
 
     @property
     def has_lstm_projection(self) -> bool:
         # bilm-tf builds W_P_0 only when the cell is wider than the output.
-        return self.cell_size != self.projection_dim
+        return self.always_project or self.cell_size != self.projection_dim
 
     @classmethod
     def from_original_options(cls, options: str | os.PathLike | dict[str, Any], **kwargs) -> "ElmoConfig":
@@ -237,6 +311,12 @@ class ElmoConfig(PreTrainedConfig):
 
     def to_original_options(self) -> dict[str, Any]:
         """The `options.json` content that bilm-tf and AllenNLP read for this model (inference form, 262)."""
+        if self.alphabet != "bytes" or self.word_vocab_size or self.forget_bias != 1.0 or self.always_project:
+            raise ValueError(
+                "this model is not in bilm-tf's form (a character vocabulary, word input, a forget bias stored in the "
+                "weights or projections of equal widths: an ELMoForManyLangs model): convert it back with "
+                "conversion/convert_elmoformanylangs.py --to-elmoformanylangs"
+            )
         return {
             "lstm": {
                 "dim": self.cell_size,
@@ -257,4 +337,4 @@ class ElmoConfig(PreTrainedConfig):
         }
 
 
-__all__ = ["ELMO_AUTO_MAP", "ElmoConfig"]
+__all__ = ["ALPHABETS", "ELMO_AUTO_MAP", "ElmoConfig"]
