@@ -4,6 +4,8 @@ Runs in the peer venv that ../shared/tools/peer-elmoformanylangs-setup.sh builds
 
     build/elmoformanylangs-venv/bin/python conversion/make_elmoformanylangs_fixtures.py tests/fixtures/elmoformanylangs
     build/elmoformanylangs-venv/bin/python conversion/make_elmoformanylangs_fixtures.py --published-size build/bench-manylangs
+    build/elmoformanylangs-venv/bin/python conversion/make_elmoformanylangs_fixtures.py EXPORTED_DIR --check-against \
+        tests/fixtures/elmoformanylangs/with_words_outputs.npz
 
 Each model is made the way the package makes one: `biLM.py train` builds the character and word lexicons from a
 training text and writes char.dic, word.dic and config.json (run with `--max_epoch 0`: its training loop does not
@@ -15,7 +17,9 @@ sentences of a set in one batch; and two calls in a row without a reset, for the
 
 The tiny models (a few KB each) and their outputs are committed under tests/fixtures/elmoformanylangs, so
 `make test` needs nothing else; `--published-size` makes one model of the released models' size with random
-weights (2 x 4096 cells, 512 projection, 2048 filters, 100-dimensional words) for `make bench`.
+weights (2 x 4096 cells, 512 projection, 2048 filters, 100-dimensional words) for `make bench`; `--check-against`
+loads a folder that `convert_elmoformanylangs.py --to-elmoformanylangs` wrote and compares the package's outputs
+with the recorded ones (`make check-elmoformanylangs`).
 """
 
 import argparse
@@ -222,14 +226,29 @@ def make_published_size(output: Path, training_text: str) -> None:
     os.replace(staging, output)
 
 
+def check_export(folder: Path, expected_file: Path) -> float:
+    """The package loads `folder` (a model converted back by convert_elmoformanylangs.py --to-elmoformanylangs) and
+    gives the recorded outputs: returns the largest difference."""
+    expected = np.load(expected_file)
+    found = record_outputs(folder)
+    if sorted(found) != sorted(expected.files):
+        raise SystemExit(f"{folder}: outputs {sorted(found)} differ in names from {expected_file}")
+    return max(float(np.abs(found[name] - expected[name]).max(initial=0.0)) for name in found)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("output", help="folder to write (replaced)")
+    parser.add_argument("output", help="folder to write (replaced); with --check-against: the folder to check")
     parser.add_argument("--published-size", action="store_true", help="one model of the released size, for the benchmark")
     parser.add_argument("--training-text", help="with --published-size: text whose characters and words make the lexicons")
+    parser.add_argument("--check-against", help="load OUTPUT with the package and compare its outputs with this .npz")
     args = parser.parse_args()
     random.seed(0)
     torch.set_num_threads(1)
+    if args.check_against:
+        difference = check_export(Path(args.output), Path(args.check_against))
+        print(f"{args.output}: the package's outputs differ from {args.check_against} by at most {difference:.3g}")
+        raise SystemExit(0 if difference == 0.0 else 1)
     output = Path(args.output).resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
     if args.published_size:

@@ -59,6 +59,7 @@ def write_dictionary(entries: dict[str, int], path: str | os.PathLike) -> None:
     handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(path) or ".")
     with os.fdopen(handle, "w", encoding="utf-8") as f:
         f.writelines(f"{token}\t{index}\n" for token, index in entries.items())
+    os.chmod(temporary, 0o644)  # mkstemp's file is private; a dictionary is not
     os.replace(temporary, path)
 
 
