@@ -288,6 +288,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init.uniform_(module.input_weight, -bound, bound)
             init.uniform_(module.recurrent_weight, -bound, bound)
             init.zeros_(module.bias)
+            if module.forget_bias != 1.0 and not getattr(module.bias, "_is_hf_initialized", False):
+                # A forget bias stored in the weights (AllenNLP's cell) starts at 1.0 as bilm-tf's run-time one.
+                cell = four_cells // 4
+                init.constant_(module.bias[:, cell : 2 * cell], 1.0 - module.forget_bias)
             if module.projection_weight is not None:
                 bound = math.sqrt(6.0 / sum(module.projection_weight.shape[1:]))
                 init.uniform_(module.projection_weight, -bound, bound)
