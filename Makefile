@@ -28,14 +28,16 @@ clean:
 	rm -rf $(VENV) build
 
 # ---- benchmark (not part of `make test`) -------------------------------------------------------------------
-# hf_elmo against AllenNLP 2.10.1 on CPU, 2 threads; writes benchmarks/RESULTS.md in under 10 minutes.
-# AllenNLP lives in its own venv, made once by the shared recipe; it is never a dependency of this project.
+# hf_elmo against AllenNLP 2.10.1 and ELMoForManyLangs on CPU, 2 threads; writes benchmarks/RESULTS.md.
+# Each peer lives in its own venv, made once by the shared recipe; neither is a dependency of this project.
 ALLENNLP_VENV ?= build/allennlp-venv
+ELMOFORMANYLANGS_VENV ?= build/elmoformanylangs-venv
 BENCH_ARGS ?=
 
 .PHONY: bench
-bench: setup $(ALLENNLP_VENV)/bin/python
-	$(BIN)/python benchmarks/run.py --allennlp-python $(ALLENNLP_VENV)/bin/python $(BENCH_ARGS)
+bench: setup $(ALLENNLP_VENV)/bin/python $(ELMOFORMANYLANGS_VENV)/bin/python
+	$(BIN)/python benchmarks/run.py --allennlp-python $(ALLENNLP_VENV)/bin/python \
+		--elmoformanylangs-python $(ELMOFORMANYLANGS_VENV)/bin/python $(BENCH_ARGS)
 
 $(ALLENNLP_VENV)/bin/python:
 	bash ../shared/tools/peer-allennlp-setup.sh $(ALLENNLP_VENV)
@@ -133,7 +135,6 @@ layer-analysis: data
 # `make elmoformanylangs-fixtures` remakes tests/fixtures/elmoformanylangs with the package's own code;
 # `make check-elmoformanylangs` converts each fixture model there and back, and has the package load what came back
 # and give its recorded outputs (to the last bit).
-ELMOFORMANYLANGS_VENV ?= build/elmoformanylangs-venv
 ELMOFORMANYLANGS_FIXTURES := tests/fixtures/elmoformanylangs
 CHECK_DIR := build/check-elmoformanylangs
 
