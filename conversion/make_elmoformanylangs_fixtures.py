@@ -188,42 +188,44 @@ def record_outputs(folder: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _staging_folder(output: Path) -> Path:
+@contextlib.contextmanager
+def _written_atomically(output: Path):
+    """A staging folder beside `output` that replaces it only if the block succeeds; removed either way."""
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     staging.chmod(0o755)
-    return staging
+    try:
+        yield staging
+        if output.exists():
+            shutil.rmtree(output)
+        os.replace(staging, output)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def make_fixtures(output: Path) -> None:
-    staging = _staging_folder(output)
-    for name, word_dim, seed in (("with_words", TINY_ARCHITECTURE["token_embedder"]["word_dim"], 1), ("chars_only", 0, 2)):
-        architecture = json.loads(json.dumps(TINY_ARCHITECTURE))
-        architecture["token_embedder"]["word_dim"] = word_dim
-        make_model(staging / name, architecture, TRAINING_TEXT, seed)
-        np.savez_compressed(staging / f"{name}_outputs.npz", **record_outputs(staging / name))
-    (staging / "sentences.json").write_text(
-        json.dumps({"sets": SENTENCE_SETS, "stateful_calls": STATEFUL_CALLS}, ensure_ascii=False, indent=1),
-        encoding="utf-8",
-    )
-    (staging / "README.md").write_text(
-        "Made by `conversion/make_elmoformanylangs_fixtures.py` with elmoformanylangs 0.0.4.post2 (torch "
-        f"{torch.__version__}): two tiny models in the package's format (`with_words`: word and character input; "
-        "`chars_only`: characters only) and `Embedder.sents2elmo`'s outputs on `sentences.json`.\n",
-        encoding="utf-8",
-    )
-    if output.exists():
-        shutil.rmtree(output)
-    os.replace(staging, output)
+    with _written_atomically(output) as staging:
+        for name, word_dim, seed in (("with_words", TINY_ARCHITECTURE["token_embedder"]["word_dim"], 1), ("chars_only", 0, 2)):
+            architecture = json.loads(json.dumps(TINY_ARCHITECTURE))
+            architecture["token_embedder"]["word_dim"] = word_dim
+            make_model(staging / name, architecture, TRAINING_TEXT, seed)
+            np.savez_compressed(staging / f"{name}_outputs.npz", **record_outputs(staging / name))
+        (staging / "sentences.json").write_text(
+            json.dumps({"sets": SENTENCE_SETS, "stateful_calls": STATEFUL_CALLS}, ensure_ascii=False, indent=1),
+            encoding="utf-8",
+        )
+        (staging / "README.md").write_text(
+            "Made by `conversion/make_elmoformanylangs_fixtures.py` with elmoformanylangs 0.0.4.post2 (torch "
+            f"{torch.__version__}): two tiny models in the package's format (`with_words`: word and character input; "
+            "`chars_only`: characters only) and `Embedder.sents2elmo`'s outputs on `sentences.json`.\n",
+            encoding="utf-8",
+        )
 
 
 def make_published_size(output: Path, training_text: str) -> None:
     """A model of the released models' size, random weights; its lexicons from `training_text`."""
-    staging = _staging_folder(output)
-    model = build_with_package(staging, PUBLISHED_ARCHITECTURE, training_text)
-    model.save_model(str(staging), False)  # the package's own initialisation
-    if output.exists():
-        shutil.rmtree(output)
-    os.replace(staging, output)
+    with _written_atomically(output) as staging:
+        model = build_with_package(staging, PUBLISHED_ARCHITECTURE, training_text)
+        model.save_model(str(staging), False)  # the package's own initialisation
 
 
 def check_export(folder: Path, expected_file: Path) -> float:
