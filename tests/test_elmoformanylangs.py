@@ -336,20 +336,25 @@ def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, caps
     assert not (tmp_path / "out").exists()
 
 
+VOCABULARY_ALPHABET = dict(alphabet="vocabulary", n_characters=62, bos_char_id=1, eos_char_id=2, bow_char_id=3,
+                           eow_char_id=4, pad_char_id=5)
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
         ({"bow_char_id": 12}, "bow_char_id of the byte alphabet is 259"),
         ({"alphabet": "unicode"}, "alphabet must be one of"),
-        ({"alphabet": "vocabulary", "n_characters": 62, "pad_char_id": 62}, r"pad_char_id must be a character id in 1..n_characters - 1 \(61"),
-        ({"alphabet": "vocabulary", "n_characters": 62, "bos_char_id": 1, "eos_char_id": 1}, "special character ids must differ"),
-        ({"word_vocab_size": 51}, "must both be 0 (no word input) or both positive"),
+        ({**VOCABULARY_ALPHABET, "pad_char_id": 62}, r"pad_char_id must be a character id in 1..n_characters - 1 \(61"),
+        ({**VOCABULARY_ALPHABET, "eos_char_id": 1}, "special character ids must differ"),
+        ({"word_vocab_size": 51}, r"must both be 0 \(no word input\) or both positive"),
         ({"word_vocab_size": 51, "word_embedding_dim": 6, "bos_word_id": 51, "eos_word_id": 2}, r"bos_word_id must be a word id in 0..word_vocab_size - 1 \(50\)"),
     ],
 )
 def test_config_checks_the_alphabet_and_word_input(options, message):
     from hf_elmo import ElmoConfig
 
+    assert ElmoConfig(**VOCABULARY_ALPHABET).n_characters == 62
     with pytest.raises(ValueError, match=message):
         ElmoConfig(**options)
 
