@@ -11,7 +11,7 @@ as hf_elmo does by default.
 import sys
 import time
 
-from bench_common import Channel, load_inputs, memory_mb, timed
+from bench_common import Channel, load_inputs, memory_mb, run_batches, timed
 
 channel = Channel()
 model_dir, inputs_file, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -37,20 +37,7 @@ def embed(sentences):
 
 
 def run(case: str, save: str | None = None) -> dict:
-    batches = inputs[case]
-    with torch.no_grad():
-        seconds, outputs = timed(lambda: [embed(batch) for batch in batches])
-    if save:
-        import numpy as np
-
-        arrays = {}
-        for b, sentences in enumerate(outputs):
-            for row, layers in enumerate(sentences):
-                for layer, values in enumerate(layers):
-                    arrays[f"b{b}_r{row}_l{layer}"] = values
-        np.savez(save, **arrays)
-    words = sum(len(sentence) for batch in batches for sentence in batch)
-    return {"seconds": seconds, "words": words, "memory": memory_mb()}
+    return run_batches(embed, inputs[case], lambda batch, sentences: sentences, save)
 
 
 channel.send({"imported": imported, "loaded": loaded, "load_seconds": load_seconds,

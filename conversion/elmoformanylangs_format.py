@@ -26,7 +26,7 @@ import torch
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.lexicon import LexiconError
 
-from conversion.original_format import ConversionError
+from conversion.original_format import ConversionError, check_weight_names
 
 # The architecture of every released model: the package's configs/cnn_50_100_512_4096_sample.json (and its
 # identical cnn_0_100_512_4096_sample.json), for folders whose config.json names that file of the package.
@@ -207,18 +207,8 @@ def read_weights(model_dir: str | os.PathLike, config: ElmoConfig, num_chars: in
             raise ConversionError(f"{path}: not a torch state dict of tensors ({reason})") from None
         if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
             raise ConversionError(f"{path}: not a state dict (a mapping of tensor names to tensors)")
-        missing = [name for name in expected if name not in state]
-        if missing:
-            raise ConversionError(
-                f"{path}: missing tensor {missing[0]} (expected shape {expected[missing[0]]} from the architecture)"
-                + (f", and {len(missing) - 1} more" if len(missing) > 1 else "")
-            )
-        extra = sorted(set(state) - set(expected))
-        if extra:
-            raise ConversionError(
-                f"{path}: unexpected tensor {extra[0]} with shape {tuple(state[extra[0]].shape)}; "
-                "the architecture describes no such weight"
-            )
+        check_weight_names(str(path), {name: tuple(value.shape) for name, value in state.items()}, expected,
+                           kind="tensor", described_by="the architecture")
         for name, shape in expected.items():
             if tuple(state[name].shape) != shape:
                 raise ConversionError(
