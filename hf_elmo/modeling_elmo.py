@@ -24,6 +24,7 @@ from .configuration_elmo import ElmoConfig
 from .fast_bilstm import fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
 from .token_cache import DEFAULT_GATE_CACHE_BYTES, DEFAULT_MAX_WORDS, ElmoTokenCache
+from .tokenization_elmo import ElmoTokenizer  # noqa: F401 - a saved model folder carries the tokenizer's code too
 
 @dataclass
 class ElmoModelOutput(ModelOutput):
