@@ -101,6 +101,17 @@ def test_every_parameter_matters(loaded):
             changed, _ = every_layer(model, tokenizer, sentences, plain=True)
             parameter.copy_(saved)
         assert (changed - reference).abs().max() > 1e-4, name
+    # The package's <pad> rows are learned (its padding_idx only stops their gradient): the padding characters of
+    # every word shorter than 48 characters read that row, so zeroing it changes their vectors.
+    embedding = model.char_encoder.char_embedding.weight
+    assert embedding[model.config.pad_char_id].abs().min() > 0
+    with torch.no_grad():
+        saved = embedding[model.config.pad_char_id].clone()
+        embedding[model.config.pad_char_id] = 0.0
+        changed, _ = every_layer(model, tokenizer, sentences, plain=True)
+        embedding[model.config.pad_char_id] = saved
+    short = torch.tensor([[len(word) < 48 for word in words] + [False] * (changed.shape[2] - len(words)) for words in sentences])
+    assert (changed[:, 0] - reference[:, 0]).abs().amax(-1)[short].min() > 0
     for layer in model.layers:
         layer.cell_clip = layer.proj_clip = None
     try:
