@@ -16,7 +16,7 @@ import torch
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.lexicon import read_dictionary
 
-from conftest import ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS
+from conftest import DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS
 from conversion.convert_elmoformanylangs import convert_hf_to_elmoformanylangs, main
 
 SENTENCES = json.loads((ELMOFORMANYLANGS / "sentences.json").read_text(encoding="utf-8"))
@@ -29,11 +29,12 @@ def expected_outputs(name: str) -> dict[str, np.ndarray]:
 
 
 def every_layer(model: ElmoModel, tokenizer: ElmoTokenizer, sentences, plain: bool, **kwargs):
-    """[B, L + 1, T, 2P] and the model's output; `plain`: the definition (autograd on), else the fast path."""
-    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    """[B, L + 1, T, 2P] (on the CPU) and the model's output; `plain`: the definition (autograd on), else the fast
+    path."""
+    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt").to(model.device)
     with torch.set_grad_enabled(plain):
         output = model(**batch, **kwargs)
-    return torch.stack(output.hidden_states, dim=1).detach(), output
+    return torch.stack(output.hidden_states, dim=1).detach().cpu(), output
 
 
 def package_rows(sentences) -> list[int]:
@@ -48,15 +49,19 @@ def loaded(converted_elmoformanylangs):
             for name, folder in converted_elmoformanylangs.items()}
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("plain", [True, False], ids=["plain", "fast"])
 @pytest.mark.parametrize("sentence_set", list(SENTENCES["sets"]))
 @pytest.mark.parametrize("name", ELMOFORMANYLANGS_MODELS)
-def test_every_layer_equals_the_package(loaded, name, sentence_set, plain):
+def test_every_layer_equals_the_package(loaded, name, sentence_set, plain, device):
     """sents2elmo(output_layer=-2) at every layer and output_layer=-1 (their average), within 2e-5."""
     model, tokenizer = loaded[name]
     sentences = SENTENCES["sets"][sentence_set]
     expected = expected_outputs(name)
-    layers, output = every_layer(model, tokenizer, sentences, plain)
+    try:
+        layers, output = every_layer(model.to(device), tokenizer, sentences, plain)
+    finally:
+        model.to("cpu")
     for i, words in enumerate(sentences):
         found = layers[i, :, : len(words)].numpy()
         assert found.shape == expected[f"{sentence_set}/{i}/all"].shape
