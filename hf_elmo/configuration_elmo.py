@@ -6,6 +6,12 @@ from typing import Any
 
 from transformers import PreTrainedConfig
 
+from .pipelines import register_pipelines
+
+# The config is the first file of a saved folder that `pipeline(task, model=folder, trust_remote_code=True)` imports,
+# before it picks the task's pipeline class: registering here makes pipeline() read ELMo there too (pipelines.py).
+register_pipelines()
+
 # The released models' character CNN: (filter width, number of filters), 2048 filters in all.
 ORIGINAL_CHAR_CNN_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
@@ -240,6 +246,11 @@ class ElmoConfig(PreTrainedConfig):
     def num_char_filters(self) -> int:
         """F, the width of the character CNN's output (2048 for the released models)."""
         return sum(count for _, count in self.char_cnn_filters)
+
+    @property
+    def vocab_size(self) -> int:
+        """The size of the character alphabet, `n_characters` (the tokenizer's `vocab_size`): ELMo has no word vocabulary."""
+        return self.n_characters
 
     @property
     def hidden_size(self) -> int:

@@ -56,5 +56,6 @@ def fast_char_encoder(encoder, char_ids: torch.Tensor, word_ids: torch.Tensor | 
             products = (windows @ matrix).view(stop - start, kept - width + 1, count)
             torch.amax(products, dim=1, out=pooled[start:stop, column : column + count])
             column += count
-    x = encoder.activation(pooled.add_(bias)).index_select(0, torch.argsort(order))
-    return encoder.highway_and_projection(x, word_ids)
+    x = encoder.activation(pooled.add_(bias))
+    x = encoder.highway_and_projection(x, None if word_ids is None else word_ids.index_select(0, order))
+    return x.index_select(0, torch.argsort(order))

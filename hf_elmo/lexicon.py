@@ -23,6 +23,8 @@ import tempfile
 BOS, EOS, OOV, PAD = "<bos>", "<eos>", "<oov>", "<pad>"
 BOW, EOW = "<bow>", "<eow>"
 CHAR_SPECIALS = (BOS, EOS, OOV, PAD, BOW, EOW)  # every one must be in char.dic
+# Their names among the tokenizer's character ids (the byte alphabet's are <S>, </S>, <bow>, <eow>, <char_pad>).
+SPECIAL_CHAR_NAMES = {BOS: "<bos_char>", EOS: "<eos_char>", OOV: "<oov_char>", PAD: "<char_pad>", BOW: "<bow>", EOW: "<eow>"}
 WORD_SPECIALS = (OOV, PAD)  # the package asserts these two; <bos>/<eos> fall back to <oov> if missing
 # The package writes a dictionary line as token<TAB>id and reads it back with line.strip().split("\t"): a token that
 # strip() removes (whitespace, such as the ideographic space U+3000) leaves one field, which it reads as U+3000.
@@ -142,8 +144,21 @@ class ElmoLexicon:
         return "".join(self._char_names.get(char_id, OOV) for char_id in char_ids[1:end])
 
     def char_names(self) -> list[str]:
-        """The name of every character id, 1 .. num_char_ids - 1 (ids that char.dic skips are `<oov>`)."""
-        return [self._char_names.get(char_id, OOV) for char_id in range(1, self.num_char_ids)]
+        """A name for every character id, 1 .. num_char_ids - 1, for the tokenizer's vocabulary: `<U+5929>` for 天
+        (as the byte alphabet names its ids `<0x41>`), `<bos_char>` ... for the special entries. Never a word that
+        text holds, so that a word is never read as one of these ids."""
+        names = []
+        for char_id in range(1, self.num_char_ids):
+            token = self._char_names.get(char_id)
+            if token is None:
+                names.append(f"<unused_{char_id}>")
+            elif token in SPECIAL_CHAR_NAMES:
+                names.append(SPECIAL_CHAR_NAMES[token])
+            elif len(token) == 1:
+                names.append(f"<U+{ord(token):04X}>")
+            else:
+                names.append(f"<char {token}>")
+        return names
 
     def config_options(self, word_input: bool) -> dict:
         """The ElmoConfig fields that describe this alphabet (and the word input, if the model reads words)."""

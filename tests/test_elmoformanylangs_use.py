@@ -30,7 +30,7 @@ from hf_elmo.cli import main as hf_elmo_main
 from conftest import ELMOFORMANYLANGS
 from conversion.convert_elmoformanylangs import convert_elmoformanylangs_to_hf, convert_hf_to_elmoformanylangs
 from modeling.vocabulary import Vocabulary
-from test_hub import installed_outputs, python_without_hf_elmo  # noqa: F401 (a fixture)
+from test_hub import installed_outputs
 from test_pretraining import read_log, run_pretrain
 
 SENTENCES = json.loads((ELMOFORMANYLANGS / "sentences.json").read_text(encoding="utf-8"))["sets"]
@@ -48,7 +48,7 @@ def tokenizer(folder):
     return ElmoTokenizer.from_pretrained(folder)
 
 
-def test_auto_classes_and_remote_code_without_hf_elmo(folder, tokenizer, python_without_hf_elmo, tmp_path):  # noqa: F811
+def test_auto_classes_and_remote_code_without_hf_elmo(folder, tokenizer, python_without_hf_elmo, tmp_path):
     """With hf_elmo the Auto classes build ElmoModel and ElmoTokenizer (char.dic, word.dic); without it the folder's
     own code (lexicon.py included) gives the same outputs."""
     assert type(AutoTokenizer.from_pretrained(folder)) is ElmoTokenizer and type(AutoModel.from_pretrained(folder)) is ElmoModel
@@ -109,6 +109,14 @@ def test_pipelines(folder, tokenizer):
     with torch.no_grad():
         logits = classifier(**tokenizer(texts[0], return_tensors="pt")).logits.softmax(-1)[0]
     assert {entry["label"]: entry["score"] for entry in scores[0]} == pytest.approx({"no": logits[0].item(), "yes": logits[1].item()})
+    torch.manual_seed(0)
+    tagger = ElmoForTokenClassification.from_pretrained(folder, num_labels=3).eval()
+    entities = pipeline("token-classification", model=tagger, tokenizer=tokenizer)(texts[0])
+    with torch.no_grad():
+        probabilities = tagger(**tokenizer(texts[0], return_tensors="pt")).logits.softmax(-1)[0]
+    assert [(entity["word"], entity["start"], entity["end"]) for entity in entities] == [
+        (word, i, i + 1) for i, word in enumerate("天气不错！")]
+    assert [entity["score"] for entity in entities] == pytest.approx(probabilities.amax(-1).tolist())
 
 
 def test_embed_command_gives_the_packages_layers(folder, tmp_path):
@@ -145,8 +153,8 @@ def test_pretraining_from_scratch_with_a_character_vocabulary(corpus, tmp_path):
     model reads word ids too, predicts word.dic, and converts to the package's format and back unchanged."""
     run = tmp_path / "run"
     run_pretrain(tmp_path, "--preset", "tiny", "--alphabet", "vocabulary", "--word-embedding-dim", 4,
-                 "--train-file", corpus, "--validation-file", corpus, "--max-steps", 12, "--batch-size", 4,
-                 "--unroll-steps", 5, "--save-steps", 6, "--eval-steps", 0, "--seed", 3, "--output-dir", run)
+                 "--train-file", corpus, "--validation-file", corpus, "--max-steps", 30, "--batch-size", 4,
+                 "--unroll-steps", 5, "--save-steps", 6, "--eval-steps", 10, "--seed", 3, "--output-dir", run)
     tokenizer = ElmoTokenizer.from_pretrained(run)
     chars, words = tokenizer.lexicon.chars, tokenizer.lexicon.words
     first_characters = list(dict.fromkeys("".join(TRAIN_TEXT[0].split())))
@@ -154,11 +162,11 @@ def test_pretraining_from_scratch_with_a_character_vocabulary(corpus, tmp_path):
     assert list(chars)[-6:] == ["<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"]
     assert list(words)[:4] == ["<oov>", "<bos>", "<eos>", "<pad>"]
     assert Vocabulary.from_file(run / "vocab.txt").words == list(words)  # the softmax predicts word.dic
-    assert (run / "checkpoint-6" / "char.dic").read_bytes() == (run / "char.dic").read_bytes()
+    assert (run / "checkpoint-24" / "char.dic").read_bytes() == (run / "char.dic").read_bytes()
     pretrained = AutoModelForPreTraining.from_pretrained(run)
     assert pretrained.config.lm_vocab_size == len(words) and pretrained.config.word_vocab_size == len(words)
-    log = read_log(run)
-    assert np.mean([r["loss"] for r in log if "loss" in r][-3:]) < np.mean([r["loss"] for r in log if "loss" in r][:3])
+    evaluations = [r["eval_forward_perplexity"] for r in read_log(run) if "eval_forward_perplexity" in r]
+    assert len(evaluations) == 3 and evaluations[-1] < evaluations[0]  # held-out perplexity at steps 10, 20, 30
 
     convert_hf_to_elmoformanylangs(run, tmp_path / "package")
     back = convert_elmoformanylangs_to_hf(tmp_path / "package", tmp_path / "back")
