@@ -7,6 +7,7 @@ C = cell_size, L = num_lstm_layers.
 
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 
@@ -278,12 +279,42 @@ class ElmoScalarMix(nn.Module):
         return (layer - mean) / torch.sqrt(variance + 1e-13)
 
 
+# The biLM's own weights (in a head, under `elmo.`): a checkpoint must hold each of them, in the config's shape.
+BILM_WEIGHT = re.compile(r"^(elmo\.)?(char_encoder|layers)\.")
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoBiLstmLayer"]
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks a weight of the biLM, holds one that
+        the config has no place for (a highway layer more than it says), or (with `ignore_mismatched_sizes`) holds
+        one in another shape: transformers would start the first and third afresh and drop the second, and only say
+        so in its load report. A new head's weights (a task classifier, the pretraining softmax, a task's scalar mix)
+        may be missing, and so may any weight of a `state_dict` passed in (the caller's own, which transformers
+        completes by initialising the rest). A caller who asks for the load report (`output_loading_info=True`)
+        gets it instead of the error: it lists every missing, extra and mis-shaped weight."""
+        if kwargs.get("output_loading_info") or kwargs.get("state_dict") is not None:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        problems = [f"lacks the tensor {key}" for key in sorted(info["missing_keys"]) if BILM_WEIGHT.match(key)]
+        problems += [
+            f"holds the tensor {key}, which its config.json has no place for"
+            for key in sorted(info["unexpected_keys"]) if BILM_WEIGHT.match(key)
+        ]
+        problems += [
+            f"holds the tensor {key} of shape {list(found)}, where its config.json needs {list(expected)}"
+            for key, found, expected in sorted(info["mismatched_keys"]) if BILM_WEIGHT.match(key)
+        ]
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ValueError(f"{pretrained_model_name_or_path}: not a complete {cls.__name__}: it {problems[0]}{more}")
+        return model
 
     def _initialize_weights(self, module: nn.Module, is_custom_code: bool = False):
         # transformers skips a module of custom code that owns no parameter itself, as ElmoCharacterEncoder and

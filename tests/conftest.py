@@ -82,6 +82,15 @@ def converted(tmp_path_factory) -> dict[str, Path]:
     return folders
 
 
+def unwritable_folder(tmp_path: Path) -> Path:
+    """A folder this process cannot create anything in (root ignores permissions: a kernel file system there)."""
+    if os.geteuid() == 0:
+        return Path("/sys")
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
 @pytest.fixture(scope="session")
 def converted_elmoformanylangs(tmp_path_factory) -> dict[str, Path]:
     """Each ELMoForManyLangs fixture model converted with the project's converter into a Hugging Face folder."""

@@ -359,7 +359,7 @@ VOCABULARY_ALPHABET = dict(alphabet="vocabulary", n_characters=62, bos_char_id=1
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"bow_char_id": 12}, "bow_char_id of the byte alphabet is 259"),
+        ({"bow_char_id": 12}, "bow_char_id must be 259 in the byte alphabet"),
         ({"alphabet": "unicode"}, "alphabet must be one of"),
         ({**VOCABULARY_ALPHABET, "pad_char_id": 62}, r"pad_char_id must be a character id in 1..n_characters - 1 \(61"),
         ({**VOCABULARY_ALPHABET, "eos_char_id": 1}, "special character ids must differ"),
