@@ -167,6 +167,12 @@ def test_pretraining_from_scratch_with_a_character_vocabulary(corpus, tmp_path):
     assert pretrained.config.lm_vocab_size == len(words) and pretrained.config.word_vocab_size == len(words)
     evaluations = [r["eval_forward_perplexity"] for r in read_log(run) if "eval_forward_perplexity" in r]
     assert len(evaluations) == 3 and evaluations[-1] < evaluations[0]  # held-out perplexity at steps 10, 20, 30
+    # A resumed run spells words with the run's own char.dic and word.dic (kept in the checkpoint).
+    char_dic = (run / "char.dic").read_bytes()
+    run_pretrain(tmp_path, "--preset", "tiny", "--alphabet", "vocabulary", "--word-embedding-dim", 4,
+                 "--train-file", corpus, "--validation-file", corpus, "--max-steps", 36, "--batch-size", 4,
+                 "--unroll-steps", 5, "--save-steps", 6, "--eval-steps", 10, "--seed", 3, "--output-dir", run, "--resume")
+    assert max(r["step"] for r in read_log(run)) == 36 and (run / "char.dic").read_bytes() == char_dic
 
     convert_hf_to_elmoformanylangs(run, tmp_path / "package")
     back = convert_elmoformanylangs_to_hf(tmp_path / "package", tmp_path / "back")
