@@ -20,7 +20,6 @@ import torch
 from .cuda_graphs import exact_float32_matmul
 from .fast_bilstm import derived_weights
 from .fast_linear import FastLinear, blas_linear
-from .tokenization_elmo import PAD_CHAR_ID
 
 # Words per block: their window products for the widest filter (64 x 44 x 1024 floats) stay in cache.
 BLOCK_WORDS = 64
@@ -46,25 +45,26 @@ def _linears(encoder) -> tuple[list, object | None]:
     return highway, None if encoder.projection is None else linear(encoder.projection.weight)
 
 
-def fast_char_encoder(encoder, char_ids: torch.Tensor) -> torch.Tensor:
-    """[N, K] character ids -> [N, P] word vectors, as `ElmoCharacterEncoder._plain_forward` computes them
-    (on a GPU without TF32, see `cuda_graphs.exact_float32_matmul`)."""
+def fast_char_encoder(encoder, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """[N, K] character ids (and [N] word ids, with word input) -> [N, P] word vectors, as
+    `ElmoCharacterEncoder._plain_forward` computes them (on a GPU without TF32, see
+    `cuda_graphs.exact_float32_matmul`)."""
     if char_ids.is_cuda:
         with exact_float32_matmul():
-            return _encode(encoder, char_ids)
-    return _encode(encoder, char_ids)
+            return _encode(encoder, char_ids, word_ids)
+    return _encode(encoder, char_ids, word_ids)
 
 
-def _encode(encoder, char_ids: torch.Tensor) -> torch.Tensor:
+def _encode(encoder, char_ids: torch.Tensor, word_ids: torch.Tensor | None) -> torch.Tensor:
     if char_ids.shape[0] == 1:  # one word: computed as two, for alignment-independent rounding (see two_rows)
-        return _encode(encoder, char_ids.expand(2, -1))[:1]
+        return _encode(encoder, char_ids.expand(2, -1), None if word_ids is None else word_ids.expand(2))[:1]
     parameters = [p for conv in encoder.char_cnn for p in (conv.weight, conv.bias)]
     matrices, bias = derived_weights(encoder, "char_cnn", _filter_matrices, parameters)
     words, length = char_ids.shape
     widest = max(conv.kernel_size[0] for conv in encoder.char_cnn)
     # Where each word's padding starts for good (0 for a word of padding only), and the words by that end.
     positions = torch.arange(1, length + 1, device=char_ids.device)
-    ends = ((char_ids != PAD_CHAR_ID) * positions).amax(dim=1)
+    ends = ((char_ids != encoder.pad_char_id) * positions).amax(dim=1)
     ends, order = torch.sort(ends, stable=True)
     chars = encoder.char_embedding(char_ids.index_select(0, order))  # [N, K, D], shortest word first
     dim = chars.shape[-1]
@@ -87,6 +87,8 @@ def _encode(encoder, char_ids: torch.Tensor) -> torch.Tensor:
         transformed, gate = linear(x, stacked_bias).chunk(2, dim=1)
         torch.sigmoid_(gate)
         x = torch.relu_(transformed).mul_(gate).addcmul_(gate.neg_().add_(1.0), x)
+    if encoder.word_embedding is not None:  # ELMoForManyLangs' order: word first
+        x = torch.cat([encoder.word_embedding(word_ids.index_select(0, order)), x], dim=-1)
     if projection is not None:
         x = projection(x, encoder.projection.bias)
     return x.index_select(0, torch.argsort(order))
