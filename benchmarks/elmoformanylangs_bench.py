@@ -94,7 +94,7 @@ def weight_bytes_per_step(cell: int = 4096, projection: int = 512, layers: int =
 def render(summary: dict) -> tuple[list[str], list[tuple[str, str, bool]]]:
     """The section's Markdown lines and its targets (target, measured, met)."""
     versions = summary["versions"]
-    lines = ["## ELMoForManyLangs at the released size", "",
+    lines = ["### ELMoForManyLangs at the released size", "",
              f"ELMoForManyLangs {versions['package']['elmoformanylangs']} (torch {versions['package']['torch']}, its own "
              "venv from `../shared/tools/peer-elmoformanylangs-setup.sh`), `Embedder.sents2elmo(..., output_layer=-2)` "
              "with `reset_states()` before every batch, against hf_elmo on the conversion of the same model "

@@ -1,15 +1,16 @@
-"""hf_elmo on a GPU: words/s of both sizes in fp32 and bf16 autocast, bf16's deviation from fp32, and the
-approximate cuDNN mode (`nn.LSTM`, no clipping); then the checks that need a GPU: the exactness tests on CUDA,
-`hf-elmo embed --device cuda` against the CPU, and the training speed of the `ptb-gpu` preset. Run by
-`gpu.sh`; needs torch with CUDA and transformers, no network, and finishes in under 5 minutes.
+"""hf_elmo inference on one GPU, measured and checked in one short run (`gpu.sh` starts it): words/s of the exact
+float32 model (CUDA graphs, `hf_elmo/cuda_graphs.py`), of the bf16 mode and of the approximate cuDNN mode, each
+mode's deviation, the exact GPU outputs against the CPU's, `hf-elmo embed --device cuda` end to end against the
+model alone, and the tests that need a GPU. Writes GPU_RESULTS.md with a table of the GPU targets; exits 1 if a
+check of correctness fails (a test, the GPU against the CPU), 0 otherwise, targets met or not.
 
 Weights are random (bilm-tf's initialisation); inputs are synthetic sentences of 20-30 words drawn from a
-Zipf-distributed vocabulary, so that words repeat as in running text. "cold": caches of per-word results
-emptied before every batch; "warm": the batch ran once before.
+Zipf-distributed vocabulary, so that words repeat as in running text. "warm": the same batch ran before (its
+graphs are captured and its words cached); "cold": the caches of per-word results emptied first (the graphs,
+which depend on shapes only, stay).
 """
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -23,10 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
+from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.approximate import approximation_deviation  # noqa: E402
 
 SIZES = {"original": {}, "small": {"cell_size": 1024, "projection_dim": 128, "num_highway_layers": 1}}
+# Targets on one H200 (issue "Inference speed on every machine"), original size.
+TARGETS = {("exact", 32): 50_000, ("exact", 256): 250_000, ("bf16", 32): 100_000, ("bf16", 256): 500_000}
 
 
 def sentences(count: int, seed: int) -> list[list[str]]:
@@ -36,21 +39,27 @@ def sentences(count: int, seed: int) -> list[list[str]]:
     return [rng.choices(vocabulary, weights, k=rng.randint(20, 30)) for _ in range(count)]
 
 
-def words_per_second(model, batch, words: int, device, runs: int, cold: bool, autocast=None) -> float:
+def synchronized(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def words_per_second(model, batch, words: int, device, runs: int, cold: bool) -> float:
     def once() -> float:
         if cold:
             model.clear_caches()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        with torch.no_grad(), torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+        start = synchronized(device)
+        with torch.no_grad():
             model(**batch, output_final_states=False)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
+        return synchronized(device) - start
 
-    once()
+    once()  # (captures the graphs of this shape, fills the caches)
     return words / statistics.median(once() for _ in range(runs))
+
+
+def largest_difference(first, second) -> list[float]:
+    return [(a.float().cpu() - b.float().cpu()).abs().max().item() for a, b in zip(first, second)]
 
 
 def run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
@@ -62,22 +71,114 @@ def run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(command, -1, output, f"timed out after {timeout:.0f} s")
 
 
-def cuda_tests() -> list[str]:
-    """The fixture exactness tests and the fast-path tests, on the CUDA device (their `cuda` parameters)."""
+def speed_table(device, args, failures: list[str]) -> tuple[list[str], dict]:
+    """words/s per size, batch and mode, each mode's deviation, and the exact GPU outputs against the CPU's."""
+    lines = ["| size | sentences | exact warm words/s | exact cold words/s | bf16 warm words/s | nn_lstm warm words/s "
+             "| bf16 deviation per layer | nn_lstm deviation | exact GPU - CPU per layer |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    measured = {}
+    tokenizer = ElmoTokenizer()
+    for size in args.sizes.split(","):
+        overrides = SIZES[size]
+        torch.manual_seed(0)
+        cpu_model = ElmoModel(ElmoConfig(**overrides)).eval()
+        model = ElmoModel(ElmoConfig(**overrides)).eval()
+        model.load_state_dict(cpu_model.state_dict())
+        model.to(device)
+        for batch_size in (int(b) for b in args.batch_sizes.split(",")):
+            text = sentences(batch_size, seed=batch_size)
+            words = sum(len(s) for s in text)
+            batch = dict(tokenizer(text, is_split_into_words=True, padding=True, return_tensors="pt"))
+            on_device = {key: value.to(device) for key, value in batch.items()}
+            row = {"exact warm": words_per_second(model, on_device, words, device, args.runs, cold=False),
+                   "exact cold": words_per_second(model, on_device, words, device, args.runs, cold=True)}
+            for mode in ("bf16", "nn_lstm"):
+                model.set_lstm_approximation(mode)
+                row[f"{mode} warm"] = words_per_second(model, on_device, words, device, args.runs, cold=False)
+                model.set_lstm_approximation(None)
+            deviations = {mode: approximation_deviation(model, on_device, mode) for mode in ("bf16", "nn_lstm")}
+            against_cpu = ""
+            if batch_size == min(int(b) for b in args.batch_sizes.split(",")):
+                # The user's TF32 switch on: the exact path must turn it off itself.
+                torch.set_float32_matmul_precision("high")
+                with torch.no_grad():
+                    gpu = model(**on_device).hidden_states
+                    cpu = cpu_model(**batch).hidden_states
+                torch.set_float32_matmul_precision("highest")
+                difference = largest_difference(gpu, cpu)
+                measured[(size, "cpu")] = max(difference)
+                against_cpu = ", ".join(f"{v:.2g}" for v in difference)
+                if max(difference) > 2e-6:
+                    failures.append(f"{size}: exact GPU outputs {max(difference):.2g} from the CPU's (> 2e-6)")
+            for mode in ("exact", "bf16"):
+                measured[(size, mode, batch_size)] = row[f"{mode} warm"]
+            lines.append(f"| {size} | {batch_size} | {row['exact warm']:.0f} | {row['exact cold']:.0f} | "
+                         f"{row['bf16 warm']:.0f} | {row['nn_lstm warm']:.0f} | "
+                         + " | ".join(", ".join(f"{v:.2g}" for v in deviations[m]) for m in ("bf16", "nn_lstm"))
+                         + f" | {against_cpu} |")
+            print(lines[-1], flush=True)
+        del model, cpu_model
+        torch.cuda.empty_cache() if device.type == "cuda" else None
+    return lines, measured
+
+
+def embed_end_to_end(device, batch_size: int, count: int) -> tuple[list[str], float]:
+    """`ElmoEmbedder.embed_file` (what `hf-elmo embed` runs: reading, tokenising, the model, writing HDF5) on
+    `count` sentences of the original size, against the model alone on the same batches, tokenised in advance."""
+    from hf_elmo.embed_file import plan_batches
+
+    torch.manual_seed(0)
+    text = [" ".join(s) for s in sentences(count, seed=7)]
+    words = sum(len(line.split()) for line in text)
+    with tempfile.TemporaryDirectory() as folder:
+        ElmoModel(ElmoConfig()).save_pretrained(folder)
+        ElmoTokenizer().save_pretrained(folder)
+        source = Path(folder, "in.txt")
+        source.write_text("\n".join(text) + "\n", encoding="utf-8")
+        embedder = ElmoEmbedder(folder, device=device)
+        start = time.perf_counter()
+        tokenized = [embedder.tokenizer([text[i].split() for i in batch], is_split_into_words=True, padding=True,
+                                        return_tensors="pt") for batch in plan_batches(text, batch_size, False)]
+        tokenizer_rate = words / (time.perf_counter() - start)
+        for batch in tokenized[:2]:  # warm-up: the graphs of the first shapes
+            with torch.no_grad():
+                embedder.model(**batch.to(device), output_final_states=False)
+        start = synchronized(device)
+        with torch.no_grad():
+            for batch in tokenized:
+                outputs = embedder.model(**batch.to(device), output_final_states=False)
+                outputs.last_hidden_state.float().cpu()
+        model_rate = words / (synchronized(device) - start)
+        embedder.embed_file(source, Path(folder, "warm-up.hdf5"), output_format="top", batch_size=batch_size,
+                            progress=False)
+        start = time.perf_counter()
+        embedder.embed_file(source, Path(folder, "out.hdf5"), output_format="top", batch_size=batch_size,
+                            progress=False)
+        embed_rate = words / (synchronized(device) - start)
+    lines = [f"- `hf-elmo embed --device {device.type}` end to end (`ElmoEmbedder.embed_file`, original size, {count} "
+             f"sentences of 20-30 words, {words} words, batches of {batch_size}, `--top`): {embed_rate:.0f} words/s, "
+             f"{embed_rate / model_rate:.0%} of the model's own {model_rate:.0f} words/s on the same batches (tokenised "
+             f"in advance, outputs copied to the host); `ElmoTokenizer` alone, one process: {tokenizer_rate:.0f} words/s."]
+    return lines, embed_rate / model_rate
+
+
+def cuda_tests(failures: list[str]) -> list[str]:
+    """The tests with a `cuda` parameter: fixture exactness, the fast paths, the CUDA graphs."""
     fixtures = ROOT.parent / "shared" / "fixtures"
     if not fixtures.is_dir():
-        return [f"- Exactness tests on CUDA: not run, no fixtures at {fixtures}."]
+        return [f"- Tests on CUDA: not run, no fixtures at {fixtures}."]
     result = run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-k", "cuda",
-                  "tests/test_exactness.py", "tests/test_fast_inference.py"], timeout=180)
+                  "tests/test_exactness.py", "tests/test_fast_inference.py", "tests/test_cuda_graphs.py"], timeout=150)
     found = [line for line in result.stdout.splitlines() if "largest difference" in line or " passed" in line
              or " failed" in line]
     if result.returncode != 0:
+        failures.append("tests on CUDA failed")
         found.append(f"exit status {result.returncode}: {(result.stdout + result.stderr)[-1500:]}")
-    return ["- Exactness tests on CUDA (`pytest -k cuda tests/test_exactness.py tests/test_fast_inference.py`): "
-            + "; ".join(line.strip().lstrip(".") for line in found) + "."]
+    return ["- Tests on CUDA (`pytest -k cuda tests/test_exactness.py tests/test_fast_inference.py "
+            "tests/test_cuda_graphs.py`): " + "; ".join(line.strip().lstrip(".") for line in found) + "."]
 
 
-def embed_on_cuda() -> list[str]:
+def embed_against_cpu(failures: list[str]) -> list[str]:
     """`hf-elmo embed` of a few sentences with the default model on the CPU and on CUDA."""
     import h5py
     import numpy as np
@@ -91,37 +192,14 @@ def embed_on_cuda() -> list[str]:
             result = run([sys.executable, "-m", "hf_elmo.cli", "embed", str(text), str(outputs[device]),
                           "--device", device], timeout=120)
             if result.returncode != 0:
+                failures.append(f"hf-elmo embed --device {device} failed")
                 return [f"- `hf-elmo embed --device {device}` failed: {result.stderr[-1500:]}"]
         with h5py.File(outputs["cpu"], "r") as cpu, h5py.File(outputs["cuda"], "r") as cuda:
             largest = max(float(np.abs(cpu[key][...] - cuda[key][...]).max()) for key in ("0", "1", "2"))
+    if largest > 2e-6:
+        failures.append(f"hf-elmo embed: CUDA output {largest:.2g} from the CPU's")
     return [f"- `hf-elmo embed --device cuda` (default model, 3 sentences): largest difference from the CPU "
             f"output {largest:.2g}."]
-
-
-def pretraining_speed(steps: int = 400, config: str = "modeling/configs/gpu.yaml") -> list[str]:
-    """A few hundred steps of the `ptb-gpu` preset (one GPU, bf16, `config`) on PTB."""
-    data = ROOT / "data" / "ptb"
-    if not (data / "train.txt").is_file():
-        return [f"- Training speed of `ptb-gpu`: not run, no {data}/train.txt (`make ptb-data`)."]
-    from modeling.presets import PRESETS
-
-    training = PRESETS["ptb-gpu"]["training"]
-    with tempfile.TemporaryDirectory() as folder:
-        result = run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", config,
-                      "modeling/pretrain.py", "--preset", "ptb-gpu", "--train-file", str(data / "train.txt"),
-                      "--output-dir", folder, "--max-steps", str(steps), "--save-steps", str(steps)], timeout=150)
-        log = Path(folder, "log.jsonl")
-        records = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
-    if result.returncode != 0 or not records:
-        return [f"- Training speed of `ptb-gpu`: failed: {(result.stdout + result.stderr)[-1500:]}"]
-    words_per_second = statistics.median(r["words_per_second"] for r in records[len(records) // 2 :])
-    words_per_step = training["batch_size"] * training["unroll_steps"]
-    epoch_steps = records[-1]["step"] / records[-1]["epoch"]
-    hours = training["epochs"] * epoch_steps * words_per_step / words_per_second / 3600
-    return [f"- Training speed of `ptb-gpu` ({steps} steps of {training['batch_size']} x {training['unroll_steps']} "
-            f"words, bf16): {words_per_second:.0f} words/s ({words_per_second / words_per_step:.1f} steps/s), so its "
-            f"{training['epochs']:.0f} epochs of {epoch_steps:.0f} steps take about {hours:.1f} h on this GPU; loss "
-            f"{records[0]['loss']:.2f} after {records[0]['step']} steps, {records[-1]['loss']:.2f} after {steps}."]
 
 
 def main() -> int:
@@ -129,51 +207,52 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--batch-sizes", default="32,256")
+    parser.add_argument("--sizes", default="original,small")
+    parser.add_argument("--embed-sentences", type=int, default=4000)
     parser.add_argument("--output", default=None)
-    parser.add_argument("--no-checks", action="store_true", help="words/s only: no tests, embed or training run")
+    parser.add_argument("--no-checks", action="store_true", help="words/s only: no tests, no embed runs")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device visible to torch", file=sys.stderr)
         return 2
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    lines = [f"GPU benchmark on {name}, torch {torch.__version__}, random weights, sentences of 20-30 words.", "",
-             "| size | sentences per batch | fp32 cold words/s | fp32 warm words/s | bf16 cold words/s | "
-             "nn_lstm (cuDNN) warm words/s | bf16 max abs deviation per layer | nn_lstm deviation |",
-             "|---|---|---|---|---|---|---|---|"]
-    tokenizer = ElmoTokenizer()
-    start = time.time()
-    for size, overrides in SIZES.items():
-        torch.manual_seed(0)
-        model = ElmoModel(ElmoConfig(**overrides)).to(device).eval()
-        for batch_size in (int(b) for b in args.batch_sizes.split(",")):
-            text = sentences(batch_size, seed=batch_size)
-            words = sum(len(s) for s in text)
-            batch = tokenizer(text, is_split_into_words=True, padding=True, return_tensors="pt").to(device)
-            fp32_cold = words_per_second(model, batch, words, device, args.runs, cold=True)
-            fp32_warm = words_per_second(model, batch, words, device, args.runs, cold=False)
-            bf16 = words_per_second(model, batch, words, device, args.runs, cold=True, autocast=torch.bfloat16)
-            model.set_lstm_approximation("nn_lstm")
-            cudnn = words_per_second(model, batch, words, device, args.runs, cold=False)
-            model.set_lstm_approximation(None)
-            bf16_deviation = approximation_deviation(model, dict(batch), "bf16")
-            cudnn_deviation = approximation_deviation(model, dict(batch), "nn_lstm")
-            lines.append(f"| {size} | {batch_size} | {fp32_cold:.0f} | {fp32_warm:.0f} | {bf16:.0f} | {cudnn:.0f} | "
-                         + ", ".join(f"{v:.2g}" for v in bf16_deviation) + " | "
-                         + ", ".join(f"{v:.2g}" for v in cudnn_deviation) + " |")
-            print(lines[-1], flush=True)
-        del model
+    start, failures = time.time(), []
+    table, measured = speed_table(device, args, failures)
+    checks = []
+    embed_ratio = None
     if not args.no_checks:
-        lines += ["", "Checks on the same machine:", ""]
-        for check in (cuda_tests, embed_on_cuda, pretraining_speed):
-            lines += check()
-            print(lines[-1], flush=True)
+        embed_lines, embed_ratio = embed_end_to_end(device, max(int(b) for b in args.batch_sizes.split(",")),
+                                                    args.embed_sentences)
+        checks += embed_lines
+        print(checks[-1], flush=True)
+        for check in (cuda_tests, embed_against_cpu):
+            checks += check(failures)
+            print(checks[-1], flush=True)
+    targets = [(f"original, {mode} ({'CUDA graphs, no TF32' if mode == 'exact' else 'bfloat16 multiplies'}), "
+                f"{batch} sentences: >= {goal:,} words/s", f"{measured[('original', mode, batch)]:,.0f}",
+                measured[("original", mode, batch)] >= goal)
+               for (mode, batch), goal in TARGETS.items() if ("original", mode, batch) in measured]
+    targets += [(f"{size}: exact GPU outputs within 2e-6 of the CPU's (TF32 switched on by the caller)",
+                 f"{measured[(size, 'cpu')]:.2g}", measured[(size, "cpu")] <= 2e-6)
+                for size in SIZES if (size, "cpu") in measured]
+    if embed_ratio is not None:
+        targets.append(("`hf-elmo embed` end to end within 10% of the model's words/s", f"{embed_ratio:.0%}",
+                        embed_ratio >= 0.9))
+    lines = [f"GPU benchmark on {name}, torch {torch.__version__}, random weights, sentences of 20-30 words "
+             "(`bash benchmarks/gpu.sh`).", "",
+             "| target | measured | met |", "|---|---|---|",
+             *[f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets], "", *table]
+    if checks:
+        lines += ["", "Checks on the same machine:", "", *checks]
+    if failures:
+        lines += ["", "**Failed checks**: " + "; ".join(failures) + "."]
     lines += ["", f"Whole run: {time.time() - start:.0f} s."]
     report = "\n".join(lines) + "\n"
     print("\n" + report)
     if args.output:
         Path(args.output).write_text(report, encoding="utf-8")
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(threads)
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
+from hf_elmo.approximate import native_bfloat16_extension  # noqa: E402
 
 imported = memory_mb()
 load_seconds, model = timed(lambda: ElmoModel.from_pretrained(model_dir).eval())
@@ -44,16 +45,12 @@ def _timed_run_bilstm(*args, **kwargs):
 model._run_bilstm = _timed_run_bilstm
 
 
-def embed(sentences, autocast_dtype=None):
+def embed(sentences):
     batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
-    if autocast_dtype is None:
-        return model(**batch, output_final_states=False).hidden_states
-    with torch.autocast("cpu", dtype=getattr(torch, autocast_dtype)):
-        return [layer.float() for layer in model(**batch, output_final_states=False).hidden_states]
+    return model(**batch, output_final_states=False).hidden_states
 
 
-def run(case: str, mode: str = "cold", save: str | None = None, approximation: str | None = None,
-        autocast_dtype: str | None = None) -> dict:
+def run(case: str, mode: str = "cold", save: str | None = None, approximation: str | None = None) -> dict:
     global lstm_seconds
     batches = inputs[case]
     model.set_lstm_approximation(approximation)
@@ -61,13 +58,13 @@ def run(case: str, mode: str = "cold", save: str | None = None, approximation: s
     with torch.no_grad():
         if mode == "warm":
             for batch in batches:
-                embed(batch, autocast_dtype)
+                embed(batch)
         lstm_seconds, outputs, seconds = 0.0, [], 0.0
         for batch in batches:
             if mode == "cold":
                 model.clear_caches()
             misses = cache.misses
-            batch_seconds, layers = timed(lambda: embed(batch, autocast_dtype))
+            batch_seconds, layers = timed(lambda: embed(batch))
             seconds += batch_seconds
             outputs.append(layers)
     model.set_lstm_approximation(None)
@@ -126,6 +123,16 @@ def step_rate(rows: int, steps: int = 20, repeats: int = 5) -> dict:
     return {"step_gflops": flops / best / 1e9}
 
 
+def kernels() -> dict:
+    """The CPU kernel measured fastest for each kind of product this process ran (see hf_elmo/fast_linear.py)."""
+    from hf_elmo import fast_linear
+
+    return {"kernels": [{"candidates": list(key[0]), "weight": list(key[1]), "bias": key[2], "threads": key[3],
+                         "rows": key[4], "kernel": name} for key, name in fast_linear._FASTEST.items()]}
+
+
 channel.send({"imported": imported, "loaded": loaded, "load_seconds": load_seconds,
+              "native_bfloat16": native_bfloat16_extension(),
               "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}})
-channel.serve({"run": run, "ceiling": ceiling, "step_rate": step_rate, "memory": lambda: {"memory": memory_mb()}})
+channel.serve({"run": run, "ceiling": ceiling, "step_rate": step_rate, "kernels": kernels,
+               "memory": lambda: {"memory": memory_mb()}})

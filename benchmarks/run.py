@@ -182,20 +182,44 @@ def median(values: list[float]) -> float:
 # --------------------------------------------------------------------------------------------- the run
 
 
+# The vector extensions that decide which kernels are fast, as /proc/cpuinfo names them.
+EXTENSIONS = {"avx2": "AVX2", "fma": "FMA", "avx512f": "AVX-512", "avx512_vnni": "AVX512-VNNI",
+              "avx512_bf16": "AVX512-BF16", "avx512_fp16": "AVX512-FP16", "amx_bf16": "AMX-BF16", "amx_int8": "AMX-INT8"}
+
+
+def describe_cpu() -> dict:
+    """The CPU's model name (what tells one kind of CPU from another here), vendor, vector extensions, caches."""
+    fields, flags = {}, []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "vendor_id") and key not in fields:
+                fields[key] = value.strip()
+            elif key == "flags" and not flags:
+                flags = value.split()
+    except OSError:
+        pass
+    caches = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
+            if kind != "Instruction":
+                caches[f"L{level}"] = (index / "size").read_text().strip()
+        except OSError:
+            continue
+    return {"model": fields.get("model name", "unknown"), "vendor": fields.get("vendor_id", "unknown"),
+            "logical_cpus": os.cpu_count(), "extensions": [name for flag, name in EXTENSIONS.items() if flag in flags],
+            "caches": caches}
+
+
 def settings(threads: int, allennlp_python: str) -> dict:
     env_keys = ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
                 "OMP_PROC_BIND", "LD_PRELOAD", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]
-    model_name = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model_name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = describe_cpu()
     return {
         "threads": threads,
-        "cpu": f"{model_name}, {os.cpu_count()} logical CPUs",
+        "cpu": cpu,
         "platform": platform.platform(),
         "python": platform.python_version(),
         "allocator": "glibc malloc " + os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
@@ -247,27 +271,26 @@ def bench_size(size: Size, args, inputs_file: Path, work: Path, env: dict) -> di
     # Peak memory of the exact runs, before the opt-in modes below add their own copies of the weights.
     result["memory_end"] = {"allennlp": allennlp.close()["memory"], "hf_elmo": hf.call("memory")["memory"]}
 
-    # Opt-in modes, on the 32 sentences with the cache warm (so that only the biLSTM differs).
+    # Opt-in modes with the caches warm (so that only the biLSTM differs), each run alternating with an exact one:
+    # the speed-up is the median of the pairs' ratios. bf16 also one sentence at a time, where it pays most.
     approximations = {}
-    exact_warm = [r["seconds"] for r in runs["hf-warm-batch"]]
-    exact_cold = [r["seconds"] for r in runs["hf-cold-batch"]]
-    for name, options_ in [("nn_lstm", {"approximation": "nn_lstm"}), ("int8", {"approximation": "int8"}),
-                           ("bf16 autocast", {"autocast_dtype": "bfloat16"})]:
-        path = work / f"{size.name}-approx-{name.split()[0]}.npz"
-        if name == "bf16 autocast":
-            # Autocast bypasses the token cache, so one plain pass; bf16 is emulated on CPUs without
-            # AVX512-BF16/AMX, so one slow run is enough.
-            repeats = [hf.call("run", case="batch", mode="cold", save=str(path), **options_)]
-        else:
-            repeats = [hf.call("run", case="batch", mode="warm", save=str(path), **options_)]
-            repeats += [hf.call("run", case="batch", mode="kept", **options_) for _ in range(2)]
-        exact = exact_cold if name == "bf16 autocast" else exact_warm
-        approximations[name] = {
-            "seconds": median([r["seconds"] for r in repeats]),
-            "speedup": median(exact) / median([r["seconds"] for r in repeats]),
-            "deviation": max_difference(saved["hf-batch-warm"], path, config.num_lstm_layers + 1),
-        }
+    cases = {"bf16": ("batch", "single"), "int8": ("batch",), "nn_lstm": ("batch",)}
+    for mode, mode_cases in cases.items():
+        if mode == "bf16" and hf.hello["native_bfloat16"] is None:
+            approximations[mode] = {"not_offered": "this CPU has neither AVX512-BF16 nor AMX-BF16"}
+            continue
+        for case in mode_cases:
+            path = work / f"{size.name}-approx-{mode}-{case}.npz"
+            hf.call("run", case=case, mode="warm", save=str(path), approximation=mode)
+            pairs = [(hf.call("run", case=case, mode="kept")["seconds"],
+                      hf.call("run", case=case, mode="kept", approximation=mode)["seconds"]) for _ in range(3)]
+            approximations[f"{mode} {case}"] = {
+                "mode": mode, "case": case, "seconds": median([p[1] for p in pairs]),
+                "speedup": median([exact / approximate for exact, approximate in pairs]),
+                "deviation": max_difference(saved[f"hf-{case}-warm"], path, config.num_lstm_layers + 1),
+            }
     result["approximations"] = approximations
+    result["kernels"] = hf.call("kernels")["kernels"]
     hf.close()
 
     layers = config.num_lstm_layers + 1
@@ -287,7 +310,7 @@ def fixture_deviations(work: Path) -> dict[str, list[float]]:
 
     from conversion.convert_original_elmo import convert_original_to_hf
     from hf_elmo import ElmoModel, ElmoTokenizer
-    from hf_elmo.approximate import approximation_deviation
+    from hf_elmo.approximate import approximation_deviation, native_bfloat16_extension
 
     folder = FIXTURES / "allennlp-elmo"
     converted = convert_original_to_hf(folder / "options.json", folder / "lm_weights.hdf5", work / "fixture-hf",
@@ -297,7 +320,8 @@ def fixture_deviations(work: Path) -> dict[str, list[float]]:
     batch = tokenizer([s.split() for group in sentences for s in group], is_split_into_words=True, padding=True,
                       return_tensors="pt")
     torch.manual_seed(0)
-    return {kind: approximation_deviation(model, batch, kind) for kind in ("nn_lstm", "int8", "bf16")}
+    kinds = ["int8", "nn_lstm"] + (["bf16"] if native_bfloat16_extension() else [])
+    return {kind: approximation_deviation(model, batch, kind) for kind in kinds}
 
 
 def summarise(size_result: dict, inputs: dict) -> dict:
@@ -367,10 +391,14 @@ def summarise(size_result: dict, inputs: dict) -> dict:
 
 def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: dict, extra=None) -> str:
     """`extra`: another section's (Markdown lines, targets), e.g. elmoformanylangs_bench.render's."""
-    lines = ["# hf_elmo against AllenNLP 2.10.1: CPU benchmark", "",
-             "Written by `make bench` (`benchmarks/run.py`); every number below comes from one run of it.", "",
-             "## Settings", "",
-             f"- CPU: {setup['cpu']}; {setup['platform']}; Python {setup['python']}",
+    cpu = setup["cpu"]
+    lines = [section_heading(cpu), "",
+             f"From one run of `make bench` on {time.strftime('%Y-%m-%d', time.localtime(setup['started']))}.", "",
+             "### Settings", "",
+             f"- CPU: {cpu['model']} ({cpu['vendor']}), {cpu['logical_cpus']} logical CPUs; vector extensions: "
+             f"{', '.join(cpu['extensions']) or 'none recorded'}; caches: "
+             f"{', '.join(f'{level} {size}' for level, size in cpu['caches'].items()) or 'not recorded'}; "
+             f"{setup['platform']}; Python {setup['python']}",
              f"- Threads: {setup['threads']} for both libraries (`torch.set_num_threads`, `OMP_NUM_THREADS`, `MKL_NUM_THREADS`)",
              f"- OpenMP/allocator environment: " + ", ".join(f"{k}={v}" for k, v in setup["environment"].items()),
              f"- Allocator: {setup['allocator']}",
@@ -402,7 +430,7 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
     for name, summary in summaries.items():
         result = results[name]
         memory = summary["memory"]
-        lines += [f"## {result['label']}", "",
+        lines += [f"### {result['label']}", "",
                   f"Ceilings: {summary['ceiling_gflops']:.0f} GFLOP/s fp32 matrix multiply, "
                   f"{summary['bandwidth_gbs']:.1f} GB/s memory bandwidth. Model FLOPs per token: "
                   f"{(result['config']['char_flops'] + result['config']['lstm_flops']) / 1e6:.0f}M "
@@ -456,12 +484,29 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
                   "Largest |difference| between the two libraries' outputs, per layer (token layer, biLSTM layers):", ""]
         for key, values in result["agreement"].items():
             lines.append(f"- {key}: " + ", ".join(f"{v:.2g}" for v in values))
-        lines += ["", "Opt-in modes (off by default; 32 sentences; speed-up over hf_elmo's exact run with the cache warm, "
-                  "or cold for bf16, whose autocast bypasses the cache; deviation from the exact outputs):", "",
-                  "| mode | seconds | speed-up | largest |difference| per layer |", "|---|---|---|---|"]
+        lines += ["", "Opt-in modes (off by default; the caches warm; each run alternating with an exact one, the speed-up "
+                  "the median of the three pairs' ratios; deviation: largest |difference| from the exact outputs per "
+                  "layer, token layer first):", "",
+                  "| mode | case | seconds | speed-up over exact | largest |difference| per layer |", "|---|---|---|---|---|"]
         for mode, values in result["approximations"].items():
-            lines.append(f"| {mode} | {values['seconds']:.2f} | {values['speedup']:.2f}x | "
+            if "not_offered" in values:
+                lines.append(f"| {mode} | | | not offered: {values['not_offered']} | |")
+                continue
+            case = "32 sentences" if values["case"] == "batch" else "1 sentence at a time"
+            lines.append(f"| {values['mode']} | {case} | {values['seconds']:.2f} | {values['speedup']:.2f}x | "
                          + ", ".join(f"{v:.2g}" for v in values["deviation"]) + " |")
+        lines += ["", "Kernels measured fastest in this run (`hf_elmo/fast_linear.py`), per product (weight out x in, "
+                  "+b with a bias) and rows class:", ""]
+        for label, among in (("exact float32", "blas"), ("bf16 mode", "onednn_bfloat16")):
+            chosen = {}
+            for entry in sorted(result["kernels"], key=lambda e: (e["weight"], e["bias"], e["rows"])):
+                if among in entry["candidates"]:
+                    product = f"{entry['weight'][0]}x{entry['weight'][1]}{'+b' if entry['bias'] else ''}"
+                    chosen.setdefault(entry["kernel"], {}).setdefault(product, []).append(str(entry["rows"]))
+            if chosen:
+                lines.append(f"- {label}: " + "; ".join(
+                    f"{kernel} for " + ", ".join(f"{product} at {'/'.join(rows)}" for product, rows in products.items())
+                    for kernel, products in chosen.items()))
         lines.append("")
         worst = max(max(v) for v in result["agreement"].values())
         if name == "original":
@@ -483,32 +528,57 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
         targets += extra[1]
     busiest = max(setup["load_during"] + [setup["load_average_start"][0], setup["load_average_end"][0]])
     if busiest > setup["threads"] + 0.5:
-        lines[lines.index("## Settings"):lines.index("## Settings")] = [
+        lines[lines.index("### Settings"):lines.index("### Settings")] = [
             f"**Warning: the machine was busy during this run** (1-minute load average up to {busiest:.1f} with "
             f"{setup['threads']} threads benchmarked on {os.cpu_count()} CPUs): other processes competed for the "
             "cores, so the timings, ratios and fractions below are noisy and not representative. Re-run "
             "`make bench` on a quiet machine.", ""]
-    lines[lines.index("## Settings"):lines.index("## Settings")] = [
-        "## Targets", "", "| target | measured | met |", "|---|---|---|",
+    lines[lines.index("### Settings"):lines.index("### Settings")] = [
+        "### Targets", "", "| target | measured | met |", "|---|---|---|",
         *[f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets], ""]
-    lines += ["## Approximate modes on a trained model", "",
+    lines += ["### Approximate modes on a trained model", "",
               "Random weights rarely drive the cell to its clips, so the deviations above flatter `nn_lstm`. On the "
               "trained tiny fixture model (`../shared/fixtures/allennlp-elmo`, its 30 sentences in one batch), the "
               "largest |difference| from the exact model per layer:", ""]
     for kind, values in setup["fixture_deviations"].items():
         lines.append(f"- {kind}: " + ", ".join(f"{v:.2g}" for v in values))
-    lines += ["", "## GPU", "",
-              "`benchmarks/gpu.sh` measures words/s of both sizes in fp32 and bf16 autocast (and bf16's deviation "
-              "from fp32) on a CUDA machine with torch installed and no network, and runs the checks that need a "
-              "GPU, in under 5 minutes. This machine has no GPU; the last run of `gpu.sh` on one wrote "
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def section_heading(cpu: dict) -> str:
+    """The heading of a CPU kind's section of RESULTS.md: the model name and vendor tell the kinds apart."""
+    return f"## CPU: {cpu['model']} ({cpu['vendor']})"
+
+
+def assemble(previous: str, section: str, gpu_results: Path) -> str:
+    """RESULTS.md: the header, `section` (this run's CPU kind) first, then every other CPU kind's section kept
+    from `previous` (the file as it was), then the GPU results."""
+    heading = section.split("\n", 1)[0]
+    kept, current = [], None
+    for line in previous.splitlines():
+        if line.startswith("## "):
+            current = [] if line.startswith("## CPU: ") and line != heading else None
+            if current is not None:
+                kept.append(current)
+        if current is not None:
+            current.append(line)
+    kind = heading.removeprefix("## CPU: ")
+    lines = ["# hf_elmo against AllenNLP 2.10.1: CPU benchmark", "",
+             "Written by `make bench` (`benchmarks/run.py`): one section per kind of CPU it has run on, each from one "
+             "run of it (a run replaces the section of its own CPU kind and keeps the others). The targets are the same "
+             f"on every kind. The README's figures come from the first section, the latest run ({kind}).", "",
+             section.rstrip(), ""]
+    for other in kept:
+        lines += ["\n".join(other).rstrip(), ""]
+    lines += ["## GPU", "",
+              "`benchmarks/gpu.sh` measures the GPU path on a CUDA machine with torch installed and no network, "
+              "and runs the checks that need a GPU. This machine has no GPU; the last run of `gpu.sh` on one wrote "
               "`benchmarks/GPU_RESULTS.md`:", ""]
-    gpu_results = Path(__file__).parent / "GPU_RESULTS.md"
     if gpu_results.is_file():
         lines += ["> " + line if line else ">" for line in gpu_results.read_text(encoding="utf-8").strip().splitlines()]
     else:
         lines.append("(no such file: `gpu.sh` has not been run yet)")
-    lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
@@ -538,6 +608,7 @@ def main(argv=None) -> int:
                PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
     os.environ.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     setup = settings(args.threads, args.allennlp_python)
+    setup["started"] = start
     inputs_file = work / "inputs.json"
     inputs = make_inputs(inputs_file)
     results, summaries = {}, {}
@@ -557,10 +628,12 @@ def main(argv=None) -> int:
     setup.update(rounds=args.rounds, load_average_end=os.getloadavg(),
                  load_during=[v for r in results.values() for v in r["load_average_during"]],
                  versions={"hf_elmo": first["load"]["hf_elmo"]["versions"], "allennlp": first["load"]["allennlp"]["versions"]})
-    report = render(results, summaries, setup, time.time() - start, inputs, extra)
+    section = render(results, summaries, setup, time.time() - start, inputs, extra)
     output = Path(args.output)
+    previous = output.read_text(encoding="utf-8") if output.is_file() else ""
+    report = assemble(previous, section, Path(__file__).parent / "GPU_RESULTS.md")
     partial = output.with_suffix(".md.partial")
-    partial.write_text(report + "\n", encoding="utf-8")
+    partial.write_text(report, encoding="utf-8")
     os.replace(partial, output)
     raw = {name: {k: v for k, v in r.items() if k != "config_obj"} for name, r in results.items()}
     (work / "results.json").write_text(json.dumps({"setup": setup, "results": raw, "summaries": summaries}, indent=1))

@@ -2,14 +2,18 @@
 `ElmoModel.set_lstm_approximation(kind)`, inference only. `benchmarks/RESULTS.md` gives each one's measured
 speed-up and deviation.
 
+* `"bf16"`: the three multiplies of every cell in bfloat16 with float32 accumulation, the weights stored in
+  bfloat16 (a copy beside the float32 parameters); the gates, the cell and its state stay float32. On CPU
+  only where the CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16): elsewhere it would be emulated,
+  slower than the exact model, so it is refused. On a GPU, the CUDA graphs of `cuda_graphs.py`.
+* `"int8"`: the three multiplies of every cell with int8 weights (per output row) and dynamically quantised
+  int8 activations (fbgemm / oneDNN on CPU). Everything else stays float32.
 * `"nn_lstm"`: `torch.nn.LSTM(proj_size=P)` (cuDNN on GPU, the fused ATen kernel on CPU). It cannot clip the
   cell or the projected state, so wherever the original clips (|c| > cell_clip, |h| > proj_clip) the
   numbers diverge; on the trained fixture model that reaches about 1 absolute.
-* `"int8"`: the three multiplies of every cell with int8 weights (per output row) and dynamically quantised
-  int8 activations (fbgemm / oneDNN on CPU). Everything else stays float32.
 
-Mixed precision is `torch.autocast(device, dtype=torch.bfloat16)` (or float16) around the model; the model
-then runs its plain path. `approximation_deviation` measures any of these on your own inputs.
+`torch.autocast` around the model also works, but runs the plain path (no fast path, no cache), several
+times slower than the exact model on CPU. `approximation_deviation` measures any mode on your own inputs.
 """
 
 import warnings
@@ -18,11 +22,12 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .fast_bilstm import derived_weights, fast_bilstm_layer, forget_biased
+from .cuda_graphs import graphed_bilstm_layer
+from .fast_bilstm import ExactMultiplies, derived_weights, fast_bilstm_layer, forget_biased
+from .fast_linear import FastLinear, onednn_bfloat16
+from .token_cache import ElmoTokenCache
 
-APPROXIMATIONS = ("nn_lstm", "int8")
-# Mixed precision is not a mode of the model but `torch.autocast` around it; measured here all the same.
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+APPROXIMATIONS = ("bf16", "int8", "nn_lstm")
 
 
 def _build_nn_lstms(layer) -> list[nn.LSTM]:
@@ -64,8 +69,6 @@ def nn_lstm_layer(layer, inputs, step_mask, h, c):
 class Int8Multiplies:
     """The cell's multiplies with int8 weights (symmetric, one scale per output row) and dynamic int8 inputs."""
 
-    input_gates_use_out = False  # (see ExactMultiplies)
-
     def __init__(self, layer):
         self.bias = forget_biased(layer)
         pack = torch.ops.quantized.linear_prepack
@@ -82,13 +85,16 @@ class Int8Multiplies:
             warnings.simplefilter("ignore", UserWarning)
             return torch.quantize_per_channel(weight.detach().float(), scale, zero, 0, torch.qint8)
 
-    def input_gates(self, direction, x, out):
+    def input_gates(self, direction, x):
         return torch.ops.quantized.linear_dynamic(x.contiguous(), self.input_weight[direction])
+
+    def recurrent(self, direction, h):
+        return torch.ops.quantized.linear_dynamic(h.contiguous(), self.recurrent_weight[direction])
 
     def gates(self, direction, h, input_gates):
         if h is None:
             return input_gates.clone()
-        return torch.ops.quantized.linear_dynamic(h.contiguous(), self.recurrent_weight[direction]).add_(input_gates)
+        return self.recurrent(direction, h).add_(input_gates)
 
     def projection(self, direction, m):
         return torch.ops.quantized.linear_dynamic(m.contiguous(), self.projection_weight[direction])
@@ -102,29 +108,111 @@ def int8_layer(layer, inputs, step_mask, h, c):
     return fast_bilstm_layer(layer, inputs.float(), step_mask, h.float(), c.float(), multiplies=multiplies)
 
 
-def approximate_bilstm_layer(layer, inputs, step_mask, h, c):
+def native_bfloat16_extension() -> str | None:
+    """The CPU's extension that computes bfloat16 natively ("AMX-BF16" or "AVX512-BF16"), or None."""
+    try:
+        capability = torch._C._cpu._get_cpu_capability()
+    except AttributeError:  # (older builds) the kernel's flags
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+                flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+        except OSError:
+            flags = []
+        capability = {flag: True for flag in flags}
+    for flag, name in (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16")):
+        if capability.get(flag):
+            return name
+    return None
+
+
+def check_approximation(kind: str | None, device: torch.device) -> None:
+    """Refuse an approximation that `device` would run slower than the exact model, with the reason."""
+    if kind == "bf16" and device.type == "cpu" and native_bfloat16_extension() is None:
+        raise ValueError(
+            "the 'bf16' approximation needs a CPU that computes bfloat16 natively, with AVX512-BF16 or AMX-BF16; "
+            f"this one ({_cpu_name()}) has neither, so bfloat16 would be emulated and slower than the exact model. "
+            "Use the exact model (set_lstm_approximation(None)) or 'int8'"
+        )
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "unknown")
+    except OSError:
+        return "unknown"
+
+
+class Bf16Multiplies(ExactMultiplies):
+    """The cell's multiplies in bfloat16 (weights stored in bfloat16, float32 accumulation); the biases, the
+    gates, the cell and its state stay float32. On CPU each product is bfloat16 where that is measured faster
+    than the exact float32 product, and the exact product (the exact path's own, with its kernels) elsewhere:
+    with AVX512-BF16 alone a CPU multiplies bfloat16 at the float32 rate and only reads half the bytes, which
+    wins for a few rows (one sentence) but not for a batch; with AMX-BF16 it computes bfloat16 several times
+    faster. The first layer's input gates of recent words are kept in a cache of their own (`gate_cache`),
+    apart from the exact ones."""
+
+    def __init__(self, layer):
+        super().__init__(layer)
+        self.gate_cache = ElmoTokenCache(layer.input_gate_cache.max_words)
+
+    def linear(self, kind: str, direction: int = 0):
+        key = (kind, direction)
+        if key not in self._linears:
+            weight = self.weight(kind, direction)
+            if weight.device.type == "cpu":
+                exact = derived_weights(self.layer, "exact", ExactMultiplies).linear(kind, direction)
+                kernels = {"onednn_bfloat16": onednn_bfloat16, "float32": lambda weight: exact}
+                self._linears[key] = FastLinear(weight, kernels=kernels)
+            else:
+                stored = weight.to(torch.bfloat16).t().contiguous()  # [in, out]
+                self._linears[key] = lambda x, stored=stored: x.to(torch.bfloat16) @ stored
+        return self._linears[key]
+
+    def input_gates(self, direction: int, x: torch.Tensor) -> torch.Tensor:
+        return torch.add(self.bias[direction], self.linear("input", direction)(x))
+
+    def both_input_gates(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.add(self.bias.view(-1), self.linear("both_input")(x)).view(x.shape[0], 2, -1)
+
+    def gates(self, direction: int, h: torch.Tensor | None, input_gates: torch.Tensor) -> torch.Tensor:
+        if h is None:
+            return input_gates.clone()
+        return torch.add(input_gates, self.recurrent(direction, h))
+
+
+def bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False, use_cache: bool = True):
+    """`ElmoBiLstmLayer.forward` with bfloat16 multiplies (the fast path's organisation of the work)."""
+    check_approximation("bf16", inputs.device)
+    if inputs.is_cuda:
+        return graphed_bilstm_layer(layer, inputs, step_mask, h, c, dtype=torch.bfloat16)
+    multiplies = derived_weights(layer, "bf16", Bf16Multiplies)
+    gate_cache = multiplies.gate_cache if inputs_repeat and inputs.device.type == "cpu" else None
+    return fast_bilstm_layer(layer, inputs.float(), step_mask, h.float(), c.float(), multiplies=multiplies,
+                             gate_cache=gate_cache, use_cache=use_cache)
+
+
+def approximate_bilstm_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False):
     if layer.approximation == "nn_lstm":
         return nn_lstm_layer(layer, inputs, step_mask, h, c)
+    if layer.approximation == "bf16":
+        return bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat, use_cache=not layer.training)
     return int8_layer(layer, inputs, step_mask, h, c)
 
 
 def approximation_deviation(model, inputs: dict, kind: str) -> list[float]:
     """Largest |approximate - exact| of each layer of `hidden_states` on `inputs` (a tokenizer batch), for
-    `kind` in `APPROXIMATIONS` or `"bf16"` / `"fp16"` (autocast). The model is left exact."""
-    if kind not in APPROXIMATIONS and kind not in AUTOCAST_DTYPES:
-        raise ValueError(f"unknown approximation {kind!r}: choose one of {APPROXIMATIONS + tuple(AUTOCAST_DTYPES)}")
+    `kind` in `APPROXIMATIONS`. The model is left exact."""
+    if kind not in APPROXIMATIONS:
+        raise ValueError(f"unknown approximation {kind!r}: choose one of {APPROXIMATIONS}")
     device = next(model.parameters()).device
     inputs = {name: value.to(device) for name, value in inputs.items()}
     with torch.no_grad():
         model.set_lstm_approximation(None)
         exact = model(**inputs).hidden_states
         try:
-            if kind in AUTOCAST_DTYPES:
-                with torch.autocast(device.type, dtype=AUTOCAST_DTYPES[kind]):
-                    approximate = model(**inputs).hidden_states
-            else:
-                model.set_lstm_approximation(kind)
-                approximate = model(**inputs).hidden_states
+            model.set_lstm_approximation(kind)
+            approximate = model(**inputs).hidden_states
         finally:
             model.set_lstm_approximation(None)
     return [(a.float() - e).abs().max().item() if e.numel() else 0.0 for a, e in zip(approximate, exact)]

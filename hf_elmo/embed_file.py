@@ -33,6 +33,8 @@ import re
 import shutil
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import h5py
@@ -218,11 +220,16 @@ def embed_file(
     use_sentence_keys: bool = False,
     forget_sentences: bool = False,
     progress: bool = True,
+    tokenize_ahead: bool | None = None,
 ) -> dict:
     """
     Embed every line of `input_file` (whitespace-separated words) into `output_file` (layout in the module
     docstring). Stateless or stateful as `embedder` is; stateful runs go through the file in order, `batch_size`
     lines at a time, row r carrying its state to row r of the next batch, as `allennlp elmo` did.
+
+    `tokenize_ahead`: tokenise the next batch in a thread while the model computes this one (None: where the model
+    is not on the CPU, so that a GPU never waits for the tokenizer; on a CPU the thread would take a core from the
+    model). The output is the same either way.
 
     Returns a summary: `sentences`, `batches`, `computed` (batches this process computed), `resumed` (batches an
     earlier run had finished), `seconds`, `output`.
@@ -277,7 +284,9 @@ def embed_file(
                 shutil.rmtree(partial, ignore_errors=True)
             summary.update(resumed=len(batches), seconds=time.perf_counter() - started)
             return summary
-        _compute_batches(embedder, sentences, batches, partial, output_format, state, summary, progress)
+        if tokenize_ahead is None:
+            tokenize_ahead = embedder.device.type != "cpu"
+        _compute_batches(embedder, sentences, batches, partial, output_format, state, summary, progress, tokenize_ahead)
         state.wait_for_everyone()
         if state.is_main_process:
             _write_output(embedder, sentences, batches, partial, output_file, output_format, manifest,
@@ -287,7 +296,26 @@ def embed_file(
     return summary
 
 
-def _compute_batches(embedder, sentences, batches, partial, output_format, state, summary, progress) -> None:
+def _tokenized_batches(embedder, sentences, batches, todo, ahead: bool) -> Iterator[tuple[int, tuple]]:
+    """(k, `embedder.tokenize_batch` of batch k) for each batch k of `todo`; `ahead`: batch k + 1 is tokenised in a
+    thread while the caller computes batch k (the model releases the interpreter while it computes)."""
+    def tokenize(k):
+        return embedder.tokenize_batch([sentences[line] for line in batches[k]])
+
+    if not ahead:
+        yield from ((k, tokenize(k)) for k in todo)
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        upcoming = pool.submit(tokenize, todo[0]) if todo else None
+        for position, k in enumerate(todo):
+            tokenized = upcoming.result()
+            if position + 1 < len(todo):
+                upcoming = pool.submit(tokenize, todo[position + 1])
+            yield k, tokenized
+
+
+def _compute_batches(embedder, sentences, batches, partial, output_format, state, summary, progress,
+                     tokenize_ahead: bool) -> None:
     """Compute and save every batch of this process that no earlier run finished."""
     files = _BatchFiles(partial)
     finished = {int(path.stem) for path in partial.glob("[0-9]*.hdf5") if BATCH_FILE.fullmatch(path.name)}
@@ -309,8 +337,8 @@ def _compute_batches(embedder, sentences, batches, partial, output_format, state
     pin_frequent_words(embedder, sentences)
     try:
         with bar:
-            for k in todo:
-                embeddings = embedder.embed_batch([sentences[line] for line in batches[k]], output_format)
+            for k, tokenized in _tokenized_batches(embedder, sentences, batches, todo, tokenize_ahead):
+                embeddings = embedder.embed_tokenized(tokenized, output_format)
 
                 def write_batch(handle, k=k, embeddings=embeddings):
                     for line, embedding in zip(batches[k], embeddings):

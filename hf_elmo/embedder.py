@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
+from transformers import BatchEncoding
 
 from .default_model import default_model_path
 from .modeling_elmo import ElmoModel
@@ -106,7 +107,6 @@ class ElmoEmbedder:
         shape = (self.num_layers, 0, self.hidden_size) if output_format == "all" else (0, self.hidden_size)
         return np.zeros(shape, dtype=np.float32)
 
-    @torch.inference_mode()
     def embed_batch(self, sentences: list[Sentence], output_format: str = "all") -> list[np.ndarray]:
         """
         Embed sentences in one batch. Returns one float32 array per sentence: [L + 1, words, 2P] for `"all"`,
@@ -115,12 +115,26 @@ class ElmoEmbedder:
         In stateful mode, row r starts from the state that row r of the previous batch ended with (zeros for rows
         it did not have), and a sentence without words still runs as `<S> </S>`, as in the original.
         """
-        if output_format not in OUTPUT_FORMATS:
-            raise ValueError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
+        return self.embed_tokenized(self.tokenize_batch(sentences), output_format)
+
+    def tokenize_batch(self, sentences: list[Sentence]) -> tuple[list[list[str]], BatchEncoding | None]:
+        """The words of each sentence and their character ids on the CPU (None for no sentences): the part of
+        `embed_batch` that needs no model, so that it can run ahead of it (`hf-elmo embed` on a GPU does)."""
         words = [split_sentence(sentence) for sentence in sentences]
         if not words:
+            return words, None
+        return words, self.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
+
+    @torch.inference_mode()
+    def embed_tokenized(self, tokenized: tuple[list[list[str]], BatchEncoding | None], output_format: str = "all"
+                        ) -> list[np.ndarray]:
+        """`embed_batch` of what `tokenize_batch` returned."""
+        if output_format not in OUTPUT_FORMATS:
+            raise ValueError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
+        words, batch = tokenized
+        if not words:
             return []
-        batch = self.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt").to(self.device)
+        batch = batch.to(self.device)
         output = self.model(**batch, initial_states=self._initial_states(len(words)), output_final_states=self.stateful)
         if self.stateful:
             self._keep_states(output.final_states)

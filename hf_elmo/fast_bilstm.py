@@ -27,6 +27,7 @@ import weakref
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from .fast_linear import FastLinear, blas_linear
 from .token_cache import ElmoTokenCache
 
 # Per (layer, kind): (fingerprint of the layer's weights, derived tensors). Kept outside the module so that
@@ -70,134 +71,90 @@ def forget_biased(layer) -> torch.Tensor:
 # Positions per input multiply: large enough for an efficient multiply, small enough to stay in cache.
 INPUT_BLOCK_ROWS = 256
 
-# oneDNN's reordered weights pay off for large matrices only; below this many elements BLAS is as fast.
-ONEDNN_MIN_WEIGHT_ELEMENTS = 1 << 21
-
-
-def _onednn_weights(weights: torch.Tensor) -> list[torch.Tensor] | None:
-    """Per direction, `weights[d]` reordered for oneDNN, or None where plain BLAS is the better choice."""
-    if not (
-        weights.device.type == "cpu"
-        and weights.dtype == torch.float32
-        and weights[0].numel() >= ONEDNN_MIN_WEIGHT_ELEMENTS
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-    ):
-        return None
-    return [torch.ops.mkldnn._reorder_linear_weight(w.detach()) for w in weights]
-
-
-def two_rows(product, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
-    """`product(x, *others)` for row-wise products, with a single row computed as two identical ones.
-
-    BLAS multiplies one row by a matrix-vector kernel whose rounding depends on the matrix's memory
-    alignment, so a memory-mapped checkpoint (weights at odd offsets) and the same weights in fresh memory
-    would differ in the last bit; two rows take the matrix-matrix kernel, which does not.
-    """
-    if x.shape[0] != 1:
-        return product(x, *others)
-    return product(x.expand(2, -1), *(o.expand(2, -1) for o in others))[:1]
-
 
 class ExactMultiplies:
-    """The three matrix multiplies of a cell, exact: oneDNN with reordered weights for large float32 CPU
-    weights, BLAS otherwise."""
+    """The three matrix multiplies of a cell, exact: on CPU in float32 each weight by the kernel measured
+    fastest for it (`fast_linear.py`), elsewhere the plain BLAS call."""
 
     def __init__(self, layer):
         self.layer = layer
         self.bias = forget_biased(layer)
-        self.recurrent_onednn = _onednn_weights(layer.recurrent_weight)
-        self.projection_onednn = None if layer.projection_weight is None else _onednn_weights(layer.projection_weight)
-        self._input_onednn = {}  # "directions" or "both" (see both_input_gates): each reordered on first use
+        weight = layer.input_weight
+        self.measured = weight.device.type == "cpu" and weight.dtype == torch.float32
+        self._linears = {}
 
-    def input_onednn(self, kind: str) -> list[torch.Tensor] | None:
-        """The input weights reordered for oneDNN (None where BLAS is used): per direction ("directions"), or
-        both stacked into one [8C, P] matrix ("both")."""
-        if kind not in self._input_onednn:
-            weights = self.layer.input_weight.detach()
-            if kind == "both":
-                weights = weights.reshape(1, -1, weights.shape[-1])
-            self._input_onednn[kind] = _onednn_weights(weights)
-        return self._input_onednn[kind]
+    def linear(self, kind: str, direction: int = 0):
+        """x [n, in] -> x W^T (+ bias) for the weight `kind` of `direction`: "input", "recurrent", "projection",
+        or "both_input" (both directions' input weights stacked, [8C, P])."""
+        key = (kind, direction)
+        if key not in self._linears:
+            weight = self.weight(kind, direction)
+            self._linears[key] = FastLinear(weight) if self.measured else blas_linear(weight)
+        return self._linears[key]
 
-    @property
-    def input_gates_use_out(self) -> bool:
-        """Whether `input_gates` computes into the `out` it is given (BLAS does; oneDNN allocates its result)."""
-        return self.input_onednn("directions") is None
+    def weight(self, kind: str, direction: int = 0) -> torch.Tensor:
+        """The layer's weight [out, in] that `linear(kind, direction)` multiplies by."""
+        layer = self.layer
+        if kind == "both_input":
+            return layer.input_weight.detach().reshape(-1, layer.input_weight.shape[-1])
+        return {"input": layer.input_weight, "recurrent": layer.recurrent_weight,
+                "projection": layer.projection_weight}[kind][direction].detach()
 
-    def input_gates(self, direction: int, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-        """x [N, P] -> x W_in^T + bias (forget bias included) [N, 4C], in `out` where BLAS computes it."""
-        onednn = self.input_onednn("directions")
-        if onednn is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, onednn[direction], self.bias[direction], "none", [], "")
-        weight = self.layer.input_weight[direction].t()
-        if x.shape[0] == 1:
-            out = None  # computed as two rows (see two_rows); small
-        return two_rows(lambda rows: torch.addmm(self.bias[direction], rows, weight, out=out), x)
+    def input_gates(self, direction: int, x: torch.Tensor) -> torch.Tensor:
+        """x [N, P] -> x W_in^T + bias (forget bias included) [N, 4C], a new tensor."""
+        return self.linear("input", direction)(x, self.bias[direction])
 
     def both_input_gates(self, x: torch.Tensor) -> torch.Tensor:
         """x [N, P] -> the input gates of both directions [N, 2, 4C], in one multiply (the first layer's inputs
         are read by both directions)."""
-        onednn, bias = self.input_onednn("both"), self.bias.view(-1)
-        if onednn is not None:
-            gates = torch.ops.mkldnn._linear_pointwise(x, onednn[0], bias, "none", [], "")
-        else:
-            weight = self.layer.input_weight.detach().reshape(-1, x.shape[-1]).t()
-            gates = two_rows(lambda rows: torch.addmm(bias, rows, weight), x)
-        return gates.view(x.shape[0], 2, -1)
+        return self.linear("both_input")(x, self.bias.view(-1)).view(x.shape[0], 2, -1)
+
+    def recurrent(self, direction: int, h: torch.Tensor) -> torch.Tensor:
+        """h [n, P] -> h W_rec^T [n, 4C], a new tensor."""
+        return self.linear("recurrent", direction)(h)
 
     def gates(self, direction: int, h: torch.Tensor | None, input_gates: torch.Tensor) -> torch.Tensor:
         """h [n, P] (None: all zeros), input_gates [n, 4C] -> every gate's pre-activation [n, 4C], a new tensor."""
         if h is None:  # 0 W_rec^T is exactly 0
             return input_gates.clone()
-        if self.recurrent_onednn is not None:  # (the same numbers as oneDNN's fused add, which is slower)
-            weight = self.recurrent_onednn[direction]
-            return torch.ops.mkldnn._linear_pointwise(h, weight, None, "none", [], "").add_(input_gates)
-        weight = self.layer.recurrent_weight[direction].t()
-        return two_rows(lambda rows, added: torch.addmm(added, rows, weight), h, input_gates)
+        return self.recurrent(direction, h).add_(input_gates)
 
     def projection(self, direction: int, m: torch.Tensor) -> torch.Tensor:
         """m [n, C] -> m W_proj^T [n, P], a new tensor."""
-        if self.projection_onednn is not None:
-            return torch.ops.mkldnn._linear_pointwise(m, self.projection_onednn[direction], None, "none", [], "")
-        weight = self.layer.projection_weight[direction].t()
-        return two_rows(lambda rows: rows @ weight, m)
+        return self.linear("projection", direction)(m)
 
 
 def _cell(gates: torch.Tensor, c: torch.Tensor, cell_clip: float | None) -> torch.Tensor:
-    """In place on `gates` [n, 4C] (forget bias included) and `c` [n, C]; returns o * tanh(c) [n, C].
+    """In place on `gates` [..., 4C] (forget bias included) and `c` [..., C]; returns o * tanh(c) [..., C].
 
-    On CPU tanh is computed as 2 sigmoid(2x) - 1 (within 2 float32 ulps of `torch.tanh`), so that one sigmoid
-    covers all four gates: `torch.tanh` is MKL's vector tanh there, several times slower than ATen's sigmoid
-    and split across threads from 2048 elements on, so a busy machine stalls every call for a scheduler tick.
+    Both tanh are computed through sigmoid, tanh(x) = 1 - 2 sigmoid(-2x) (within about 1e-7 of `torch.tanh`),
+    so that one sigmoid covers all four gates and the products fold into `addcmul`: 9 operations a step
+    instead of 13. On CPU `torch.tanh` is also MKL's vector tanh, several times slower than ATen's sigmoid and
+    split across threads from 2048 elements on, so that a busy machine stalls every call for a scheduler tick.
     """
-    cell = c.shape[-1]
-    input_gate, forget_gate, cell_input, output_gate = gates.split(cell, dim=1)
-    on_cpu = c.device.type == "cpu"
-    if on_cpu:
-        cell_input.mul_(2.0)
-        torch.sigmoid_(gates)
-        cell_input.mul_(2.0).sub_(1.0)
-    else:
-        torch.sigmoid_(gates[:, : 2 * cell])
-        torch.tanh_(cell_input)
-        torch.sigmoid_(output_gate)
-    c.mul_(forget_gate).addcmul_(input_gate, cell_input)
+    input_gate, forget_gate, cell_input, output_gate = gates.split(c.shape[-1], dim=-1)
+    cell_input.mul_(-2.0)
+    torch.sigmoid_(gates)
+    torch.addcmul(input_gate, input_gate, cell_input, value=-2.0, out=cell_input)  # i * tanh(g)
+    c.mul_(forget_gate).add_(cell_input)
     if cell_clip is not None:
         c.clamp_(-cell_clip, cell_clip)
-    if on_cpu:
-        return torch.sigmoid_(c * 2.0).mul_(2.0).sub_(1.0).mul_(output_gate)
-    return torch.tanh(c).mul_(output_gate)
+    torch.sigmoid_(torch.mul(c, -2.0, out=cell_input))
+    return torch.addcmul(output_gate, output_gate, cell_input, value=-2.0)  # o * tanh(c)
 
 
-def _step_output(multiplies, layer, direction: int, gates: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """One step's output [n, P] from its gates [n, 4C] (consumed), updating the cell state `c` [n, C] in place."""
+def _step_output(multiplies, layer, direction: int, gates: torch.Tensor, c: torch.Tensor, out: torch.Tensor) -> None:
+    """One step's output into `out` [n, P] from its gates [n, 4C] (consumed), updating the cell state `c`
+    [n, C] in place."""
     h = _cell(gates, c, layer.cell_clip)
     if layer.projection_weight is not None:
         h = multiplies.projection(direction, h)
-        if layer.proj_clip is not None:
-            h.clamp_(-layer.proj_clip, layer.proj_clip)
-    return h
+    if layer.proj_clip is None or layer.projection_weight is None:
+        out.copy_(h)
+    elif h.dtype == out.dtype:
+        torch.clamp(h, -layer.proj_clip, layer.proj_clip, out=out)
+    else:  # (a bfloat16 product)
+        out.copy_(h).clamp_(-layer.proj_clip, layer.proj_clip)
 
 
 def _rows_alike(x: torch.Tensor) -> bool:
@@ -220,13 +177,9 @@ def _blocked_step_inputs(multiplies, direction: int, data: torch.Tensor, batch_s
         if not blocks or blocks[-1][2] + n > limit:
             blocks.append([t, t, 0])
         blocks[-1][1], blocks[-1][2] = t + 1, blocks[-1][2] + n
-    workspace = None  # one reused buffer, where the multiply computes into one
-    if multiplies.input_gates_use_out:
-        workspace = data.new_empty(limit, multiplies.bias.shape[-1])
     offset = 0
     for first, last, block_rows in blocks:
-        out = None if workspace is None else workspace[:block_rows]
-        block = multiplies.input_gates(direction, data[offset : offset + block_rows, direction], out)
+        block = multiplies.input_gates(direction, data[offset : offset + block_rows, direction])
         for n in batch_sizes[first:last]:
             step, block = block[:n], block[n:]
             yield step
@@ -254,6 +207,10 @@ def fast_bilstm_layer(
     layer, whose rows are token vectors (a word's every occurrence has the same row): the input half of the
     gates is computed once per distinct row, through this cache, which keeps them for later batches when
     `use_cache`."""
+    if multiplies is None and inputs.is_cuda and layer.recurrent_weight.dtype == torch.float32:
+        from .cuda_graphs import graphed_bilstm_layer  # (it builds on this module)
+
+        return graphed_bilstm_layer(layer, inputs, step_mask, h, c)
     if multiplies is None:
         multiplies = derived_weights(layer, "exact", ExactMultiplies)
     directions, batch, steps, proj = inputs.shape
@@ -279,20 +236,22 @@ def fast_bilstm_layer(
         index = index.view(-1, directions)
     for d in range(directions):
         previous, offset, first_step = (None if zero_start else h[d]), 0, 0
+        cell_state, output = c[d], outputs[d]
         shared = None  # the output of a step at which every row was alike: one row standing for all
         if _rows_alike(data[: batch_sizes[0], d]) and _rows_alike(h[d]) and _rows_alike(c[d]):
             # Every row starts alike (as every sentence starts with <S> from the default zero state): the first
             # step, its input multiply included, is computed for one row, and so is the next step's recurrent one.
             n = batch_sizes[0]
             if gate_cache is None:
-                step_input = multiplies.input_gates(d, data[:1, d], None)
+                step_input = multiplies.input_gates(d, data[:1, d])
             else:
                 step_input = table[index[:1, d], d]
             gates = multiplies.gates(d, None if previous is None else previous[:1], step_input)
-            shared = _step_output(multiplies, layer, d, gates, c[d, :1])
-            c[d, 1:n] = c[d, :1]
-            previous, offset, first_step = outputs[d, :n], n, 1
-            previous.copy_(shared.expand(n, -1))
+            shared = output[:1]
+            _step_output(multiplies, layer, d, gates, cell_state[:1], out=shared)
+            cell_state[1:n] = cell_state[:1]
+            output[1:n] = shared
+            previous, offset, first_step = output[:n], n, 1
         if first_step == len(batch_sizes):  # (every row had that one step only)
             step_inputs = iter(())
         elif gate_cache is None:
@@ -302,13 +261,11 @@ def fast_bilstm_layer(
         for step_input in step_inputs:  # (not zipped with batch_sizes: zip would hold on to the last one)
             n = step_input.shape[0]
             if shared is not None:  # every row's recurrent input is the shared row: one multiply serves all
-                recurrent = multiplies.gates(d, shared, step_input.new_zeros(1, step_input.shape[1]))
-                gates, shared = step_input + recurrent, None
+                gates, shared = step_input + multiplies.recurrent(d, shared), None
             else:
                 gates = multiplies.gates(d, None if previous is None else previous[:n], step_input)
-            new_h = _step_output(multiplies, layer, d, gates, c[d, :n])
-            previous = outputs[d, offset : offset + n]  # the next step's state
-            previous.copy_(new_h)
+            previous = output[offset : offset + n]  # this step's output, the next step's state
+            _step_output(multiplies, layer, d, gates, cell_state[:n], out=previous)
             offset += n
             del step_input  # (so that the block it came from can be released; see _blocked_step_inputs)
 

@@ -9,13 +9,17 @@ with each convolution done as one matrix multiply over its character windows, on
   such windows have one same value per filter, and the cut keeps one of them, so the max is unchanged.
 * The bias is added after the max, which is exact: adding a constant is monotone, so it cannot change
   which window is largest.
+* Each highway layer's two products (transform and carry) are one, and every product takes the kernel
+  measured fastest for it on CPU (`fast_linear.py`).
 
 Results equal the plain path to float32 rounding.
 """
 
 import torch
 
+from .cuda_graphs import exact_float32_matmul
 from .fast_bilstm import derived_weights
+from .fast_linear import FastLinear, blas_linear
 
 # Words per block: their window products for the widest filter (64 x 44 x 1024 floats) stay in cache.
 BLOCK_WORDS = 64
@@ -29,11 +33,31 @@ def _filter_matrices(encoder) -> tuple[list[torch.Tensor], torch.Tensor]:
     return matrices, torch.cat([conv.bias.detach() for conv in encoder.char_cnn])
 
 
+def _linears(encoder) -> tuple[list, object | None]:
+    """Per highway layer, the product with its transform and carry weights stacked [2F, F] (and their biases);
+    the projection's product."""
+    def linear(weight):
+        measured = weight.device.type == "cpu" and weight.dtype == torch.float32
+        return FastLinear(weight) if measured else blas_linear(weight.detach())
+
+    highway = [(linear(torch.cat([layer.transform.weight, layer.carry.weight])),
+                torch.cat([layer.transform.bias, layer.carry.bias]).detach()) for layer in encoder.highway]
+    return highway, None if encoder.projection is None else linear(encoder.projection.weight)
+
+
 def fast_char_encoder(encoder, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
     """[N, K] character ids (and [N] word ids, with word input) -> [N, P] word vectors, as
-    `ElmoCharacterEncoder._plain_forward` computes them."""
+    `ElmoCharacterEncoder._plain_forward` computes them (on a GPU without TF32, see
+    `cuda_graphs.exact_float32_matmul`)."""
+    if char_ids.is_cuda:
+        with exact_float32_matmul():
+            return _encode(encoder, char_ids, word_ids)
+    return _encode(encoder, char_ids, word_ids)
+
+
+def _encode(encoder, char_ids: torch.Tensor, word_ids: torch.Tensor | None) -> torch.Tensor:
     if char_ids.shape[0] == 1:  # one word: computed as two, for alignment-independent rounding (see two_rows)
-        return fast_char_encoder(encoder, char_ids.expand(2, -1), None if word_ids is None else word_ids.expand(2))[:1]
+        return _encode(encoder, char_ids.expand(2, -1), None if word_ids is None else word_ids.expand(2))[:1]
     parameters = [p for conv in encoder.char_cnn for p in (conv.weight, conv.bias)]
     matrices, bias = derived_weights(encoder, "char_cnn", _filter_matrices, parameters)
     words, length = char_ids.shape
@@ -57,5 +81,14 @@ def fast_char_encoder(encoder, char_ids: torch.Tensor, word_ids: torch.Tensor | 
             torch.amax(products, dim=1, out=pooled[start:stop, column : column + count])
             column += count
     x = encoder.activation(pooled.add_(bias))
-    x = encoder.highway_and_projection(x, None if word_ids is None else word_ids.index_select(0, order))
+    parameters = [p for module in [*encoder.highway, encoder.projection] if module is not None for p in module.parameters()]
+    highway, projection = derived_weights(encoder, "linears", _linears, parameters)
+    for linear, stacked_bias in highway:  # ElmoHighway: g * relu(W_t x + b_t) + (1 - g) * x, g = sigmoid(W_c x + b_c)
+        transformed, gate = linear(x, stacked_bias).chunk(2, dim=1)
+        torch.sigmoid_(gate)
+        x = torch.relu_(transformed).mul_(gate).addcmul_(gate.neg_().add_(1.0), x)
+    if encoder.word_embedding is not None:  # ELMoForManyLangs' order: word first
+        x = torch.cat([encoder.word_embedding(word_ids.index_select(0, order)), x], dim=-1)
+    if projection is not None:
+        x = projection(x, encoder.projection.bias)
     return x.index_select(0, torch.argsort(order))

@@ -20,7 +20,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple
 
-from .approximate import APPROXIMATIONS, approximate_bilstm_layer
+from .approximate import APPROXIMATIONS, approximate_bilstm_layer, check_approximation
 from .configuration_elmo import ElmoConfig
 from .fast_bilstm import fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
@@ -210,7 +210,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             and not _is_exporting()
         ):
             if self.approximation is not None:
-                return approximate_bilstm_layer(self, inputs, step_mask, h, c)
+                return approximate_bilstm_layer(self, inputs, step_mask, h, c, inputs_repeat)
             if self.use_fast_path and bool(step_mask[:, 0].all()):
                 # On a GPU the input multiply is cheap and the cache's lookup (keys on the host) is not.
                 gate_cache = self.input_gate_cache if inputs_repeat and inputs.device.type == "cpu" else None
@@ -481,11 +481,13 @@ class ElmoModel(ElmoPreTrainedModel):
     def set_lstm_approximation(self, kind: str | None) -> None:
         """Opt in to an approximate, faster biLSTM for inference, or back to the exact one with `None`.
 
-        `"nn_lstm"` runs `torch.nn.LSTM` (cuDNN on GPU) without the original's clipping; `"int8"` multiplies
-        in int8 on CPU. Both change the numbers (see `approximate.py` and benchmarks/RESULTS.md).
+        `"bf16"` multiplies in bfloat16 (on a CPU with AVX512-BF16 or AMX-BF16, or a GPU); `"int8"` in int8 on
+        CPU; `"nn_lstm"` runs `torch.nn.LSTM` (cuDNN on GPU) without the original's clipping. All change the
+        numbers (see `approximate.py` and benchmarks/RESULTS.md).
         """
         if kind is not None and kind not in APPROXIMATIONS:
             raise ValueError(f"unknown biLSTM approximation {kind!r}: choose one of {APPROXIMATIONS} or None (exact)")
+        check_approximation(kind, self.device)
         for layer in self.layers:
             layer.approximation = kind
 

@@ -72,8 +72,12 @@ class ElmoTokenCache:
         if rows.shape[0] == 0:
             return encode(rows), torch.zeros(0, dtype=torch.long, device=rows.device)
         # Distinct rows, by their bytes (character ids are < 262: 16 bits hold them, and make shorter keys).
-        keys_array = rows.detach().cpu().numpy()
-        if keys_array.dtype.kind in "iu" and keys_array.min() >= 0 and keys_array.max() < 2**16:
+        # Floating rows are keyed by their raw bytes, which numpy can hold for every dtype (bfloat16 included).
+        keys = rows.detach().cpu().contiguous()
+        if keys.is_floating_point():
+            keys = keys.view(torch.uint8).view(rows.shape[0], -1)
+        keys_array = keys.numpy()
+        if keys_array.itemsize > 2 and keys_array.min() >= 0 and keys_array.max() < 2**16:
             keys_array = keys_array.astype(np.uint16)
         keys_array = np.ascontiguousarray(keys_array)
         keys_view = keys_array.view(np.dtype((np.void, keys_array.shape[1] * keys_array.itemsize))).ravel()

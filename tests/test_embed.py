@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import torch
 from conftest import FIXTURE_SETS, run_two_processes, unwritable_folder
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
+from hf_elmo.embed_file import plan_batches
 
 FIXTURE = FIXTURE_SETS["allennlp-elmo"]
 HF_ELMO = [sys.executable, "-m", "hf_elmo.cli"]
@@ -350,6 +352,7 @@ KILL_DURING_FINAL_WRITE = """
 import os, signal, sys
 import h5py
 from hf_elmo.cli import main
+from hf_elmo.embed_file import plan_batches
 
 create_dataset = h5py.Group.create_dataset
 
@@ -434,3 +437,25 @@ def test_pinned_caches_make_a_batch_depend_on_the_file_and_the_batch_alone(embed
     finally:
         unpin_words(embedder)
     assert token_cache.add_new and embedder.model.layers[0].input_gate_cache.add_new
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_tokenising_ahead_in_a_thread_gives_the_same_bytes(model_path, tmp_path, stateful):
+    """What `hf-elmo embed` does on a GPU (the next batch tokenised while the model computes this one), here on the
+    CPU: every batch but the first is tokenised in another thread, and the file is the same, bit for bit."""
+    lines = fixture_lines() + ["", "last"]
+    source = write_lines(tmp_path / "in.txt", lines)
+    embedder = ElmoEmbedder(model_path, stateful=stateful)
+    tokenize, threads = embedder.tokenize_batch, []
+
+    def tokenize_noting_the_thread(sentences):
+        threads.append(threading.get_ident())
+        return tokenize(sentences)
+
+    embedder.tokenize_batch = tokenize_noting_the_thread
+    embedder.embed_file(source, tmp_path / "ahead.hdf5", batch_size=4, progress=False, tokenize_ahead=True)
+    assert len(threads) == len(plan_batches(lines, 4, stateful)) and threading.get_ident() not in threads
+    threads.clear()
+    embedder.embed_file(source, tmp_path / "in-turn.hdf5", batch_size=4, progress=False)  # (the CPU's default)
+    assert set(threads) == {threading.get_ident()}
+    assert_same_embeddings(tmp_path / "ahead.hdf5", tmp_path / "in-turn.hdf5", len(lines))

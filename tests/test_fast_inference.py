@@ -2,15 +2,22 @@
 approximate modes. The plain path is the definition; every exact fast path must match it within 1e-6."""
 
 import copy
+import json
+import os
+import subprocess
+import sys
+import time
 
+import numpy as np
 import pytest
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from conftest import DEVICES, FIXTURE_SETS, FIXTURES
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, fast_bilstm
-from hf_elmo.approximate import approximation_deviation
+from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer, fast_bilstm, fast_linear
+from hf_elmo.approximate import Bf16Multiplies, approximation_deviation
 from hf_elmo.fast_bilstm import derived_weights, ExactMultiplies
+from hf_elmo.fast_linear import FastLinear
 from hf_elmo.fast_char_encoder import fast_char_encoder
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer
 from hf_elmo.tokenization_elmo import PAD_CHAR_ID
@@ -79,16 +86,32 @@ def test_without_final_states_the_last_step_is_skipped_and_no_output_changes(fix
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("zero_start", [True, False])
-@pytest.mark.parametrize("inputs_repeat", [False, True])
-def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start, inputs_repeat, device):
-    """An original-size layer (4096 cells, 512 projection): the size at which the input, recurrent and
-    projection weights are reordered for oneDNN. Ragged lengths, a row of one step, zero or random initial
-    state; and inputs of a few distinct rows (as token vectors repeat), whose gates are computed once."""
+@pytest.fixture(scope="module")
+def original_size_layer():
+    """One biLSTM layer of the original size (4096 cells, 512 projection)."""
     torch.manual_seed(0)
-    model = ElmoModel(ElmoConfig(num_lstm_layers=1, num_highway_layers=0, char_cnn_filters=[[1, 4]]))
-    layer = model.layers[0].to(device).eval()
+    layer = ElmoModel(ElmoConfig(num_lstm_layers=1, num_highway_layers=0, char_cnn_filters=[[1, 4]])).layers[0].eval()
+    return layer, torch.get_rng_state()  # (each test draws its inputs from here on)
+
+
+KERNEL_CASES = [("measured", zero_start, repeat) for zero_start in (True, False) for repeat in (False, True)] + [
+    (kernel, False, repeat) for kernel in fast_linear.float32_kernels() for repeat in (False, True)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernel, zero_start, inputs_repeat", KERNEL_CASES)
+def test_original_size_layer_fast_path_matches_plain_with_every_kernel(
+    original_size_layer, zero_start, inputs_repeat, device, kernel, monkeypatch
+):
+    """An original-size layer, with the kernels measured fastest and with each candidate alone (MKL's packed
+    weights, oneDNN's reordered ones, plain BLAS). Ragged lengths, a row of one step, zero or random initial
+    state; and inputs of a few distinct rows (as token vectors repeat), whose gates are computed once."""
+    if kernel != "measured":
+        only = {kernel: fast_linear.float32_kernels()[kernel]}
+        monkeypatch.setattr(fast_linear, "float32_kernels", lambda: only)
+    layer, random_state = original_size_layer
+    layer = copy.deepcopy(layer).to(device)
+    torch.set_rng_state(random_state)
     lengths = torch.tensor([9, 1, 5, 9, 2])
     step_mask = torch.arange(9) < lengths[:, None]
     if inputs_repeat:
@@ -104,16 +127,88 @@ def test_original_size_layer_fast_path_with_onednn_matches_plain(zero_start, inp
         slow = layer._plain_forward(inputs, step_mask, h, c)
         alone = layer(inputs[:, 2:3], step_mask[2:3], h[:, 2:3], c[:, 2:3], inputs_repeat=inputs_repeat)  # one sentence
     multiplies = derived_weights(layer, "exact", ExactMultiplies)
-    onednn = device == "cpu" and torch.backends.mkldnn.is_available()
-    assert (multiplies.input_onednn("both" if inputs_repeat else "directions") is not None) == onednn
-    assert (multiplies.recurrent_onednn is not None) == onednn
-    assert (multiplies.projection_onednn is not None) == onednn
+    linears = list(multiplies._linears.values())
+    assert all(isinstance(linear, FastLinear) for linear in linears) == (device == "cpu") and linears
+    if kernel != "measured" and device == "cpu":
+        assert all(set(linear._prepared) == {kernel} for linear in linears)
     # Unit-scale random inputs drive outputs and states up to the clip (3): hold them to 1e-6 relative.
     for a, b in zip(fast, slow):
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
     assert torch.all(fast[0][:, 1, 1:] == 0) and torch.all(fast[0][:, 2, 5:] == 0)
     for a, b in zip(alone, slow):
         assert torch.allclose(a, b[:, 2:3], rtol=1e-6, atol=1e-6)
+
+
+@pytest.fixture
+def kernel_choices(tmp_path, monkeypatch):
+    """A file of kernel choices of the test's own."""
+    path = tmp_path / "kernels.json"
+    monkeypatch.setenv("HF_ELMO_KERNEL_CHOICES", str(path))
+    return path
+
+
+def test_fast_linear_takes_the_fastest_kernel_for_the_shape_and_keeps_only_its_weights(kernel_choices):
+    """A kernel that is measurably slower loses, even listed first; every weight of the same shape then takes
+    the winner without timing again, and holds no prepared copy for the loser."""
+    prepared = []
+
+    def kernel(name, pause):
+        def prepare(weight):
+            prepared.append(name)
+
+            def run(x, bias):
+                time.sleep(pause)
+                return x @ weight.t() + (0 if bias is None else bias)
+
+            return run
+        return prepare
+
+    kernels = {"slow": kernel("slow", 0.003), "quick": kernel("quick", 0.0)}
+    torch.manual_seed(0)
+    first, second = FastLinear(torch.randn(6, 5), kernels=kernels), FastLinear(torch.randn(6, 5), kernels=kernels)
+    x = torch.randn(3, 5)
+    assert torch.allclose(first(x), x @ first.weight.t())
+    assert set(first._prepared) == {"quick"}
+    prepared.clear()
+    assert torch.allclose(second(x, torch.ones(6)), x @ second.weight.t() + 1)  # with a bias: its own timing
+    second(x)
+    assert prepared.count("quick") == 1 and set(second._prepared) == {"quick"}
+    # Within the margin, the first in order of preference is kept (noise does not flip the choice).
+    equal = {"first": kernel("first", 0.002), "second": kernel("second", 0.002)}
+    assert FastLinear(torch.randn(7, 5), kernels=equal)(x).shape == (3, 7)
+    assert fast_linear._FASTEST[(("first", "second"), (7, 5), False, torch.get_num_threads(), 4)] == "first"
+    assert "first" in kernel_choices.read_text() and "quick" in kernel_choices.read_text()
+
+
+def test_kernel_choices_are_shared_by_the_processes_of_a_machine(kernel_choices):
+    """A choice in the file is what every process takes, without timing (so that runs give the same bits):
+    here one no measurement would make, the plain BLAS call for a large weight and many rows."""
+    key = json.dumps([list(fast_linear.float32_kernels()), [3000, 700], True, torch.get_num_threads(), 256])
+    kernel_choices.write_text(json.dumps({fast_linear._this_machine(): {key: "blas"}}))
+    program = ("import torch; from hf_elmo import fast_linear\n"
+               "linear = fast_linear.FastLinear(torch.randn(3000, 700)); linear(torch.randn(300, 700), torch.zeros(3000))\n"
+               "print(*linear._prepared)")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                            env={**os.environ, "HF_ELMO_KERNEL_CHOICES": str(kernel_choices)})
+    assert result.stdout.split() == ["blas"]
+    linear = FastLinear(torch.randn(3000, 700))
+    linear(torch.randn(300, 700), torch.zeros(3000))
+    assert set(linear._prepared) == {"blas"}
+
+
+@pytest.mark.parametrize("kernel", fast_linear.float32_kernels())
+@pytest.mark.parametrize("rows", [1, 3, 300])
+def test_every_float32_kernel_computes_the_exact_product(kernel, rows):
+    """Each candidate is an exact float32 product: within the rounding bound that holds for any order of the
+    additions, |error| <= K u sum_k |x_k w_k| (u = 2^-24, K = 512 terms, the bias one more)."""
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(1000, 512) / 23, torch.randn(1000), torch.randn(rows, 512)
+    linear = FastLinear(weight, kernels={kernel: fast_linear.float32_kernels()[kernel]})
+    exact = x.double() @ weight.double().t()
+    bound = 513 * 2.0**-24 * (x.double().abs() @ weight.double().abs().t() + bias.double().abs())
+    assert bool(((linear(x, bias).double() - (exact + bias.double())).abs() <= bound).all())
+    assert bool(((linear(x).double() - exact).abs() <= bound).all())
+    assert linear(x).dtype == torch.float32 and set(linear._prepared) == {kernel}
 
 
 @pytest.mark.parametrize("inputs_repeat", [False, True])
@@ -136,14 +231,20 @@ def test_rows_that_start_alike_share_their_first_step(inputs_repeat, monkeypatch
     input_rows = []  # per call of the input multiply (made when the inputs do not repeat): its rows
 
     def gates(direction, previous, input_gates):
-        recurrent_rows.append(0 if previous is None else previous.shape[0])
+        if previous is None:
+            recurrent_rows.append(0)
         return ExactMultiplies.gates(multiplies, direction, previous, input_gates)
 
-    def input_gates(direction, x, out):
+    def recurrent(direction, previous):
+        recurrent_rows.append(previous.shape[0])
+        return ExactMultiplies.recurrent(multiplies, direction, previous)
+
+    def input_gates(direction, x):
         input_rows.append(x.shape[0])
-        return ExactMultiplies.input_gates(multiplies, direction, x, out)
+        return ExactMultiplies.input_gates(multiplies, direction, x)
 
     monkeypatch.setattr(multiplies, "gates", gates)
+    monkeypatch.setattr(multiplies, "recurrent", recurrent)
     monkeypatch.setattr(multiplies, "input_gates", input_gates)
     with torch.no_grad():
         fast = layer(inputs, step_mask, h, c, inputs_repeat=inputs_repeat)
@@ -173,12 +274,11 @@ def test_input_blocks_are_released_before_the_next_is_computed(monkeypatch):
     inputs = torch.randn(2, 5, 9, 512) * step_mask[None, :, :, None]
     h, c = torch.zeros(2, 5, 512), torch.zeros(2, 5, 4096)
     multiplies = derived_weights(layer, "exact", ExactMultiplies)
-    assert not multiplies.input_gates_use_out  # oneDNN allocates each block
     blocks = []  # per block: its rows, and a weak reference to its memory
 
-    def input_gates(direction, x, out):
+    def input_gates(direction, x):
         assert all(memory.expired() for _, memory in blocks), "an earlier block is still held"
-        block = ExactMultiplies.input_gates(multiplies, direction, x, out)
+        block = ExactMultiplies.input_gates(multiplies, direction, x)
         blocks.append((block.shape[0], StorageWeakRef(block.untyped_storage())))
         return block
 
@@ -235,6 +335,29 @@ def test_outputs_do_not_depend_on_where_the_weights_sit_in_memory(converted):
         with torch.no_grad():
             for a, b in zip(outputs(mapped(**batch)), outputs(fresh(**batch))):
                 assert torch.equal(a, b)
+
+
+def test_a_bfloat16_model_runs_inference_through_the_caches_and_the_embedder(converted):
+    """A model loaded in bfloat16 (`dtype=torch.bfloat16`) takes the fast path, its caches keyed by the bytes of
+    bfloat16 rows, and gives the float32 model's vectors to bfloat16 precision; so does `ElmoEmbedder`."""
+    folder = converted["allennlp-elmo"]
+    model = ElmoModel.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    reference = ElmoModel.from_pretrained(folder).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        found, again, expected = model(**batch), model(**batch), reference(**batch)
+    assert found.last_hidden_state.dtype == torch.bfloat16
+    assert len(model.char_encoder.token_cache) > 0 and len(model.layers[0].input_gate_cache) > 0
+    assert model.layers[0].input_gate_cache.hits > 0
+    assert all(torch.equal(a, b) for a, b in zip(outputs(found), outputs(again)))
+    for a, b in zip(found.hidden_states, expected.hidden_states):
+        assert (a.float() - b).abs().max().item() < 0.1
+    sentence = "The cat sat on the mat ."
+    vectors = ElmoEmbedder(folder, dtype=torch.bfloat16).embed_sentence(sentence)
+    assert vectors.dtype == np.float32
+    assert np.abs(vectors - ElmoEmbedder(folder).embed_sentence(sentence)).max() < 0.1
 
 
 # ---- the token cache -----------------------------------------------------------------------------------
@@ -346,11 +469,12 @@ def test_cache_is_not_used_in_training_or_with_autograd(fixture_model):
 # ---- opt-in approximate modes ------------------------------------------------------------------------------
 
 
-def test_approximations_report_their_deviation(fixture_model):
+def test_approximations_report_their_deviation(fixture_model, monkeypatch):
     model, tokenizer = fixture_model
     model = copy.deepcopy(model)
     batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
                       return_tensors="pt")
+    monkeypatch.setattr(fast_linear, "MARGIN", 1e9)  # bf16: bfloat16 products wherever they are candidates
     deviations = {kind: approximation_deviation(model, batch, kind) for kind in ("nn_lstm", "int8", "bf16")}
     for kind, per_layer in deviations.items():
         assert len(per_layer) == 3, kind
@@ -366,6 +490,41 @@ def test_approximations_report_their_deviation(fixture_model):
         assert largest_difference(outputs(model(**batch)), outputs(plain(model)(**batch))) < 1e-6
     with pytest.raises(ValueError, match="nn_lstm"):
         model.set_lstm_approximation("fp8")
+
+
+def test_bf16_mode_multiplies_in_bfloat16_and_leaves_the_exact_caches_alone(fixture_model, monkeypatch):
+    """With bfloat16 products forced (the first candidate, whatever their speed), the bf16 mode runs them
+    (oneDNN's), gives float32 outputs a little off the exact ones, and fills a gate cache of its own: the
+    exact model's outputs afterwards are bit for bit those from before."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    monkeypatch.setattr(fast_linear, "MARGIN", 1e9)
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[1], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        exact = outputs(model(**batch))
+        model.set_lstm_approximation("bf16")
+        bf16, again = outputs(model(**batch)), outputs(model(**batch))  # the second from its own gate cache
+        model.set_lstm_approximation(None)
+        after = outputs(model(**batch))
+    assert all(torch.equal(a, b) for a, b in zip(exact, after))
+    assert all(torch.equal(a, b) for a, b in zip(bf16, again))
+    assert all(tensor.dtype == torch.float32 for tensor in bf16)
+    assert 1e-4 < largest_difference(bf16, exact) < 0.5
+    multiplies = derived_weights(model.layers[0], "bf16", Bf16Multiplies)
+    kernels = {name for linear in multiplies._linears.values() for name in linear._prepared}
+    assert kernels == {"onednn_bfloat16"}
+    assert len(multiplies.gate_cache) > 0 and multiplies.gate_cache.hits > 0
+
+
+def test_bf16_mode_is_refused_where_the_cpu_would_emulate_bfloat16(fixture_model, monkeypatch):
+    from hf_elmo import approximate
+
+    model = copy.deepcopy(fixture_model[0])
+    monkeypatch.setattr(approximate, "native_bfloat16_extension", lambda: None)
+    with pytest.raises(ValueError, match="AVX512-BF16 or AMX-BF16"):
+        model.set_lstm_approximation("bf16")
+    assert all(layer.approximation is None for layer in model.layers)
 
 
 def test_nn_lstm_mode_equals_exact_where_nothing_is_clipped():
