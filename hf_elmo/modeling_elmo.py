@@ -23,6 +23,9 @@ from .approximate import APPROXIMATIONS, approximate_bilstm_layer
 from .configuration_elmo import ElmoConfig
 from .fast_bilstm import fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
+from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback
+from .fused_bilstm import fused_bilstm_layer, fused_training_fallback
+from .fused_softmax import fused_sampled_softmax_loss
 from .token_cache import DEFAULT_GATE_CACHE_BYTES, DEFAULT_MAX_WORDS, ElmoTokenCache
 from .tokenization_elmo import BOS_WORD, EOS_WORD, PAD_CHAR_ID, word_to_char_ids
 
@@ -88,7 +91,11 @@ class ElmoCharacterEncoder(nn.Module):
         self.use_fast_path = True
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() or torch.is_autocast_enabled(char_ids.device.type):
+        if torch.is_grad_enabled() and any(parameter.requires_grad for parameter in self.parameters()):
+            if fused_char_encoder_fallback(self) is None:
+                return fused_char_encoder(self, char_ids)
+            return self._plain_forward(char_ids)
+        if torch.is_autocast_enabled(char_ids.device.type):
             return self._plain_forward(char_ids)
         encode = self._fast_forward if self.use_fast_path else self._plain_forward
         return self.token_cache.encode(encode, char_ids, list(self.parameters()), use_cache=not self.training)
@@ -150,7 +157,14 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         opted-in approximation (`approximate.py`); otherwise, or with `use_fast_path = False`, the plain loop
         below runs. The plain loop is the definition.
         """
-        if not torch.is_grad_enabled() and not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0:
+        weights = (self.input_weight, self.recurrent_weight, self.bias, self.projection_weight)
+        needs_grad = torch.is_grad_enabled() and any(
+            tensor is not None and tensor.requires_grad for tensor in (inputs, h, c, *weights)
+        )
+        if needs_grad:
+            if fused_training_fallback(self, inputs, h, c) is None:
+                return fused_bilstm_layer(self, inputs, step_mask, h, c)
+        elif not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0:
             if self.approximation is not None:
                 return approximate_bilstm_layer(self, inputs, step_mask, h, c)
             if self.use_fast_path and bool(step_mask[:, 0].all()):
@@ -262,6 +276,14 @@ class ElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ElmoScalarMix):
             init.zeros_(module.scalar_parameters)
             init.ones_(module.gamma)
+
+    def set_fast_path(self, enabled: bool) -> None:
+        """Run the fast paths (`use_fast_path` of the character encoder, of every biLSTM layer and of the pretraining
+        softmax: for inference, and the fused training paths under autograd) or, with False, the plain definition
+        everywhere."""
+        for module in self.modules():
+            if isinstance(module, (ElmoCharacterEncoder, ElmoBiLstmLayer, ElmoForPreTraining)):
+                module.use_fast_path = enabled
 
     def save_hub_folder(
         self,
@@ -763,28 +785,32 @@ def log_expected_count(ids: torch.Tensor, range_max: int, num_sampled: int, num_
 
 
 def sampled_softmax_loss(
-    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_sampled: int
+    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_sampled: int,
+    fused: bool = False,
 ) -> torch.Tensor:
     """Per-token loss of TensorFlow's `sampled_softmax_loss` with its defaults (bilm-tf's training loss).
 
     hidden [N, P], targets [N] -> [N]. One set of `num_sampled` distinct negatives (log-uniform) for the whole
     batch; each logit is corrected by the log of its expected count; a negative that is the token's own target
     (an accidental hit) is removed; the loss is the cross-entropy of the true word among [true, negatives].
+    `fused`: the same loss and gradient from `fused_softmax.py` (fewer passes over the logits); this code defines it.
     """
     vocab_size, tokens = weight.shape[0], targets.shape[0]
     sampled, num_tries = sample_log_uniform(num_sampled, vocab_size)
     sampled = sampled.to(hidden.device)
     # One gather of the true words' and the negatives' rows: in backward, one scatter into a [V, P] gradient.
     words = torch.cat([targets, sampled])
-    rows, row_bias = weight[words], bias[words]
     log_q = log_expected_count(words, vocab_size, num_sampled, num_tries)
-    true_logits = ((hidden * rows[:tokens]).sum(-1) + row_bias[:tokens]).float() - log_q[:tokens]
-    sampled_logits = F.linear(hidden, rows[tokens:], row_bias[tokens:]).float() - log_q[tokens:]
     # Accidental hits: the negatives are distinct, so each token's target is at most one of them.
     position = torch.full((vocab_size,), -1, device=hidden.device)
     position[sampled] = torch.arange(num_sampled, device=hidden.device)
     hit = position[targets]
     hit_rows = (hit >= 0).nonzero().squeeze(1)
+    if fused:
+        return fused_sampled_softmax_loss(hidden, weight, bias, words, log_q, hit_rows, hit[hit_rows])
+    rows, row_bias = weight[words], bias[words]
+    true_logits = ((hidden * rows[:tokens]).sum(-1) + row_bias[:tokens]).float() - log_q[:tokens]
+    sampled_logits = F.linear(hidden, rows[tokens:], row_bias[tokens:]).float() - log_q[tokens:]
     sampled_logits = sampled_logits.index_put((hit_rows, hit[hit_rows]), sampled_logits.new_tensor(float("-inf")))
     return torch.logaddexp(true_logits, torch.logsumexp(sampled_logits, dim=1)) - true_logits
 
@@ -845,6 +871,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         self.elmo = ElmoModel(config, add_scalar_mix=False, lm_dropout=config.lm_dropout)
         self.softmax = nn.Linear(config.projection_dim, config.lm_vocab_size)  # row i scores word i
         self.dropout = nn.Dropout(config.lm_dropout) if config.lm_dropout > 0 else None
+        self.use_fast_path = True  # the fused sampled softmax (fused_softmax.py); see set_fast_path
         self.post_init()
 
     @torch.no_grad()
@@ -936,11 +963,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         words = input_ids[mask]
         if backward_input_ids is not None:
             words = torch.cat([words, backward_input_ids[mask]])
-        distinct, inverse = torch.unique(words, dim=0, return_inverse=True)
+        distinct, inverse = distinct_words(words)
         padding_starts = (distinct != PAD_CHAR_ID).sum(dim=1).max() if len(distinct) else 0
         widest = max(width for width, _ in self.config.char_cnn_filters)
         distinct = distinct[:, : min(distinct.shape[1], int(padding_starts) + widest)]
-        vectors = self.elmo.char_encoder(distinct)[inverse]
+        vectors = self.elmo.char_encoder(distinct).index_select(0, inverse)
         layers = [
             vectors.new_zeros(*mask.shape, vectors.shape[-1]).masked_scatter(mask.unsqueeze(-1), part)
             for part in vectors.chunk(1 if backward_input_ids is None else 2)
@@ -961,7 +988,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             hidden = self.dropout(hidden)
         negatives = self.config.lm_negative_samples
         if self.training and 0 < negatives < vocab_size:
-            losses = sampled_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias, negatives)
+            losses = sampled_softmax_loss(
+                hidden, targets, self.softmax.weight, self.softmax.bias, negatives, fused=self.use_fast_path
+            )
         else:
             losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
         return losses.sum() / keep.sum().clamp(min=1)
