@@ -24,6 +24,11 @@ from collections import OrderedDict
 import torch
 
 
+# Whether CUDA tensors go through the layers' CUDA graph recordings (`LayerGraphs`); False runs the fused path
+# unrecorded, which benchmarks/gpu_train_bench.py measures against.
+RECORD_CUDA_GRAPHS = True
+
+
 def fused_training_fallback(layer, inputs: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> str | None:
     """Why `layer` must train through the plain loop for these tensors, or None where this path covers them."""
     if not layer.use_fast_path:
@@ -51,7 +56,7 @@ def fused_bilstm_layer(
     multiply_dtype = torch.get_autocast_dtype(device) if autocast else layer.input_weight.dtype
     # Where every row runs every step (stream batching), the per-step masking is skipped.
     all_valid = bool(step_mask.all())
-    if graphs is None and inputs.is_cuda:
+    if graphs is None and inputs.is_cuda and RECORD_CUDA_GRAPHS:
         graphs = _CUDA_GRAPHS.setdefault(layer, LayerGraphs(record=True))
     return _FusedBiLstm.apply(
         inputs, step_mask, h, c, layer.input_weight, layer.recurrent_weight, layer.bias, layer.projection_weight,

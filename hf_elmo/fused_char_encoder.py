@@ -34,8 +34,11 @@ def fused_char_encoder_fallback(encoder) -> str | None:
     """Why `encoder` must train through the plain path, or None where this path covers it."""
     if not encoder.use_fast_path:
         return "use_fast_path is False"
-    if encoder.char_embedding._forward_hooks or encoder.char_embedding._forward_pre_hooks:
-        # e.g. enable_input_require_grads' hook, which needs the embedding module's output
+    # This path never calls the embedding module, so its hooks would not run. One is known and needs no output:
+    # transformers' enable_input_require_grads (activation checkpointing adds it) makes the embedding's output
+    # require gradients, and this path's output requires them anyway (it runs only when a weight needs them).
+    hooks = list(encoder.char_embedding._forward_hooks.values()) + list(encoder.char_embedding._forward_pre_hooks.values())
+    if any(getattr(hook, "__name__", None) != "make_inputs_require_grads" for hook in hooks):
         return "hooks on the character embedding"
     if encoder.char_embedding.weight.dtype not in (torch.float32, torch.float64):
         return f"{encoder.char_embedding.weight.dtype} weights (float32 and float64 are covered)"

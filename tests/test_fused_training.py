@@ -373,7 +373,7 @@ def paths_taken(monkeypatch, model, prepare=lambda: None, backward=True) -> dict
 def test_which_options_fall_back_to_the_plain_path(monkeypatch):
     """The fused paths cover float32 and float64 weights, autocast, masks, states and checkpointing; these fall back
     to the plain path: use_fast_path = False, bf16/fp16 weights, inputs of another dtype outside autocast, no steps,
-    and (char CNN only) hooks on the character embedding, which enable_input_require_grads adds."""
+    and (char CNN only) hooks on the character embedding other than enable_input_require_grads' own."""
     assert paths_taken(monkeypatch, tiny_model()) == {"biLSTM": "fused", "char CNN": "fused"}
     assert paths_taken(monkeypatch, tiny_model().double()) == {"biLSTM": "fused", "char CNN": "fused"}
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -384,7 +384,9 @@ def test_which_options_fall_back_to_the_plain_path(monkeypatch):
     assert paths_taken(monkeypatch, model) == {"biLSTM": "plain", "char CNN": "plain"}
     assert paths_taken(monkeypatch, tiny_model().to(torch.bfloat16)) == {"biLSTM": "plain", "char CNN": "plain"}
     model = tiny_model()
-    model.enable_input_require_grads()
+    model.enable_input_require_grads()  # transformers' hook, which this path does not need
+    assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "fused"}
+    model.char_encoder.char_embedding.register_forward_hook(lambda module, inputs, output: output * 2)
     assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "plain"}
 
     layer = tiny_model().layers[0]
@@ -439,3 +441,18 @@ def test_bf16_autocast_gradients_are_near_float32_and_nearer_than_the_plain_path
         errors[fast] = relative_errors(mixed, reference)
     assert max(errors[True].values()) < 0.1, errors[True]
     assert sum(errors[True].values()) < sum(errors[False].values()), (errors[True], errors[False])
+
+
+def test_float32_training_turns_tf32_off():
+    """pretrain.py without mixed precision: exact float32, no TF32 in CUDA's multiplies or cuDNN's convolutions."""
+    from modeling.pretrain import set_float32_precision
+
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        set_float32_precision("bf16")
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        set_float32_precision("no")
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
