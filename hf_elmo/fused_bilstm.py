@@ -129,10 +129,13 @@ def _forward(inputs, step_mask, h, c, input_weight, recurrent_weight, bias, proj
     time_major = inputs_and_h[:, :steps, :, :proj].reshape(directions, steps * batch, proj)
     # The input half of every gate for all steps at once, into the buffer that then receives each step's recurrent
     # half and keeps the activations. The original adds 1.0 to the forget gate at run time.
-    gates = multiply(time_major, multiply.weights["input"].transpose(1, 2))
     biased = bias.detach().clone()
     biased[:, cell : 2 * cell] += 1.0
-    gates = gates.add_(biased.unsqueeze(1)).view(directions, steps, batch, 4 * cell)
+    if multiply_dtype == dtype:
+        gates = torch.baddbmm(biased.unsqueeze(1), time_major, multiply.weights["input"].transpose(1, 2))
+    else:
+        gates = multiply(time_major, multiply.weights["input"].transpose(1, 2)).add_(biased.unsqueeze(1))
+    gates = gates.view(directions, steps, batch, 4 * cell)
 
     states_c = new(directions, steps + 1, batch, cell, dtype=dtype)  # c entering each step, then the last
     # h entering each step, then the last: in inputs_and_h itself where the multiplies take the cell's dtype.

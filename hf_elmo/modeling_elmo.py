@@ -968,8 +968,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         widest = max(width for width, _ in self.config.char_cnn_filters)
         distinct = distinct[:, : min(distinct.shape[1], int(padding_starts) + widest)]
         vectors = self.elmo.char_encoder(distinct).index_select(0, inverse)
+        full = bool(mask.all())  # no padding (stream batching): the vectors are the layer, in order
         layers = [
-            vectors.new_zeros(*mask.shape, vectors.shape[-1]).masked_scatter(mask.unsqueeze(-1), part)
+            part.view(*mask.shape, -1) if full
+            else vectors.new_zeros(*mask.shape, vectors.shape[-1]).masked_scatter(mask.unsqueeze(-1), part)
             for part in vectors.chunk(1 if backward_input_ids is None else 2)
         ]
         return layers[0], layers[1] if len(layers) == 2 else None
@@ -979,11 +981,12 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if labels.shape != hidden.shape[:2]:
             raise ValueError(f"{name} must be [{hidden.shape[0]}, {hidden.shape[1]}], got {list(labels.shape)}")
         keep = labels != -100
-        targets = labels[keep]
+        every = bool(keep.all())  # every position has a target (stream batching): a view, not a gather
+        targets = labels.flatten() if every else labels[keep]
         vocab_size = self.config.lm_vocab_size
         if bool(((targets < 0) | (targets >= vocab_size)).any()):
             raise ValueError(f"{name} holds ids outside the vocabulary [0, {vocab_size}) other than -100")
-        hidden = hidden[keep]
+        hidden = hidden.flatten(0, 1) if every else hidden[keep]
         if self.dropout is not None:
             hidden = self.dropout(hidden)
         negatives = self.config.lm_negative_samples

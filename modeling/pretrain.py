@@ -20,6 +20,7 @@ the top of OUTPUT_DIR (it loads as `ElmoModel` with AutoModel, and as `ElmoForPr
 
 import argparse
 import contextlib
+import ctypes
 import hashlib
 import json
 import math
@@ -401,6 +402,20 @@ class TrainingClock:
         return {"train_seconds": self.seconds, "warmup_seconds": self.warmup_seconds}
 
 
+def keep_freed_memory() -> None:
+    """Have glibc's malloc keep freed memory for reuse instead of handing it back to the system: every training step
+    allocates and frees the same large buffers, and memory fresh from the system costs a page fault per 4 KiB on
+    first use (tens of milliseconds a step on CPU). Buffers up to 32 MiB (glibc's largest setting) then come from
+    the reused heap. Nothing changes where the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # mallopt's parameter numbers (malloc.h)
+    libc.mallopt(m_mmap_threshold, 32 << 20)
+    libc.mallopt(m_trim_threshold, 1 << 30)
+
+
 def set_float32_precision(mixed_precision: str) -> None:
     """Without mixed precision, float32 is exact: TF32 off in CUDA's multiplies and cuDNN's convolutions (cuDNN's
     default lets them use it)."""
@@ -420,6 +435,7 @@ def set_learning_rate(optimizer, scheduler, schedule_step: float) -> None:
 
 def train(args: argparse.Namespace) -> dict:
     run_started = time.perf_counter()
+    keep_freed_memory()
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=args.report_to or None)
     settings = resolve_settings(args, accelerator.num_processes)
     settings["mixed_precision"] = accelerator.mixed_precision
