@@ -74,6 +74,8 @@ class ElmoCharacterEncoder(nn.Module):
     Without autograd or autocast, each distinct word of a batch is computed once, by the faster equivalent in
     `fast_char_encoder.py` (unless `use_fast_path = False`); in eval mode `token_cache` also keeps the vectors
     of recently seen words for later batches (`token_cache.max_words = 0` turns it off; see `token_cache.py`).
+    When a weight needs a gradient, the fused training path of `fused_char_encoder.py` runs instead (unless
+    `use_fast_path = False` or it does not cover the case), the same gradients faster.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -153,9 +155,10 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         path then computes the input half of the gates once per distinct word, through `input_gate_cache` on CPU.
         Returns the outputs [2, B, S, P] (exactly 0 at masked steps) and the state after each row's last step.
 
-        Without autograd or autocast, the same computation runs reorganised for speed (`fast_bilstm.py`), or an
-        opted-in approximation (`approximate.py`); otherwise, or with `use_fast_path = False`, the plain loop
-        below runs. The plain loop is the definition.
+        When nothing needs a gradient and autocast is off, the same computation runs reorganised for speed
+        (`fast_bilstm.py`), or an opted-in approximation (`approximate.py`); when something needs one, the fused
+        training path (`fused_bilstm.py`: the same gradients, one autograd Function), where it covers the case. With
+        `use_fast_path = False`, or where neither covers it, the plain loop below runs. It is the definition.
         """
         weights = (self.input_weight, self.recurrent_weight, self.bias, self.projection_weight)
         needs_grad = torch.is_grad_enabled() and any(
