@@ -10,7 +10,7 @@ loss the sum of every layer's outputs at the words (`remove_sentence_boundaries`
 
 import sys
 
-from bench_common import Channel, load_inputs, memory_mb, timed
+from bench_common import Channel, load_inputs, step_reply, timed
 
 channel = Channel()
 options_file, weight_file, inputs_file, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -34,9 +34,7 @@ def step(mode: str = "allennlp") -> dict:
         return loss.item()
 
     seconds, loss = timed(one_step)
-    grad = bilm._token_embedder._char_embedding_weights.grad
-    reply = {"seconds": seconds, "loss": loss, "words": sum(len(w) for w in windows), "memory": memory_mb(),
-             "char_embedding_grad": grad.tolist()}
+    reply = step_reply(seconds, loss, windows, bilm._token_embedder._char_embedding_weights.grad)
     bilm.zero_grad(set_to_none=True)
     return reply
 

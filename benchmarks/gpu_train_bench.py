@@ -18,7 +18,6 @@ import copy
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
+from gpu_bench import run  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForPreTraining, fused_bilstm  # noqa: E402
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer  # noqa: E402
 
@@ -92,15 +92,6 @@ def model_check() -> str:
     verdict = "PASS" if loss_error <= 1e-5 and errors[worst] <= 1e-5 else "FAIL"
     return (f"{verdict}: pretraining model on CUDA, fast (CUDA graphs) against plain: loss {loss_error:.1e}, largest "
             f"gradient difference {errors[worst]:.1e} ({worst}) (limit 1e-5)")
-
-
-def run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    try:
-        return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as error:
-        output = error.stdout.decode(errors="replace") if isinstance(error.stdout, bytes) else error.stdout or ""
-        return subprocess.CompletedProcess(command, -1, output, f"timed out after {timeout:.0f} s")
 
 
 def pytest_on_cuda() -> str:

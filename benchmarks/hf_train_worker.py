@@ -11,7 +11,7 @@ model (`set_fast_path(False)`).
 import sys
 from pathlib import Path
 
-from bench_common import Channel, load_inputs, memory_mb, timed
+from bench_common import Channel, load_inputs, step_reply, timed
 
 channel = Channel()
 model_dir, inputs_file, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -37,9 +37,7 @@ def step(mode: str) -> dict:
         return loss.item()
 
     seconds, loss = timed(one_step)
-    grad = model.char_encoder.char_embedding.weight.grad
-    reply = {"seconds": seconds, "loss": loss, "words": sum(len(w) for w in windows), "memory": memory_mb(),
-             "char_embedding_grad": grad.tolist()}
+    reply = step_reply(seconds, loss, windows, model.char_encoder.char_embedding.weight.grad)
     model.zero_grad(set_to_none=True)
     return reply
 

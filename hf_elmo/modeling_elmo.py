@@ -1103,7 +1103,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             parts = self.elmo.char_encoder(distinct).index_select(0, inverse).tensor_split(len(streams))
         full = not exporting and bool(mask.all())  # no padding (stream batching): the vectors are the layer, in order
         layers = [
-            part.view(*mask.shape, -1) if full
+            part.view(*mask.shape, part.shape[-1]) if full
             else part.new_zeros(*mask.shape, part.shape[-1]).masked_scatter(mask.unsqueeze(-1), part)
             for part in parts
         ]

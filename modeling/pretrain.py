@@ -589,13 +589,10 @@ def train(args: argparse.Namespace) -> dict:
     if args.freeze_body:
         model.elmo.requires_grad_(False)
     parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
-    # fused: one kernel over all parameters, the same update several times faster than the default loop.
-    fused = (accelerator.device.type in ("cpu", "cuda") and accelerator.distributed_type != DistributedType.FSDP) or None
     if settings["optimizer"] == "adagrad":
-        optimizer = torch.optim.Adagrad(parameters, lr=settings["learning_rate"], initial_accumulator_value=1.0, fused=fused)
+        optimizer = torch.optim.Adagrad(parameters, lr=settings["learning_rate"], initial_accumulator_value=1.0)
     else:
-        optimizer = torch.optim.AdamW(parameters, lr=settings["learning_rate"], weight_decay=settings["weight_decay"],
-                                      fused=fused)
+        optimizer = torch.optim.AdamW(parameters, lr=settings["learning_rate"], weight_decay=settings["weight_decay"])
     scheduler = get_scheduler(settings["lr_scheduler"], optimizer, num_warmup_steps=settings["warmup_steps"], num_training_steps=schedule_steps)
     model, optimizer = accelerator.prepare(model, optimizer)
     # Not prepared: Accelerate would step a prepared scheduler once per process and step.
