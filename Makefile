@@ -28,14 +28,16 @@ clean:
 	rm -rf $(VENV) build
 
 # ---- benchmark (not part of `make test`) -------------------------------------------------------------------
-# hf_elmo against AllenNLP 2.10.1 on CPU, 2 threads; writes benchmarks/RESULTS.md in under 10 minutes.
-# AllenNLP lives in its own venv, made once by the shared recipe; it is never a dependency of this project.
+# hf_elmo against AllenNLP 2.10.1 and ELMoForManyLangs on CPU, 2 threads; writes benchmarks/RESULTS.md.
+# Each peer lives in its own venv, made once by the shared recipe; neither is a dependency of this project.
 ALLENNLP_VENV ?= build/allennlp-venv
+ELMOFORMANYLANGS_VENV ?= build/elmoformanylangs-venv
 BENCH_ARGS ?=
 
 .PHONY: bench
-bench: setup $(ALLENNLP_VENV)/bin/python
-	$(BIN)/python benchmarks/run.py --allennlp-python $(ALLENNLP_VENV)/bin/python $(BENCH_ARGS)
+bench: setup $(ALLENNLP_VENV)/bin/python $(ELMOFORMANYLANGS_VENV)/bin/python
+	$(BIN)/python benchmarks/run.py --allennlp-python $(ALLENNLP_VENV)/bin/python \
+		--elmoformanylangs-python $(ELMOFORMANYLANGS_VENV)/bin/python $(BENCH_ARGS)
 
 $(ALLENNLP_VENV)/bin/python:
 	bash ../shared/tools/peer-allennlp-setup.sh $(ALLENNLP_VENV)
@@ -156,3 +158,30 @@ pretrain-default: default-data
 layer-analysis: data
 	$(BIN)/python modeling/layer_analysis.py --conll-dir data --brown-dir data/brown-pos \
 		--output-dir build/layer-analysis --update-card hf_elmo/default-model/README.md
+
+# ---- ELMoForManyLangs (conversion/convert_elmoformanylangs.py) -------------------------------------------------
+# The package lives in its own venv, made once by the shared recipe; it is never a dependency of this project.
+# `make elmoformanylangs-fixtures` remakes tests/fixtures/elmoformanylangs with the package's own code;
+# `make check-elmoformanylangs` converts each fixture model there and back, and has the package load what came back
+# and give its recorded outputs (to the last bit).
+ELMOFORMANYLANGS_FIXTURES := tests/fixtures/elmoformanylangs
+CHECK_DIR := build/check-elmoformanylangs
+
+.PHONY: elmoformanylangs-fixtures check-elmoformanylangs
+
+elmoformanylangs-fixtures: $(ELMOFORMANYLANGS_VENV)/bin/python
+	$(ELMOFORMANYLANGS_VENV)/bin/python conversion/make_elmoformanylangs_fixtures.py $(ELMOFORMANYLANGS_FIXTURES)
+
+check-elmoformanylangs: setup $(ELMOFORMANYLANGS_VENV)/bin/python
+	rm -rf $(CHECK_DIR)
+	for model in with_words chars_only; do \
+		$(BIN)/python conversion/convert_elmoformanylangs.py --model-dir $(ELMOFORMANYLANGS_FIXTURES)/$$model \
+			--output-dir $(CHECK_DIR)/$$model-hf && \
+		$(BIN)/python conversion/convert_elmoformanylangs.py --to-elmoformanylangs --model-dir $(CHECK_DIR)/$$model-hf \
+			--output-dir $(CHECK_DIR)/$$model && \
+		$(ELMOFORMANYLANGS_VENV)/bin/python conversion/make_elmoformanylangs_fixtures.py $(CHECK_DIR)/$$model \
+			--check-against $(ELMOFORMANYLANGS_FIXTURES)/$${model}_outputs.npz || exit 1; \
+	done
+
+$(ELMOFORMANYLANGS_VENV)/bin/python:
+	bash ../shared/tools/peer-elmoformanylangs-setup.sh $(ELMOFORMANYLANGS_VENV)

@@ -9,7 +9,7 @@ the LSTM state reset before every batch so that each batch starts from zeros, as
 import sys
 import time
 
-from bench_common import Channel, load_inputs, memory_mb, timed
+from bench_common import Channel, load_inputs, memory_mb, run_batches, timed
 
 channel = Channel()
 options_file, weight_file, inputs_file, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -33,20 +33,10 @@ def embed(sentences):
 
 
 def run(case: str, save: str | None = None) -> dict:
-    batches = inputs[case]
-    with torch.no_grad():
-        seconds, outputs = timed(lambda: [embed(batch) for batch in batches])
-    if save:
-        import numpy as np
+    def layers_of(batch, layers):  # [B, T, 2P] per layer -> per sentence [words, 2P] per layer
+        return [[values[row, : len(words)].numpy() for values in layers] for row, words in enumerate(batch)]
 
-        arrays = {}
-        for b, (batch, layers) in enumerate(zip(batches, outputs)):
-            for layer, values in enumerate(layers):
-                for row, words in enumerate(batch):
-                    arrays[f"b{b}_r{row}_l{layer}"] = values[row, : len(words)].numpy()
-        np.savez(save, **arrays)
-    words = sum(len(sentence) for batch in batches for sentence in batch)
-    return {"seconds": seconds, "words": words, "memory": memory_mb()}
+    return run_batches(embed, inputs[case], layers_of, save)
 
 
 channel.send({"imported": imported, "loaded": loaded, "load_seconds": load_seconds,

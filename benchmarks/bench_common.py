@@ -1,7 +1,7 @@
 """What both benchmark workers share: the JSON-lines channel to the driver, memory readings, timing.
 
-Imported by `hf_worker.py` (the project's venv) and `allennlp_worker.py` (AllenNLP's own venv), so it uses
-only the standard library.
+Imported by `hf_worker.py` (the project's venv), `allennlp_worker.py` and `elmoformanylangs_worker.py` (the peers'
+own venvs), so it uses only the standard library (and torch and numpy, which every venv has, where named).
 """
 
 import json
@@ -61,6 +61,26 @@ def step_reply(seconds: float, loss: float, windows: list, char_embedding_grad) 
     gradient (a tensor, sent as nested lists), for `train_bench.py` to compare the libraries."""
     return {"seconds": seconds, "loss": loss, "words": sum(len(window) for window in windows), "memory": memory_mb(),
             "char_embedding_grad": char_embedding_grad.tolist()}
+
+
+def run_batches(embed, batches: list, layers_of, save: str | None = None) -> dict:
+    """Time `embed(batch)` over `batches` (without autograd); `layers_of(batch, output)` gives each sentence's layers,
+    which `save` (a .npz path) keeps as `b{batch}_r{row}_l{layer}`."""
+    import torch
+
+    with torch.no_grad():
+        seconds, outputs = timed(lambda: [embed(batch) for batch in batches])
+    if save:
+        import numpy as np
+
+        arrays = {}
+        for b, (batch, output) in enumerate(zip(batches, outputs)):
+            for row, layers in enumerate(layers_of(batch, output)):
+                for layer, values in enumerate(layers):
+                    arrays[f"b{b}_r{row}_l{layer}"] = values
+        np.savez(save, **arrays)
+    words = sum(len(sentence) for batch in batches for sentence in batch)
+    return {"seconds": seconds, "words": words, "memory": memory_mb()}
 
 
 def load_inputs(path: str) -> dict[str, list[list[list[str]]]]:

@@ -365,7 +365,8 @@ def summarise(size_result: dict, inputs: dict) -> dict:
     return out
 
 
-def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: dict) -> str:
+def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: dict, extra=None) -> str:
+    """`extra`: another section's (Markdown lines, targets), e.g. elmoformanylangs_bench.render's."""
     lines = ["# hf_elmo against AllenNLP 2.10.1: CPU benchmark", "",
              "Written by `make bench` (`benchmarks/run.py`); every number below comes from one run of it.", "",
              "## Settings", "",
@@ -477,6 +478,9 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
             targets.append(("small, 32 sentences, cache warm: >= 5x", f"{summary['batch']['ratio_warm']:.2f}x",
                             summary["batch"]["ratio_warm"] >= 5))
         targets.append((f"{name}: every layer within 1e-5 of AllenNLP", f"{worst:.2g}", worst <= 1e-5))
+    if extra is not None:
+        lines += extra[0]
+        targets += extra[1]
     busiest = max(setup["load_during"] + [setup["load_average_start"][0], setup["load_average_end"][0]])
     if busiest > setup["threads"] + 0.5:
         lines[lines.index("## Settings"):lines.index("## Settings")] = [
@@ -513,7 +517,10 @@ def main(argv=None) -> int:
                         help="interpreter of the venv made by ../shared/tools/peer-allennlp-setup.sh")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--sizes", default="original,small")
+    parser.add_argument("--sizes", default="original,small,elmoformanylangs",
+                        help="elmoformanylangs: against ELMoForManyLangs at its released size (elmoformanylangs_bench.py)")
+    parser.add_argument("--elmoformanylangs-python", default=str(ROOT / "build" / "elmoformanylangs-venv" / "bin" / "python"),
+                        help="interpreter of the venv made by ../shared/tools/peer-elmoformanylangs-setup.sh")
     parser.add_argument("--work-dir", default=str(ROOT / "build" / "bench"))
     parser.add_argument("--output", default=str(Path(__file__).parent / "RESULTS.md"))
     args = parser.parse_args(argv)
@@ -538,12 +545,19 @@ def main(argv=None) -> int:
         if size.name in args.sizes.split(","):
             results[size.name] = bench_size(size, args, inputs_file, work, env)
             summaries[size.name] = summarise(results[size.name], inputs)
+    extra = None
+    if "elmoformanylangs" in args.sizes.split(","):
+        import elmoformanylangs_bench
+
+        manylangs = elmoformanylangs_bench.run(os.path.abspath(args.elmoformanylangs_python), args.threads, args.rounds,
+                                               inputs_file, work, env, Worker, median, max_difference)
+        extra = elmoformanylangs_bench.render(manylangs)
     setup["fixture_deviations"] = fixture_deviations(work)
     first = next(iter(results.values()))
     setup.update(rounds=args.rounds, load_average_end=os.getloadavg(),
                  load_during=[v for r in results.values() for v in r["load_average_during"]],
                  versions={"hf_elmo": first["load"]["hf_elmo"]["versions"], "allennlp": first["load"]["allennlp"]["versions"]})
-    report = render(results, summaries, setup, time.time() - start, inputs)
+    report = render(results, summaries, setup, time.time() - start, inputs, extra)
     output = Path(args.output)
     partial = output.with_suffix(".md.partial")
     partial.write_text(report + "\n", encoding="utf-8")

@@ -50,6 +50,23 @@ def expected_datasets(config: ElmoConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def check_weight_names(path: str, found: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]],
+                       kind: str = "dataset", described_by: str = "the options") -> None:
+    """One clear error for the first weight of `expected` (name -> shape) missing from `found` (name -> shape),
+    or the first of `found` that `expected` does not have; `kind` and `described_by` word the message."""
+    missing = [name for name in expected if name not in found]
+    if missing:
+        raise ConversionError(
+            f"{path}: missing {kind} {missing[0]} (expected shape {expected[missing[0]]} from {described_by})"
+            + (f", and {len(missing) - 1} more" if len(missing) > 1 else "")
+        )
+    extra = sorted(set(found) - set(expected))
+    if extra:
+        raise ConversionError(
+            f"{path}: unexpected {kind} {extra[0]} with shape {found[extra[0]]}, a weight not described by {described_by}"
+        )
+
+
 def _reorder_gates(array: np.ndarray) -> np.ndarray:
     """Swap the cell and forget gate blocks along axis 0."""
     blocks = np.split(array, 4, axis=0)
@@ -69,20 +86,9 @@ def read_original_weights(weight_file: str | os.PathLike, config: ElmoConfig) ->
     except OSError as error:
         raise ConversionError(f"{path}: not an HDF5 weight file ({error})") from None
     with handle:
-        found = []
-        handle.visititems(lambda name, item: found.append(name) if isinstance(item, h5py.Dataset) else None)
-        missing = [name for name in expected if name not in found]
-        if missing:
-            raise ConversionError(
-                f"{path}: missing dataset {missing[0]} (expected shape {expected[missing[0]]} from the options)"
-                + (f", and {len(missing) - 1} more" if len(missing) > 1 else "")
-            )
-        extra = sorted(set(found) - set(expected))
-        if extra:
-            raise ConversionError(
-                f"{path}: unexpected dataset {extra[0]} with shape {handle[extra[0]].shape}; "
-                "the options describe no such weight"
-            )
+        found = {}
+        handle.visititems(lambda name, item: found.__setitem__(name, item.shape) if isinstance(item, h5py.Dataset) else None)
+        check_weight_names(path, found, expected)
         arrays = {}
         total = sum(handle[name].size * 4 for name in expected)
         with tqdm(total=total, unit="B", unit_scale=True, desc="reading weights", disable=total < 50_000_000) as bar:

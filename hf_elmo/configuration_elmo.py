@@ -18,6 +18,12 @@ register_pipelines()
 # The released models' character CNN: (filter width, number of filters), 2048 filters in all.
 ORIGINAL_CHAR_CNN_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
+# How words are spelled: "bytes", the UTF-8 bytes of bilm-tf's models; "vocabulary", the ids of a character
+# vocabulary (char.dic, ELMoForManyLangs' models; see lexicon.py).
+ALPHABETS = ("bytes", "vocabulary")
+# The byte alphabet's special character ids (tokenization_elmo.py): <S>, </S>, begin and end of word, padding.
+BYTE_ALPHABET_IDS = {"bos_char_id": 257, "eos_char_id": 258, "bow_char_id": 259, "eow_char_id": 260, "pad_char_id": 261}
+
 # How ElmoForSequenceClassification pools the words of a sentence.
 SEQUENCE_POOLINGS = ("mean", "max", "mean_max")
 
@@ -45,11 +51,11 @@ VALUE_RULES = {
     "num_highway_layers": (lambda value: value >= 0, "0 or more"),
     "char_cnn_activation": (lambda value: value in ("relu", "tanh"), "'relu' or 'tanh'"),
     "max_characters_per_token": (lambda value: value >= 3, "at least 3 (begin, end and one character)"),
-    "n_characters": (
-        lambda value: value == 262,
-        "262 (261 trained character ids plus the padding row); options.json files written for training say 261: "
-        "use from_original_options",
-    ),
+    "n_characters": (lambda value: value >= 2, "at least 2 (262 for the byte alphabet: see _check_alphabet)"),
+    "alphabet": (lambda value: value in ALPHABETS, f"one of {', '.join(map(repr, ALPHABETS))}"),
+    "word_vocab_size": (lambda value: value >= 0, "0 or more (0: no word input)"),
+    "word_embedding_dim": (lambda value: value >= 0, "0 or more (0: no word input)"),
+    "forget_bias": (lambda value: math.isfinite(value), "a finite number"),
     "cell_size": AT_LEAST_ONE,
     "projection_dim": AT_LEAST_ONE,
     "num_lstm_layers": AT_LEAST_ONE,
@@ -149,6 +155,19 @@ class ElmoConfig(PreTrainedConfig):
         char_cnn_activation (`str`): `"relu"` or `"tanh"`, applied after max-pooling (`char_cnn.activation`).
         max_characters_per_token (`int`): characters per word, begin/end-of-word included.
         n_characters (`int`): rows of the character embedding; 262 = 261 trained ids + the padding row 0.
+    Alphabet (how a word is spelled; the default is bilm-tf's UTF-8 bytes):
+        alphabet (`str`): `"bytes"` (UTF-8 bytes, n_characters 262) or `"vocabulary"` (the ids of a character
+            vocabulary, ELMoForManyLangs' char.dic: `n_characters` is its size + 1, for the padding row 0).
+        bos_char_id, eos_char_id (`int`): the one character of the sentence boundary words `<S>`/`</S>` (`<bos>`/`<eos>`).
+        bow_char_id, eow_char_id (`int`): the characters that begin and end every word.
+        pad_char_id (`int`): the character that fills a word after its end.
+    Word input (ELMoForManyLangs' models may read each word's id in word.dic as well as its characters):
+        word_vocab_size (`int`): rows of the word embedding; 0 = no word input.
+        word_embedding_dim (`int`): its width; the word vector comes before the char CNN's (after its highway
+            layers), and the projection reads both.
+        bos_word_id, eos_word_id (`int`, *optional*): the word ids of the sentence boundaries.
+        always_project (`bool`): keep the token projection and the LSTM cell projection where the widths already
+            match (ELMoForManyLangs always has both; bilm-tf builds each only where the widths differ).
     biLSTM (`lstm` in options.json):
         cell_size (`int`): LSTM memory cell size C (`lstm.dim`).
         projection_dim (`int`): hidden size P of each direction and the token vector size (`lstm.projection_dim`).
@@ -156,6 +175,8 @@ class ElmoConfig(PreTrainedConfig):
         cell_clip (`float`, *optional*): clip the memory cell to [-cell_clip, cell_clip]; `None` = no clip.
         proj_clip (`float`, *optional*): clip the projected hidden state; `None` = no clip.
         use_skip_connections (`bool`): residual connection around every layer but the first.
+        forget_bias (`float`): added to the forget gate at run time: 1.0 in bilm-tf's LSTMCell, whose stored bias
+            leaves it out; 0.0 for ELMoForManyLangs (AllenNLP's cell), whose stored bias includes it.
     Output:
         num_output_representations (`int`): how many learned scalar mixes of the layers to return.
         do_layer_norm (`bool`): normalise each layer over the whole batch before mixing (AllenNLP's option).
@@ -185,12 +206,24 @@ class ElmoConfig(PreTrainedConfig):
     char_cnn_activation: str = "relu"
     max_characters_per_token: int = 50
     n_characters: int = 262
+    alphabet: str = "bytes"
+    bos_char_id: int = BYTE_ALPHABET_IDS["bos_char_id"]
+    eos_char_id: int = BYTE_ALPHABET_IDS["eos_char_id"]
+    bow_char_id: int = BYTE_ALPHABET_IDS["bow_char_id"]
+    eow_char_id: int = BYTE_ALPHABET_IDS["eow_char_id"]
+    pad_char_id: int = BYTE_ALPHABET_IDS["pad_char_id"]
+    word_vocab_size: int = 0
+    word_embedding_dim: int = 0
+    bos_word_id: int | None = None
+    eos_word_id: int | None = None
+    always_project: bool = False
     cell_size: int = 4096
     projection_dim: int = 512
     num_lstm_layers: int = 2
     cell_clip: float | int | None = 3.0
     proj_clip: float | int | None = 3.0
     use_skip_connections: bool = True
+    forget_bias: float | int = 1.0
     num_output_representations: int = 1
     do_layer_norm: bool = False
     dropout: float | int = 0.0
@@ -216,6 +249,7 @@ class ElmoConfig(PreTrainedConfig):
         self.cell_clip = float(self.cell_clip) if self.cell_clip else None
         self.proj_clip = float(self.proj_clip) if self.proj_clip else None
         self.dropout = float(self.dropout)
+        self.forget_bias = float(self.forget_bias)
         self.lm_dropout = float(self.lm_dropout)
         self._check_values()
         super().__post_init__(**kwargs)
@@ -235,6 +269,35 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 f"ElmoConfig.projection_dim ({self.projection_dim}) cannot exceed cell_size ({self.cell_size})"
             )
+        self._check_alphabet()
+
+    def _check_alphabet(self):
+        """What the alphabet's and the word input's fields must be together."""
+        special_ids = {name: getattr(self, name) for name in BYTE_ALPHABET_IDS}
+        if self.alphabet == "bytes":
+            check_value(
+                "ElmoConfig.n_characters", self.n_characters, lambda value: value == 262,
+                "262 (261 trained character ids plus the padding row); options.json files written for training say "
+                "261: use from_original_options",
+            )
+            for name, value in special_ids.items():
+                check_value(f"ElmoConfig.{name}", value, lambda v, n=name: v == BYTE_ALPHABET_IDS[n],
+                            f"{BYTE_ALPHABET_IDS[name]} in the byte alphabet")
+        else:
+            for name, value in special_ids.items():
+                check_value(f"ElmoConfig.{name}", value, lambda v: 1 <= v < self.n_characters,
+                            f"a character id in 1..n_characters - 1 ({self.n_characters - 1}; 0 is the padding word)")
+            if len(set(special_ids.values())) != len(special_ids):
+                raise ValueError(f"ElmoConfig's special character ids must differ, got {special_ids}")
+        if (self.word_vocab_size > 0) != (self.word_embedding_dim > 0):
+            raise ValueError(
+                f"ElmoConfig.word_vocab_size ({self.word_vocab_size}) and word_embedding_dim "
+                f"({self.word_embedding_dim}) must both be 0 (no word input) or both positive"
+            )
+        if self.word_vocab_size:
+            for name in ("bos_word_id", "eos_word_id"):
+                check_value(f"ElmoConfig.{name}", getattr(self, name), lambda v: v is not None and 0 <= v < self.word_vocab_size,
+                            f"a word id in 0..word_vocab_size - 1 ({self.word_vocab_size - 1})")
 
     @property
     def num_char_filters(self) -> int:
@@ -243,7 +306,8 @@ class ElmoConfig(PreTrainedConfig):
 
     @property
     def vocab_size(self) -> int:
-        """The size of the character alphabet, `n_characters` (the tokenizer's `vocab_size`): ELMo has no word vocabulary."""
+        """The size of the character alphabet, `n_characters` (the tokenizer's `vocab_size`): words are spelled; a
+        model with word input also has `word_vocab_size` words."""
         return self.n_characters
 
     @property
@@ -254,12 +318,12 @@ class ElmoConfig(PreTrainedConfig):
     @property
     def has_char_projection(self) -> bool:
         # bilm-tf builds CNN_proj only when the CNN width differs from the LSTM input width.
-        return self.num_char_filters != self.projection_dim
+        return self.always_project or self.num_char_filters + self.word_embedding_dim != self.projection_dim
 
     @property
     def has_lstm_projection(self) -> bool:
         # bilm-tf builds W_P_0 only when the cell is wider than the output.
-        return self.cell_size != self.projection_dim
+        return self.always_project or self.cell_size != self.projection_dim
 
     @classmethod
     def from_original_options(cls, options: str | os.PathLike | dict[str, Any], **kwargs) -> "ElmoConfig":
@@ -311,6 +375,12 @@ class ElmoConfig(PreTrainedConfig):
 
     def to_original_options(self) -> dict[str, Any]:
         """The `options.json` content that bilm-tf and AllenNLP read for this model (inference form, 262)."""
+        if self.alphabet != "bytes" or self.word_vocab_size or self.forget_bias != 1.0 or self.always_project:
+            raise ValueError(
+                "this model is not in bilm-tf's form (a character vocabulary, word input, a forget bias stored in the "
+                "weights or projections of equal widths: an ELMoForManyLangs model): convert it back with "
+                "conversion/convert_elmoformanylangs.py --to-elmoformanylangs"
+            )
         options: dict[str, Any] = {}
         for name, (path, _) in ORIGINAL_OPTIONS.items():
             section = options
@@ -321,4 +391,4 @@ class ElmoConfig(PreTrainedConfig):
         return {"lstm": options["lstm"], "char_cnn": options["char_cnn"]}
 
 
-__all__ = ["ELMO_AUTO_MAP", "ElmoConfig"]
+__all__ = ["ALPHABETS", "ELMO_AUTO_MAP", "ElmoConfig"]

@@ -44,7 +44,6 @@ from tqdm.auto import tqdm
 
 from .embedder import OUTPUT_FORMATS, ElmoEmbedder, length_sorted_batches
 from .files import OutputLock, check_output_location, read_text_file, sha256_file
-from .tokenization_elmo import BOS_WORD, EOS_WORD
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +85,8 @@ def plan_batches(sentences: list[str], batch_size: int, stateful: bool) -> list[
 
 
 def pin_frequent_words(embedder: ElmoEmbedder, sentences: list[str]) -> None:
-    """Fill the model's inference caches with the most frequent words of `sentences` (and `<S>`, `</S>`), computed
+    """Fill the model's inference caches with the most frequent words of `sentences` (and `<S>`, `</S>`, or the
+    boundaries of the tokenizer's character vocabulary), computed
     in a fixed order, and keep exactly those until `unpin_words` (see the module docstring)."""
     model, tokenizer = embedder.model, embedder.tokenizer
     token_cache, gate_cache = model.char_encoder.token_cache, model.layers[0].input_gate_cache
@@ -94,19 +94,26 @@ def pin_frequent_words(embedder: ElmoEmbedder, sentences: list[str]) -> None:
     model.clear_caches()
     counts = Counter(word for sentence in sentences for word in sentence.split())
     ranked = sorted(counts, key=lambda word: (-counts[word], word))
+
+    def encode(words: list[str]) -> torch.Tensor:
+        """The words' vectors [N, P] from their character ids (and word ids, for a model with word input)."""
+        chars = torch.tensor([tokenizer.word_to_char_ids(word) for word in words], device=embedder.device)
+        word_ids = None
+        if tokenizer.returns_word_ids:
+            word_ids = torch.tensor([tokenizer.word_to_id(word) for word in words], device=embedder.device)
+        return model.char_encoder(chars, word_ids)
+
     with torch.inference_mode():
-        words = [BOS_WORD, EOS_WORD, *ranked[: max(token_cache.max_words - 2, 0)]]
+        words = [*tokenizer.sentence_boundaries, *ranked[: max(token_cache.max_words - 2, 0)]]
         chunk_words = min(PIN_CHUNK_WORDS, token_cache.max_words)  # (a call with more rows than it holds keeps none)
         for start in range(0, len(words) if token_cache.max_words >= 2 else 0, chunk_words):
-            chunk = [tokenizer.word_to_char_ids(word) for word in words[start : start + chunk_words]]
-            model.char_encoder(torch.tensor(chunk, device=embedder.device))
+            encode(words[start : start + chunk_words])
         token_cache.add_new = False
         # The first biLSTM layer's cache of input gates (used on CPU) is filled by that layer, run on the vectors of
         # the words that it holds room for, as sequences of one word (so the layer computes little else).
         words = words[: gate_cache.max_words] if embedder.device.type == "cpu" else []
         if words:
-            chars = torch.tensor([tokenizer.word_to_char_ids(word) for word in words], device=embedder.device)
-            vectors = model.char_encoder(chars)  # [N, P], the pinned ones
+            vectors = encode(words)  # [N, P], the pinned ones
             layer, batch = model.layers[0], vectors.shape[0]
             layer(vectors.expand(2, -1, -1).unsqueeze(2), torch.ones(batch, 1, dtype=torch.bool, device=vectors.device),
                   vectors.new_zeros(2, batch, model.config.projection_dim), vectors.new_zeros(2, batch, model.config.cell_size),

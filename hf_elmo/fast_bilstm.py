@@ -4,7 +4,7 @@ What changes is the order and grouping of work, not what a cell computes:
 * rows are sorted by length and packed time-major (`pack_padded_sequence`), so step t multiplies only the
   rows still running and no padded position is ever computed;
 * the input half of every gate takes a few large multiplies (blocks of whole steps), with the forget gate's
-  +1.0 folded into the bias; on CPU, in the first layer, whose inputs are token vectors, one multiply over
+  run-time bias (bilm-tf's +1.0) folded into the bias; on CPU, in the first layer, whose inputs are token vectors, one multiply over
   the distinct rows instead: every occurrence of a word shares it, and both directions read the same words,
   so it multiplies at most half as many rows, and in eval mode the layer's `input_gate_cache` keeps them
   for the words of later batches (see `token_cache.py`); from a zero initial state (the default) the first
@@ -59,10 +59,11 @@ def clear_derived_weights(module) -> None:
 
 
 def forget_biased(layer) -> torch.Tensor:
-    """The gate bias [2, 4C] with the original's run-time forget bias of +1.0 added to the forget block."""
+    """The gate bias [2, 4C] with the run-time forget bias (bilm-tf's +1.0, `layer.forget_bias`) added to the
+    forget block."""
     cell = layer.recurrent_weight.shape[1] // 4
     bias = layer.bias.detach().clone()
-    bias[:, cell : 2 * cell] += 1.0
+    bias[:, cell : 2 * cell] += layer.forget_bias
     return bias
 
 

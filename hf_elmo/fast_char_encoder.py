@@ -16,7 +16,6 @@ Results equal the plain path to float32 rounding.
 import torch
 
 from .fast_bilstm import derived_weights
-from .tokenization_elmo import PAD_CHAR_ID
 
 # Words per block: their window products for the widest filter (64 x 44 x 1024 floats) stay in cache.
 BLOCK_WORDS = 64
@@ -30,17 +29,18 @@ def _filter_matrices(encoder) -> tuple[list[torch.Tensor], torch.Tensor]:
     return matrices, torch.cat([conv.bias.detach() for conv in encoder.char_cnn])
 
 
-def fast_char_encoder(encoder, char_ids: torch.Tensor) -> torch.Tensor:
-    """[N, K] character ids -> [N, P] word vectors, as `ElmoCharacterEncoder._plain_forward` computes them."""
+def fast_char_encoder(encoder, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """[N, K] character ids (and [N] word ids, with word input) -> [N, P] word vectors, as
+    `ElmoCharacterEncoder._plain_forward` computes them."""
     if char_ids.shape[0] == 1:  # one word: computed as two, for alignment-independent rounding (see two_rows)
-        return fast_char_encoder(encoder, char_ids.expand(2, -1))[:1]
+        return fast_char_encoder(encoder, char_ids.expand(2, -1), None if word_ids is None else word_ids.expand(2))[:1]
     parameters = [p for conv in encoder.char_cnn for p in (conv.weight, conv.bias)]
     matrices, bias = derived_weights(encoder, "char_cnn", _filter_matrices, parameters)
     words, length = char_ids.shape
     widest = max(conv.kernel_size[0] for conv in encoder.char_cnn)
     # Where each word's padding starts for good (0 for a word of padding only), and the words by that end.
     positions = torch.arange(1, length + 1, device=char_ids.device)
-    ends = ((char_ids != PAD_CHAR_ID) * positions).amax(dim=1)
+    ends = ((char_ids != encoder.pad_char_id) * positions).amax(dim=1)
     ends, order = torch.sort(ends, stable=True)
     chars = encoder.char_embedding(char_ids.index_select(0, order))  # [N, K, D], shortest word first
     dim = chars.shape[-1]
@@ -57,8 +57,5 @@ def fast_char_encoder(encoder, char_ids: torch.Tensor) -> torch.Tensor:
             torch.amax(products, dim=1, out=pooled[start:stop, column : column + count])
             column += count
     x = encoder.activation(pooled.add_(bias))
-    for layer in encoder.highway:
-        x = layer(x)
-    if encoder.projection is not None:
-        x = encoder.projection(x)
+    x = encoder.highway_and_projection(x, None if word_ids is None else word_ids.index_select(0, order))
     return x.index_select(0, torch.argsort(order))

@@ -60,7 +60,7 @@ def fused_bilstm_layer(
         graphs = _CUDA_GRAPHS.setdefault(layer, LayerGraphs(record=True))
     return _FusedBiLstm.apply(
         inputs, step_mask, h, c, layer.input_weight, layer.recurrent_weight, layer.bias, layer.projection_weight,
-        (layer.cell_clip, layer.proj_clip, multiply_dtype, all_valid), graphs,
+        (layer.cell_clip, layer.proj_clip, layer.forget_bias, multiply_dtype, all_valid), graphs,
     )
 
 
@@ -114,7 +114,7 @@ def _forward(inputs, step_mask, h, c, input_weight, recurrent_weight, bias, proj
     holds each step's input and the h entering it side by side (in the multiplies' dtype), the two matrices that
     the input and the recurrent weights multiply.
     """
-    cell_clip, proj_clip, multiply_dtype, all_valid = settings
+    cell_clip, proj_clip, forget_bias, multiply_dtype, all_valid = settings
     dtype = input_weight.dtype
     directions, batch, steps, proj = inputs.shape
     cell = recurrent_weight.shape[1] // 4
@@ -128,9 +128,9 @@ def _forward(inputs, step_mask, h, c, input_weight, recurrent_weight, bias, proj
     inputs_and_h[:, :steps, :, :proj].copy_(inputs.transpose(1, 2))
     time_major = inputs_and_h[:, :steps, :, :proj].reshape(directions, steps * batch, proj)
     # The input half of every gate for all steps at once, into the buffer that then receives each step's recurrent
-    # half and keeps the activations. The original adds 1.0 to the forget gate at run time.
+    # half and keeps the activations. The forget gate's run-time bias (bilm-tf's 1.0) is added here.
     biased = bias.detach().clone()
-    biased[:, cell : 2 * cell] += 1.0
+    biased[:, cell : 2 * cell] += forget_bias
     if multiply_dtype == dtype:
         gates = torch.baddbmm(biased.unsqueeze(1), time_major, multiply.weights["input"].transpose(1, 2))
     else:
@@ -181,7 +181,7 @@ def _forward(inputs, step_mask, h, c, input_weight, recurrent_weight, bias, proj
 def _backward(step_mask, input_weight, recurrent_weight, projection_weight, saved, grads, settings, needs):
     """The backward pass: the gradients of (inputs, h, c, input weight, recurrent weight, bias, projection weight),
     None where `needs` says that none is needed."""
-    _, _, multiply_dtype, all_valid = settings
+    _, _, _, multiply_dtype, all_valid = settings
     inputs_and_h, states_h, states_c, gates, tanh_c, cell_out, c_pass, h_pass = saved
     grad_outputs, grad_h, grad_c = grads
     dtype = input_weight.dtype

@@ -10,7 +10,8 @@
   [characters, filters] table) and multiplies that table by the embedding (the filters' gradient) and by the
   filters (the embedding's gradient). Dense convolution backward, with its cost of a second and third
   convolution over every position, is never run.
-* The bias, the activation, the highway layers and the projection are ordinary autograd.
+* The bias, the activation, the highway layers, the word embedding (with word input, concatenated in front of the
+  highway's output) and the projection are ordinary autograd, through `ElmoCharacterEncoder.highway_and_projection`.
 
 Where several windows of a word share a filter's maximum, autograd's max splits the gradient evenly among them and
 this path gives it to one. Windows with the same characters (repeated letters, the padding after a word) give the
@@ -23,7 +24,6 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from .tokenization_elmo import PAD_CHAR_ID
 
 # Words per block on CPU, as in fast_char_encoder.py: a block's window products stay in cache. On a GPU one block
 # (every distinct word, cut after the longest) keeps the number of launches and host syncs down.
@@ -45,29 +45,32 @@ def fused_char_encoder_fallback(encoder) -> str | None:
     return None
 
 
-def distinct_words(char_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[N, K] character ids -> the distinct words [M, K] and, for each of the N, its index among them [N].
+def distinct_words(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, K] rows (character ids, and the word id last with word input) -> the distinct rows [M, K] and, for each
+    of the N, its index among them [N].
 
     On CPU through numpy's unique of each row's bytes, several times faster than torch.unique(dim=0) there."""
-    if char_ids.device.type != "cpu":
-        return torch.unique(char_ids, dim=0, return_inverse=True)
-    rows = np.ascontiguousarray(char_ids.numpy().astype(np.int32))
-    keys = rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel()
+    if rows.device.type != "cpu":
+        return torch.unique(rows, dim=0, return_inverse=True)
+    array = np.ascontiguousarray(rows.numpy().astype(np.int32))
+    keys = array.view(np.dtype((np.void, array.itemsize * array.shape[1]))).ravel()
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    return char_ids[torch.from_numpy(first)], torch.from_numpy(inverse.reshape(-1))
+    return rows[torch.from_numpy(first)], torch.from_numpy(inverse.reshape(-1))
 
 
-def fused_char_encoder(encoder, char_ids: torch.Tensor) -> torch.Tensor:
-    """[N, K] character ids -> [N, P] word vectors, as `ElmoCharacterEncoder._plain_forward`, under autograd."""
-    distinct, inverse = distinct_words(char_ids)
+def fused_char_encoder(encoder, rows: torch.Tensor) -> torch.Tensor:
+    """[N, K] character ids (or [N, K + 1], the word id last, with word input: see `ElmoCharacterEncoder.split_rows`)
+    -> [N, P] word vectors, as `ElmoCharacterEncoder._plain_forward`, under autograd."""
+    distinct, inverse = distinct_words(rows)
+    char_ids, word_ids = encoder.split_rows(distinct)
     # Shortest words first, so that each block is cut after its own longest word.
-    positions = torch.arange(1, distinct.shape[1] + 1, device=distinct.device)
-    ends = ((distinct != PAD_CHAR_ID) * positions).amax(dim=1)
+    positions = torch.arange(1, char_ids.shape[1] + 1, device=char_ids.device)
+    ends = ((char_ids != encoder.pad_char_id) * positions).amax(dim=1)
     ends, order = torch.sort(ends, stable=True)
     widest = max(conv.kernel_size[0] for conv in encoder.char_cnn)
-    words, length = distinct.shape
+    words, length = char_ids.shape
     blocks = []  # (first word, last word + 1, characters kept)
-    if distinct.device.type == "cpu":  # blocks of BLOCK_WORDS words
+    if char_ids.device.type == "cpu":  # blocks of BLOCK_WORDS words
         ends = ends.tolist()
         for start in range(0, words, BLOCK_WORDS):
             stop = min(start + BLOCK_WORDS, words)
@@ -79,14 +82,11 @@ def fused_char_encoder(encoder, char_ids: torch.Tensor) -> torch.Tensor:
     weight = encoder.char_embedding.weight
     autocast = torch.is_autocast_enabled(device) and weight.dtype == torch.float32
     multiply_dtype = torch.get_autocast_dtype(device) if autocast else weight.dtype
-    pooled = _CharFilters.apply(distinct.index_select(0, order), tuple(blocks), multiply_dtype, weight,
+    pooled = _CharFilters.apply(char_ids.index_select(0, order), tuple(blocks), multiply_dtype, weight,
                                 *(conv.weight for conv in encoder.char_cnn))
     bias = torch.cat([conv.bias for conv in encoder.char_cnn])
     x = encoder.activation(pooled + bias)
-    for layer in encoder.highway:
-        x = layer(x)
-    if encoder.projection is not None:
-        x = encoder.projection(x)
+    x = encoder.highway_and_projection(x, None if word_ids is None else word_ids.index_select(0, order))
     # Back from length order to the distinct words' order, then to every occurrence (index_select: its backward
     # is an index_add, several times faster on CPU than the index_put of x[index]).
     return x.index_select(0, torch.argsort(order)[inverse])

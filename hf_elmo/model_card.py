@@ -68,11 +68,23 @@ def render_model_card(
         char_embedding_dim=config.char_embedding_dim,
         num_highway_layers=config.num_highway_layers,
         max_characters_per_token=config.max_characters_per_token,
+        input=_input_description(config),
         source=source,
         results=results.strip(),
         auto_class=auto_class,
         outputs=outputs.format(hidden_size=config.hidden_size, num_labels=config.num_labels, labels=labels),
     )
+
+
+def _input_description(config: ElmoConfig) -> str:
+    """How the model reads a word: its UTF-8 bytes, or its characters in char.dic (and its id in word.dic)."""
+    if config.alphabet == "bytes":
+        return "each word's UTF-8 bytes: there are no out-of-vocabulary words"
+    described = f"each word's characters in char.dic: {config.n_characters - 1} characters (others read as `<oov>`)"
+    if config.word_vocab_size:
+        described += (f"; and its id in word.dic: {config.word_vocab_size} words (others read as `<oov>`), "
+                      f"{config.word_embedding_dim}-dimensional word vectors")
+    return described
 
 
 def default_model_card(model: nn.Module, repo_id: str) -> str:

@@ -28,7 +28,7 @@ from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_e
 from .fused_bilstm import fused_bilstm_layer, fused_training_fallback
 from .fused_softmax import fused_sampled_softmax_loss
 from .token_cache import DEFAULT_GATE_CACHE_BYTES, DEFAULT_MAX_WORDS, ElmoTokenCache
-from .tokenization_elmo import BOS_WORD, EOS_WORD, PAD_CHAR_ID, word_to_char_ids
+from .tokenization_elmo import ElmoTokenizer  # noqa: F401 - a saved model folder carries the tokenizer's code too
 
 @dataclass
 class ElmoModelOutput(ModelOutput):
@@ -101,13 +101,14 @@ class ElmoCharacterEncoder(nn.Module):
     Without autograd or autocast (and outside torch.export), each distinct word of a batch is computed once, by the
     faster equivalent in `fast_char_encoder.py` (unless `use_fast_path = False`); in eval mode `token_cache` also
     keeps the vectors of recently seen words for later batches (`token_cache.max_words = 0` turns it off; see
-    `token_cache.py`). When a weight needs a gradient, the fused training path of `fused_char_encoder.py` runs
-    instead (unless `use_fast_path = False` or it does not cover the case), the same gradients faster.
+    `token_cache.py`). A word is its character ids and, with word input, its word id: the cache is keyed by both.
+    When a weight needs a gradient, the fused training path of `fused_char_encoder.py` runs instead (unless
+    `use_fast_path = False` or it does not cover the case), the same gradients faster.
     """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
-        # Row 0 is the padding row that inference adds in front of the 261 trained character embeddings.
+        # Row 0 is the padding row that inference adds in front of the trained character embeddings.
         self.char_embedding = nn.Embedding(config.n_characters, config.char_embedding_dim)
         self.char_cnn = nn.ModuleList(
             nn.Conv1d(config.char_embedding_dim, count, width) for width, count in config.char_cnn_filters
@@ -115,32 +116,64 @@ class ElmoCharacterEncoder(nn.Module):
         self.activation = torch.relu if config.char_cnn_activation == "relu" else torch.tanh
         width = config.num_char_filters
         self.highway = nn.ModuleList(ElmoHighway(width) for _ in range(config.num_highway_layers))
+        self.word_embedding = (
+            nn.Embedding(config.word_vocab_size, config.word_embedding_dim) if config.word_vocab_size else None
+        )
+        width += config.word_embedding_dim
         self.projection = nn.Linear(width, config.projection_dim) if config.has_char_projection else None
+        self.pad_char_id = config.pad_char_id
         self.token_cache = ElmoTokenCache()
         self.use_fast_path = True
 
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """char_ids [N, K] (and word_ids [N] with word input) -> [N, P]."""
+        if (word_ids is None) != (self.word_embedding is None):
+            raise ValueError(
+                "this model reads each word's id in word.dic as well as its characters: pass input_word_ids"
+                if word_ids is None
+                else "this model has no word input: it reads characters only, not input_word_ids"
+            )
+        # One row per word, everything the vectors depend on: [N, K] or [N, K + 1] (the word id last).
+        rows = char_ids if word_ids is None else torch.cat([char_ids, word_ids.unsqueeze(1).to(char_ids.dtype)], 1)
         if _is_exporting():
-            return self._plain_forward(char_ids)
+            return self._plain_forward(rows)
         if torch.is_grad_enabled() and any(parameter.requires_grad for parameter in self.parameters()):
             if fused_char_encoder_fallback(self) is None:
-                return fused_char_encoder(self, char_ids)
-            return self._plain_forward(char_ids)
-        if torch.is_autocast_enabled(char_ids.device.type):
-            return self._plain_forward(char_ids)
+                return fused_char_encoder(self, rows)
+            return self._plain_forward(rows)
+        # Frozen under autograd, an embedding's hook (enable_input_require_grads') may make the output require
+        # gradients, which the inference path (out= buffers, detached weights) cannot give.
+        hooked = torch.is_grad_enabled() and any(
+            module._forward_hooks or module._forward_pre_hooks
+            for module in (self.char_embedding, self.word_embedding) if module is not None
+        )
+        if hooked or torch.is_autocast_enabled(char_ids.device.type):
+            return self._plain_forward(rows)
         encode = self._fast_forward if self.use_fast_path else self._plain_forward
-        return self.token_cache.encode(encode, char_ids, list(self.parameters()), use_cache=not self.training)
+        return self.token_cache.encode(encode, rows, list(self.parameters()), use_cache=not self.training)
 
-    def _fast_forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        return fast_char_encoder(self, char_ids)
+    def split_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Rows [N, K] or [N, K + 1] -> the character ids [N, K] and the word ids [N] (None without word input)."""
+        if self.word_embedding is None:
+            return rows, None
+        return rows[:, :-1], rows[:, -1]
 
-    def _plain_forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+    def _fast_forward(self, rows: torch.Tensor) -> torch.Tensor:
+        return fast_char_encoder(self, *self.split_rows(rows))
+
+    def _plain_forward(self, rows: torch.Tensor) -> torch.Tensor:
+        char_ids, word_ids = self.split_rows(rows)
         chars = self.char_embedding(char_ids).transpose(1, 2)  # [N, D, K]
         # Max over every window, begin/end-of-word and padding characters included, as the original does.
         x = torch.cat([conv(chars).amax(dim=-1) for conv in self.char_cnn], dim=-1)
-        x = self.activation(x)
+        return self.highway_and_projection(self.activation(x), word_ids)
+
+    def highway_and_projection(self, x: torch.Tensor, word_ids: torch.Tensor | None) -> torch.Tensor:
+        """The char CNN's output [N, F] (and the word ids [N]) -> the token vectors [N, P]."""
         for layer in self.highway:
             x = layer(x)
+        if self.word_embedding is not None:
+            x = torch.cat([self.word_embedding(word_ids), x], dim=-1)  # ELMoForManyLangs' order: word first
         if self.projection is not None:
             x = self.projection(x)
         return x
@@ -159,8 +192,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         cell, proj = config.cell_size, config.projection_dim
         self.input_weight = nn.Parameter(torch.empty(2, 4 * cell, proj))  # [direction, 4C, P]
         self.recurrent_weight = nn.Parameter(torch.empty(2, 4 * cell, proj))  # [direction, 4C, P]
-        # The original adds 1.0 to the forget gate at run time; the stored bias does not include it.
+        # bilm-tf adds 1.0 to the forget gate at run time (config.forget_bias); its stored bias does not include it.
         self.bias = nn.Parameter(torch.empty(2, 4 * cell))  # [direction, 4C]
+        self.forget_bias = config.forget_bias
         if config.has_lstm_projection:
             self.projection_weight = nn.Parameter(torch.empty(2, proj, cell))  # [direction, P, C]
         else:
@@ -226,7 +260,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         for t, step_input_gates in enumerate(input_gates.unbind(2)):
             gates = step_input_gates + torch.bmm(h, recurrent_weight)
             input_gate, forget_gate, cell_gate, output_gate = gates.chunk(4, dim=-1)
-            new_c = torch.sigmoid(forget_gate + 1.0) * c + torch.sigmoid(input_gate) * torch.tanh(cell_gate)
+            new_c = torch.sigmoid(forget_gate + self.forget_bias) * c + torch.sigmoid(input_gate) * torch.tanh(cell_gate)
             if self.cell_clip is not None:
                 new_c = new_c.clamp(-self.cell_clip, self.cell_clip)
             new_h = torch.sigmoid(output_gate) * torch.tanh(new_c)
@@ -321,8 +355,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
         Character embedding U(-1, 1) with the padding row 0 at zero; CNN filters N(0, 1 / (width * D)) with relu
         (U(-0.05, 0.05) with tanh), biases 0; highway carry and transform N(0, 1 / F), carry bias -2, transform
-        bias 0; projection N(0, 1 / F), bias 0; LSTM weights Glorot-uniform, biases 0; scalar mixes s = 0,
-        gamma = 1. The heads initialise their own classifier or softmax.
+        bias 0; projection N(0, 1 / F), bias 0; word embedding (word input) N(0, 1 / dim); LSTM weights
+        Glorot-uniform, biases 0 (the forget block 1 - forget_bias, so that every cell starts with bilm-tf's forget
+        bias of 1); scalar mixes s = 0, gamma = 1. The heads initialise their own classifier or softmax.
         """
         if isinstance(module, ElmoCharacterEncoder):
             embedding = module.char_embedding.weight
@@ -339,6 +374,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
             if module.projection is not None:
                 init.normal_(module.projection.weight, std=math.sqrt(1.0 / module.projection.in_features))
                 init.zeros_(module.projection.bias)
+            if module.word_embedding is not None:  # vectors of about unit length, as ELMoForManyLangs starts them
+                init.normal_(module.word_embedding.weight, std=math.sqrt(1.0 / module.word_embedding.embedding_dim))
         elif isinstance(module, ElmoHighway):
             std = math.sqrt(1.0 / module.carry.in_features)
             init.normal_(module.carry.weight, std=std)
@@ -352,6 +389,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init.uniform_(module.input_weight, -bound, bound)
             init.uniform_(module.recurrent_weight, -bound, bound)
             init.zeros_(module.bias)
+            if module.forget_bias != 1.0 and not getattr(module.bias, "_is_hf_initialized", False):
+                # A forget bias stored in the weights (AllenNLP's cell) starts at 1.0 as bilm-tf's run-time one.
+                cell = four_cells // 4
+                init.constant_(module.bias[:, cell : 2 * cell], 1.0 - module.forget_bias)
             if module.projection_weight is not None:
                 bound = math.sqrt(6.0 / sum(module.projection_weight.shape[1:]))
                 init.uniform_(module.projection_weight, -bound, bound)
@@ -502,6 +543,7 @@ class ElmoModel(ElmoPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         initial_states: tuple[torch.Tensor, torch.Tensor] | None = None,
         output_final_states: bool = True,
+        input_word_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> ElmoModelOutput:
         r"""
@@ -510,6 +552,9 @@ class ElmoModel(ElmoPreTrainedModel):
             An all-zero word is padding, on either side.
         attention_mask (`torch.Tensor` [B, T], *optional*):
             1 for words, 0 for padding. Defaults to the words that are not all zeros.
+        input_word_ids (`torch.LongTensor` [B, T], *optional*):
+            Each word's id in word.dic, for a model with word input (`config.word_vocab_size`; its tokenizer
+            returns them); ignored at padding.
         initial_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C]), *optional*):
             LSTM state to start from, usually the `final_states` of the previous batch. Zeros when omitted, so
             the same sentence always gets the same vectors.
@@ -523,13 +568,21 @@ class ElmoModel(ElmoPreTrainedModel):
         word_mask = (input_ids > 0).any(-1) if attention_mask is None else attention_mask.bool()
         if word_mask.shape != (batch, words):
             raise ValueError(f"attention_mask must be [{batch}, {words}], got {list(word_mask.shape)}")
+        self._check_word_ids(input_word_ids, word_mask, "input_word_ids")
 
         # Move each row's words to the front (this also handles left padding), in their order.
         layout = _SentenceLayout(word_mask)
-        char_ids, sequence_mask = self._add_sentence_boundaries(layout.pack(input_ids), layout.lengths)
+        char_ids, sequence_mask = self._add_sentence_boundaries(
+            layout.pack(input_ids), layout.lengths, self.boundary_words(input_ids.shape[-1])
+        )
+        word_ids = None
+        if input_word_ids is not None:  # the same for the word ids, [B, T, 1]
+            boundary_ids = torch.tensor([[self.config.bos_word_id], [self.config.eos_word_id]])
+            word_ids = self._add_sentence_boundaries(layout.pack(input_word_ids)[..., None], layout.lengths, boundary_ids)
+            word_ids = word_ids[0][..., 0]
 
         # Layer 0: the context-free token vectors, computed only for real positions, zero elsewhere.
-        token_vectors = self.char_encoder(char_ids[sequence_mask])
+        token_vectors = self.char_encoder(char_ids[sequence_mask], None if word_ids is None else word_ids[sequence_mask])
         token_layer = token_vectors.new_zeros(*sequence_mask.shape, token_vectors.shape[-1])
         token_layer = token_layer.masked_scatter(sequence_mask.unsqueeze(-1), token_vectors)
 
@@ -548,15 +601,42 @@ class ElmoModel(ElmoPreTrainedModel):
             final_states=final_states if output_final_states else None,
         )
 
+    def _check_word_ids(self, word_ids: torch.Tensor | None, mask: torch.Tensor, name: str) -> None:
+        """Word ids [B, T] are given exactly when the model reads them, and are in word.dic where `mask` is set."""
+        vocab_size = self.config.word_vocab_size
+        if (word_ids is None) != (vocab_size == 0):
+            raise ValueError(
+                f"this model reads each word's id in word.dic as well as its characters: pass {name} [batch, words] "
+                "(its tokenizer returns them)" if word_ids is None else
+                f"this model has no word input (config.word_vocab_size is 0): it does not read {name}"
+            )
+        if word_ids is None:
+            return
+        if word_ids.shape != mask.shape:
+            raise ValueError(f"{name} must be [{mask.shape[0]}, {mask.shape[1]}], got {list(word_ids.shape)}")
+        real = word_ids[mask.to(word_ids.device)]
+        if bool(((real < 0) | (real >= vocab_size)).any()):
+            raise ValueError(f"{name} holds ids outside word.dic [0, {vocab_size}) at words that are not padding")
+
+    def boundary_words(self, chars: int) -> torch.Tensor:
+        """The character ids of the sentence boundary words `<S>` and `</S>` (`<bos>`/`<eos>`): [2, chars]."""
+        config = self.config
+        words = torch.full((2, chars), config.pad_char_id, dtype=torch.long)
+        words[:, 0], words[:, 2] = config.bow_char_id, config.eow_char_id
+        words[0, 1], words[1, 1] = config.bos_char_id, config.eos_char_id
+        return words
+
+    @staticmethod
     def _add_sentence_boundaries(
-        self, packed: torch.Tensor, lengths: torch.Tensor
+        packed: torch.Tensor, lengths: torch.Tensor, boundaries: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, T, K] left-aligned words -> [B, T + 2, K] `<S> words </S>` and its mask [B, T + 2]."""
+        """[B, T, K] left-aligned words -> [B, T + 2, K] `<S> words </S>` and its mask [B, T + 2]; `boundaries`
+        [2, K] are the `<S>` and `</S>` rows."""
         batch, words, chars = packed.shape
         positions = torch.arange(words + 2, device=packed.device)
         sequence_mask = positions < (lengths + 2).unsqueeze(1)
         word_mask = (positions[:words] < lengths.unsqueeze(1)).unsqueeze(-1)
-        boundaries = packed.new_tensor([word_to_char_ids(BOS_WORD, chars), word_to_char_ids(EOS_WORD, chars)])
+        boundaries = boundaries.to(packed)
         char_ids = packed.new_zeros(batch, words + 2, chars)
         char_ids[:, 1 : words + 1] = packed * word_mask
         char_ids[:, 0] = boundaries[0]
@@ -760,16 +840,20 @@ class ElmoForSequenceClassification(ElmoTaskModel):
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
+        input_word_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput:
         r"""
-        input_ids (`torch.LongTensor` [B, T, K]) and attention_mask ([B, T], *optional*): as for `ElmoModel`.
+        input_ids (`torch.LongTensor` [B, T, K]), attention_mask ([B, T], *optional*) and input_word_ids ([B, T],
+            for a model with word input): as for `ElmoModel`.
         labels (`torch.Tensor`, *optional*):
             [B] class ids (-100 = ignore) for `num_labels > 1`, [B] floats for regression (`num_labels == 1`), or
             [B, num_labels] 0/1 floats for multi-label classification (`problem_type` decides, as in transformers).
         Returns logits [B, num_labels].
         """
-        outputs = self.elmo(input_ids, attention_mask=attention_mask, output_final_states=False)
+        outputs = self.elmo(
+            input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False
+        )
         pooled = self.pool(outputs.elmo_representations[0], outputs.attention_mask.bool())
         logits = self.classifier(pooled)
         loss = None
@@ -836,15 +920,19 @@ class ElmoForTokenClassification(ElmoTaskModel):
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
+        input_word_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> TokenClassifierOutput:
         r"""
-        input_ids (`torch.LongTensor` [B, T, K]) and attention_mask ([B, T], *optional*): as for `ElmoModel`.
+        input_ids (`torch.LongTensor` [B, T, K]), attention_mask ([B, T], *optional*) and input_word_ids ([B, T],
+            for a model with word input): as for `ElmoModel`.
         labels (`torch.LongTensor` [B, T], *optional*):
             A label id per word; -100 is ignored, and so is every padding position.
         Returns logits [B, T, num_labels].
         """
-        outputs = self.elmo(input_ids, attention_mask=attention_mask, output_final_states=False)
+        outputs = self.elmo(
+            input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False
+        )
         logits = self.classifier(outputs.elmo_representations[0])
         loss = None
         if labels is not None:
@@ -1018,6 +1106,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         backward_input_ids: torch.LongTensor | None = None,
         initial_states: tuple[torch.Tensor, torch.Tensor] | None = None,
         output_hidden_states: bool | None = None,
+        input_word_ids: torch.LongTensor | None = None,
+        backward_input_word_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> ElmoForPreTrainingOutput:
         r"""
@@ -1036,6 +1126,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         initial_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C]), *optional*):
             The LSTM state to start from, usually the previous window's `final_states`. Zeros when omitted.
         output_hidden_states (`bool`, *optional*): return `hidden_states`; defaults to `config.output_hidden_states`.
+        input_word_ids, backward_input_word_ids (`torch.LongTensor` [B, S], *optional*):
+            For a model with word input: the word.dic ids of the words of `input_ids` and `backward_input_ids`.
         """
         _check_character_ids(input_ids, self.config)
         if backward_input_ids is not None:
@@ -1055,10 +1147,15 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             raise ValueError("ElmoForPreTraining reads right-padded rows: attention_mask must be 1 on a prefix of each row")
         if (labels is None) != (backward_labels is None):
             raise ValueError("pass both labels (forward targets) and backward_labels, or neither")
+        self.elmo._check_word_ids(input_word_ids, mask, "input_word_ids")
+        if backward_input_ids is not None:
+            self.elmo._check_word_ids(backward_input_word_ids, mask, "backward_input_word_ids")
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
 
-        token_layer, backward_layer = self._token_layers(input_ids, backward_input_ids, mask)
+        token_layer, backward_layer = self._token_layers(
+            input_ids, backward_input_ids, mask, input_word_ids, backward_input_word_ids
+        )
         layer0 = torch.cat([token_layer, token_layer if backward_layer is None else backward_layer], dim=-1)
         hidden_states, _, final_states = self.elmo._run_bilstm(
             layer0, mask, initial_states, return_hidden_states=output_hidden_states
@@ -1080,7 +1177,12 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         )
 
     def _token_layers(
-        self, input_ids: torch.Tensor, backward_input_ids: torch.Tensor | None, mask: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        backward_input_ids: torch.Tensor | None,
+        mask: torch.Tensor,
+        input_word_ids: torch.Tensor | None = None,
+        backward_input_word_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[B, S, K] char ids (of each direction) -> [B, S, P] context-free vectors at real positions, 0 elsewhere.
 
@@ -1088,19 +1190,28 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         runs once per distinct word of the batch (a vector depends on its word alone, and running text repeats
         its frequent words), and on the characters up to the longest word's end plus one window of the widest
         filter (the windows further right hold padding characters only, all alike, so the max over positions
-        keeps its value). Under torch.export, which cannot hold their data-dependent shapes, every word is encoded.
+        keeps its value). With word input, a word is its characters and its word id. Under torch.export, which cannot
+        hold their data-dependent shapes, every word is encoded.
         """
         streams = [input_ids] if backward_input_ids is None else [input_ids, backward_input_ids]
+        word_streams = None
+        if input_word_ids is not None:
+            word_streams = [input_word_ids] if backward_input_ids is None else [input_word_ids, backward_input_word_ids]
         exporting = _is_exporting()
         if exporting:
-            parts = [self.elmo.char_encoder(ids[mask]) for ids in streams]
+            parts = [self.elmo.char_encoder(ids[mask], None if word_streams is None else word_streams[i][mask])
+                     for i, ids in enumerate(streams)]
         else:
             words = torch.cat([ids[mask] for ids in streams])
+            if word_streams is not None:
+                word_ids = torch.cat([ids[mask] for ids in word_streams])
+                words = torch.cat([words, word_ids.unsqueeze(1).to(words.dtype)], dim=1)
             distinct, inverse = distinct_words(words)
-            padding_starts = (distinct != PAD_CHAR_ID).sum(dim=1).max() if len(distinct) else 0
+            char_ids, word_ids = self.elmo.char_encoder.split_rows(distinct)
+            padding_starts = (char_ids != self.config.pad_char_id).sum(dim=1).max() if len(distinct) else 0
             widest = max(width for width, _ in self.config.char_cnn_filters)
-            distinct = distinct[:, : min(distinct.shape[1], int(padding_starts) + widest)]
-            parts = self.elmo.char_encoder(distinct).index_select(0, inverse).tensor_split(len(streams))
+            char_ids = char_ids[:, : min(char_ids.shape[1], int(padding_starts) + widest)]
+            parts = self.elmo.char_encoder(char_ids, word_ids).index_select(0, inverse).tensor_split(len(streams))
         full = not exporting and bool(mask.all())  # no padding (stream batching): the vectors are the layer, in order
         layers = [
             part.view(*mask.shape, part.shape[-1]) if full

@@ -4,11 +4,16 @@ ELMo reads characters, so there is no word vocabulary and no unknown word: every
 UTF-8 bytes the original biLM was trained on. The tokenizer only splits text into words and spells them;
 the model adds the sentence boundaries `<S>` / `</S>` itself, as AllenNLP does.
 
+ELMoForManyLangs' models spell words with a character vocabulary instead (char.dic), and may read each word's id
+in a word vocabulary (word.dic) too: given those files, the tokenizer spells words as that package does
+(`lexicon.py`) and returns the word ids as `input_word_ids`.
+
 This file is copied into saved model folders as Hub remote code: it imports only stdlib, numpy, tokenizers
 and transformers.
 """
 
 import copy
+import os
 import re
 from collections.abc import Mapping, Sequence
 
@@ -17,6 +22,8 @@ from tokenizers import Regex, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy, to_py_obj
+
+from .lexicon import BOS, EOS, ElmoLexicon
 
 # The character alphabet, after the references' +1 shift that frees 0 for padding words.
 PAD_WORD_CHAR_ID = 0  # every character of a padding word: a padding word is the all-zero vector
@@ -177,6 +184,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
             added special tokens.
         token_type_ids (with `return_token_type_ids=True`): `[batch, words]`, all 0 (ELMo reads one sentence).
         length (with `return_length=True`): the number of words of each example, before padding.
+        input_word_ids (for a model with word input, see `char_vocab_file`): `[batch, words]`, each word's id in
+            word.dic (`<oov>`'s for a word it does not have).
         overflowing_tokens, num_truncated_tokens (with `return_overflowing_tokens=True` and truncation): the words
             cut off (with `stride` words of overlap) and how many were cut, per example.
     A single example without `return_tensors` gives un-batched lists `[words][chars]`. `max_length` counts words.
@@ -184,9 +193,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
     is refused (it has no UTF-8 form).
 
     The "vocabulary" is the 262-entry character alphabet (`<pad>`, `<0x00>`..`<0xFF>`, `<S>`, `</S>`, `<bow>`,
-    `<eow>`, `<char_pad>`); it exists for the transformers machinery, not for encoding. `convert_tokens_to_ids` takes
-    words, as `tokenize` gives them, to the character ids `encode` gives; a name of the alphabet (or an added special
-    token) gives its id.
+    `<eow>`, `<char_pad>`), or char.dic's after the padding word `<pad_word>` (`<U+5929>` for 天, `<bos_char>`, ...,
+    `<char_pad>` for char.dic's `<pad>`, the character that fills a word); it exists for the transformers machinery,
+    not for encoding.
+    `convert_tokens_to_ids` takes words, as `tokenize` gives them, to the character ids `encode` gives; a name of the
+    alphabet (or an added special token) gives its id.
 
     `add_tokens` and `add_special_tokens` add words that raw text is split around, never inside (`tokenizer.add_tokens(
     ["don't", "<URL>"])` keeps them whole); they are spelled as every word is, so the model needs no new embedding.
@@ -196,36 +207,75 @@ class ElmoTokenizer(PreTrainedTokenizer):
     Args:
         max_characters_per_token (`int`, defaults to 50): characters per word, begin/end-of-word included. Must
             match the model's `max_characters_per_token`.
+        char_vocab_file (`str`, *optional*): an ELMoForManyLangs char.dic: spell words with its characters instead
+            of UTF-8 bytes (the sentence boundaries are then the words `<bos>` and `<eos>`).
+        word_vocab_file (`str`, *optional*): with `char_vocab_file`, its word.dic. Word ids are returned as
+            `input_word_ids` when that name is in `model_input_names` (the default with a word.dic; the converter
+            leaves it out for models that read characters only, whose word.dic is their language model's vocabulary).
     """
 
     model_input_names = ["input_ids", "attention_mask"]
+    vocab_files_names = {"char_vocab_file": "char.dic", "word_vocab_file": "word.dic"}
 
-    def __init__(self, max_characters_per_token: int = 50, **kwargs):
+    def __init__(
+        self,
+        max_characters_per_token: int = 50,
+        char_vocab_file: str | None = None,
+        word_vocab_file: str | None = None,
+        **kwargs,
+    ):
         if max_characters_per_token < 3:
             raise ValueError(
                 f"max_characters_per_token must be at least 3 (begin, one byte, end), got {max_characters_per_token}."
             )
+        if word_vocab_file is not None and char_vocab_file is None:
+            raise ValueError("word_vocab_file (word.dic) needs char_vocab_file (char.dic): words are always spelled too.")
         self.max_characters_per_token = max_characters_per_token
         self._word_splitter = _build_word_splitter()
+        self.lexicon = None
         # Built before super().__init__, which looks the special tokens up in get_vocab().
-        if kwargs.setdefault("pad_token", "<pad>") is None:
+        if char_vocab_file is not None:
+            self.lexicon = ElmoLexicon.from_files(char_vocab_file, word_vocab_file, max_characters_per_token)
+            if self.lexicon.words is not None:
+                kwargs.setdefault("model_input_names", ["input_ids", "input_word_ids", "attention_mask"])
+        default_pad_token = "<pad>" if self.lexicon is None else "<pad_word>"  # char.dic's <pad> is another id
+        if kwargs.setdefault("pad_token", default_pad_token) is None:
             raise ValueError("ElmoTokenizer pads with the all-zero word, id 0: pad_token names it and cannot be None.")
         pad_token = str(kwargs["pad_token"])  # the name of id 0, the all-zero padding word
-        character_names = [pad_token, *(f"<0x{byte:02X}>" for byte in range(256))]
-        character_names += [BOS_WORD, EOS_WORD, "<bow>", "<eow>", "<char_pad>"]
+        if self.lexicon is None:
+            character_names = [pad_token, *(f"<0x{byte:02X}>" for byte in range(256))]
+            character_names += [BOS_WORD, EOS_WORD, "<bow>", "<eow>", "<char_pad>"]
+        else:
+            character_names = [pad_token, *self.lexicon.char_names()]
         if pad_token in character_names[1:]:
             raise ValueError(
-                f"pad_token {pad_token!r} names another character id; choose a name of its own (default '<pad>')."
+                f"pad_token {pad_token!r} names another character id; choose a name of its own "
+                f"(default {default_pad_token!r})."
             )
         self._vocab = {name: char_id for char_id, name in enumerate(character_names)}
         self._id_to_name = character_names
-        super().__init__(max_characters_per_token=max_characters_per_token, **kwargs)
+        super().__init__(
+            max_characters_per_token=max_characters_per_token, char_vocab_file=char_vocab_file,
+            word_vocab_file=word_vocab_file, **kwargs,
+        )
+        if self.returns_word_ids and (self.lexicon is None or self.lexicon.words is None):
+            raise ValueError("model_input_names names input_word_ids, which need a word.dic (word_vocab_file).")
+
+    @property
+    def returns_word_ids(self) -> bool:
+        """Whether encoding returns `input_word_ids` (for a model with word input)."""
+        return "input_word_ids" in self.model_input_names
+
+    @property
+    def sentence_boundaries(self) -> tuple[str, str]:
+        """The words that begin and end a sentence for the model: `<S>`, `</S>` (`<bos>`, `<eos>` with char.dic)."""
+        return (BOS_WORD, EOS_WORD) if self.lexicon is None else (BOS, EOS)
 
     # ---- vocabulary (the character alphabet) -------------------------------------------------------------
 
     @property
     def vocab_size(self) -> int:
-        return NUM_CHAR_IDS
+        return len(self._id_to_name)
 
     def get_vocab(self) -> dict[str, int]:
         return {**self._vocab, **self._added_tokens_encoder}
@@ -236,8 +286,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def _convert_id_to_token(self, index: int) -> str:
         if index in self._added_tokens_decoder:
             return self._added_tokens_decoder[index].content
-        if not 0 <= index < NUM_CHAR_IDS:
-            raise IndexError(f"{index} is neither a character id (0..{NUM_CHAR_IDS - 1}) nor the id of an added token.")
+        if not 0 <= index < self.vocab_size:
+            raise IndexError(f"{index} is neither a character id (0..{self.vocab_size - 1}) nor the id of an added token.")
         return self._id_to_name[index]
 
     def convert_tokens_to_ids(self, tokens: str | list[str]):
@@ -260,8 +310,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return {token.content for token in self._added_tokens_decoder.values() if token.special}
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
-        # The alphabet is fixed; everything configurable lives in tokenizer_config.json.
-        return ()
+        # The byte alphabet is fixed; everything configurable lives in tokenizer_config.json.
+        if self.lexicon is None:
+            return ()
+        prefix = f"{filename_prefix}-" if filename_prefix else ""
+        char_file = os.path.join(save_directory, prefix + self.vocab_files_names["char_vocab_file"])
+        word_file = os.path.join(save_directory, prefix + self.vocab_files_names["word_vocab_file"])
+        self.lexicon.save(char_file, word_file)
+        return (char_file,) if self.lexicon.words is None else (char_file, word_file)
 
     # ---- words ---------------------------------------------------------------------------------------------
 
@@ -290,8 +346,22 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return words
 
     def word_to_char_ids(self, word: str) -> list[int]:
-        """Spell one word as `max_characters_per_token` character ids (see the module function)."""
+        """Spell one word as `max_characters_per_token` character ids (see the module function, or `lexicon.py`)."""
+        if self.lexicon is not None:
+            return self.lexicon.char_ids(word)
         return word_to_char_ids(word, self.max_characters_per_token)
+
+    def word_to_id(self, word: str) -> int:
+        """The word's id in word.dic (`<oov>`'s for a word it does not have); needs a word.dic."""
+        if self.lexicon is None or self.lexicon.words is None:
+            raise ValueError("this tokenizer has no word vocabulary (word.dic)")
+        return self.lexicon.word_id(word)
+
+    def _read_word(self, char_ids) -> str | None:
+        """The word spelled by one vector of character ids, `None` for the padding word."""
+        if self.lexicon is not None:
+            return self.lexicon.char_ids_to_word([int(char_id) for char_id in char_ids])
+        return char_ids_to_word(char_ids)
 
     # ---- encoding ------------------------------------------------------------------------------------------
 
@@ -330,6 +400,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         examples = text if is_batched else [text]
 
         features = {"input_ids": [], "offset_mapping": [], "overflowing_tokens": [], "num_truncated_tokens": []}
+        if self.returns_word_ids:
+            features["input_word_ids"] = []
         first_word_index = []
         special_words = self._special_words()
         special_tokens_mask = []
@@ -369,6 +441,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
             elif not truncate:
                 self._eventual_warn_about_too_long_sequence(words, max_length, verbose)
             features["input_ids"].append([self.word_to_char_ids(word) for word in words])
+            if self.returns_word_ids:
+                features["input_word_ids"].append([self.lexicon.word_id(word) for word in words])
             features["offset_mapping"].append(offsets)
             features["overflowing_tokens"].append([self.word_to_char_ids(word) for word in overflowing])
             features["num_truncated_tokens"].append(cut)
@@ -404,6 +478,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 data["input_ids"] = np.asarray(data["input_ids"], dtype=np.int64).reshape(
                     len(examples), words, self.max_characters_per_token
                 )
+                if "input_word_ids" in data:
+                    data["input_word_ids"] = np.asarray(data["input_word_ids"], dtype=np.int64).reshape(len(examples), words)
                 if not examples:  # a batch of no sentences: every per-word feature is [0, 0]
                     for key in ("attention_mask", "special_tokens_mask", "token_type_ids"):
                         if key in data:
@@ -477,6 +553,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
         padding_values = {
             "input_ids": [PAD_WORD_CHAR_ID] * self.max_characters_per_token,
+            "input_word_ids": self.lexicon.pad_word_id if self.returns_word_ids else 0,
             "attention_mask": 0,
             "special_tokens_mask": 1,
             "token_type_ids": self.pad_token_type_id,
@@ -501,9 +578,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if isinstance(ids, int):
             return self._convert_id_to_token(ids)
         if _is_word_vector(ids):
-            word = char_ids_to_word(ids)
+            word = self._read_word(ids)
             return self.pad_token if word is None else word
-        words = [char_ids_to_word(char_ids) for char_ids in ids]
+        words = [self._read_word(char_ids) for char_ids in ids]
         if skip_special_tokens:
             special_words = self._special_words()
             return [word for word in words if word is not None and word not in special_words]
@@ -520,10 +597,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """
         token_ids = to_py_obj(token_ids)
         if _is_word_vector(token_ids):
-            return char_ids_to_word(token_ids) or ""
+            return self._read_word(token_ids) or ""
         if not _is_single_example(token_ids):
             return [self.decode(example, skip_special_tokens=skip_special_tokens) for example in token_ids]
-        words = [char_ids_to_word(char_ids) for char_ids in token_ids]  # None for padding
+        words = [self._read_word(char_ids) for char_ids in token_ids]  # None for padding
         dropped = self._special_words() if skip_special_tokens else set()
         return self.convert_tokens_to_string([word for word in words if word is not None and word not in dropped])
 

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from hf_elmo.files import check_text_file
-from hf_elmo.tokenization_elmo import ElmoTokenizer, word_to_char_ids
+from hf_elmo.tokenization_elmo import ElmoTokenizer
 
-from .vocabulary import BOS, EOS, Vocabulary
+from .vocabulary import Vocabulary
 
 IGNORE_INDEX = -100
 # Text files that `datasets` reads compressed.
@@ -111,36 +111,63 @@ def count_words(sentences) -> Counter:
 
 
 class WordTable:
-    """Every distinct word of the corpora and its character ids: the model's input, one row per word."""
+    """Every distinct word of the corpora and its character ids: the model's input, one row per word.
 
-    def __init__(self, max_characters_per_token: int):
+    Words are spelled by `tokenizer` (the byte alphabet by default; a model's character vocabulary otherwise), and
+    for a model with word input each also has its id in word.dic. The sentence boundaries are the tokenizer's.
+    """
+
+    def __init__(self, max_characters_per_token: int, tokenizer: ElmoTokenizer | None = None):
         self.max_characters_per_token = max_characters_per_token
-        self.index = {BOS: BOS_TYPE, EOS: EOS_TYPE}
-        self._rows = [[0] * max_characters_per_token, word_to_char_ids(BOS, max_characters_per_token),
-                      word_to_char_ids(EOS, max_characters_per_token)]
+        self.tokenizer = tokenizer or ElmoTokenizer(max_characters_per_token=max_characters_per_token)
+        if self.tokenizer.max_characters_per_token != max_characters_per_token:
+            raise DataError(
+                f"the tokenizer spells words with {self.tokenizer.max_characters_per_token} characters, the model reads "
+                f"{max_characters_per_token}"
+            )
+        bos, eos = self.tokenizer.sentence_boundaries
+        self.index = {bos: BOS_TYPE, eos: EOS_TYPE}
+        self.has_word_ids = self.tokenizer.returns_word_ids
+        self._rows, self._word_ids = [[0] * max_characters_per_token], [0]
+        self._add(bos)
+        self._add(eos)
         self._char_ids = None
+
+    def _add(self, word: str) -> int:
+        self._rows.append(self.tokenizer.word_to_char_ids(word))
+        self._word_ids.append(self.tokenizer.word_to_id(word) if self.has_word_ids else 0)
+        return len(self._rows) - 1
 
     def ids(self, words: list[str]) -> list[int]:
         ids = []
         for word in words:
             index = self.index.get(word)
             if index is None:
-                index = self.index[word] = len(self._rows)
-                self._rows.append(word_to_char_ids(word, self.max_characters_per_token))
+                index = self.index[word] = self._add(word)
                 self._char_ids = None
             ids.append(index)
         return ids
 
     @property
     def char_ids(self) -> torch.Tensor:
-        """[words, K] character ids (int16, 262 ids); row 0 is the all-zero padding word."""
+        """[words, K] character ids (int16 for up to 2**15 ids); row 0 is the all-zero padding word."""
         if self._char_ids is None:
-            self._char_ids = torch.tensor(self._rows, dtype=torch.int16)
+            dtype = torch.int16 if self.tokenizer.vocab_size <= 2**15 else torch.int32
+            self._char_ids = torch.tensor(self._rows, dtype=dtype)
+            self._word_id_table = torch.tensor(self._word_ids, dtype=torch.long)
         return self._char_ids
 
     def spell(self, types: np.ndarray) -> torch.Tensor:
         """Word-table ids [...] -> character ids [..., K], the model's input."""
         return self.char_ids[torch.from_numpy(np.ascontiguousarray(types, dtype=np.int64))].long()
+
+    def model_inputs(self, types: np.ndarray, prefix: str = "") -> dict[str, torch.Tensor]:
+        """Word-table ids [...] -> `{prefix}input_ids` [..., K] and, with word input, `{prefix}input_word_ids` [...]."""
+        inputs = {f"{prefix}input_ids": self.spell(types)}
+        if self.has_word_ids:
+            self.char_ids  # (re)builds the word id table with the character one
+            inputs[f"{prefix}input_word_ids"] = self._word_id_table[torch.from_numpy(np.ascontiguousarray(types, dtype=np.int64))]
+        return inputs
 
 
 @dataclass
@@ -294,7 +321,7 @@ def sentence_batch(text: EncodedText, sentences, table: WordTable, vocabulary: V
         labels[row, : length + 1] = [*text.targets[words], vocabulary.eos_id]
         backward_labels[row, 1 : length + 2] = [vocabulary.bos_id, *text.targets[words]]
     return {
-        "input_ids": table.spell(types),
+        **table.model_inputs(types),
         "attention_mask": torch.from_numpy(types != PAD_TYPE).long(),
         "labels": torch.from_numpy(labels),
         "backward_labels": torch.from_numpy(backward_labels),
@@ -344,9 +371,9 @@ class EvaluationStream:
 def window_batch(table: WordTable, forward_inputs, forward_targets, backward_inputs, backward_targets) -> dict:
     """One window of both streams [rows, steps] -> model inputs; the backward window is flipped left to right."""
     return {
-        "input_ids": table.spell(forward_inputs),
+        **table.model_inputs(forward_inputs),
         "labels": torch.from_numpy(forward_targets.astype(np.int64)),
-        "backward_input_ids": table.spell(backward_inputs[:, ::-1]),
+        **table.model_inputs(backward_inputs[:, ::-1], prefix="backward_"),
         "backward_labels": torch.from_numpy(backward_targets[:, ::-1].astype(np.int64)),
     }
 

@@ -21,7 +21,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hf_elmo import ElmoForPreTraining  # noqa: E402
+from hf_elmo import ElmoForPreTraining, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location  # noqa: E402
 
 from modeling.data import IGNORE_INDEX, DataError, EncodedText, EvaluationStream, WordTable, read_corpus  # noqa: E402
@@ -84,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             raise DataError(str(error)) from None
         if model.config.lm_vocab_size != len(vocabulary):
             raise DataError(f"{model_dir}: vocab.txt has {len(vocabulary)} words, the softmax {model.config.lm_vocab_size}")
-        table = WordTable(model.config.max_characters_per_token)
+        tokenizer = None  # folders older than the tokenizer in checkpoints spell UTF-8 bytes
+        if (model_dir / "tokenizer_config.json").is_file():
+            tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+        table = WordTable(model.config.max_characters_per_token, tokenizer)
         text = EncodedText.encode(read_corpus(args.file, args.text_column, args.word_splitting, "validation"), table, vocabulary)
         stream = EvaluationStream(text, table, vocabulary, rows=args.batch_size, unroll_steps=args.unroll_steps)
     except (DataError, VocabularyError) as error:

@@ -7,8 +7,11 @@
     python modeling/pretrain.py --init-from elmo-original --train-file domain.txt ...   # domain adaptation
 
 Input: text files (globs allowed) or a local `datasets` dataset with a text column, one sentence per line. The
-softmax vocabulary is `--vocab-file` (bilm-tf's format), the one of `--init-from`, or built from the training text
-(`--vocab-size`, `--min-count`); it is saved as OUTPUT_DIR/vocab.txt.
+softmax vocabulary is `--vocab-file` (bilm-tf's format), the one of `--init-from` (its vocab.txt, or the word.dic of
+an ELMoForManyLangs model), or built from the training text (`--vocab-size`, `--min-count`); it is saved as
+OUTPUT_DIR/vocab.txt. Words are spelled as UTF-8 bytes (bilm-tf), or with `--alphabet vocabulary` as
+ELMoForManyLangs spells them: a character vocabulary (char.dic) and a word vocabulary (word.dic, which is then the
+softmax's) built from the training text, and with `--word-embedding-dim` each word's id in word.dic as an input too.
 
 Every `--save-steps` optimizer steps, the whole training state goes to OUTPUT_DIR/checkpoint-STEP/: weights,
 optimizer, scheduler, random generators, and each process's carried LSTM state. A checkpoint is written into a
@@ -45,6 +48,7 @@ from transformers import get_scheduler  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location, sha256_file  # noqa: E402
+from hf_elmo.lexicon import ElmoLexicon  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from modeling.data import (  # noqa: E402
@@ -66,8 +70,11 @@ CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
 FIXED_ON_RESUME = (
     "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "negative_samples", "softmax_init",
     "dropout", "optimizer", "learning_rate", "lr_scheduler", "warmup_steps", "weight_decay", "max_grad_norm",
-    "gradient_accumulation_steps", "seed", "mixed_precision", "num_processes", "max_train_minutes",
+    "gradient_accumulation_steps", "seed", "mixed_precision", "num_processes", "max_train_minutes", "alphabet",
+    "word_embedding_dim",
 )
+# What a run recorded before these options existed had.
+FORMER_DEFAULTS = {**TRAINING_DEFAULTS, "alphabet": "bytes", "word_embedding_dim": 0}
 
 
 class PretrainError(ValueError):
@@ -93,6 +100,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     model.add_argument("--preset", choices=list(PRESETS), help="model size and training recipe (with --init-from: the recipe only; default bilm-tf's)")
     model.add_argument("--init-from", help="start from this model folder (a converted ELMo or a pretraining output)")
     model.add_argument("--freeze-body", action="store_true", help="train the softmax only (fit it to a converted model)")
+    model.add_argument("--alphabet", choices=["bytes", "vocabulary"],
+                       help="a new model spells words as UTF-8 bytes (bilm-tf, the default) or with a character vocabulary "
+                            "built from the training text (ELMoForManyLangs' char.dic; word.dic becomes the softmax vocabulary)")
+    model.add_argument("--word-embedding-dim", type=int,
+                       help="with --alphabet vocabulary: also read each word's id in word.dic, as a vector of this size")
 
     training = parser.add_argument_group("training (defaults from the preset)")
     training.add_argument("--output-dir", required=True)
@@ -151,7 +163,15 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
         mixed_precision=args.mixed_precision,
         num_processes=num_processes,
         max_steps=args.max_steps,
+        alphabet=args.alphabet or "bytes",
+        word_embedding_dim=args.word_embedding_dim or 0,
     )
+    if args.init_from and (args.alphabet or args.word_embedding_dim):
+        raise PretrainError("--alphabet and --word-embedding-dim describe a new model; --init-from's model keeps its own")
+    if settings["word_embedding_dim"] < 0 or (settings["word_embedding_dim"] and settings["alphabet"] != "vocabulary"):
+        raise PretrainError(
+            f"--word-embedding-dim must be a positive size, with --alphabet vocabulary, got {settings['word_embedding_dim']}"
+        )
     for name in ("batch_size", "unroll_steps", "gradient_accumulation_steps", "logging_steps"):
         if settings[name] < 1:
             raise PretrainError(f"--{name.replace('_', '-')} must be at least 1, got {settings[name]}")
@@ -196,7 +216,7 @@ def _fsync_tree(folder: Path) -> None:
 
 
 def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int, states, trainer_state: dict,
-                    vocabulary: Vocabulary, total_limit: int) -> Path:
+                    vocabulary: Vocabulary, tokenizer: ElmoTokenizer, total_limit: int) -> Path:
     """Write checkpoint-STEP atomically: everything into a hidden folder, then one rename."""
     final = output_dir / f"checkpoint-{step}"
     partial = output_dir / f".checkpoint-{step}.partial"
@@ -209,6 +229,7 @@ def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         accelerator.unwrap_model(model).config.save_pretrained(partial)  # the folder loads with from_pretrained
+        tokenizer.save_pretrained(partial)
         vocabulary.save(partial / "vocab.txt")
         # Written last, and with every other file's size and digest: a resume can tell a whole checkpoint.
         trainer_state = {**trainer_state, "files": file_digests(partial)}
@@ -350,17 +371,53 @@ class TrainingLog:
 # ---- model and data ------------------------------------------------------------------------------------------
 
 
-def choose_vocabulary(args, checkpoint: Path | None, train_sentences) -> Vocabulary:
+def choose_tokenizer(args, settings: dict, output_dir: Path, checkpoint: Path | None, train_sentences,
+                     main_process: bool) -> ElmoTokenizer:
+    """How the model spells words: a resumed run's own (kept in its checkpoint), --init-from's, or a new one (with
+    --alphabet vocabulary, a character vocabulary built from the training text). The main process saves a new one in
+    OUTPUT_DIR before training; the other processes read it there."""
+    if checkpoint is not None:
+        if (checkpoint / "tokenizer_config.json").is_file():
+            return ElmoTokenizer.from_pretrained(checkpoint)
+        # (a checkpoint from before tokenizers were kept in them: its run spelled UTF-8 bytes)
+        return ElmoTokenizer(max_characters_per_token=ElmoConfig.from_pretrained(checkpoint).max_characters_per_token)
+    if not main_process:
+        return ElmoTokenizer.from_pretrained(output_dir)
+    if args.init_from:
+        source = Path(args.init_from)
+        if (source / "tokenizer_config.json").is_file():
+            tokenizer = ElmoTokenizer.from_pretrained(source)
+        else:
+            tokenizer = ElmoTokenizer(max_characters_per_token=ElmoConfig.from_pretrained(source).max_characters_per_token)
+    else:
+        characters = PRESETS[args.preset]["model"].get("max_characters_per_token", ElmoConfig().max_characters_per_token)
+        if settings["alphabet"] == "bytes":
+            tokenizer = ElmoTokenizer(max_characters_per_token=characters)
+        else:
+            lexicon = ElmoLexicon.build(count_words(train_sentences), characters, with_words=True,
+                                        max_words=args.vocab_size, min_count=args.min_count)
+            lexicon.save(output_dir / "char.dic", output_dir / "word.dic")
+            names = ["input_ids", "input_word_ids", "attention_mask"] if settings["word_embedding_dim"] else None
+            tokenizer = ElmoTokenizer(max_characters_per_token=characters, char_vocab_file=str(output_dir / "char.dic"),
+                                      word_vocab_file=str(output_dir / "word.dic"),
+                                      model_input_names=names or ["input_ids", "attention_mask"])
+    tokenizer.save_pretrained(output_dir)
+    return tokenizer
+
+
+def choose_vocabulary(args, checkpoint: Path | None, train_sentences, tokenizer: ElmoTokenizer) -> Vocabulary:
     if checkpoint is not None:  # the run's own (its digest was checked with the checkpoint's other files)
         return Vocabulary.from_file(checkpoint / "vocab.txt")
     if args.vocab_file:
         return Vocabulary.from_file(args.vocab_file)
     if args.init_from and not args.new_vocabulary and (Path(args.init_from) / "vocab.txt").is_file():
         return Vocabulary.from_file(Path(args.init_from) / "vocab.txt")
+    if not args.new_vocabulary and tokenizer.lexicon is not None and tokenizer.lexicon.words is not None:
+        return Vocabulary.from_word_dictionary(tokenizer.lexicon.words)  # ELMoForManyLangs' softmax: word.dic
     return Vocabulary.from_counts(count_words(train_sentences), max_size=args.vocab_size, min_count=args.min_count)
 
 
-def build_model(args, settings: dict, vocabulary: Vocabulary) -> tuple[ElmoForPreTraining, bool]:
+def build_model(args, settings: dict, vocabulary: Vocabulary, tokenizer: ElmoTokenizer) -> tuple[ElmoForPreTraining, bool]:
     """The model to train, and whether its softmax is new."""
     lm_options = {
         "lm_vocab_size": len(vocabulary),
@@ -368,7 +425,14 @@ def build_model(args, settings: dict, vocabulary: Vocabulary) -> tuple[ElmoForPr
         "lm_negative_samples": settings["negative_samples"],
     }
     if not args.init_from:
-        return ElmoForPreTraining(ElmoConfig(**PRESETS[args.preset]["model"], **lm_options)), True
+        model_options = dict(PRESETS[args.preset]["model"])
+        if tokenizer.lexicon is not None:
+            word_input = bool(settings["word_embedding_dim"])
+            # ELMoForManyLangs' form (its forget bias stored in the weights, both projections), so that the model
+            # converts to that package's format.
+            model_options.update(tokenizer.lexicon.config_options(word_input=word_input), always_project=True,
+                                 forget_bias=0.0, word_embedding_dim=settings["word_embedding_dim"])
+        return ElmoForPreTraining(ElmoConfig(**model_options, **lm_options)), True
     source = Path(args.init_from)
     if not (source / "config.json").is_file():
         raise PretrainError(f"--init-from {source}: no config.json; convert original weights first (conversion/convert_original_elmo.py)")
@@ -409,8 +473,8 @@ def weights_digest(model) -> int:
     return int.from_bytes(digest.digest()[:8], "big") >> 1
 
 
-def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vocabulary, output_dir: Path, source: str,
-                     results: str) -> None:
+def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vocabulary, tokenizer: ElmoTokenizer,
+                     output_dir: Path, source: str, results: str) -> None:
     """save_pretrained into a hidden folder, then move each file into OUTPUT_DIR (each replacement is atomic)."""
     staging = output_dir / ".final.partial"
     shutil.rmtree(staging, ignore_errors=True)
@@ -420,7 +484,7 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
         "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
     }
     model.save_pretrained(staging, state_dict=state_dict)
-    ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token).save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
     vocabulary.save(staging / "vocab.txt")
     card = render_model_card(model, output_dir.resolve().name, source=source, results=results)
     (staging / "README.md").write_text(card, encoding="utf-8")
@@ -529,11 +593,11 @@ def train(args: argparse.Namespace) -> dict:
         verify_resume_checkpoint(checkpoint)
         saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["settings"]
         # Options that older versions did not record had their default.
-        changed = [name for name in FIXED_ON_RESUME if saved.get(name, TRAINING_DEFAULTS.get(name)) != settings.get(name)]
+        changed = [name for name in FIXED_ON_RESUME if saved.get(name, FORMER_DEFAULTS.get(name)) != settings.get(name)]
         if changed:
             raise PretrainError(
                 f"--resume {checkpoint}: the run was started with other options ("
-                + ", ".join(f"{name}={saved.get(name, TRAINING_DEFAULTS.get(name))!r}, now {settings.get(name)!r}" for name in changed)
+                + ", ".join(f"{name}={saved.get(name, FORMER_DEFAULTS.get(name))!r}, now {settings.get(name)!r}" for name in changed)
                 + "); resume with the original command"
             )
     elif args.resume is not None:
@@ -546,13 +610,15 @@ def train(args: argparse.Namespace) -> dict:
         validation_sentences = None
         if args.validation_file:
             validation_sentences = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
-    vocabulary = choose_vocabulary(args, checkpoint, train_sentences)
+    with accelerator.main_process_first():  # the main process writes a new character vocabulary first
+        tokenizer = choose_tokenizer(args, settings, output_dir, checkpoint, train_sentences, main_process)
+    vocabulary = choose_vocabulary(args, checkpoint, train_sentences, tokenizer)
     if main_process and checkpoint is None:
         vocabulary.save(output_dir / "vocab.txt")
 
-    model, new_softmax = build_model(args, settings, vocabulary)
+    model, new_softmax = build_model(args, settings, vocabulary, tokenizer)
     model.set_fast_path(not args.plain_path)
-    table = WordTable(model.config.max_characters_per_token)
+    table = WordTable(model.config.max_characters_per_token, tokenizer)
     train_text = EncodedText.encode(train_sentences, table, vocabulary)
     if new_softmax and settings["softmax_init"] == "unigram":
         set_unigram_softmax(model, train_text, vocabulary)
@@ -701,7 +767,8 @@ def train(args: argparse.Namespace) -> dict:
         if settings["save_steps"] and step % settings["save_steps"] == 0 and not finished:
             trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings,
                              "data": data, **(clock.state() if clock else {})}
-            save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, args.save_total_limit)
+            save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, tokenizer,
+                            args.save_total_limit)
     progress.close()
 
     results = evaluate() if validation is not None else {}
@@ -720,7 +787,7 @@ def train(args: argparse.Namespace) -> dict:
             )
         source = "pretrained with `modeling/pretrain.py`" + (f" `--preset {args.preset}`" if args.preset else "")
         source += f" from `{args.init_from}`" if args.init_from else ""
-        save_final_model(unwrapped, state_dict, vocabulary, output_dir, source, result_lines)
+        save_final_model(unwrapped, state_dict, vocabulary, tokenizer, output_dir, source, result_lines)
         final_state = {
             "step": step,
             "settings": settings,

@@ -3,6 +3,9 @@
 A vocabulary file has one word per line: `<S>`, `</S>`, `<UNK>` first, then the words by descending frequency,
 the order the log-uniform sampler of the sampled softmax assumes. Files written by bilm-tf and the released
 `vocab-2016-09-10.txt` read as they are (the line `!!!MAXTERMID` is skipped; a word's id is its line).
+
+ELMoForManyLangs' models predict the words of their word.dic, whose special words are `<bos>`, `<eos>` and
+`<oov>` (`Vocabulary.from_word_dictionary`); a vocabulary file that holds those instead of bilm-tf's reads as such.
 """
 
 import os
@@ -17,6 +20,8 @@ from hf_elmo.files import read_text_file
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIAL_WORDS = (BOS, EOS, UNK)
+# The sentence boundaries and the unknown word of an ELMoForManyLangs word.dic.
+PACKAGE_SPECIAL_WORDS = ("<bos>", "<eos>", "<oov>")
 
 
 class VocabularyError(ValueError):
@@ -27,7 +32,10 @@ class Vocabulary:
     """Words of the softmax, id = position. Words outside it are `<UNK>` as targets (inputs are characters)."""
 
     def __init__(self, words: list[str], source: str = "vocabulary"):
-        missing = [word for word in SPECIAL_WORDS if word not in words]
+        specials = SPECIAL_WORDS
+        if any(word not in words for word in SPECIAL_WORDS) and all(word in words for word in PACKAGE_SPECIAL_WORDS):
+            specials = PACKAGE_SPECIAL_WORDS
+        missing = [word for word in specials if word not in words]
         if missing:
             raise VocabularyError(f"{source}: must contain {', '.join(SPECIAL_WORDS)}; missing {', '.join(missing)}")
         self.words = list(words)
@@ -36,7 +44,7 @@ class Vocabulary:
             if word in self.index:
                 raise VocabularyError(f"{source}: word {word!r} appears twice (lines {self.index[word] + 1} and {position + 1})")
             self.index[word] = position
-        self.bos_id, self.eos_id, self.unk_id = (self.index[word] for word in SPECIAL_WORDS)
+        self.bos_id, self.eos_id, self.unk_id = (self.index[word] for word in specials)
 
     def __len__(self) -> int:
         return len(self.words)
@@ -58,6 +66,14 @@ class Vocabulary:
         if not words:
             raise VocabularyError(f"{path}: the vocabulary file is empty")
         return cls(words, source=str(path))
+
+    @classmethod
+    def from_word_dictionary(cls, words: dict[str, int], source: str = "word.dic") -> "Vocabulary":
+        """The words of an ELMoForManyLangs word.dic (`word -> id`), id = position, as the package's softmax has them."""
+        ordered = sorted(words, key=words.__getitem__)
+        if [words[word] for word in ordered] != list(range(len(ordered))):
+            raise VocabularyError(f"{source}: the word ids must be 0 .. {len(ordered) - 1}, one per word")
+        return cls(ordered, source=source)
 
     @classmethod
     def from_counts(cls, counts: Counter, max_size: int | None = None, min_count: int = 1) -> "Vocabulary":

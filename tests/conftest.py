@@ -57,6 +57,10 @@ FIXTURE_SETS = {
     "bilm-tf": FixtureSet("bilm-tf", FIXTURES / "bilm-tf" / "model", "lm_embeddings_sentences.json"),
 }
 MULTILINGUAL_FR = FIXTURES / "allennlp-elmo" / "v0.9.0" / "elmo_multilingual" / "fr"
+# Tiny models in ELMoForManyLangs' format, made with that package's own code, and its outputs
+# (conversion/make_elmoformanylangs_fixtures.py): "with_words" reads words and characters, "chars_only" characters.
+ELMOFORMANYLANGS = Path(__file__).resolve().parent / "fixtures" / "elmoformanylangs"
+ELMOFORMANYLANGS_MODELS = ("with_words", "chars_only")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -86,6 +90,16 @@ def unwritable_folder(tmp_path: Path) -> Path:
     folder.mkdir()
     folder.chmod(0o555)
     return folder
+
+@pytest.fixture(scope="session")
+def converted_elmoformanylangs(tmp_path_factory) -> dict[str, Path]:
+    """Each ELMoForManyLangs fixture model converted with the project's converter into a Hugging Face folder."""
+    from conversion.convert_elmoformanylangs import convert_elmoformanylangs_to_hf
+
+    root = tmp_path_factory.mktemp("converted-elmoformanylangs")
+    return {name: convert_elmoformanylangs_to_hf(ELMOFORMANYLANGS / name, root / name, language="zh")
+            for name in ELMOFORMANYLANGS_MODELS}
+
 
 @pytest.fixture(scope="session")
 def python_without_hf_elmo(tmp_path_factory) -> Path:

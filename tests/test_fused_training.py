@@ -14,7 +14,7 @@ import copy
 import pytest
 import torch
 
-from conftest import DEVICES, FIXTURE_SETS, FIXTURES
+from conftest import DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, FIXTURE_SETS, FIXTURES
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.fused_bilstm import LayerGraphs, _FusedBiLstm, fused_bilstm_layer, fused_training_fallback
 from hf_elmo.fused_char_encoder import _CharFilters, distinct_words, fused_char_encoder_fallback
@@ -146,7 +146,7 @@ def test_fused_layer_keeps_where_each_clip_stopped_the_gradient():
 
     layer = random_layer(16, 8, 0.5)
     inputs, mask, h, c = (t.detach() for t in layer_inputs())
-    settings = (layer.cell_clip, layer.proj_clip, torch.float32, False)
+    settings = (layer.cell_clip, layer.proj_clip, layer.forget_bias, torch.float32, False)
     with torch.no_grad():
         _, saved = _forward(inputs, mask, h, c, layer.input_weight, layer.recurrent_weight, layer.bias,
                             layer.projection_weight, settings)
@@ -163,7 +163,7 @@ def test_fused_layer_gradcheck(cell, proj):
     c = (c * 0.3).detach().requires_grad_()
     weights = [p.detach().requires_grad_() for p in
                (layer.input_weight, layer.recurrent_weight, layer.bias, layer.projection_weight) if p is not None]
-    settings = (layer.cell_clip, layer.proj_clip, torch.float64, False)
+    settings = (layer.cell_clip, layer.proj_clip, layer.forget_bias, torch.float64, False)
 
     def function(inputs, h, c, *weights):
         projection = weights[3] if len(weights) == 4 else None
@@ -274,6 +274,23 @@ def test_fixture_models_fast_gradients_match_plain(converted, name):
     tokenizer = ElmoTokenizer.from_pretrained(converted[name])
     errors = assert_fast_matches_plain(model, fixture_run(tokenizer, FIXTURE_SETS[name].batches()[:2]))
     print(f"{name}: largest relative gradient difference {max(errors.values()):.1e}")
+
+
+@pytest.mark.parametrize("name", ELMOFORMANYLANGS_MODELS)
+def test_elmoformanylangs_models_fast_gradients_match_plain(converted_elmoformanylangs, name, monkeypatch):
+    """ELMoForManyLangs' models: their own alphabet and forget bias, and (with_words) the word embedding concatenated
+    in front of the highway's output before the projection, all through the fused paths, word embedding included."""
+    import json
+
+    folder = converted_elmoformanylangs[name]
+    model = ElmoModel.from_pretrained(folder).train()
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    sentences = json.loads((ELMOFORMANYLANGS / "sentences.json").read_text(encoding="utf-8"))["sets"]
+    batches = [group for group in sentences.values()][:2]
+    layer_calls, char_calls = calls_to(monkeypatch, _FusedBiLstm), calls_to(monkeypatch, _CharFilters)
+    errors = assert_fast_matches_plain(model, fixture_run(tokenizer, batches))
+    assert len(char_calls) == 1 and len(layer_calls) == model.config.num_lstm_layers  # the one fast pass: fused
+    assert ("char_encoder.word_embedding.weight" in errors) == (name == "with_words")
 
 
 def test_token_classification_head_with_finetune_bilm_uses_the_fused_paths(converted, monkeypatch):
@@ -409,6 +426,13 @@ def test_frozen_model_under_autograd_runs_the_inference_fast_path(monkeypatch):
     monkeypatch.setattr(ElmoBiLstmLayer, "_plain_forward", lambda *args: calls.append(1))
     assert torch.allclose(model(**tiny_batch()).last_hidden_state, expected, atol=1e-6)
     assert not calls
+    monkeypatch.undo()
+    # transformers' enable_input_require_grads (frozen biLM, trained adapters, reentrant checkpointing): the token
+    # vectors must then require gradients, which the plain char CNN gives, and the biLSTM layers train fused.
+    model.enable_input_require_grads()
+    assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "plain"}
+    output = model(**tiny_batch()).last_hidden_state
+    assert output.requires_grad and torch.allclose(output, expected, atol=1e-6)
 
 
 def test_activation_checkpointing_with_the_fused_layers(monkeypatch):

@@ -143,3 +143,35 @@ class ElmoTokenizationTest(TokenizerTesterMixin, unittest.TestCase):
 
     def test_encode_plus_with_padding_1(self):
         self.check_padding(padding_side_as_kwarg=False)  # the mixin pads with `pad_token_id`, one id per position
+
+
+class ElmoCharacterVocabularyTokenizationTest(ElmoTokenizationTest):
+    """The same suite on a tokenizer that spells words with ELMoForManyLangs' char.dic and returns word ids from its
+    word.dic (those of the tests' model with word input, tests/fixtures/elmoformanylangs/with_words)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+
+        from conftest import ELMOFORMANYLANGS
+
+        source = ELMOFORMANYLANGS / "with_words"
+        cls._folder = tempfile.mkdtemp()
+        tokenizer = ElmoTokenizer(char_vocab_file=str(source / "char.dic"), word_vocab_file=str(source / "word.dic"))
+        tokenizer.save_pretrained(cls._folder)
+        cls.from_pretrained_id = cls._folder
+        cls.integration_expected_token_ids = [tokenizer.word_to_char_ids(word) for word in cls.integration_expected_tokens]
+        # Characters outside char.dic read back as <oov>.
+        cls.integration_expected_decoded_text = tokenizer.decode(cls.integration_expected_token_ids)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+
+        super().tearDownClass()
+        shutil.rmtree(cls._folder, ignore_errors=True)
+
+    def get_input_output_texts(self, tokenizer):
+        # Characters that char.dic has (others would read back as <oov>); each Chinese character is a word.
+        return "天气不错！I eat an apple.", "天 气 不 错 ！ I eat an apple ."

@@ -1,0 +1,153 @@
+"""Convert an ELMoForManyLangs model (HIT-SCIR's 44 languages, PyPI `elmoformanylangs`) to a Hugging Face
+checkpoint, and back.
+
+    python conversion/convert_elmoformanylangs.py --model-dir zhs.model --output-dir elmo-zhs --language zh
+    python conversion/convert_elmoformanylangs.py --to-elmoformanylangs --model-dir elmo-zhs --output-dir zhs.back
+
+MODEL_DIR is a folder as the package's releases unpack: config.json, char.dic, word.dic, token_embedder.pkl and
+encoder.pkl (the architecture json that config.json names may be there, or be the package's own
+cnn_50_100_512_4096_sample.json, which every released model uses). The Hugging Face folder holds the config,
+safetensors weights, the tokenizer with char.dic and word.dic, a model card and the model code with an `auto_map`,
+so it can be pushed to the Hub as it is; it loads through the same classes as every other ELMo. Before reporting
+success, the folder is reloaded and must give exactly the outputs of the converted model. An output folder is
+written completely or not at all; the way back writes the package's files, every tensor and dictionary as they were.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
+from hf_elmo.lexicon import read_dictionary  # noqa: E402
+from hf_elmo.model_card import render_model_card  # noqa: E402
+
+from conversion.convert_original_elmo import _verify_reload, atomic_output_dir  # noqa: E402
+from conversion.elmoformanylangs_format import (  # noqa: E402
+    WEIGHT_FILES,
+    architecture_from_config,
+    check_convertible,
+    config_from_architecture,
+    package_to_state_dict,
+    read_architecture,
+    read_tokenizer,
+    read_weights,
+    state_dict_to_package,
+)
+from conversion.original_format import ConversionError  # noqa: E402
+
+ARCHITECTURE_FILE = "architecture.json"
+
+
+def _check_dense_ids(entries: dict[str, int], path: Path) -> None:
+    """The package gives a dictionary of N entries an embedding of N rows: its ids must be 0 .. N - 1."""
+    if sorted(entries.values()) != list(range(len(entries))):
+        raise ConversionError(f"{path}: its ids must be 0 .. {len(entries) - 1}, one per entry, as the package's embedding rows are")
+
+
+def convert_elmoformanylangs_to_hf(
+    model_dir: str | Path,
+    output_dir: str | Path,
+    model_id: str | None = None,
+    language: str = "und",
+    overwrite: bool = False,
+) -> Path:
+    """Write a complete, verified Hugging Face checkpoint of an ELMoForManyLangs model to `output_dir`."""
+    model_dir = Path(model_dir)
+    architecture, source = read_architecture(model_dir)
+    tokenizer = read_tokenizer(model_dir, architecture, source)
+    lexicon = tokenizer.lexicon
+    _check_dense_ids(lexicon.chars, model_dir / "char.dic")
+    if lexicon.words is not None:
+        _check_dense_ids(lexicon.words, model_dir / "word.dic")
+    config = config_from_architecture(architecture, tokenizer, source)
+    state = package_to_state_dict(read_weights(model_dir, config, len(lexicon.chars)), config)
+    model = ElmoModel(config)
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    model_id = model_id or Path(output_dir).resolve().name
+    card = render_model_card(
+        model, model_id, language=language,
+        source=f"converted from the ELMoForManyLangs model `{model_dir.resolve().name}` ({', '.join(WEIGHT_FILES)})",
+    )
+    with atomic_output_dir(output_dir, overwrite) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / "README.md").write_text(card, encoding="utf-8")
+        _verify_reload(staging, model, tokenizer)
+    return Path(output_dir)
+
+
+def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path, overwrite: bool = False) -> Path:
+    """Write the package's files (config.json, architecture.json, char.dic, word.dic, token_embedder.pkl,
+    encoder.pkl) for a checkpoint with a character vocabulary; `Embedder(output_dir)` loads them."""
+    model = ElmoModel.from_pretrained(model_dir)
+    tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+    config = model.config
+    check_convertible(config)
+    if tokenizer.lexicon is None:
+        raise ConversionError(f"{model_dir}: its tokenizer has no char.dic")
+    tensors = state_dict_to_package(model.state_dict(), config)
+    with atomic_output_dir(output_dir, overwrite) as staging:
+        (staging / "config.json").write_text(json.dumps({"config_path": ARCHITECTURE_FILE}), encoding="utf-8")
+        architecture = architecture_from_config(config)
+        (staging / ARCHITECTURE_FILE).write_text(json.dumps(architecture, indent=2), encoding="utf-8")
+        tokenizer.lexicon.save(staging / "char.dic", staging / "word.dic")
+        for file_name, state in tensors.items():
+            torch.save(state, staging / file_name)
+        # Read back the way the conversion reads a model: the same dictionaries, tensors and config.
+        if read_dictionary(staging / "char.dic") != tokenizer.lexicon.chars or (
+            tokenizer.lexicon.words is not None and read_dictionary(staging / "word.dic") != tokenizer.lexicon.words
+        ):
+            raise ConversionError(f"{staging}: the dictionaries did not read back identically")
+        reread = read_weights(staging, config, len(tokenizer.lexicon.chars))
+        for file_name, state in tensors.items():
+            for name, tensor in state.items():
+                if not torch.equal(tensor, reread[file_name][name]):
+                    raise ConversionError(f"{staging / file_name}: tensor {name} did not read back identically")
+    return Path(output_dir)
+
+
+def _read_model_type(config_file: Path) -> str | None:
+    try:
+        return json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", required=True,
+                        help="the ELMoForManyLangs model folder (with --to-elmoformanylangs: the Hugging Face checkpoint)")
+    parser.add_argument("--output-dir", required=True, help="folder to write (must not exist or be empty)")
+    parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
+    parser.add_argument("--language", default="und",
+                        help="the model's language for the card, an ISO 639 code such as zh or fr (default: und)")
+    parser.add_argument("--to-elmoformanylangs", action="store_true", help="convert a Hugging Face checkpoint back")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    args = parser.parse_args(argv)
+    try:
+        if args.to_elmoformanylangs:
+            config_file = Path(args.model_dir, "config.json")
+            if not config_file.is_file() or _read_model_type(config_file) != "elmo":
+                raise ConversionError(f"{args.model_dir}: no config.json of an ELMo, not a Hugging Face checkpoint folder")
+            convert_hf_to_elmoformanylangs(args.model_dir, args.output_dir, overwrite=args.overwrite)
+            print(f"wrote an ELMoForManyLangs model to {args.output_dir}")
+        else:
+            convert_elmoformanylangs_to_hf(
+                args.model_dir, args.output_dir, model_id=args.model_id, language=args.language, overwrite=args.overwrite
+            )
+            print(f"wrote and verified a Hugging Face checkpoint in {args.output_dir}")
+    except ValueError as error:  # ConversionError, LexiconError and the config's own checks
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

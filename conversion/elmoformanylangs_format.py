@@ -1,0 +1,307 @@
+"""ELMoForManyLangs' model folder (HIT-SCIR, PyPI `elmoformanylangs`) <-> `ElmoModel` state dict, exactly.
+
+A model folder of the package holds:
+
+    config.json            its training options; `config_path` names the architecture file
+    <architecture>.json    `encoder` (AllenNLP's LSTM with projection, cell and projection clip, a residual around
+                           every layer but the first), `token_embedder` (`cnn`: an optional word embedding, a char
+                           CNN, highway layers in AllenNLP's form, a projection that is always there)
+    char.dic, word.dic     `token<TAB>id` (read by `hf_elmo.lexicon`)
+    token_embedder.pkl     torch state dicts, loaded here with `torch.load(..., weights_only=True)`: tensors only,
+    encoder.pkl            never any other pickled object
+
+The released models' config.json names `cnn_50_100_512_4096_sample.json`, a file of the package (its `configs/`
+folder), not of the model folder; that architecture is known here. Every mapping is a copy, a split of the highway
+weights, a negation, or the padding row of the character embedding, so converting there and back gives every tensor
+bit for bit.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hf_elmo import ElmoConfig, ElmoTokenizer
+from hf_elmo.lexicon import LexiconError
+
+from conversion.original_format import ConversionError, check_weight_names
+
+# The architecture of every released model: the package's configs/cnn_50_100_512_4096_sample.json (and its
+# identical cnn_0_100_512_4096_sample.json), for folders whose config.json names that file of the package.
+PACKAGE_ARCHITECTURES = {
+    name: {
+        "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
+        "token_embedder": {
+            "name": "cnn", "activation": "relu",
+            "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+            "n_highway": 2, "word_dim": 100, "char_dim": 50, "max_characters_per_token": 50,
+        },
+        "classifier": {"name": "sampled_softmax", "n_samples": 8192},
+        "dropout": 0.1,
+    }
+    for name in ("cnn_50_100_512_4096_sample.json", "cnn_0_100_512_4096_sample.json")
+}
+WEIGHT_FILES = ("token_embedder.pkl", "encoder.pkl")
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = json.load(f)
+    except FileNotFoundError:
+        raise ConversionError(f"{path}: {what} not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConversionError(f"{path}: not a JSON {what} ({error})") from None
+    if not isinstance(content, dict):
+        raise ConversionError(f"{path}: a {what} must be a JSON object")
+    return content
+
+
+def read_architecture(model_dir: str | os.PathLike) -> tuple[dict, str]:
+    """The architecture json that config.json names, found where the package looks for it (the path as given,
+    relative to the folder, the file's name in the folder, the package's own configs); and where it came from."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ConversionError(f"{model_dir}: model folder not found")
+    options = _read_json(model_dir / "config.json", "ELMoForManyLangs config.json")
+    config_path = options.get("config_path")
+    if not isinstance(config_path, str) or not config_path:
+        raise ConversionError(f"{model_dir / 'config.json'}: no 'config_path' naming the architecture json")
+    for candidate in (model_dir / config_path, model_dir / Path(config_path).name):
+        if candidate.is_file():
+            return _read_json(candidate, "architecture json"), str(candidate)
+    name = Path(config_path).name
+    if name in PACKAGE_ARCHITECTURES:
+        return json.loads(json.dumps(PACKAGE_ARCHITECTURES[name])), f"elmoformanylangs/configs/{name}"
+    raise ConversionError(
+        f"{model_dir / 'config.json'}: its config_path {config_path!r} is neither in the folder nor one of the "
+        f"package's configs ({', '.join(PACKAGE_ARCHITECTURES)})"
+    )
+
+
+def _section(architecture: dict, name: str, source: str) -> dict:
+    section = architecture.get(name)
+    if not isinstance(section, dict):
+        raise ConversionError(f"{source}: no '{name}' section")
+    return section
+
+
+def _option(section: dict, section_name: str, key: str, source: str):
+    if key not in section:
+        raise ConversionError(f"{source}: missing option '{section_name}.{key}'")
+    return section[key]
+
+
+def config_from_architecture(architecture: dict, tokenizer: ElmoTokenizer, source: str, **kwargs) -> ElmoConfig:
+    """The ElmoConfig of a model with this architecture, spelled by `tokenizer` (its char.dic and word.dic)."""
+    encoder, embedder = _section(architecture, "encoder", source), _section(architecture, "token_embedder", source)
+    if encoder.get("name", "").lower() != "elmo":
+        raise ConversionError(
+            f"{source}: encoder {encoder.get('name')!r} is not ELMo's biLM ('elmo'); only ELMo models convert"
+        )
+    if embedder.get("name", "").lower() != "cnn":
+        raise ConversionError(
+            f"{source}: token_embedder {embedder.get('name')!r} is not the char CNN ('cnn'); only those convert"
+        )
+    if not _option(embedder, "token_embedder", "char_dim", source):
+        raise ConversionError(f"{source}: token_embedder.char_dim is 0 (words only); only models that read characters convert")
+    word_dim = embedder.get("word_dim", 0) or 0
+    try:
+        return ElmoConfig(
+            **tokenizer.lexicon.config_options(word_input=word_dim > 0),
+            word_embedding_dim=word_dim,
+            char_embedding_dim=embedder["char_dim"],
+            char_cnn_filters=_option(embedder, "token_embedder", "filters", source),
+            num_highway_layers=_option(embedder, "token_embedder", "n_highway", source),
+            char_cnn_activation=embedder.get("activation", "relu"),
+            max_characters_per_token=_option(embedder, "token_embedder", "max_characters_per_token", source),
+            cell_size=_option(encoder, "encoder", "dim", source),
+            projection_dim=_option(encoder, "encoder", "projection_dim", source),
+            num_lstm_layers=_option(encoder, "encoder", "n_layers", source),
+            cell_clip=encoder.get("cell_clip"),
+            proj_clip=encoder.get("proj_clip"),
+            use_skip_connections=True,  # ElmobiLm adds every layer's input to its output but the first's
+            forget_bias=0.0,  # AllenNLP's cell: the stored bias already includes bilm-tf's +1
+            always_project=True,  # the token projection and the cell projection are always built
+            **kwargs,
+        )
+    except (TypeError, ValueError) as error:
+        raise ConversionError(f"{source}: {error}") from None
+
+
+def architecture_from_config(config: ElmoConfig) -> dict[str, Any]:
+    """The architecture json the package reads for a model with this config."""
+    return {
+        "encoder": {
+            "name": "elmo",
+            "projection_dim": config.projection_dim,
+            "cell_clip": config.cell_clip or 0,
+            "proj_clip": config.proj_clip or 0,
+            "dim": config.cell_size,
+            "n_layers": config.num_lstm_layers,
+        },
+        "token_embedder": {
+            "name": "cnn",
+            "activation": config.char_cnn_activation,
+            "filters": [list(f) for f in config.char_cnn_filters],
+            "n_highway": config.num_highway_layers,
+            "word_dim": config.word_embedding_dim,
+            "char_dim": config.char_embedding_dim,
+            "max_characters_per_token": config.max_characters_per_token,
+        },
+        "classifier": {"name": "sampled_softmax", "n_samples": 8192},
+        "dropout": 0.0,
+    }
+
+
+def check_convertible(config: ElmoConfig) -> None:
+    """The package can express this model: its alphabet, the +1 in the stored forget bias, its projections."""
+    if config.alphabet != "vocabulary" or config.forget_bias != 0.0 or not config.always_project:
+        raise ConversionError(
+            "this model is in bilm-tf's form (UTF-8 bytes, forget bias +1 at run time): convert it with "
+            "conversion/convert_original_elmo.py --to-original"
+        )
+    if not config.use_skip_connections:
+        raise ConversionError("ELMoForManyLangs' biLM always has skip connections; this model has none")
+
+
+def expected_tensors(config: ElmoConfig, num_chars: int) -> dict[str, dict[str, tuple[int, ...]]]:
+    """Every tensor of token_embedder.pkl and encoder.pkl for this config, with its shape (`num_chars`: char.dic's
+    entries, the package's rows)."""
+    filters, proj, cell = config.num_char_filters, config.projection_dim, config.cell_size
+    embedder = {"char_emb_layer.embedding.weight": (num_chars, config.char_embedding_dim)}
+    if config.word_vocab_size:
+        embedder["word_emb_layer.embedding.weight"] = (config.word_vocab_size, config.word_embedding_dim)
+    for i, (width, count) in enumerate(config.char_cnn_filters):
+        embedder[f"convolutions.{i}.weight"] = (count, config.char_embedding_dim, width)
+        embedder[f"convolutions.{i}.bias"] = (count,)
+    for k in range(config.num_highway_layers):
+        embedder[f"highways._layers.{k}.weight"] = (2 * filters, filters)  # [nonlinear part; gate]
+        embedder[f"highways._layers.{k}.bias"] = (2 * filters,)
+    embedder["projection.weight"] = (proj, config.word_embedding_dim + filters)
+    embedder["projection.bias"] = (proj,)
+    encoder = {}
+    for layer in range(config.num_lstm_layers):
+        for direction in ("forward", "backward"):
+            prefix = f"{direction}_layer_{layer}"
+            encoder[f"{prefix}.input_linearity.weight"] = (4 * cell, proj)
+            encoder[f"{prefix}.state_linearity.weight"] = (4 * cell, proj)
+            encoder[f"{prefix}.state_linearity.bias"] = (4 * cell,)
+            encoder[f"{prefix}.state_projection.weight"] = (proj, cell)
+    return {"token_embedder.pkl": embedder, "encoder.pkl": encoder}
+
+
+def read_weights(model_dir: str | os.PathLike, config: ElmoConfig, num_chars: int) -> dict[str, dict[str, torch.Tensor]]:
+    """Both state dicts, every tensor checked against `config`: {file name: {tensor name: tensor}}."""
+    tensors = {}
+    for file_name, expected in expected_tensors(config, num_chars).items():
+        path = Path(model_dir) / file_name
+        if not path.is_file():
+            raise ConversionError(f"{path}: weight file not found")
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:  # noqa: BLE001 - an unpickling error of any kind: name the file
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ConversionError(f"{path}: not a torch state dict of tensors ({reason})") from None
+        if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
+            raise ConversionError(f"{path}: not a state dict (a mapping of tensor names to tensors)")
+        check_weight_names(str(path), {name: tuple(value.shape) for name, value in state.items()}, expected,
+                           kind="tensor", described_by="the architecture")
+        for name, shape in expected.items():
+            if tuple(state[name].shape) != shape:
+                raise ConversionError(
+                    f"{path}: tensor {name} has shape {tuple(state[name].shape)}, expected {shape} from the "
+                    "architecture and the dictionaries"
+                )
+            if not state[name].is_floating_point():
+                raise ConversionError(f"{path}: tensor {name} has type {state[name].dtype}, expected float32")
+        tensors[file_name] = {name: state[name].to(torch.float32) for name in expected}
+    return tensors
+
+
+def package_to_state_dict(tensors: dict[str, dict[str, torch.Tensor]], config: ElmoConfig) -> dict[str, torch.Tensor]:
+    """The package's tensors -> `ElmoModel` parameters (the scalar mixes start as a plain average)."""
+    embedder, encoder = tensors["token_embedder.pkl"], tensors["encoder.pkl"]
+    chars = embedder["char_emb_layer.embedding.weight"]
+    # Every character id is the package's + 1: row 0 is the all-zero padding word's.
+    state = {"char_encoder.char_embedding.weight": torch.cat([chars.new_zeros(1, chars.shape[1]), chars])}
+    if config.word_vocab_size:
+        state["char_encoder.word_embedding.weight"] = embedder["word_emb_layer.embedding.weight"]
+    for i in range(len(config.char_cnn_filters)):
+        state[f"char_encoder.char_cnn.{i}.weight"] = embedder[f"convolutions.{i}.weight"]
+        state[f"char_encoder.char_cnn.{i}.bias"] = embedder[f"convolutions.{i}.bias"]
+    for k in range(config.num_highway_layers):
+        # AllenNLP's highway: y = g x + (1 - g) relu(A x), g = sigmoid(B x), A and B stacked in one Linear. Ours is
+        # y = t relu(A x) + (1 - t) x with t = sigmoid(-B x) = 1 - g: the carry gate is B negated.
+        nonlinear, gate = embedder[f"highways._layers.{k}.weight"].chunk(2)
+        nonlinear_bias, gate_bias = embedder[f"highways._layers.{k}.bias"].chunk(2)
+        state[f"char_encoder.highway.{k}.transform.weight"] = nonlinear
+        state[f"char_encoder.highway.{k}.transform.bias"] = nonlinear_bias
+        state[f"char_encoder.highway.{k}.carry.weight"] = -gate
+        state[f"char_encoder.highway.{k}.carry.bias"] = -gate_bias
+    state["char_encoder.projection.weight"] = embedder["projection.weight"]
+    state["char_encoder.projection.bias"] = embedder["projection.bias"]
+    names = {"input_weight": "input_linearity.weight", "recurrent_weight": "state_linearity.weight",
+             "bias": "state_linearity.bias", "projection_weight": "state_projection.weight"}
+    for layer in range(config.num_lstm_layers):
+        for ours, theirs in names.items():
+            # Gates in torch's order (input, forget, cell, output), as AllenNLP's cell has them.
+            state[f"layers.{layer}.{ours}"] = torch.stack(
+                [encoder[f"{direction}_layer_{layer}.{theirs}"] for direction in ("forward", "backward")]
+            )
+    for k in range(config.num_output_representations):
+        state[f"scalar_mixes.{k}.scalar_parameters"] = torch.zeros(config.num_lstm_layers + 1)
+        state[f"scalar_mixes.{k}.gamma"] = torch.ones(1)
+    return {name: tensor.contiguous() for name, tensor in state.items()}
+
+
+def state_dict_to_package(state: dict[str, torch.Tensor], config: ElmoConfig) -> dict[str, dict[str, torch.Tensor]]:
+    """`ElmoModel` parameters -> the package's tensors (the inverse of `package_to_state_dict`)."""
+
+    def tensor(name: str) -> torch.Tensor:
+        return state[name].detach().to("cpu", torch.float32)
+
+    embedder = {}
+    if config.word_vocab_size:
+        embedder["word_emb_layer.embedding.weight"] = tensor("char_encoder.word_embedding.weight")
+    embedder["char_emb_layer.embedding.weight"] = tensor("char_encoder.char_embedding.weight")[1:]
+    for i in range(len(config.char_cnn_filters)):
+        embedder[f"convolutions.{i}.weight"] = tensor(f"char_encoder.char_cnn.{i}.weight")
+        embedder[f"convolutions.{i}.bias"] = tensor(f"char_encoder.char_cnn.{i}.bias")
+    for k in range(config.num_highway_layers):
+        prefix = f"char_encoder.highway.{k}"
+        embedder[f"highways._layers.{k}.weight"] = torch.cat([tensor(f"{prefix}.transform.weight"), -tensor(f"{prefix}.carry.weight")])
+        embedder[f"highways._layers.{k}.bias"] = torch.cat([tensor(f"{prefix}.transform.bias"), -tensor(f"{prefix}.carry.bias")])
+    embedder["projection.weight"] = tensor("char_encoder.projection.weight")
+    embedder["projection.bias"] = tensor("char_encoder.projection.bias")
+    encoder = {}
+    names = {"input_linearity.weight": "input_weight", "state_linearity.weight": "recurrent_weight",
+             "state_linearity.bias": "bias", "state_projection.weight": "projection_weight"}
+    for layer in range(config.num_lstm_layers):
+        for index, direction in enumerate(("forward", "backward")):
+            for theirs, ours in names.items():
+                encoder[f"{direction}_layer_{layer}.{theirs}"] = tensor(f"layers.{layer}.{ours}")[index]
+    clone = {name: value.clone().contiguous() for name, value in embedder.items()}  # own storage each, as saved
+    return {"token_embedder.pkl": clone, "encoder.pkl": {name: value.clone().contiguous() for name, value in encoder.items()}}
+
+
+def read_tokenizer(model_dir: str | os.PathLike, architecture: dict, source: str) -> ElmoTokenizer:
+    """The tokenizer of the folder's char.dic and word.dic; word ids are model inputs only with word input."""
+    model_dir = Path(model_dir)
+    embedder = _section(architecture, "token_embedder", source)
+    word_input = (embedder.get("word_dim", 0) or 0) > 0
+    word_file = model_dir / "word.dic"
+    if word_input and not word_file.is_file():
+        raise ConversionError(f"{word_file}: dictionary file not found (the architecture has word input)")
+    input_names = ["input_ids", "input_word_ids", "attention_mask"] if word_input else ["input_ids", "attention_mask"]
+    try:
+        return ElmoTokenizer(
+            max_characters_per_token=_option(embedder, "token_embedder", "max_characters_per_token", source),
+            char_vocab_file=str(model_dir / "char.dic"),
+            word_vocab_file=str(word_file) if word_file.is_file() else None,
+            model_input_names=input_names,
+        )
+    except LexiconError as error:
+        raise ConversionError(str(error)) from None

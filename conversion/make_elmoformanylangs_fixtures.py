@@ -1,0 +1,265 @@
+"""Make small ELMoForManyLangs models with the package's own code, and record its outputs as reference values.
+
+Runs in the peer venv that ../shared/tools/peer-elmoformanylangs-setup.sh builds (never in the project's):
+
+    build/elmoformanylangs-venv/bin/python conversion/make_elmoformanylangs_fixtures.py tests/fixtures/elmoformanylangs
+    build/elmoformanylangs-venv/bin/python conversion/make_elmoformanylangs_fixtures.py --published-size build/bench-manylangs
+    build/elmoformanylangs-venv/bin/python conversion/make_elmoformanylangs_fixtures.py EXPORTED_DIR --check-against \
+        tests/fixtures/elmoformanylangs/with_words_outputs.npz
+
+Each model is made the way the package makes one: `biLM.py train` builds the character and word lexicons from a
+training text and writes char.dic, word.dic and config.json (run with `--max_epoch 0`: its training loop does not
+run on torch 2), then the `Model` it built gets its weights perturbed, so that every parameter matters (non-zero
+`<pad>` rows, highway gates away from their start, LSTM cells that reach the clip), and `Model.save_model` writes
+token_embedder.pkl and encoder.pkl. The reference outputs are `Embedder.sents2elmo` on that folder: every
+layer (`output_layer=-2`) and their average (`output_layer=-1`), each call after `reset_states()` and with all
+sentences of a set in one batch; and two calls in a row without a reset, for the carried state.
+
+The tiny models (a few KB each) and their outputs are committed under tests/fixtures/elmoformanylangs, so
+`make test` needs nothing else; `--published-size` makes one model of the released models' size with random
+weights (2 x 4096 cells, 512 projection, 2048 filters, 100-dimensional words) for `make bench`; `--check-against`
+loads a folder that `convert_elmoformanylangs.py --to-elmoformanylangs` wrote and compares the package's outputs
+with the recorded ones (`make check-elmoformanylangs`).
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from elmoformanylangs import Embedder, biLM
+
+# Training text for the lexicons: Chinese (segmented, and one character per word) and English. char.dic holds
+# every character of it (and those of "<bos>" and "<eos>", which the package reads as words of the text).
+TRAINING_TEXT = """\
+天气 不错 ！ 小天 你 说 是 吗 ？
+今天 天气 很 好 ， 我们 去 公园 吧 。
+天 气 不 错 ！ 小 天 你 说 是 吗 ？
+明天 会 下雨 吗 ？
+The weather is nice today , is n't it ?
+I eat an apple every day .
+Apple is a company in California .
+"""
+
+# The architecture file of the tiny models, in the format of the package's configs/cnn_50_100_512_4096_sample.json.
+TINY_ARCHITECTURE = {
+    "encoder": {"name": "elmo", "projection_dim": 8, "cell_clip": 3, "proj_clip": 3, "dim": 24, "n_layers": 2},
+    "token_embedder": {
+        "name": "cnn", "activation": "relu", "filters": [[1, 4], [2, 8], [3, 16]], "n_highway": 2,
+        "word_dim": 6, "char_dim": 5, "max_characters_per_token": 50,
+    },
+    "classifier": {"name": "sampled_softmax", "n_samples": 8192},
+    "dropout": 0.1,
+}
+# The released models' architecture (the package's configs/cnn_50_100_512_4096_sample.json).
+PUBLISHED_ARCHITECTURE = {
+    "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
+    "token_embedder": {
+        "name": "cnn", "activation": "relu",
+        "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]], "n_highway": 2,
+        "word_dim": 100, "char_dim": 50, "max_characters_per_token": 50,
+    },
+    "classifier": {"name": "sampled_softmax", "n_samples": 8192},
+    "dropout": 0.1,
+}
+
+LONG_WORD = "Pneumonoultramicroscopicsilicovolcanoconiosis" * 2  # 90 characters: cut to 48
+SENTENCE_SETS = {
+    # 天气不错！小天你说是吗？ as the package's users segment it, and one character per word.
+    "chinese": [
+        ["天气不错", "！", "小天", "你", "说", "是", "吗", "？"],
+        list("天气不错！小天你说是吗？"),
+        ["天气", "不错", "！", "小天", "你", "说", "是", "吗", "？"],
+    ],
+    "english": [
+        ["The", "weather", "is", "nice", "today", ",", "is", "n't", "it", "?"],
+        ["I", "eat", "an", "apple", "."],
+        ["Apple", "is", "a", "company", "in", "California", "."],
+    ],
+    # Characters and words that are in neither dictionary (a character outside the BMP among them).
+    "unknown": [
+        ["Ωμέγα", "☃", "🙂", "𝔘nicode", "qzx"],
+        ["天", "Ж", "气", "é", "unknownword"],
+    ],
+    # Longer than max_characters_per_token - 2 = 48 characters, exactly 48, and 49.
+    "long_words": [
+        [LONG_WORD, "is", "long", "."],
+        ["天" * 60, "a" * 48, "b" * 49],
+    ],
+    # The text itself holds the boundary words.
+    "boundaries": [
+        ["我", "<bos>", "你", "<eos>", "好"],
+        ["<bos>"],
+        ["<eos>", "<bos>"],
+    ],
+}
+# Two calls in a row without a reset: the second starts from the state the first left, row by row (the rows
+# are the sentences sorted by length, longest first, as the package batches them).
+STATEFUL_CALLS = [SENTENCE_SETS["english"], SENTENCE_SETS["chinese"]]
+
+
+_BUILT = []  # the Models that biLM.train built
+
+
+def _recording_model(*args, **kwargs) -> "biLM.Model":
+    """biLM's own Model, remembered when `biLM.train` builds it, so that its weights can be set and saved.
+
+    Model.__init__ calls `super(Model, self)` through the module's name, so the name is the class while it runs."""
+    biLM.Model = _PACKAGE_MODEL
+    try:
+        _BUILT.append(_PACKAGE_MODEL(*args, **kwargs))
+    finally:
+        biLM.Model = _recording_model
+    return _BUILT[-1]
+
+
+_PACKAGE_MODEL = biLM.Model
+
+
+def build_with_package(folder: Path, architecture: dict, training_text: str) -> "biLM.Model":
+    """Run `biLM.py train --max_epoch 0` in `folder`: lexicons, config.json and the built (unsaved) Model."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "architecture.json").write_text(json.dumps(architecture, indent=2), encoding="utf-8")
+    (folder / "train.txt").write_text(training_text, encoding="utf-8")
+    _BUILT.clear()
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
+    # Paths relative to the model folder, so that config.json names the architecture file as a published one does.
+    sys.argv = ["biLM.py", "train", "--train_path", "train.txt", "--config_path", "architecture.json",
+                "--model", ".", "--max_epoch", "0", "--min_count", "1", "--seed", "1"]
+    try:
+        os.chdir(folder)
+        biLM.Model = _recording_model
+        with contextlib.redirect_stdout(sys.stderr):
+            biLM.train()
+    finally:
+        sys.argv, biLM.Model = saved_argv, _PACKAGE_MODEL
+        os.chdir(saved_cwd)
+    (folder / "train.txt").unlink()
+    return _BUILT[-1]
+
+
+def perturb(model: "biLM.Model", seed: int) -> None:
+    """Weights away from the package's initialisation, so that every parameter changes the outputs."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.startswith("classify_layer"):
+                continue  # not saved: Model.save_model(..., save_classify_layer=False)
+            fan_in = parameter.shape[-1] if parameter.dim() > 1 else 1
+            scale = 1.0 if "embedding" in name else (0.5 if parameter.dim() == 1 else 1.5 / fan_in**0.5)
+            parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
+        for layer in model.encoder.forward_layers + model.encoder.backward_layers:
+            cell = layer.cell_size
+            layer.state_linearity.bias[cell : 2 * cell] += 1.5  # forget gates mostly open: cells reach the clip
+
+
+def make_model(folder: Path, architecture: dict, training_text: str, seed: int) -> None:
+    model = build_with_package(folder, architecture, training_text)
+    perturb(model, seed)
+    model.save_model(str(folder), False)
+
+
+def embed(embedder: Embedder, sentences, output_layer: int, reset: bool = True) -> list[np.ndarray]:
+    if reset:
+        embedder.model.encoder.reset_states()
+    return [np.asarray(array, dtype=np.float32) for array in embedder.sents2elmo(sentences, output_layer=output_layer)]
+
+
+def record_outputs(folder: Path) -> dict[str, np.ndarray]:
+    """`sents2elmo` of every sentence set: `{set}/{i}/all` [3, words, 2P], `{set}/{i}/average` [words, 2P], and
+    `stateful/{call}/{i}/all` for the two calls without a reset in between."""
+    embedder = Embedder(str(folder), batch_size=64)
+    arrays = {}
+    for name, sentences in SENTENCE_SETS.items():
+        for kind, layer in (("all", -2), ("average", -1)):
+            for i, array in enumerate(embed(embedder, sentences, layer)):
+                arrays[f"{name}/{i}/{kind}"] = array
+    embedder.model.encoder.reset_states()
+    for call, sentences in enumerate(STATEFUL_CALLS):
+        for i, array in enumerate(embed(embedder, sentences, -2, reset=False)):
+            arrays[f"stateful/{call}/{i}/all"] = array
+    return arrays
+
+
+@contextlib.contextmanager
+def _written_atomically(output: Path):
+    """A staging folder beside `output` that replaces it only if the block succeeds; removed either way."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
+    staging.chmod(0o755)
+    try:
+        yield staging
+        if output.exists():
+            shutil.rmtree(output)
+        os.replace(staging, output)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def make_fixtures(output: Path) -> None:
+    with _written_atomically(output) as staging:
+        for name, word_dim, seed in (("with_words", TINY_ARCHITECTURE["token_embedder"]["word_dim"], 1), ("chars_only", 0, 2)):
+            architecture = json.loads(json.dumps(TINY_ARCHITECTURE))
+            architecture["token_embedder"]["word_dim"] = word_dim
+            make_model(staging / name, architecture, TRAINING_TEXT, seed)
+            np.savez_compressed(staging / f"{name}_outputs.npz", **record_outputs(staging / name))
+        (staging / "sentences.json").write_text(
+            json.dumps({"sets": SENTENCE_SETS, "stateful_calls": STATEFUL_CALLS}, ensure_ascii=False, indent=1),
+            encoding="utf-8",
+        )
+        (staging / "README.md").write_text(
+            "Made by `conversion/make_elmoformanylangs_fixtures.py` with elmoformanylangs 0.0.4.post2 (torch "
+            f"{torch.__version__}): two tiny models in the package's format (`with_words`: word and character input; "
+            "`chars_only`: characters only) and `Embedder.sents2elmo`'s outputs on `sentences.json`.\n",
+            encoding="utf-8",
+        )
+
+
+def make_published_size(output: Path, training_text: str) -> None:
+    """A model of the released models' size, random weights; its lexicons from `training_text`."""
+    with _written_atomically(output) as staging:
+        model = build_with_package(staging, PUBLISHED_ARCHITECTURE, training_text)
+        model.save_model(str(staging), False)  # the package's own initialisation
+
+
+def check_export(folder: Path, expected_file: Path) -> float:
+    """The package loads `folder` (a model converted back by convert_elmoformanylangs.py --to-elmoformanylangs) and
+    gives the recorded outputs: returns the largest difference."""
+    expected = np.load(expected_file)
+    found = record_outputs(folder)
+    if sorted(found) != sorted(expected.files):
+        raise SystemExit(f"{folder}: outputs {sorted(found)} differ in names from {expected_file}")
+    return max(float(np.abs(found[name] - expected[name]).max(initial=0.0)) for name in found)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("output", help="folder to write (replaced); with --check-against: the folder to check")
+    parser.add_argument("--published-size", action="store_true", help="one model of the released size, for the benchmark")
+    parser.add_argument("--training-text", help="with --published-size: text whose characters and words make the lexicons")
+    parser.add_argument("--check-against", help="load OUTPUT with the package and compare its outputs with this .npz")
+    args = parser.parse_args()
+    random.seed(0)
+    torch.set_num_threads(1)
+    if args.check_against:
+        difference = check_export(Path(args.output), Path(args.check_against))
+        print(f"{args.output}: the package's outputs differ from {args.check_against} by at most {difference:.3g}")
+        raise SystemExit(0 if difference == 0.0 else 1)
+    output = Path(args.output).resolve()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if args.published_size:
+        text = Path(args.training_text).read_text(encoding="utf-8") if args.training_text else TRAINING_TEXT
+        make_published_size(output, text)
+    else:
+        make_fixtures(output)
+    print(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,388 @@
+"""ELMoForManyLangs models (conversion/convert_elmoformanylangs.py): equal to the package's outputs at every layer,
+its carried state through initial_states, its spelling, the way back with identical files, and bad input.
+
+The reference models and outputs were made with the package itself (conversion/make_elmoformanylangs_fixtures.py,
+committed in tests/fixtures/elmoformanylangs)."""
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.lexicon import read_dictionary
+
+from conftest import DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS
+from conversion.convert_elmoformanylangs import convert_hf_to_elmoformanylangs, main
+
+SENTENCES = json.loads((ELMOFORMANYLANGS / "sentences.json").read_text(encoding="utf-8"))
+TOLERANCE = 2e-5
+
+
+def expected_outputs(name: str) -> dict[str, np.ndarray]:
+    with np.load(ELMOFORMANYLANGS / f"{name}_outputs.npz") as arrays:
+        return {key: arrays[key] for key in arrays.files}
+
+
+def every_layer(model: ElmoModel, tokenizer: ElmoTokenizer, sentences, path: str, **kwargs):
+    """[B, L + 1, T, 2P] (on the CPU) and the model's output along `path`: "plain", the definition (autograd on);
+    "fused", the fused training paths (autograd on); "fast", the inference path."""
+    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt").to(model.device)
+    model.set_fast_path(path != "plain")
+    try:
+        with torch.set_grad_enabled(path != "fast"):
+            output = model(**batch, **kwargs)
+    finally:
+        model.set_fast_path(True)
+    return torch.stack(output.hidden_states, dim=1).detach().cpu(), output
+
+
+def package_rows(sentences) -> list[int]:
+    """The package's batch rows: the sentences sorted by length, longest first (a stable sort), which is also
+    the row its carried state is kept in."""
+    return sorted(range(len(sentences)), key=lambda i: -len(sentences[i]))
+
+
+@pytest.fixture(scope="module")
+def loaded(converted_elmoformanylangs):
+    return {name: (ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder))
+            for name, folder in converted_elmoformanylangs.items()}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("path", ["plain", "fused", "fast"])
+@pytest.mark.parametrize("sentence_set", list(SENTENCES["sets"]))
+@pytest.mark.parametrize("name", ELMOFORMANYLANGS_MODELS)
+def test_every_layer_equals_the_package(loaded, name, sentence_set, path, device):
+    """sents2elmo(output_layer=-2) at every layer and output_layer=-1 (their average), within 2e-5."""
+    model, tokenizer = loaded[name]
+    sentences = SENTENCES["sets"][sentence_set]
+    expected = expected_outputs(name)
+    try:
+        layers, output = every_layer(model.to(device), tokenizer, sentences, path)
+    finally:
+        model.to("cpu")
+    for i, words in enumerate(sentences):
+        found = layers[i, :, : len(words)].numpy()
+        assert found.shape == expected[f"{sentence_set}/{i}/all"].shape
+        np.testing.assert_allclose(found, expected[f"{sentence_set}/{i}/all"], rtol=0, atol=TOLERANCE)
+        np.testing.assert_allclose(found.mean(0), expected[f"{sentence_set}/{i}/average"], rtol=0, atol=TOLERANCE)
+        assert not layers[i, :, len(words) :].any()  # padding is exactly zero
+
+
+@pytest.mark.parametrize("name", ELMOFORMANYLANGS_MODELS)
+def test_carried_state_through_initial_states(loaded, name):
+    """The package carries its LSTM state from call to call, row by row: two sents2elmo calls without a reset
+    are two batches here, the second given the first's final_states (rows in the package's order)."""
+    model, tokenizer = loaded[name]
+    expected = expected_outputs(name)
+    states = None
+    for call, sentences in enumerate(SENTENCES["stateful_calls"]):
+        rows = package_rows(sentences)
+        layers, output = every_layer(model, tokenizer, [sentences[i] for i in rows], path="fast", initial_states=states)
+        for row, i in enumerate(rows):
+            found = layers[row, :, : len(sentences[i])].numpy()
+            np.testing.assert_allclose(found, expected[f"stateful/{call}/{i}/all"], rtol=0, atol=TOLERANCE)
+        states = output.final_states
+    # Stateless, the second call's sentences give other vectors: the state is what made them equal.
+    layers, _ = every_layer(model, tokenizer, [sentences[i] for i in rows], path="fast")
+    assert np.abs(layers[0, 1:, : len(sentences[rows[0]])].numpy() - expected[f"stateful/1/{rows[0]}/all"][1:]).max() > 1e-3
+
+
+def test_every_parameter_matters(loaded):
+    """The fixtures exercise every weight: changing any tensor of the converted model changes the outputs (so an
+    exact match is no accident of unused weights), and the clipping is reached."""
+    model, tokenizer = loaded["with_words"]
+    sentences = [words for group in SENTENCES["sets"].values() for words in group]
+    reference, _ = every_layer(model, tokenizer, sentences, path="plain")
+    for name, parameter in model.named_parameters():
+        if name.startswith("scalar_mixes"):
+            continue
+        with torch.no_grad():
+            saved = parameter.clone()
+            parameter.add_(0.05 * torch.randn_like(parameter))
+            if name == "char_encoder.char_embedding.weight":
+                parameter[0] = saved[0]  # the padding word's row: no real word reads it
+            changed, _ = every_layer(model, tokenizer, sentences, path="plain")
+            parameter.copy_(saved)
+        assert (changed - reference).abs().max() > 1e-4, name
+    # The package's <pad> rows are learned (its padding_idx only stops their gradient): the padding characters of
+    # every word shorter than 48 characters read that row, so zeroing it changes their vectors.
+    embedding = model.char_encoder.char_embedding.weight
+    assert embedding[model.config.pad_char_id].abs().min() > 0
+    with torch.no_grad():
+        saved = embedding[model.config.pad_char_id].clone()
+        embedding[model.config.pad_char_id] = 0.0
+        changed, _ = every_layer(model, tokenizer, sentences, path="plain")
+        embedding[model.config.pad_char_id] = saved
+    short = torch.tensor([[len(word) < 48 for word in words] + [False] * (changed.shape[2] - len(words)) for words in sentences])
+    assert (changed[:, 0] - reference[:, 0]).abs().amax(-1)[short].min() > 0
+    for layer in model.layers:
+        layer.cell_clip = layer.proj_clip = None
+    try:
+        unclipped, _ = every_layer(model, tokenizer, sentences, path="plain")
+    finally:
+        for layer in model.layers:
+            layer.cell_clip = layer.proj_clip = model.config.cell_clip
+    assert (unclipped - reference).abs().max() > 1e-3
+
+
+# ---- the package's spelling ------------------------------------------------------------------------------------
+
+
+def test_tokenizer_spells_words_as_the_package_does(loaded):
+    _, tokenizer = loaded["with_words"]
+    chars = read_dictionary(ELMOFORMANYLANGS / "with_words" / "char.dic")
+    words = read_dictionary(ELMOFORMANYLANGS / "with_words" / "word.dic")
+    padding = chars["<pad>"] + 1
+    # Its code begins a word with the id of <eow> and ends it with the id of <bow>; every id is the package's + 1.
+    assert tokenizer.word_to_char_ids("天气")[:4] == [chars["<eow>"] + 1, chars["天"] + 1, chars["气"] + 1, chars["<bow>"] + 1]
+    assert tokenizer.word_to_char_ids("天气")[4:] == [padding] * 46
+    # Code points, not bytes or UTF-16 units; unknown characters are <oov>.
+    assert tokenizer.word_to_char_ids("𝔘天")[1:4] == [chars["<oov>"] + 1, chars["天"] + 1, chars["<bow>"] + 1]
+    # Words are cut to 48 characters, and looked up in word.dic after the cut.
+    long_word = "天" * 60
+    assert tokenizer.word_to_char_ids(long_word) == [chars["<eow>"] + 1] + [chars["天"] + 1] * 48 + [chars["<bow>"] + 1]
+    assert tokenizer.word_to_id("天气") == words["天气"] and tokenizer.word_to_id("天气很好") == words["<oov>"]
+    # <bos> and <eos> in the text are the sentence boundaries, as the model adds them.
+    assert tokenizer.word_to_char_ids("<bos>")[:3] == [chars["<eow>"] + 1, chars["<bos>"] + 1, chars["<bow>"] + 1]
+    assert tokenizer.word_to_id("<eos>") == words["<eos>"]
+    # Segmented words stay whole; raw text is split as for any ELMo (each Chinese character a word).
+    batch = tokenizer([["天气", "不错"]], is_split_into_words=True)
+    assert batch["input_word_ids"] == [[words["天气"], words["不错"]]]
+    assert tokenizer.tokenize("天气不错！Hi there.") == ["天", "气", "不", "错", "！", "Hi", "there", "."]
+    assert tokenizer.decode(batch["input_ids"][0]) == "天气 不错"
+    assert tokenizer.decode(tokenizer.word_to_char_ids("Ж天")) == "<oov>天"
+
+
+def test_padding_and_word_ids_through_the_collator(loaded):
+    model, tokenizer = loaded["with_words"]
+    from transformers import DataCollatorWithPadding
+
+    features = [tokenizer(words, is_split_into_words=True) for words in (["天气", "不错", "！"], ["你"])]
+    batch = DataCollatorWithPadding(tokenizer)(features)
+    assert batch["input_word_ids"].shape == (2, 3) and batch["input_ids"].shape == (2, 3, 50)
+    assert batch["input_word_ids"][1, 1:].tolist() == [tokenizer.lexicon.pad_word_id] * 2
+    with torch.no_grad():
+        collated = model(**batch).hidden_states[-1]
+        alone = model(**tokenizer([["你"]], is_split_into_words=True, return_tensors="pt")).hidden_states[-1]
+    assert torch.equal(collated[1, :1], alone[0])
+    _, chars_tokenizer = loaded["chars_only"]
+    assert "input_word_ids" not in chars_tokenizer(["天气"], is_split_into_words=True)
+
+
+def test_word_input_errors_are_clear(loaded):
+    model, tokenizer = loaded["with_words"]
+    batch = tokenizer([["天气"]], is_split_into_words=True, return_tensors="pt")
+    with pytest.raises(ValueError, match="pass input_word_ids"):
+        model(input_ids=batch["input_ids"])
+    with pytest.raises(ValueError, match=r"outside word.dic \[0, 51\)"):
+        model(input_ids=batch["input_ids"], input_word_ids=torch.tensor([[51]]))
+    with pytest.raises(ValueError, match=r"input_word_ids must be \[1, 1\]"):
+        model(input_ids=batch["input_ids"], input_word_ids=torch.tensor([[1, 2]]))
+    chars_model, _ = loaded["chars_only"]
+    with pytest.raises(ValueError, match="has no word input"):
+        chars_model(**batch)
+
+
+def test_word_id_is_part_of_the_cache_key(loaded):
+    """Two words spelled alike but with different word ids get different vectors, also from the token cache."""
+    model, tokenizer = loaded["with_words"]
+    batch = tokenizer([["天气", "天气"]], is_split_into_words=True, return_tensors="pt")
+    batch["input_word_ids"][0, 1] = tokenizer.lexicon.oov_word_id
+    model.clear_caches()
+    with torch.no_grad():
+        first = model(**batch).hidden_states[0]
+        again = model(**batch).hidden_states[0]  # from the cache
+    assert not torch.equal(first[0, 0], first[0, 1]) and torch.equal(first, again)
+
+
+# ---- the folder, the way back, bad input ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ELMOFORMANYLANGS_MODELS)
+def test_way_back_gives_identical_tensors_and_dictionaries(converted_elmoformanylangs, tmp_path, name):
+    """The exported folder holds the package's files with every tensor and dictionary as they were, so the package
+    loads it and gives the same outputs (`make check-elmoformanylangs` runs the package on it)."""
+    source = ELMOFORMANYLANGS / name
+    back = convert_hf_to_elmoformanylangs(converted_elmoformanylangs[name], tmp_path / "back")
+    assert sorted(p.name for p in back.iterdir()) == sorted(p.name for p in source.iterdir())
+    for file_name in ("token_embedder.pkl", "encoder.pkl"):
+        original = torch.load(source / file_name, weights_only=True)
+        found = torch.load(back / file_name, weights_only=True)
+        assert list(found) == list(original), file_name
+        for tensor_name, tensor in original.items():
+            assert found[tensor_name].dtype == tensor.dtype and torch.equal(found[tensor_name], tensor), tensor_name
+    for file_name in ("char.dic", "word.dic"):
+        assert (back / file_name).read_bytes() == (source / file_name).read_bytes()
+    architecture = json.loads((back / json.loads((back / "config.json").read_text())["config_path"]).read_text())
+    original_architecture = json.loads((source / "architecture.json").read_text())
+    for section in ("encoder", "token_embedder"):
+        assert architecture[section] == original_architecture[section]
+
+
+def test_converted_folder_is_complete(converted_elmoformanylangs):
+    folder = converted_elmoformanylangs["with_words"]
+    names = {path.name for path in folder.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer_config.json", "char.dic", "word.dic", "README.md",
+            "configuration_elmo.py", "modeling_elmo.py", "tokenization_elmo.py", "lexicon.py"} <= names
+    config = json.loads((folder / "config.json").read_text())
+    assert config["alphabet"] == "vocabulary" and config["forget_bias"] == 0.0 and config["word_embedding_dim"] == 6
+    assert config["auto_map"]["AutoModel"] == "modeling_elmo.ElmoModel"
+    card = (folder / "README.md").read_text()
+    assert "language: zh" in card and "ELMoForManyLangs model `with_words`" in card and "${" not in card
+    assert "char.dic: 61 characters" in card and "word.dic: 51 words" in card
+
+
+def test_released_models_name_the_packages_own_architecture(converted_elmoformanylangs, tmp_path):
+    """A released model's config.json names configs/cnn_50_100_512_4096_sample.json, a file of the package."""
+    from conversion.elmoformanylangs_format import read_architecture
+
+    folder = tmp_path / "zhs.model"
+    shutil.copytree(ELMOFORMANYLANGS / "with_words", folder)
+    (folder / "architecture.json").unlink()
+    (folder / "config.json").write_text(json.dumps({"config_path": "../configs/cnn_50_100_512_4096_sample.json"}))
+    architecture, source = read_architecture(folder)
+    assert source == "elmoformanylangs/configs/cnn_50_100_512_4096_sample.json"
+    assert architecture["encoder"]["dim"] == 4096 and architecture["token_embedder"]["word_dim"] == 100
+    assert architecture["token_embedder"]["filters"][-1] == [7, 1024]
+
+
+class _RunsCode:
+    """A pickle that would create a file when unpickled: torch.load(weights_only=True) must refuse it."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def _edit_json(path: Path, change) -> None:
+    content = json.loads(path.read_text())
+    change(content)
+    path.write_text(json.dumps(content))
+
+
+def _edit_state(path: Path, change) -> None:
+    state = torch.load(path, weights_only=True)
+    change(state)
+    torch.save(state, path)
+
+
+BAD_INPUTS = {
+    "missing config.json": (lambda f: (f / "config.json").unlink(), ["config.json", "not found"]),
+    "config.json not JSON": (lambda f: (f / "config.json").write_text("{"), ["config.json", "not a JSON"]),
+    "no config_path": (lambda f: _edit_json(f / "config.json", lambda c: c.pop("config_path")), ["config.json", "config_path"]),
+    "unknown architecture file": (
+        lambda f: _edit_json(f / "config.json", lambda c: c.update(config_path="/elsewhere/cnn.json")),
+        ["config.json", "/elsewhere/cnn.json", "neither in the folder"],
+    ),
+    "lstm encoder": (
+        lambda f: _edit_json(f / "architecture.json", lambda a: a["encoder"].update(name="lstm")),
+        ["architecture.json", "encoder 'lstm'"],
+    ),
+    "lstm token embedder": (
+        lambda f: _edit_json(f / "architecture.json", lambda a: a["token_embedder"].update(name="lstm")),
+        ["architecture.json", "token_embedder 'lstm'"],
+    ),
+    "missing option": (
+        lambda f: _edit_json(f / "architecture.json", lambda a: a["encoder"].pop("projection_dim")),
+        ["architecture.json", "encoder.projection_dim", "missing"],
+    ),
+    "missing char.dic": (lambda f: (f / "char.dic").unlink(), ["char.dic", "not found"]),
+    "char.dic without <bow>": (
+        lambda f: (f / "char.dic").write_text("".join(l for l in (f / "char.dic").read_text().splitlines(True) if not l.startswith("<bow>"))),
+        ["char.dic", "<bow>"],
+    ),
+    "bad dictionary line": (lambda f: (f / "word.dic").write_text("<oov>\t0\nnot a line\tx\n"), ["word.dic", "line 2"]),
+    "dictionary ids with a gap": (
+        lambda f: (f / "word.dic").write_text((f / "word.dic").read_text().replace("<pad>\t3", "<pad>\t99")),
+        ["word.dic", "0 .. 50"],
+    ),
+    "missing weight file": (lambda f: (f / "encoder.pkl").unlink(), ["encoder.pkl", "not found"]),
+    "pickle that runs code": (
+        lambda f: (f / "token_embedder.pkl").write_bytes(pickle.dumps({"x": _RunsCode(f / "ran")}, protocol=2)),
+        ["token_embedder.pkl", "not a torch state dict"],
+    ),
+    "missing tensor": (
+        lambda f: _edit_state(f / "encoder.pkl", lambda s: s.pop("backward_layer_1.state_linearity.bias")),
+        ["encoder.pkl", "backward_layer_1.state_linearity.bias", "(96,)", "missing"],
+    ),
+    "extra tensor": (
+        lambda f: _edit_state(f / "token_embedder.pkl", lambda s: s.update({"softmax.weight": torch.zeros(3, 8)})),
+        ["token_embedder.pkl", "softmax.weight", "(3, 8)", "unexpected"],
+    ),
+    "wrong shape": (
+        lambda f: _edit_state(f / "token_embedder.pkl", lambda s: s.update({"projection.weight": torch.zeros(8, 30)})),
+        ["token_embedder.pkl", "projection.weight", "(8, 30)", "(8, 34)"],
+    ),
+    "char.dic larger than the embedding": (
+        lambda f: (f / "char.dic").write_text((f / "char.dic").read_text() + "新\t61\n"),
+        ["token_embedder.pkl", "char_emb_layer.embedding.weight", "(61, 5)", "(62, 5)"],
+    ),
+    "integer tensor": (
+        lambda f: _edit_state(f / "encoder.pkl", lambda s: s.update({"forward_layer_0.state_linearity.bias": torch.zeros(96, dtype=torch.long)})),
+        ["encoder.pkl", "forward_layer_0.state_linearity.bias", "int64"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_fails_clearly_and_writes_nothing(tmp_path, capsys, case):
+    damage, must_mention = BAD_INPUTS[case]
+    folder = tmp_path / "model"
+    shutil.copytree(ELMOFORMANYLANGS / "with_words", folder)
+    damage(folder)
+    code = main(["--model-dir", str(folder), "--output-dir", str(tmp_path / "out")])
+    message = capsys.readouterr().err.strip()
+    assert code == 2, message
+    assert message.startswith("error: ") and "Traceback" not in message and len(message.splitlines()) == 1, message
+    for text in must_mention:
+        assert text in message, (text, message)
+    assert not (tmp_path / "out").exists() and not (folder / "ran").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, capsys):
+    code = main(["--to-elmoformanylangs", "--model-dir", str(converted["allennlp-elmo"]), "--output-dir", str(tmp_path / "out")])
+    assert code == 2 and "bilm-tf's form" in capsys.readouterr().err
+    code = main(["--to-elmoformanylangs", "--model-dir", str(ELMOFORMANYLANGS / "with_words"), "--output-dir", str(tmp_path / "out")])
+    assert code == 2 and "not a Hugging Face checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+VOCABULARY_ALPHABET = dict(alphabet="vocabulary", n_characters=62, bos_char_id=1, eos_char_id=2, bow_char_id=3,
+                           eow_char_id=4, pad_char_id=5)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"bow_char_id": 12}, "bow_char_id must be 259 in the byte alphabet"),
+        ({"alphabet": "unicode"}, "alphabet must be one of"),
+        ({**VOCABULARY_ALPHABET, "pad_char_id": 62}, r"pad_char_id must be a character id in 1..n_characters - 1 \(61"),
+        ({**VOCABULARY_ALPHABET, "eos_char_id": 1}, "special character ids must differ"),
+        ({"word_vocab_size": 51}, r"must both be 0 \(no word input\) or both positive"),
+        ({"word_vocab_size": 51, "word_embedding_dim": 6, "bos_word_id": 51, "eos_word_id": 2}, r"bos_word_id must be a word id in 0..word_vocab_size - 1 \(50\)"),
+    ],
+)
+def test_config_checks_the_alphabet_and_word_input(options, message):
+    from hf_elmo import ElmoConfig
+
+    assert ElmoConfig(**VOCABULARY_ALPHABET).n_characters == 62
+    with pytest.raises(ValueError, match=message):
+        ElmoConfig(**options)
+
+
+def test_bilm_tf_format_refuses_a_character_vocabulary(converted_elmoformanylangs, tmp_path, capsys):
+    from conversion.convert_original_elmo import main as original_main
+
+    code = original_main(["--to-original", "--model-dir", str(converted_elmoformanylangs["with_words"]),
+                          "--output-dir", str(tmp_path / "out")])
+    assert code == 2 and "--to-elmoformanylangs" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
