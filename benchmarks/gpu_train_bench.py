@@ -9,8 +9,10 @@
    words/s and how far bf16's logged losses drift from float32's; the original size in bf16. Targets on one H200:
    `ptb-gpu` bf16 >= 60,000 words/s, original bf16 >= 25,000 words/s.
 
-Each part reports its own failure instead of stopping the others. Needs torch with CUDA, transformers, datasets
-and accelerate, and data/ptb (`make ptb-data`) for parts 2 and 3.
+Each part reports its own failure instead of stopping the others, and each line is appended to the output as it
+comes (a timeout keeps what was measured). Needs torch with CUDA, transformers, datasets and accelerate, and
+data/ptb (`make ptb-data`) for parts 2 and 3. `--smoke --device cpu` runs every part on the CPU with the tiny preset
+and a few steps, to check the script itself where there is no GPU (its figures mean nothing).
 """
 
 import argparse
@@ -34,6 +36,13 @@ from hf_elmo.modeling_elmo import ElmoBiLstmLayer  # noqa: E402
 
 TARGETS = {"ptb-gpu": 60_000, "original": 25_000}
 PTB = ROOT / "data" / "ptb"
+DEVICE = "cuda"  # --device
+SMOKE = False  # --smoke: the tiny preset and a few steps instead of ptb-gpu and the original size
+
+
+def synchronize() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -43,13 +52,13 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 def layer_check(cell: int, proj: int, batch: int, steps: int) -> str:
     """Fused (third call: replayed from the recording) against plain, float32, both clips active."""
     torch.manual_seed(0)
-    layer = ElmoBiLstmLayer(ElmoConfig(cell_size=cell, projection_dim=proj, cell_clip=0.5, proj_clip=0.5)).cuda()
+    layer = ElmoBiLstmLayer(ElmoConfig(cell_size=cell, projection_dim=proj, cell_clip=0.5, proj_clip=0.5)).to(DEVICE)
     for parameter in layer.parameters():
         torch.nn.init.uniform_(parameter, -0.3, 0.3)
-    inputs = torch.randn(2, batch, steps, proj, device="cuda", requires_grad=True)
-    h, c = torch.randn(2, batch, proj, device="cuda"), torch.randn(2, batch, cell, device="cuda")
-    mask = torch.ones(batch, steps, dtype=torch.bool, device="cuda")
-    weights = torch.randn(2, batch, steps, proj, device="cuda")
+    inputs = torch.randn(2, batch, steps, proj, device=DEVICE, requires_grad=True)
+    h, c = torch.randn(2, batch, proj, device=DEVICE), torch.randn(2, batch, cell, device=DEVICE)
+    mask = torch.ones(batch, steps, dtype=torch.bool, device=DEVICE)
+    weights = torch.randn(2, batch, steps, proj, device=DEVICE)
     gradients = {}
     for name, fast, calls in (("plain", False, 1), ("fused", True, 3)):
         layer.use_fast_path = fast
@@ -60,23 +69,25 @@ def layer_check(cell: int, proj: int, batch: int, steps: int) -> str:
             (outputs * weights).sum().backward()
         gradients[name] = [inputs.grad] + [p.grad for p in layer.parameters()]
     recorded = len(fused_bilstm._CUDA_GRAPHS.get(layer, fused_bilstm.LayerGraphs(True)).recordings)
+    expected = 1 if DEVICE == "cuda" else 0  # recordings are made on CUDA only
     error = max(relative_error(a, b) for a, b in zip(gradients["fused"], gradients["plain"]))
-    verdict = "PASS" if error <= 1e-5 and recorded == 1 else "FAIL"
-    return (f"{verdict}: biLSTM layer {cell}/{proj}, {batch} x {steps}, replayed from its CUDA graph ({recorded} "
-            f"recording): largest relative gradient difference from the plain loop {error:.1e} (limit 1e-5)")
+    verdict = "PASS" if error <= 1e-5 and recorded == expected else "FAIL"
+    return (f"{verdict}: biLSTM layer {cell}/{proj}, {batch} x {steps} on {DEVICE}, fused ({recorded} CUDA graph "
+            f"recording) against the plain loop: largest relative gradient difference {error:.1e} (limit 1e-5)")
 
 
 def model_check() -> str:
-    """A small pretraining model on CUDA: loss and every gradient, fast (recorded, third step) against plain."""
+    """A small pretraining model: loss and every gradient, fast (on CUDA recorded, third step) against plain."""
     config = ElmoConfig(char_embedding_dim=4, char_cnn_filters=((1, 4), (2, 8), (3, 16)), num_highway_layers=1,
                         cell_size=64, projection_dim=16, lm_vocab_size=200, lm_negative_samples=50, lm_dropout=0.1)
     torch.manual_seed(0)
-    model = ElmoForPreTraining(config).cuda().train()
+    model = ElmoForPreTraining(config).to(DEVICE).train()
     generator = torch.Generator().manual_seed(1)
     char_ids = torch.randint(1, 262, (8, 12, 50), generator=generator)
     char_ids[..., 8:] = 261
-    batch = {"input_ids": char_ids.cuda(), "labels": torch.randint(0, 200, (8, 12), generator=generator).cuda(),
-             "backward_labels": torch.randint(0, 200, (8, 12), generator=generator).cuda()}
+    batch = {"input_ids": char_ids, "labels": torch.randint(0, 200, (8, 12), generator=generator),
+             "backward_labels": torch.randint(0, 200, (8, 12), generator=generator)}
+    batch = {name: tensor.to(DEVICE) for name, tensor in batch.items()}
     results = {}
     for fast, steps in ((False, 1), (True, 3)):
         model.set_fast_path(fast)
@@ -90,7 +101,7 @@ def model_check() -> str:
     errors = {n: relative_error(results[True][1][n], g) for n, g in results[False][1].items()}
     worst = max(errors, key=errors.get)
     verdict = "PASS" if loss_error <= 1e-5 and errors[worst] <= 1e-5 else "FAIL"
-    return (f"{verdict}: pretraining model on CUDA, fast (CUDA graphs) against plain: loss {loss_error:.1e}, largest "
+    return (f"{verdict}: pretraining model on {DEVICE}, fast against plain: loss {loss_error:.1e}, largest "
             f"gradient difference {errors[worst]:.1e} ({worst}) (limit 1e-5)")
 
 
@@ -116,10 +127,11 @@ def ptb_data(batch_size: int, unroll_steps: int):
 
 def step_speed(steps: int = 60) -> list[str]:
     """The `ptb-gpu` training step (bf16 autocast, fused AdamW, clipping, carried state) in this process."""
-    from modeling.presets import PRESETS
+    from modeling.presets import PRESETS, training_settings
 
-    preset = PRESETS["ptb-gpu"]
-    training = preset["training"]
+    steps = 6 if SMOKE else steps
+    name = "tiny" if SMOKE else "ptb-gpu"
+    preset, training = PRESETS[name], training_settings(name)
     batches, vocab_size = ptb_data(training["batch_size"], training["unroll_steps"])
     config = ElmoConfig(**preset["model"], lm_vocab_size=vocab_size, lm_dropout=training["dropout"],
                         lm_negative_samples=training["negative_samples"])
@@ -129,38 +141,39 @@ def step_speed(steps: int = 60) -> list[str]:
     cases = [("fused, CUDA graphs", True, True), ("fused, no CUDA graphs", True, False), ("plain", False, False)]
     lines = []
     for name, fast, record in cases:
-        model = copy.deepcopy(template).cuda()
+        model = copy.deepcopy(template).to(DEVICE)
         model.set_fast_path(fast)
         fused_bilstm.RECORD_CUDA_GRAPHS = record
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=DEVICE == "cuda")
         states, timings = None, []
         for step in range(steps):
-            torch.cuda.synchronize()
+            synchronize()
             started = time.perf_counter()
-            batch = {k: v.cuda(non_blocking=True) for k, v in batches.batch(step).items()}
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            batch = {k: v.to(DEVICE, non_blocking=True) for k, v in batches.batch(step).items()}
+            with torch.autocast(DEVICE, dtype=torch.bfloat16):
                 output = model(**batch, initial_states=states)
             output.loss.backward()
             states = tuple(s.detach() for s in output.final_states)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            torch.cuda.synchronize()
+            synchronize()
             timings.append(time.perf_counter() - started)
         rate = words / statistics.median(timings[steps // 3 :])
         lines.append(f"{name}: {rate:,.0f} words/s")
         del model, optimizer
     fused_bilstm.RECORD_CUDA_GRAPHS = True
-    return ["Training step of `ptb-gpu` in this process (bf16 autocast, fused AdamW, clipping, carried state; median "
+    return [f"Training step of `{'tiny' if SMOKE else 'ptb-gpu'}` in this process (bf16 autocast, fused AdamW, clipping, carried state; median "
             f"of steps {steps // 3 + 1}-{steps}): " + "; ".join(lines) + "."]
 
 
 def pretrain(preset: str, steps: int, mixed_precision: str, timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as folder:
-        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "modeling/configs/gpu.yaml",
+        accelerate_config = "modeling/configs/gpu.yaml" if DEVICE == "cuda" else "modeling/configs/cpu.yaml"
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config,
                    "modeling/pretrain.py", "--preset", preset, "--train-file", str(PTB / "train.txt"),
                    "--output-dir", folder, "--max-steps", str(steps), "--max-train-minutes", "0", "--save-steps", "0",
-                   "--logging-steps", "10", "--seed", "1", "--mixed-precision", mixed_precision]
+                   "--logging-steps", "2" if SMOKE else "10", "--seed", "1", "--mixed-precision", mixed_precision]
         started = time.time()
         result = run(command, timeout)
         log = Path(folder, "log.jsonl")
@@ -175,31 +188,39 @@ def pretrain(preset: str, steps: int, mixed_precision: str, timeout: float) -> d
 
 
 def pretrain_speed() -> list[str]:
+    """ptb-gpu in bf16 and float32 over the same steps, then the original size in bf16 (with --smoke: tiny, 12 and 6
+    steps)."""
     lines = []
-    bf16 = pretrain("ptb-gpu", 300, "bf16", timeout=150)
-    fp32 = pretrain("ptb-gpu", 300, "no", timeout=150)
+    ptb, original_size, steps = ("tiny", "tiny", 12) if SMOKE else ("ptb-gpu", "original", 300)
+    bf16 = pretrain(ptb, steps, "bf16", timeout=150)
+    fp32 = pretrain(ptb, steps, "no", timeout=150)
     common = sorted(set(bf16["losses"]) & set(fp32["losses"]))
     drift = max(abs(bf16["losses"][s] - fp32["losses"][s]) for s in common)
     last = common[-1]
     met = "met" if bf16["words_per_second"] >= TARGETS["ptb-gpu"] else "NOT met"
-    lines.append(f"`pretrain.py --preset ptb-gpu` (PTB train, 300 steps of 20 x 35 words, Accelerate gpu.yaml): bf16 "
+    lines.append(f"`pretrain.py --preset {ptb}` (PTB train, {steps} steps, Accelerate on {DEVICE}): bf16 "
                  f"{bf16['words_per_second']:,.0f} words/s (target {TARGETS['ptb-gpu']:,}: {met}); float32 with TF32 off "
-                 f"{fp32['words_per_second']:,.0f} words/s. bf16's logged losses (means over 10 steps) against "
+                 f"{fp32['words_per_second']:,.0f} words/s. bf16's logged losses (means over {2 if SMOKE else 10} steps) against "
                  f"float32's over the same steps: largest difference {drift:.4f}; at step {last} {bf16['losses'][last]:.4f} "
                  f"against {fp32['losses'][last]:.4f}.")
-    original = pretrain("original", 60, "bf16", timeout=150)
+    original = pretrain(original_size, steps // 2 if SMOKE else 60, "bf16", timeout=150)
     met = "met" if original["words_per_second"] >= TARGETS["original"] else "NOT met"
-    lines.append(f"`pretrain.py --preset original` (the original size, 128 x 20 words per step, 8192 negatives of the "
-                 f"PTB vocabulary, 60 steps): bf16 {original['words_per_second']:,.0f} words/s (target "
+    what = ("the smoke run's stand-in" if SMOKE
+            else "the original size, 128 x 20 words per step, 8192 negatives of the PTB vocabulary, 60 steps")
+    lines.append(f"`pretrain.py --preset {original_size}` ({what}): bf16 {original['words_per_second']:,.0f} words/s (target "
                  f"{TARGETS['original']:,}: {met}).")
     return lines
 
 
 def main() -> int:
+    global DEVICE, SMOKE
     parser = argparse.ArgumentParser()
     parser.add_argument("--output", default=str(Path(__file__).parent / "GPU_RESULTS.md"), help="appended to")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes and a few steps: checks the script, not the speed")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    DEVICE, SMOKE = args.device, args.smoke
+    if DEVICE == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device visible to torch", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -207,26 +228,37 @@ def main() -> int:
     cache = tempfile.TemporaryDirectory()  # the datasets cache of the PTB text, for this run only
     os.environ["HF_DATASETS_CACHE"] = cache.name
     start = time.time()
-    lines = ["", "## Training", "", f"On {torch.cuda.get_device_name()}, torch {torch.__version__} "
-             "(`benchmarks/gpu_train_bench.py`).", ""]
-    parts = [lambda: [layer_check(650, 650, 20, 35)], lambda: [layer_check(256, 64, 16, 20)], lambda: [model_check()],
-             lambda: [pytest_on_cuda()]]
+    where = torch.cuda.get_device_name() if DEVICE == "cuda" else "the CPU"
+    smoke = " --smoke: tiny sizes, a few steps, the figures check the script only" if SMOKE else ""
+    output = open(args.output, "a", encoding="utf-8")
+
+    def report(line: str) -> None:
+        output.write(line + "\n")
+        output.flush()
+        print(line, flush=True)
+
+    for line in ["", "## Training", "", f"On {where}, torch {torch.__version__} (`benchmarks/gpu_train_bench.py`"
+                 f"{smoke}).", ""]:
+        report(line)
+    small = SMOKE or DEVICE != "cuda"
+    parts = [lambda: [layer_check(*((32, 16, 4, 6) if small else (650, 650, 20, 35)))],
+             lambda: [layer_check(*((16, 16, 4, 6) if small else (256, 64, 16, 20)))], lambda: [model_check()]]
     if (PTB / "train.txt").is_file():
-        parts += [step_speed, pretrain_speed]
+        parts += [pretrain_speed, step_speed]
     else:
-        lines.append(f"- Speed: not measured, no {PTB}/train.txt (`make ptb-data`).")
+        report(f"- Speed: not measured, no {PTB}/train.txt (`make ptb-data`).")
+    if DEVICE == "cuda":
+        parts.append(lambda: [pytest_on_cuda()])
     for part in parts:
         try:
             found = part()
         except Exception:
             found = [f"FAIL: {traceback.format_exc()[-1500:]}"]
         for line in found:
-            lines.append(f"- {line}")
-            print(lines[-1], flush=True)
-    lines += ["", f"Training section: {time.time() - start:.0f} s."]
-    with open(args.output, "a", encoding="utf-8") as output:
-        output.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+            report(f"- {line}")
+    report("")
+    report(f"Training section: {time.time() - start:.0f} s.")
+    output.close()
     return 0
 
 

@@ -511,11 +511,17 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def benchmark_parser(description: str) -> argparse.ArgumentParser:
+    """The options every benchmark against AllenNLP takes: its interpreter and the thread count."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--allennlp-python", default=str(ROOT / "build" / "allennlp-venv" / "bin" / "python"),
                         help="interpreter of the venv made by ../shared/tools/peer-allennlp-setup.sh")
     parser.add_argument("--threads", type=int, default=2)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--sizes", default="original,small,elmoformanylangs",
                         help="elmoformanylangs: against ELMoForManyLangs at its released size (elmoformanylangs_bench.py)")

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from run import ROOT, SIZES, Worker, make_models, settings
+from run import ROOT, SIZES, Worker, benchmark_parser, make_models, settings
 
 TARGETS = {"small_vs_allennlp": 3.0, "ptb_fast_vs_plain": 2.5}
 
@@ -195,10 +195,7 @@ def render(steps: dict, pretrain: dict, setup: dict, seconds: float) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--allennlp-python", default=str(ROOT / "build" / "allennlp-venv" / "bin" / "python"),
-                        help="interpreter of the venv made by ../shared/tools/peer-allennlp-setup.sh")
-    parser.add_argument("--threads", type=int, default=2)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=7, help="rounds of the Small size's training step")
     parser.add_argument("--original-rounds", type=int, default=3, help="rounds of the original size's")
     parser.add_argument("--sizes", default="small,original")
