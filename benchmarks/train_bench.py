@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from run import ROOT, SIZES, Worker, benchmark_parser, make_models, settings
+from run import ROOT, SIZES, benchmark_parser, library_workers, make_models, settings
 
 TARGETS = {"small_vs_allennlp": 3.0, "ptb_fast_vs_plain": 2.5}
 
@@ -50,14 +50,10 @@ def largest_relative_difference(first: list, second: list) -> float:
 
 
 def bench_steps(size, args, inputs_file: Path, work: Path, env: dict) -> dict:
-    options, weights, converted = make_models(size, work / size.name)
+    models = make_models(size, work / size.name)
     rounds = args.rounds if size.name == "small" else args.original_rounds
     print(f"\n== training step, {size.label}", flush=True)
-    allennlp = Worker("allennlp", [args.allennlp_python, "-W", "ignore", "allennlp_train_worker.py", str(options),
-                                   str(weights), str(inputs_file), str(args.threads)], env,
-                      work / f"allennlp-train-{size.name}.log")
-    hf = Worker("hf_elmo", [sys.executable, "hf_train_worker.py", str(converted), str(inputs_file), str(args.threads)],
-                env, work / f"hf-train-{size.name}.log")
+    allennlp, hf = library_workers(args, "_train", models, inputs_file, env, work, size.name)
     call = {"allennlp": lambda: allennlp.call("step"), "fast": lambda: hf.call("step", mode="fast"),
             "plain": lambda: hf.call("step", mode="plain")}
     first = {who: run() for who, run in call.items()}  # warm-up; its losses and gradients are compared
