@@ -42,6 +42,15 @@ bench: setup $(ALLENNLP_VENV)/bin/python $(ELMOFORMANYLANGS_VENV)/bin/python
 $(ALLENNLP_VENV)/bin/python:
 	bash ../shared/tools/peer-allennlp-setup.sh $(ALLENNLP_VENV)
 
+# Training speed on CPU, 2 threads: hf_elmo's training step against AllenNLP's trainable biLM (Small and original
+# sizes) and modeling/pretrain.py's fast path against its plain one on ptb-cpu; writes benchmarks/TRAINING.md in
+# under 10 minutes.
+BENCH_TRAIN_ARGS ?=
+
+.PHONY: bench-train
+bench-train: setup ptb-data $(ALLENNLP_VENV)/bin/python
+	$(BIN)/python benchmarks/train_bench.py --allennlp-python $(ALLENNLP_VENV)/bin/python $(BENCH_TRAIN_ARGS)
+
 # What benchmarks/gpu.sh needs besides torch, for a GPU machine without network (same Python version).
 .PHONY: gpu-deps
 gpu-deps: setup

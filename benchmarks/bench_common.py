@@ -56,6 +56,13 @@ class Channel:
             self.send(reply)
 
 
+def step_reply(seconds: float, loss: float, windows: list, char_embedding_grad) -> dict:
+    """What a training-step worker sends back: its time, loss, word count, memory and the character embedding's
+    gradient (a tensor, sent as nested lists), for `train_bench.py` to compare the libraries."""
+    return {"seconds": seconds, "loss": loss, "words": sum(len(window) for window in windows), "memory": memory_mb(),
+            "char_embedding_grad": char_embedding_grad.tolist()}
+
+
 def run_batches(embed, batches: list, layers_of, save: str | None = None) -> dict:
     """Time `embed(batch)` over `batches` (without autograd); `layers_of(batch, output)` gives each sentence's layers,
     which `save` (a .npz path) keeps as `b{batch}_r{row}_l{layer}`."""

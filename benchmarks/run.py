@@ -230,17 +230,25 @@ def settings(threads: int, allennlp_python: str) -> dict:
     }
 
 
+def library_workers(args, kind: str, models: tuple, inputs_file: Path, env: dict, work: Path, name: str):
+    """The AllenNLP and the hf_elmo worker processes (`allennlp{kind}_worker.py`, `hf{kind}_worker.py`) on the same
+    models (options, weights, converted folder), each logging to `work`."""
+    options, weights, converted = models
+    allennlp = Worker("allennlp", [args.allennlp_python, "-W", "ignore", f"allennlp{kind}_worker.py", str(options),
+                                   str(weights), str(inputs_file), str(args.threads)], env,
+                      work / f"allennlp{kind.replace('_', '-')}-{name}.log")
+    hf = Worker("hf_elmo", [sys.executable, f"hf{kind}_worker.py", str(converted), str(inputs_file), str(args.threads)],
+                env, work / f"hf{kind.replace('_', '-')}-{name}.log")
+    return allennlp, hf
+
+
 def bench_size(size: Size, args, inputs_file: Path, work: Path, env: dict) -> dict:
     from hf_elmo import ElmoConfig
 
     options, weights, converted = make_models(size, work / size.name)
     config = ElmoConfig.from_pretrained(converted)
     print(f"\n== {size.label}", flush=True)
-    allennlp = Worker("allennlp", [args.allennlp_python, "-W", "ignore", "allennlp_worker.py", str(options),
-                                   str(weights), str(inputs_file), str(args.threads)], env,
-                      work / f"allennlp-{size.name}.log")
-    hf = Worker("hf_elmo", [sys.executable, "hf_worker.py", str(converted), str(inputs_file), str(args.threads)],
-                env, work / f"hf-{size.name}.log")
+    allennlp, hf = library_workers(args, "", (options, weights, converted), inputs_file, env, work, size.name)
     result = {"label": size.label, "load": {"allennlp": allennlp.hello, "hf_elmo": hf.hello}}
     saved = {name: work / f"{size.name}-{name}.npz" for name in
              ["allennlp-batch", "allennlp-single", "hf-batch-cold", "hf-batch-warm", "hf-single-cold", "hf-single-warm"]}
@@ -581,11 +589,17 @@ def assemble(previous: str, section: str, gpu_results: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def benchmark_parser(description: str) -> argparse.ArgumentParser:
+    """The options every benchmark against AllenNLP takes: its interpreter and the thread count."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--allennlp-python", default=str(ROOT / "build" / "allennlp-venv" / "bin" / "python"),
                         help="interpreter of the venv made by ../shared/tools/peer-allennlp-setup.sh")
     parser.add_argument("--threads", type=int, default=2)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--sizes", default="original,small,elmoformanylangs",
                         help="elmoformanylangs: against ELMoForManyLangs at its released size (elmoformanylangs_bench.py)")

@@ -24,6 +24,9 @@ from .approximate import APPROXIMATIONS, approximate_bilstm_layer, check_approxi
 from .configuration_elmo import ElmoConfig
 from .fast_bilstm import fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
+from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback
+from .fused_bilstm import fused_bilstm_layer, fused_training_fallback
+from .fused_softmax import fused_sampled_softmax_loss
 from .token_cache import DEFAULT_GATE_CACHE_BYTES, DEFAULT_MAX_WORDS, ElmoTokenCache
 from .tokenization_elmo import ElmoTokenizer  # noqa: F401 - a saved model folder carries the tokenizer's code too
 
@@ -99,6 +102,8 @@ class ElmoCharacterEncoder(nn.Module):
     faster equivalent in `fast_char_encoder.py` (unless `use_fast_path = False`); in eval mode `token_cache` also
     keeps the vectors of recently seen words for later batches (`token_cache.max_words = 0` turns it off; see
     `token_cache.py`). A word is its character ids and, with word input, its word id: the cache is keyed by both.
+    When a weight needs a gradient, the fused training path of `fused_char_encoder.py` runs instead (unless
+    `use_fast_path = False` or it does not cover the case), the same gradients faster.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -130,7 +135,19 @@ class ElmoCharacterEncoder(nn.Module):
             )
         # One row per word, everything the vectors depend on: [N, K] or [N, K + 1] (the word id last).
         rows = char_ids if word_ids is None else torch.cat([char_ids, word_ids.unsqueeze(1).to(char_ids.dtype)], 1)
-        if torch.is_grad_enabled() or torch.is_autocast_enabled(char_ids.device.type) or _is_exporting():
+        if _is_exporting():
+            return self._plain_forward(rows)
+        if torch.is_grad_enabled() and any(parameter.requires_grad for parameter in self.parameters()):
+            if fused_char_encoder_fallback(self) is None:
+                return fused_char_encoder(self, rows)
+            return self._plain_forward(rows)
+        # Frozen under autograd, an embedding's hook (enable_input_require_grads') may make the output require
+        # gradients, which the inference path (out= buffers, detached weights) cannot give.
+        hooked = torch.is_grad_enabled() and any(
+            module._forward_hooks or module._forward_pre_hooks
+            for module in (self.char_embedding, self.word_embedding) if module is not None
+        )
+        if hooked or torch.is_autocast_enabled(char_ids.device.type):
             return self._plain_forward(rows)
         encode = self._fast_forward if self.use_fast_path else self._plain_forward
         return self.token_cache.encode(encode, rows, list(self.parameters()), use_cache=not self.training)
@@ -201,14 +218,22 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         path then computes the input half of the gates once per distinct word, through `input_gate_cache` on CPU.
         Returns the outputs [2, B, S, P] (exactly 0 at masked steps) and the state after each row's last step.
 
-        Without autograd or autocast, the same computation runs reorganised for speed (`fast_bilstm.py`), or an
-        opted-in approximation (`approximate.py`); otherwise (under `torch.export` too), or with
-        `use_fast_path = False`, the plain loop below runs. The plain loop is the definition.
+        When nothing needs a gradient and autocast is off, the same computation runs reorganised for speed
+        (`fast_bilstm.py`), or an opted-in approximation (`approximate.py`); when something needs one, the fused
+        training path (`fused_bilstm.py`: the same gradients, one autograd Function), where it covers the case. With
+        `use_fast_path = False`, under `torch.export`, or where neither covers it, the plain loop below runs. It is
+        the definition.
         """
-        if (
-            not torch.is_grad_enabled() and not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0
-            and not _is_exporting()
-        ):
+        weights = (self.input_weight, self.recurrent_weight, self.bias, self.projection_weight)
+        needs_grad = torch.is_grad_enabled() and any(
+            tensor is not None and tensor.requires_grad for tensor in (inputs, h, c, *weights)
+        )
+        if _is_exporting():
+            pass
+        elif needs_grad:
+            if fused_training_fallback(self, inputs, h, c) is None:
+                return fused_bilstm_layer(self, inputs, step_mask, h, c)
+        elif not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0:
             if self.approximation is not None:
                 return approximate_bilstm_layer(self, inputs, step_mask, h, c, inputs_repeat)
             if self.use_fast_path and bool(step_mask[:, 0].all()):
@@ -374,6 +399,14 @@ class ElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ElmoScalarMix):
             init.zeros_(module.scalar_parameters)
             init.ones_(module.gamma)
+
+    def set_fast_path(self, enabled: bool) -> None:
+        """Run the fast paths (`use_fast_path` of the character encoder, of every biLSTM layer and of the pretraining
+        softmax: for inference, and the fused training paths under autograd) or, with False, the plain definition
+        everywhere."""
+        for module in self.modules():
+            if isinstance(module, (ElmoCharacterEncoder, ElmoBiLstmLayer, ElmoForPreTraining)):
+                module.use_fast_path = enabled
 
     def save_hub_folder(
         self,
@@ -959,28 +992,32 @@ def log_expected_count(ids: torch.Tensor, range_max: int, num_sampled: int, num_
 
 
 def sampled_softmax_loss(
-    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_sampled: int
+    hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, num_sampled: int,
+    fused: bool = False,
 ) -> torch.Tensor:
     """Per-token loss of TensorFlow's `sampled_softmax_loss` with its defaults (bilm-tf's training loss).
 
     hidden [N, P], targets [N] -> [N]. One set of `num_sampled` distinct negatives (log-uniform) for the whole
     batch; each logit is corrected by the log of its expected count; a negative that is the token's own target
     (an accidental hit) is removed; the loss is the cross-entropy of the true word among [true, negatives].
+    `fused`: the same loss and gradient from `fused_softmax.py` (fewer passes over the logits); this code defines it.
     """
     vocab_size, tokens = weight.shape[0], targets.shape[0]
     sampled, num_tries = sample_log_uniform(num_sampled, vocab_size)
     sampled = sampled.to(hidden.device)
     # One gather of the true words' and the negatives' rows: in backward, one scatter into a [V, P] gradient.
     words = torch.cat([targets, sampled])
-    rows, row_bias = weight[words], bias[words]
     log_q = log_expected_count(words, vocab_size, num_sampled, num_tries)
-    true_logits = ((hidden * rows[:tokens]).sum(-1) + row_bias[:tokens]).float() - log_q[:tokens]
-    sampled_logits = F.linear(hidden, rows[tokens:], row_bias[tokens:]).float() - log_q[tokens:]
     # Accidental hits: the negatives are distinct, so each token's target is at most one of them.
     position = torch.full((vocab_size,), -1, device=hidden.device)
     position[sampled] = torch.arange(num_sampled, device=hidden.device)
     hit = position[targets]
     hit_rows = (hit >= 0).nonzero().squeeze(1)
+    if fused:
+        return fused_sampled_softmax_loss(hidden, weight, bias, words, log_q, hit_rows, hit[hit_rows])
+    rows, row_bias = weight[words], bias[words]
+    true_logits = ((hidden * rows[:tokens]).sum(-1) + row_bias[:tokens]).float() - log_q[:tokens]
+    sampled_logits = F.linear(hidden, rows[tokens:], row_bias[tokens:]).float() - log_q[tokens:]
     sampled_logits = sampled_logits.index_put((hit_rows, hit[hit_rows]), sampled_logits.new_tensor(float("-inf")))
     return torch.logaddexp(true_logits, torch.logsumexp(sampled_logits, dim=1)) - true_logits
 
@@ -1045,6 +1082,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         self.elmo = ElmoModel(config, add_scalar_mix=False, lm_dropout=config.lm_dropout)
         self.softmax = nn.Linear(config.projection_dim, config.lm_vocab_size)  # row i scores word i
         self.dropout = nn.Dropout(config.lm_dropout) if config.lm_dropout > 0 else None
+        self.use_fast_path = True  # the fused sampled softmax (fused_softmax.py); see set_fast_path
         self.post_init()
 
     @torch.no_grad()
@@ -1161,7 +1199,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         word_streams = None
         if input_word_ids is not None:
             word_streams = [input_word_ids] if backward_input_ids is None else [input_word_ids, backward_input_word_ids]
-        if _is_exporting():
+        exporting = _is_exporting()
+        if exporting:
             parts = [self.elmo.char_encoder(ids[mask], None if word_streams is None else word_streams[i][mask])
                      for i, ids in enumerate(streams)]
         else:
@@ -1169,13 +1208,18 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             if word_streams is not None:
                 word_ids = torch.cat([ids[mask] for ids in word_streams])
                 words = torch.cat([words, word_ids.unsqueeze(1).to(words.dtype)], dim=1)
-            distinct, inverse = torch.unique(words, dim=0, return_inverse=True)
+            distinct, inverse = distinct_words(words)
             char_ids, word_ids = self.elmo.char_encoder.split_rows(distinct)
             padding_starts = (char_ids != self.config.pad_char_id).sum(dim=1).max() if len(distinct) else 0
             widest = max(width for width, _ in self.config.char_cnn_filters)
             char_ids = char_ids[:, : min(char_ids.shape[1], int(padding_starts) + widest)]
-            parts = self.elmo.char_encoder(char_ids, word_ids)[inverse].tensor_split(len(streams))
-        layers = [part.new_zeros(*mask.shape, part.shape[-1]).masked_scatter(mask.unsqueeze(-1), part) for part in parts]
+            parts = self.elmo.char_encoder(char_ids, word_ids).index_select(0, inverse).tensor_split(len(streams))
+        full = not exporting and bool(mask.all())  # no padding (stream batching): the vectors are the layer, in order
+        layers = [
+            part.view(*mask.shape, part.shape[-1]) if full
+            else part.new_zeros(*mask.shape, part.shape[-1]).masked_scatter(mask.unsqueeze(-1), part)
+            for part in parts
+        ]
         return layers[0], layers[1] if len(layers) == 2 else None
 
     def _language_model_loss(self, hidden: torch.Tensor, labels: torch.Tensor, name: str) -> torch.Tensor:
@@ -1183,16 +1227,20 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if labels.shape != hidden.shape[:2]:
             raise ValueError(f"{name} must be [{hidden.shape[0]}, {hidden.shape[1]}], got {list(labels.shape)}")
         keep = labels != -100
-        targets = labels[keep]
+        # every position has a target (stream batching): a view, not a gather
+        every = not _is_exporting() and bool(keep.all())
+        targets = labels.flatten() if every else labels[keep]
         vocab_size = self.config.lm_vocab_size
         if bool(((targets < 0) | (targets >= vocab_size)).any()):
             raise ValueError(f"{name} holds ids outside the vocabulary [0, {vocab_size}) other than -100")
-        hidden = hidden[keep]
+        hidden = hidden.flatten(0, 1) if every else hidden[keep]
         if self.dropout is not None:
             hidden = self.dropout(hidden)
         negatives = self.config.lm_negative_samples
         if self.training and 0 < negatives < vocab_size:
-            losses = sampled_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias, negatives)
+            losses = sampled_softmax_loss(
+                hidden, targets, self.softmax.weight, self.softmax.bias, negatives, fused=self.use_fast_path
+            )
         else:
             losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
         return losses.sum() / keep.sum().clamp(min=1)

@@ -28,12 +28,16 @@ def expected_outputs(name: str) -> dict[str, np.ndarray]:
         return {key: arrays[key] for key in arrays.files}
 
 
-def every_layer(model: ElmoModel, tokenizer: ElmoTokenizer, sentences, plain: bool, **kwargs):
-    """[B, L + 1, T, 2P] (on the CPU) and the model's output; `plain`: the definition (autograd on), else the fast
-    path."""
+def every_layer(model: ElmoModel, tokenizer: ElmoTokenizer, sentences, path: str, **kwargs):
+    """[B, L + 1, T, 2P] (on the CPU) and the model's output along `path`: "plain", the definition (autograd on);
+    "fused", the fused training paths (autograd on); "fast", the inference path."""
     batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt").to(model.device)
-    with torch.set_grad_enabled(plain):
-        output = model(**batch, **kwargs)
+    model.set_fast_path(path != "plain")
+    try:
+        with torch.set_grad_enabled(path != "fast"):
+            output = model(**batch, **kwargs)
+    finally:
+        model.set_fast_path(True)
     return torch.stack(output.hidden_states, dim=1).detach().cpu(), output
 
 
@@ -50,16 +54,16 @@ def loaded(converted_elmoformanylangs):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("plain", [True, False], ids=["plain", "fast"])
+@pytest.mark.parametrize("path", ["plain", "fused", "fast"])
 @pytest.mark.parametrize("sentence_set", list(SENTENCES["sets"]))
 @pytest.mark.parametrize("name", ELMOFORMANYLANGS_MODELS)
-def test_every_layer_equals_the_package(loaded, name, sentence_set, plain, device):
+def test_every_layer_equals_the_package(loaded, name, sentence_set, path, device):
     """sents2elmo(output_layer=-2) at every layer and output_layer=-1 (their average), within 2e-5."""
     model, tokenizer = loaded[name]
     sentences = SENTENCES["sets"][sentence_set]
     expected = expected_outputs(name)
     try:
-        layers, output = every_layer(model.to(device), tokenizer, sentences, plain)
+        layers, output = every_layer(model.to(device), tokenizer, sentences, path)
     finally:
         model.to("cpu")
     for i, words in enumerate(sentences):
@@ -79,13 +83,13 @@ def test_carried_state_through_initial_states(loaded, name):
     states = None
     for call, sentences in enumerate(SENTENCES["stateful_calls"]):
         rows = package_rows(sentences)
-        layers, output = every_layer(model, tokenizer, [sentences[i] for i in rows], plain=False, initial_states=states)
+        layers, output = every_layer(model, tokenizer, [sentences[i] for i in rows], path="fast", initial_states=states)
         for row, i in enumerate(rows):
             found = layers[row, :, : len(sentences[i])].numpy()
             np.testing.assert_allclose(found, expected[f"stateful/{call}/{i}/all"], rtol=0, atol=TOLERANCE)
         states = output.final_states
     # Stateless, the second call's sentences give other vectors: the state is what made them equal.
-    layers, _ = every_layer(model, tokenizer, [sentences[i] for i in rows], plain=False)
+    layers, _ = every_layer(model, tokenizer, [sentences[i] for i in rows], path="fast")
     assert np.abs(layers[0, 1:, : len(sentences[rows[0]])].numpy() - expected[f"stateful/1/{rows[0]}/all"][1:]).max() > 1e-3
 
 
@@ -94,7 +98,7 @@ def test_every_parameter_matters(loaded):
     exact match is no accident of unused weights), and the clipping is reached."""
     model, tokenizer = loaded["with_words"]
     sentences = [words for group in SENTENCES["sets"].values() for words in group]
-    reference, _ = every_layer(model, tokenizer, sentences, plain=True)
+    reference, _ = every_layer(model, tokenizer, sentences, path="plain")
     for name, parameter in model.named_parameters():
         if name.startswith("scalar_mixes"):
             continue
@@ -103,7 +107,7 @@ def test_every_parameter_matters(loaded):
             parameter.add_(0.05 * torch.randn_like(parameter))
             if name == "char_encoder.char_embedding.weight":
                 parameter[0] = saved[0]  # the padding word's row: no real word reads it
-            changed, _ = every_layer(model, tokenizer, sentences, plain=True)
+            changed, _ = every_layer(model, tokenizer, sentences, path="plain")
             parameter.copy_(saved)
         assert (changed - reference).abs().max() > 1e-4, name
     # The package's <pad> rows are learned (its padding_idx only stops their gradient): the padding characters of
@@ -113,14 +117,14 @@ def test_every_parameter_matters(loaded):
     with torch.no_grad():
         saved = embedding[model.config.pad_char_id].clone()
         embedding[model.config.pad_char_id] = 0.0
-        changed, _ = every_layer(model, tokenizer, sentences, plain=True)
+        changed, _ = every_layer(model, tokenizer, sentences, path="plain")
         embedding[model.config.pad_char_id] = saved
     short = torch.tensor([[len(word) < 48 for word in words] + [False] * (changed.shape[2] - len(words)) for words in sentences])
     assert (changed[:, 0] - reference[:, 0]).abs().amax(-1)[short].min() > 0
     for layer in model.layers:
         layer.cell_clip = layer.proj_clip = None
     try:
-        unclipped, _ = every_layer(model, tokenizer, sentences, plain=True)
+        unclipped, _ = every_layer(model, tokenizer, sentences, path="plain")
     finally:
         for layer in model.layers:
             layer.cell_clip = layer.proj_clip = model.config.cell_clip

@@ -202,9 +202,9 @@ def test_gradient_accumulation_matches_one_large_batch(base_path, tokenizer, tmp
 
 
 def test_activation_checkpointing_per_bilstm_layer(base_path, tokenizer):
-    """Checkpointing keeps far fewer activations for backward and gives the same gradients."""
+    """Checkpointing keeps none of the biLSTM layers' activations for backward and gives the same gradients."""
     batch, labels = encode(tokenizer), padded_tags()
-    gradients, saved = {}, {}
+    gradients, saved, in_layers = {}, {}, {}
     for checkpointing in (False, True):
         model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, finetune_bilm=True)
         torch.manual_seed(0)
@@ -213,18 +213,23 @@ def test_activation_checkpointing_per_bilstm_layer(base_path, tokenizer):
             model.activation_checkpointing_enable()
             assert all(layer.gradient_checkpointing for layer in model.elmo.layers)
         model.train()
-        count = [0]
+        count, inside = [0, 0], [False]  # everything kept, and what the biLSTM layers keep
 
         def pack(tensor):
             count[0] += tensor.numel()
+            count[1] += tensor.numel() if inside[0] else 0
             return tensor
 
+        for layer in model.elmo.layers:
+            layer.register_forward_pre_hook(lambda *_: inside.__setitem__(0, True))
+            layer.register_forward_hook(lambda *_: inside.__setitem__(0, False))
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             loss = model(**batch, labels=labels).loss
         loss.backward()
-        saved[checkpointing] = count[0]
+        saved[checkpointing], in_layers[checkpointing] = count
         gradients[checkpointing] = {name: p.grad for name, p in model.named_parameters()}
-    assert saved[True] < 0.5 * saved[False], saved
+    assert in_layers[False] > 0.3 * saved[False] and in_layers[True] < 0.05 * in_layers[False], (saved, in_layers)
+    assert saved[True] <= saved[False] - in_layers[False] + in_layers[True], (saved, in_layers)
     for name, gradient in gradients[False].items():
         assert torch.allclose(gradients[True][name], gradient, atol=1e-6), name
 

@@ -1,0 +1,266 @@
+"""Training on one CUDA GPU, run by `gpu.sh` after gpu_bench.py: appends a "Training" section to its output.
+
+1. Checks (float32, TF32 off): the fused biLSTM layer, replayed from its CUDA graph recording, against the plain
+   loop's gradients; a whole pretraining model (char CNN, both layers, the sampled softmax) fast against plain;
+   and `pytest -k cuda tests/test_fused_training.py`.
+2. The `ptb-gpu` training step in this process, bf16: words/s of the fused path with the CUDA graph recordings,
+   without them, and of the plain path.
+3. `modeling/pretrain.py` (Accelerate, one GPU): `ptb-gpu` in bf16 and in float32 (TF32 off) over the same steps,
+   words/s and how far bf16's logged losses drift from float32's; the original size in bf16. Targets on one H200:
+   `ptb-gpu` bf16 >= 60,000 words/s, original bf16 >= 25,000 words/s.
+
+Each part reports its own failure instead of stopping the others, and each line is appended to the output as it
+comes (a timeout keeps what was measured). Needs torch with CUDA, transformers, datasets and accelerate, and
+data/ptb (`make ptb-data`) for parts 2 and 3. `--smoke --device cpu` runs every part on the CPU with the tiny preset
+and a few steps, to check the script itself where there is no GPU (its figures mean nothing).
+"""
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import torch  # noqa: E402
+
+from gpu_bench import run  # noqa: E402
+from hf_elmo import ElmoConfig, ElmoForPreTraining, fused_bilstm  # noqa: E402
+from hf_elmo.modeling_elmo import ElmoBiLstmLayer  # noqa: E402
+
+TARGETS = {"ptb-gpu": 60_000, "original": 25_000}
+PTB = ROOT / "data" / "ptb"
+DEVICE = "cuda"  # --device
+SMOKE = False  # --smoke: the tiny preset and a few steps instead of ptb-gpu and the original size
+
+
+def synchronize() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30)).item()
+
+
+def layer_check(cell: int, proj: int, batch: int, steps: int) -> str:
+    """Fused (third call: replayed from the recording) against plain, float32, both clips active."""
+    torch.manual_seed(0)
+    layer = ElmoBiLstmLayer(ElmoConfig(cell_size=cell, projection_dim=proj, cell_clip=0.5, proj_clip=0.5)).to(DEVICE)
+    for parameter in layer.parameters():
+        torch.nn.init.uniform_(parameter, -0.3, 0.3)
+    inputs = torch.randn(2, batch, steps, proj, device=DEVICE, requires_grad=True)
+    h, c = torch.randn(2, batch, proj, device=DEVICE), torch.randn(2, batch, cell, device=DEVICE)
+    mask = torch.ones(batch, steps, dtype=torch.bool, device=DEVICE)
+    weights = torch.randn(2, batch, steps, proj, device=DEVICE)
+    gradients = {}
+    for name, fast, calls in (("plain", False, 1), ("fused", True, 3)):
+        layer.use_fast_path = fast
+        for _ in range(calls):
+            layer.zero_grad(set_to_none=True)
+            inputs.grad = None
+            outputs, _, _ = layer(inputs, mask, h, c)
+            (outputs * weights).sum().backward()
+        gradients[name] = [inputs.grad] + [p.grad for p in layer.parameters()]
+    recorded = len(fused_bilstm._CUDA_GRAPHS.get(layer, fused_bilstm.LayerGraphs(True)).recordings)
+    expected = 1 if DEVICE == "cuda" else 0  # recordings are made on CUDA only
+    error = max(relative_error(a, b) for a, b in zip(gradients["fused"], gradients["plain"]))
+    verdict = "PASS" if error <= 1e-5 and recorded == expected else "FAIL"
+    return (f"{verdict}: biLSTM layer {cell}/{proj}, {batch} x {steps} on {DEVICE}, fused ({recorded} CUDA graph "
+            f"recording) against the plain loop: largest relative gradient difference {error:.1e} (limit 1e-5)")
+
+
+def model_check() -> str:
+    """A small pretraining model: loss and every gradient, fast (on CUDA recorded, third step) against plain."""
+    config = ElmoConfig(char_embedding_dim=4, char_cnn_filters=((1, 4), (2, 8), (3, 16)), num_highway_layers=1,
+                        cell_size=64, projection_dim=16, lm_vocab_size=200, lm_negative_samples=50, lm_dropout=0.1)
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(config).to(DEVICE).train()
+    generator = torch.Generator().manual_seed(1)
+    char_ids = torch.randint(1, 262, (8, 12, 50), generator=generator)
+    char_ids[..., 8:] = 261
+    batch = {"input_ids": char_ids, "labels": torch.randint(0, 200, (8, 12), generator=generator),
+             "backward_labels": torch.randint(0, 200, (8, 12), generator=generator)}
+    batch = {name: tensor.to(DEVICE) for name, tensor in batch.items()}
+    results = {}
+    for fast, steps in ((False, 1), (True, 3)):
+        model.set_fast_path(fast)
+        for _ in range(steps):
+            model.zero_grad(set_to_none=True)
+            torch.manual_seed(5)
+            loss = model(**batch).loss
+            loss.backward()
+        results[fast] = (loss.item(), {n: p.grad for n, p in model.named_parameters()})
+    loss_error = abs(results[True][0] - results[False][0]) / abs(results[False][0])
+    errors = {n: relative_error(results[True][1][n], g) for n, g in results[False][1].items()}
+    worst = max(errors, key=errors.get)
+    verdict = "PASS" if loss_error <= 1e-5 and errors[worst] <= 1e-5 else "FAIL"
+    return (f"{verdict}: pretraining model on {DEVICE}, fast against plain: loss {loss_error:.1e}, largest "
+            f"gradient difference {errors[worst]:.1e} ({worst}) (limit 1e-5)")
+
+
+def pytest_on_cuda() -> str:
+    result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda",
+                  "tests/test_fused_training.py"], timeout=120)
+    summary = [line for line in result.stdout.splitlines() if " passed" in line or " failed" in line]
+    verdict = "PASS" if result.returncode == 0 else "FAIL"
+    return f"{verdict}: `pytest -k cuda tests/test_fused_training.py`: " + (
+        "; ".join(summary) if summary else (result.stdout + result.stderr)[-800:])
+
+
+def ptb_data(batch_size: int, unroll_steps: int):
+    from modeling.data import EncodedText, StreamBatches, WordTable, count_words, read_corpus
+    from modeling.vocabulary import Vocabulary
+
+    sentences = read_corpus([str(PTB / "train.txt")], "text", "whitespace", "train")
+    vocabulary = Vocabulary.from_counts(count_words(sentences))
+    table = WordTable(50)
+    text = EncodedText.encode(sentences, table, vocabulary)
+    return StreamBatches(text, table, vocabulary, batch_size, unroll_steps, seed=1, shuffle=False), len(vocabulary)
+
+
+def step_speed(steps: int = 60) -> list[str]:
+    """The `ptb-gpu` training step (bf16 autocast, fused AdamW, clipping, carried state) in this process."""
+    from modeling.presets import PRESETS, training_settings
+
+    steps = 6 if SMOKE else steps
+    name = "tiny" if SMOKE else "ptb-gpu"
+    preset, training = PRESETS[name], training_settings(name)
+    batches, vocab_size = ptb_data(training["batch_size"], training["unroll_steps"])
+    config = ElmoConfig(**preset["model"], lm_vocab_size=vocab_size, lm_dropout=training["dropout"],
+                        lm_negative_samples=training["negative_samples"])
+    torch.manual_seed(0)
+    template = ElmoForPreTraining(config).train()
+    words = training["batch_size"] * training["unroll_steps"]
+    cases = [("fused, CUDA graphs", True, True), ("fused, no CUDA graphs", True, False), ("plain", False, False)]
+    lines = []
+    for name, fast, record in cases:
+        model = copy.deepcopy(template).to(DEVICE)
+        model.set_fast_path(fast)
+        fused_bilstm.RECORD_CUDA_GRAPHS = record
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=DEVICE == "cuda")
+        states, timings = None, []
+        for step in range(steps):
+            synchronize()
+            started = time.perf_counter()
+            batch = {k: v.to(DEVICE, non_blocking=True) for k, v in batches.batch(step).items()}
+            with torch.autocast(DEVICE, dtype=torch.bfloat16):
+                output = model(**batch, initial_states=states)
+            output.loss.backward()
+            states = tuple(s.detach() for s in output.final_states)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            synchronize()
+            timings.append(time.perf_counter() - started)
+        rate = words / statistics.median(timings[steps // 3 :])
+        lines.append(f"{name}: {rate:,.0f} words/s")
+        del model, optimizer
+    fused_bilstm.RECORD_CUDA_GRAPHS = True
+    return [f"Training step of `{'tiny' if SMOKE else 'ptb-gpu'}` in this process (bf16 autocast, fused AdamW, clipping, carried state; median "
+            f"of steps {steps // 3 + 1}-{steps}): " + "; ".join(lines) + "."]
+
+
+def pretrain(preset: str, steps: int, mixed_precision: str, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        accelerate_config = "modeling/configs/gpu.yaml" if DEVICE == "cuda" else "modeling/configs/cpu.yaml"
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config,
+                   "modeling/pretrain.py", "--preset", preset, "--train-file", str(PTB / "train.txt"),
+                   "--output-dir", folder, "--max-steps", str(steps), "--max-train-minutes", "0", "--save-steps", "0",
+                   "--logging-steps", "2" if SMOKE else "10", "--seed", "1", "--mixed-precision", mixed_precision]
+        started = time.time()
+        result = run(command, timeout)
+        log = Path(folder, "log.jsonl")
+        records = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+    records = [r for r in records if "words_per_second" in r]
+    if result.returncode != 0 or not records:
+        raise RuntimeError(f"pretrain.py --preset {preset} --mixed-precision {mixed_precision} failed: "
+                           f"{(result.stdout + result.stderr)[-1500:]}")
+    rates = [r["words_per_second"] for r in records[2:]] or [records[-1]["words_per_second"]]
+    return {"words_per_second": statistics.median(rates), "losses": {r["step"]: r["loss"] for r in records},
+            "seconds": time.time() - started}
+
+
+def pretrain_speed() -> list[str]:
+    """ptb-gpu in bf16 and float32 over the same steps, then the original size in bf16 (with --smoke: tiny, 12 and 6
+    steps)."""
+    lines = []
+    ptb, original_size, steps = ("tiny", "tiny", 12) if SMOKE else ("ptb-gpu", "original", 300)
+    bf16 = pretrain(ptb, steps, "bf16", timeout=150)
+    fp32 = pretrain(ptb, steps, "no", timeout=150)
+    common = sorted(set(bf16["losses"]) & set(fp32["losses"]))
+    drift = max(abs(bf16["losses"][s] - fp32["losses"][s]) for s in common)
+    last = common[-1]
+    met = "met" if bf16["words_per_second"] >= TARGETS["ptb-gpu"] else "NOT met"
+    lines.append(f"`pretrain.py --preset {ptb}` (PTB train, {steps} steps, Accelerate on {DEVICE}): bf16 "
+                 f"{bf16['words_per_second']:,.0f} words/s (target {TARGETS['ptb-gpu']:,}: {met}); float32 with TF32 off "
+                 f"{fp32['words_per_second']:,.0f} words/s. bf16's logged losses (means over {2 if SMOKE else 10} steps) against "
+                 f"float32's over the same steps: largest difference {drift:.4f}; at step {last} {bf16['losses'][last]:.4f} "
+                 f"against {fp32['losses'][last]:.4f}.")
+    original = pretrain(original_size, steps // 2 if SMOKE else 60, "bf16", timeout=150)
+    met = "met" if original["words_per_second"] >= TARGETS["original"] else "NOT met"
+    what = ("the smoke run's stand-in" if SMOKE
+            else "the original size, 128 x 20 words per step, 8192 negatives of the PTB vocabulary, 60 steps")
+    lines.append(f"`pretrain.py --preset {original_size}` ({what}): bf16 {original['words_per_second']:,.0f} words/s (target "
+                 f"{TARGETS['original']:,}: {met}).")
+    return lines
+
+
+def main() -> int:
+    global DEVICE, SMOKE
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output", default=str(Path(__file__).parent / "GPU_RESULTS.md"), help="appended to")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes and a few steps: checks the script, not the speed")
+    args = parser.parse_args()
+    DEVICE, SMOKE = args.device, args.smoke
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        print("error: no CUDA device visible to torch", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    cache = tempfile.TemporaryDirectory()  # the datasets cache of the PTB text, for this run only
+    os.environ["HF_DATASETS_CACHE"] = cache.name
+    start = time.time()
+    where = torch.cuda.get_device_name() if DEVICE == "cuda" else "the CPU"
+    smoke = " --smoke: tiny sizes, a few steps, the figures check the script only" if SMOKE else ""
+    output = open(args.output, "a", encoding="utf-8")
+
+    def report(line: str) -> None:
+        output.write(line + "\n")
+        output.flush()
+        print(line, flush=True)
+
+    for line in ["", "## Training", "", f"On {where}, torch {torch.__version__} (`benchmarks/gpu_train_bench.py`"
+                 f"{smoke}).", ""]:
+        report(line)
+    small = SMOKE or DEVICE != "cuda"
+    parts = [lambda: [layer_check(*((32, 16, 4, 6) if small else (650, 650, 20, 35)))],
+             lambda: [layer_check(*((16, 16, 4, 6) if small else (256, 64, 16, 20)))], lambda: [model_check()]]
+    if (PTB / "train.txt").is_file():
+        parts += [pretrain_speed, step_speed]
+    else:
+        report(f"- Speed: not measured, no {PTB}/train.txt (`make ptb-data`).")
+    if DEVICE == "cuda":
+        parts.append(lambda: [pytest_on_cuda()])
+    for part in parts:
+        try:
+            found = part()
+        except Exception:
+            found = [f"FAIL: {traceback.format_exc()[-1500:]}"]
+        for line in found:
+            report(f"- {line}")
+    report("")
+    report(f"Training section: {time.time() - start:.0f} s.")
+    output.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
