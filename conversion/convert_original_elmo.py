@@ -21,11 +21,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from safetensors import safe_open  # noqa: E402
+
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
+from hf_elmo.files import check_output_location  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from conversion.original_format import (  # noqa: E402
@@ -44,12 +48,19 @@ PROBE_SENTENCES = [
 ]
 
 
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool) -> None:
+    """Before any work: `output_dir` can be written, and is empty or may be replaced."""
+    output_dir = Path(output_dir).absolute()
+    check_output_location(output_dir, "folder", error=ConversionError)
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
+        raise ConversionError(f"{output_dir}: output folder exists and is not empty (pass --overwrite to replace it)")
+
+
 @contextlib.contextmanager
 def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool):
     """Yield a temporary folder beside `output_dir` that becomes `output_dir` only if the block succeeds."""
     output_dir = Path(output_dir).resolve()
-    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
-        raise ConversionError(f"{output_dir}: output folder exists and is not empty (pass --overwrite to replace it)")
+    check_output_dir(output_dir, overwrite)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
     try:
@@ -64,6 +75,57 @@ def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool):
     finally:
         if staging.exists():
             shutil.rmtree(staging)
+
+
+def load_checkpoint(model_dir: str | os.PathLike) -> ElmoModel:
+    """The `ElmoModel` of a Hugging Face checkpoint folder, or a ConversionError naming what is missing or broken."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ConversionError(f"{model_dir}: not found" if not model_dir.exists() else f"{model_dir}: is a file, not a checkpoint folder")
+    config_file = model_dir / "config.json"
+    if not config_file.is_file():
+        raise ConversionError(f"{model_dir}: no config.json, not a Hugging Face checkpoint folder")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8-sig"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConversionError(f"{config_file}: not a JSON config file ({error})") from None
+    if not isinstance(config, dict):
+        raise ConversionError(f"{config_file}: not a config file: it holds a JSON {type(config).__name__}, not an object")
+    weights = model_dir / "model.safetensors"
+    index = model_dir / "model.safetensors.index.json"
+    if not (weights.is_file() or index.is_file()):
+        raise ConversionError(f"{model_dir}: no model.safetensors, so there are no weights to convert")
+    for shard in [weights.name] if weights.is_file() else sorted(set(_shard_names(index))):
+        try:
+            with safe_open(model_dir / shard, "pt"):  # reads the header, and checks that the data fills the file
+                pass
+        except Exception as error:  # safetensors' error type is not importable in every version
+            raise ConversionError(f"{model_dir / shard}: not a readable safetensors file ({error})") from None
+    try:
+        config = ElmoConfig.from_pretrained(model_dir)
+    except ValueError as error:
+        raise ConversionError(f"{config_file}: {error}") from None
+    # A missing or extra tensor of the biLM is an error below, not a load report; one line, not a progress bar.
+    verbosity, progress_bars = transformers.logging.get_verbosity(), transformers.logging.is_progress_bar_enabled()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    try:
+        return ElmoModel.from_pretrained(model_dir, config=config)
+    except ValueError as error:  # a tensor of the biLM missing or extra, named
+        raise ConversionError(str(error) if str(error).startswith(str(model_dir)) else f"{model_dir}: {error}") from None
+    except (OSError, RuntimeError) as error:
+        raise ConversionError(f"{model_dir}: cannot load the checkpoint ({str(error).strip().splitlines()[0]})") from None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+        if progress_bars:
+            transformers.logging.enable_progress_bar()
+
+
+def _shard_names(index: Path) -> list[str]:
+    try:
+        return list(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as error:
+        raise ConversionError(f"{index}: not a safetensors index ({error})") from None
 
 
 def _probe_outputs(model: ElmoModel, tokenizer: ElmoTokenizer) -> list[torch.Tensor]:
@@ -103,6 +165,7 @@ def convert_original_to_hf(
     overwrite: bool = False,
 ) -> Path:
     """Write a complete, verified Hugging Face checkpoint of an original ELMo model to `output_dir`."""
+    check_output_dir(output_dir, overwrite)
     config = ElmoConfig.from_original_options(options_file)
     state = original_to_state_dict(read_original_weights(weight_file, config), config)
     model = ElmoModel(config)
@@ -125,7 +188,8 @@ def convert_hf_to_original(
     model_dir: str | os.PathLike, output_dir: str | os.PathLike, overwrite: bool = False
 ) -> Path:
     """Write `options.json` and `weights.hdf5` (bilm-tf's format, read by AllenNLP) for a checkpoint."""
-    model = ElmoModel.from_pretrained(model_dir)
+    check_output_dir(output_dir, overwrite)
+    model = load_checkpoint(model_dir)
     config = model.config
     arrays = state_dict_to_original(model.state_dict(), config)
     with atomic_output_dir(output_dir, overwrite) as staging:
@@ -152,8 +216,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.to_original:
             if not args.model_dir:
                 parser.error("--to-original needs --model-dir")
-            if not Path(args.model_dir, "config.json").is_file():
-                raise ConversionError(f"{args.model_dir}: no config.json, not a Hugging Face checkpoint folder")
             convert_hf_to_original(args.model_dir, args.output_dir, overwrite=args.overwrite)
             print(f"wrote options.json and weights.hdf5 to {args.output_dir}")
         else:
@@ -163,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.options_file, args.weight_file, args.output_dir, model_id=args.model_id, overwrite=args.overwrite
             )
             print(f"wrote and verified a Hugging Face checkpoint in {args.output_dir}")
-    except ValueError as error:  # ConversionError and the config's own checks
+    except (ValueError, OSError) as error:  # ConversionError, the config's own checks, a full disk
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

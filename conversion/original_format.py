@@ -60,6 +60,8 @@ def read_original_weights(weight_file: str | os.PathLike, config: ElmoConfig) ->
     """Read and check every dataset of `weight_file` against `config`; returns them by HDF5 path."""
     path = os.fspath(weight_file)
     expected = expected_datasets(config)
+    if os.path.isdir(path):
+        raise ConversionError(f"{path}: is a folder, not a weight file")
     if not os.path.isfile(path):
         raise ConversionError(f"{path}: weight file not found")
     try:

@@ -15,7 +15,7 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
     ElmoTaskModel,
 )
-from .pipelines import ElmoFeatureExtractionPipeline, register_feature_extraction_pipeline
+from .pipelines import ElmoFeatureExtractionPipeline, ElmoTokenClassificationPipeline
 from .tokenization_elmo import ElmoTokenizer
 
 transformers.AutoConfig.register(ElmoConfig.model_type, ElmoConfig)
@@ -28,7 +28,7 @@ for _auto_class, _reference in ELMO_AUTO_MAP.items():
         _model_class = getattr(modeling_elmo, _reference.split(".")[-1])
         getattr(transformers, _auto_class).register(ElmoConfig, _model_class)
         _model_class.register_for_auto_class(_auto_class)
-register_feature_extraction_pipeline()
+# (configuration_elmo registers the ELMo-aware pipelines on import; see pipelines.py)
 
 __all__ = [
     "ELMO_AUTO_MAP",
@@ -43,5 +43,6 @@ __all__ = [
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
     "ElmoTaskModel",
+    "ElmoTokenClassificationPipeline",
     "ElmoTokenizer",
 ]

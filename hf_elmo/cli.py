@@ -38,7 +38,7 @@ def add_embed_parser(commands) -> None:
 
 
 def embed(args: argparse.Namespace) -> int:
-    from .embed_file import process_state
+    from .embed_file import check_paths, process_state
     from .embedder import ElmoEmbedder
 
     if args.batch_size < 1:
@@ -47,6 +47,7 @@ def embed(args: argparse.Namespace) -> int:
     state = process_state()
     device = state.device if state.num_processes > 1 else args.device
     try:
+        check_paths(args.input, args.output)  # before the model loads
         embedder = ElmoEmbedder(args.model, device=device, stateful=args.stateful)
         summary = embedder.embed_file(
             args.input, args.output, output_format=args.output_format, batch_size=args.batch_size,

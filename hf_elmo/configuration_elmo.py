@@ -1,10 +1,19 @@
 """ELMo configuration: every option of the original `options.json`, plus how the layers are mixed."""
 
 import json
+import math
 import os
+import types
+import typing
 from typing import Any
 
 from transformers import PreTrainedConfig
+
+from .pipelines import register_pipelines
+
+# The config is the first file of a saved folder that `pipeline(task, model=folder, trust_remote_code=True)` imports,
+# before it picks the task's pipeline class: registering here makes pipeline() read ELMo there too (pipelines.py).
+register_pipelines()
 
 # The released models' character CNN: (filter width, number of filters), 2048 filters in all.
 ORIGINAL_CHAR_CNN_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
@@ -24,9 +33,114 @@ ELMO_AUTO_MAP = {
 }
 
 
+# What each field's value must be, beyond its type (checked at construction): (test, requirement for the message).
+AT_LEAST_ONE = (lambda value: value >= 1, "at least 1")
+A_PROBABILITY = (lambda value: 0 <= value < 1, "in [0, 1)")
+VALUE_RULES = {
+    "char_embedding_dim": AT_LEAST_ONE,
+    "char_cnn_filters": (
+        lambda filters: len(filters) > 0 and all(len(f) == 2 and min(f) >= 1 for f in filters),
+        "one or more [width, count] pairs, each at least 1",
+    ),
+    "num_highway_layers": (lambda value: value >= 0, "0 or more"),
+    "char_cnn_activation": (lambda value: value in ("relu", "tanh"), "'relu' or 'tanh'"),
+    "max_characters_per_token": (lambda value: value >= 3, "at least 3 (begin, end and one character)"),
+    "n_characters": (
+        lambda value: value == 262,
+        "262 (261 trained character ids plus the padding row); options.json files written for training say 261: "
+        "use from_original_options",
+    ),
+    "cell_size": AT_LEAST_ONE,
+    "projection_dim": AT_LEAST_ONE,
+    "num_lstm_layers": AT_LEAST_ONE,
+    "cell_clip": (lambda value: value is None or value >= 0, "0 or more (0 or None: no clipping)"),
+    "proj_clip": (lambda value: value is None or value >= 0, "0 or more (0 or None: no clipping)"),
+    "num_output_representations": AT_LEAST_ONE,
+    "dropout": A_PROBABILITY,
+    "initializer_range": (lambda value: 0 <= value < math.inf, "a finite number >= 0"),
+    "scalar_mix_l2_coef": (lambda value: 0 <= value < math.inf, "a finite number >= 0"),
+    "sequence_pooling": (lambda value: value in SEQUENCE_POOLINGS, f"one of {', '.join(map(repr, SEQUENCE_POOLINGS))}"),
+    "lm_vocab_size": (lambda value: value is None or value >= 3, "at least 3 (<S>, </S> and <UNK>), or None"),
+    "lm_dropout": A_PROBABILITY,
+    "lm_negative_samples": (lambda value: value >= 0, "0 or more"),
+}
+
+# Where options.json (bilm-tf's and AllenNLP's) keeps each field, and the value a missing or null option means
+# (bilm-tf reads the optional ones with `.get`); REQUIRED ones must be there.
+REQUIRED = object()
+ORIGINAL_OPTIONS = {
+    "char_embedding_dim": (("char_cnn", "embedding", "dim"), REQUIRED),
+    "char_cnn_filters": (("char_cnn", "filters"), REQUIRED),
+    "num_highway_layers": (("char_cnn", "n_highway"), 0),
+    "char_cnn_activation": (("char_cnn", "activation"), "relu"),
+    "max_characters_per_token": (("char_cnn", "max_characters_per_token"), 50),
+    "n_characters": (("char_cnn", "n_characters"), 262),
+    "cell_size": (("lstm", "dim"), REQUIRED),
+    "projection_dim": (("lstm", "projection_dim"), REQUIRED),
+    "num_lstm_layers": (("lstm", "n_layers"), REQUIRED),
+    "cell_clip": (("lstm", "cell_clip"), None),
+    "proj_clip": (("lstm", "proj_clip"), None),
+    "use_skip_connections": (("lstm", "use_skip_connections"), False),
+}
+
+
+def _matches(value, annotation) -> bool:
+    """Whether `value` is of the type `annotation` (int, float, bool, str, None, unions, list[X], tuple[X, ...],
+    tuple[X, Y]); a bool is no number, and a list stands for a tuple (JSON has only lists)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(_matches(item, arg) for item, arg in zip(value, args))
+        return all(_matches(item, args[0]) for item in value)
+    if annotation in (None, type(None)):
+        return value is None
+    if annotation is float:
+        return isinstance(value, float)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, annotation)
+
+
+def _describe(annotation, plural: bool = False) -> str:
+    """`annotation` in words, as the values of a JSON file: "an integer", "a list of integers", ..."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        # An int is also "a number"; a list also stands for a tuple.
+        has_list = any(typing.get_origin(arg) is list for arg in args)
+        shown = [arg for arg in args if not (arg is int and float in args)
+                 and not (has_list and typing.get_origin(arg) is tuple)]
+        return " or ".join(dict.fromkeys(_describe(arg, plural) for arg in shown))
+    if origin in (list, tuple):
+        if origin is tuple and args and args[-1] is not Ellipsis:  # of a fixed length
+            items = f"{len(args)} {_describe(args[0], True)}"
+            return f"lists of {items}" if plural else f"a list of {items}"
+        return ("lists" if plural else "a list") + f" of {_describe(args[0], True)}"
+    names = {int: ("an integer", "integers"), float: ("a number", "numbers"), bool: ("true or false", "booleans"),
+             str: ("a string", "strings"), type(None): ("null", "nulls")}
+    return names[annotation][plural]
+
+
+def check_type(name: str, value, annotation) -> None:
+    """A one-line ValueError naming `name` unless `value` is of the type `annotation`."""
+    if not _matches(value, annotation):
+        raise ValueError(f"{name} must be {_describe(annotation)}, got {value!r} ({type(value).__name__})")
+
+
+def check_value(name: str, value, allowed, requirement: str) -> None:
+    """A one-line ValueError naming `name` unless `allowed(value)`."""
+    if not allowed(value):
+        raise ValueError(f"{name} must be {requirement}, got {value!r}")
+
+
 class ElmoConfig(PreTrainedConfig):
     r"""
     Configuration of an ELMo model. The defaults are the original model (`2x4096_512_2048cnn_2xhighway`).
+    Every field is type-checked whenever it is set, and its value at construction, with an error that names it;
+    nothing is converted silently (an integer is a number, a list stands for a tuple, a clip of 0 means None).
 
     Character CNN (`char_cnn` in options.json):
         char_embedding_dim (`int`): size of a character embedding (`char_cnn.embedding.dim`).
@@ -89,8 +203,15 @@ class ElmoConfig(PreTrainedConfig):
     lm_dropout: float | int = 0.0
     lm_negative_samples: int = 8192
 
+    def __setattr__(self, key, value):
+        # Every field is type-checked when set (at construction and after), with nothing converted silently.
+        name = self.attribute_map.get(key, key)
+        if name in ElmoConfig.__annotations__:
+            check_type(f"ElmoConfig.{name}", value, ElmoConfig.__annotations__[name])
+        super().__setattr__(key, value)
+
     def __post_init__(self, **kwargs):
-        self.char_cnn_filters = [[int(width), int(count)] for width, count in self.char_cnn_filters]
+        self.char_cnn_filters = [list(width_and_count) for width_and_count in self.char_cnn_filters]
         # 0 means "no clip" in both reference implementations.
         self.cell_clip = float(self.cell_clip) if self.cell_clip else None
         self.proj_clip = float(self.proj_clip) if self.proj_clip else None
@@ -102,70 +223,28 @@ class ElmoConfig(PreTrainedConfig):
         self.auto_map = {**ELMO_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
 
     def _check_values(self):
-        positive = {
-            "char_embedding_dim": self.char_embedding_dim,
-            "max_characters_per_token": self.max_characters_per_token,
-            "cell_size": self.cell_size,
-            "projection_dim": self.projection_dim,
-            "num_lstm_layers": self.num_lstm_layers,
-            "num_output_representations": self.num_output_representations,
-        }
-        for name, value in positive.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ElmoConfig.{name} must be a positive integer, got {value!r}")
-        if isinstance(self.num_highway_layers, bool) or not isinstance(self.num_highway_layers, int) or self.num_highway_layers < 0:
-            raise ValueError(f"ElmoConfig.num_highway_layers must be an integer >= 0, got {self.num_highway_layers!r}")
-        if not self.char_cnn_filters:
-            raise ValueError("ElmoConfig.char_cnn_filters must name at least one [width, count] filter")
+        for name, (allowed, requirement) in VALUE_RULES.items():
+            check_value(f"ElmoConfig.{name}", getattr(self, name), allowed, requirement)
         for width, count in self.char_cnn_filters:
-            if width < 1 or count < 1 or width > self.max_characters_per_token:
+            if width > self.max_characters_per_token:
                 raise ValueError(
-                    f"ElmoConfig.char_cnn_filters has [{width}, {count}]: widths must be 1..max_characters_per_token "
-                    f"({self.max_characters_per_token}) and counts positive"
+                    f"ElmoConfig.char_cnn_filters has [{width}, {count}]: no filter can be wider than "
+                    f"max_characters_per_token ({self.max_characters_per_token})"
                 )
-        if self.max_characters_per_token < 3:
-            raise ValueError("ElmoConfig.max_characters_per_token must be at least 3 (begin, end and one character)")
-        if self.char_cnn_activation not in ("relu", "tanh"):
-            raise ValueError(f"ElmoConfig.char_cnn_activation must be 'relu' or 'tanh', got {self.char_cnn_activation!r}")
-        if self.n_characters != 262:
-            raise ValueError(
-                f"ElmoConfig.n_characters must be 262 (261 trained character ids plus the padding row), "
-                f"got {self.n_characters!r}; options.json files written for training say 261: use from_original_options"
-            )
         if self.projection_dim > self.cell_size:
             raise ValueError(
                 f"ElmoConfig.projection_dim ({self.projection_dim}) cannot exceed cell_size ({self.cell_size})"
             )
-        for name in ("cell_clip", "proj_clip"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"ElmoConfig.dropout must be in [0, 1), got {self.dropout!r}")
-        if not isinstance(self.finetune_bilm, bool):
-            raise ValueError(f"ElmoConfig.finetune_bilm must be True or False, got {self.finetune_bilm!r}")
-        if isinstance(self.scalar_mix_l2_coef, bool) or not isinstance(self.scalar_mix_l2_coef, (int, float)) or not (
-            self.scalar_mix_l2_coef >= 0
-        ):
-            raise ValueError(f"ElmoConfig.scalar_mix_l2_coef must be a number >= 0, got {self.scalar_mix_l2_coef!r}")
-        if self.sequence_pooling not in SEQUENCE_POOLINGS:
-            raise ValueError(
-                f"ElmoConfig.sequence_pooling must be one of {', '.join(map(repr, SEQUENCE_POOLINGS))}, "
-                f"got {self.sequence_pooling!r}"
-            )
-        if self.lm_vocab_size is not None and (isinstance(self.lm_vocab_size, bool) or self.lm_vocab_size < 3):
-            raise ValueError(
-                f"ElmoConfig.lm_vocab_size must be at least 3 (<S>, </S> and <UNK>) or None, got {self.lm_vocab_size!r}"
-            )
-        if not 0.0 <= self.lm_dropout < 1.0:
-            raise ValueError(f"ElmoConfig.lm_dropout must be in [0, 1), got {self.lm_dropout!r}")
-        if isinstance(self.lm_negative_samples, bool) or self.lm_negative_samples < 0:
-            raise ValueError(f"ElmoConfig.lm_negative_samples must be an integer >= 0, got {self.lm_negative_samples!r}")
 
     @property
     def num_char_filters(self) -> int:
         """F, the width of the character CNN's output (2048 for the released models)."""
         return sum(count for _, count in self.char_cnn_filters)
+
+    @property
+    def vocab_size(self) -> int:
+        """The size of the character alphabet, `n_characters` (the tokenizer's `vocab_size`): ELMo has no word vocabulary."""
+        return self.n_characters
 
     @property
     def hidden_size(self) -> int:
@@ -186,75 +265,60 @@ class ElmoConfig(PreTrainedConfig):
     def from_original_options(cls, options: str | os.PathLike | dict[str, Any], **kwargs) -> "ElmoConfig":
         """Build a config from a bilm-tf / AllenNLP `options.json` (a path or the parsed dict).
 
-        Training-only keys that bilm-tf writes are ignored; `n_characters` may be 261 (training) or 262.
-        `kwargs` set the output options (`num_output_representations`, `do_layer_norm`, `dropout`).
+        Every option is type-checked, with an error naming it (`lstm.use_skip_connections` must be true or false,
+        not "false"). Training-only keys that bilm-tf writes are ignored; `n_characters` may be 261 (training) or
+        262. `kwargs` set the output options (`num_output_representations`, `do_layer_norm`, `dropout`).
         """
         source = "options"
         if not isinstance(options, dict):
             source = os.fspath(options)
             try:
-                with open(source, encoding="utf-8") as f:
+                with open(source, encoding="utf-8-sig") as f:
                     options = json.load(f)
             except FileNotFoundError:
                 raise ValueError(f"{source}: options file not found") from None
+            except IsADirectoryError:
+                raise ValueError(f"{source}: is a folder, not an options file") from None
             except (json.JSONDecodeError, UnicodeDecodeError) as error:
                 raise ValueError(f"{source}: not a JSON options file ({error})") from None
-        char_cnn = options.get("char_cnn")
-        lstm = options.get("lstm")
-        if not isinstance(char_cnn, dict):
-            raise ValueError(
-                f"{source}: no 'char_cnn' section; only character-input ELMo models can be converted"
-            )
-        if not isinstance(lstm, dict):
-            raise ValueError(f"{source}: no 'lstm' section")
-
-        def required(section: dict, name: str, key: str):
-            if key not in section:
-                raise ValueError(f"{source}: missing option '{name}.{key}'")
-            return section[key]
-
-        embedding = required(char_cnn, "char_cnn", "embedding")
-        if not isinstance(embedding, dict) or "dim" not in embedding:
-            raise ValueError(f"{source}: missing option 'char_cnn.embedding.dim'")
-        n_characters = char_cnn.get("n_characters", 262)
-        if n_characters not in (261, 262):
-            raise ValueError(f"{source}: option 'char_cnn.n_characters' must be 261 or 262, got {n_characters!r}")
-        return cls(
-            char_embedding_dim=embedding["dim"],
-            char_cnn_filters=required(char_cnn, "char_cnn", "filters"),
-            num_highway_layers=char_cnn.get("n_highway", 0) or 0,
-            char_cnn_activation=char_cnn.get("activation", "relu"),
-            max_characters_per_token=char_cnn.get("max_characters_per_token", 50),
-            n_characters=262,
-            cell_size=required(lstm, "lstm", "dim"),
-            projection_dim=required(lstm, "lstm", "projection_dim"),
-            num_lstm_layers=required(lstm, "lstm", "n_layers"),
-            cell_clip=lstm.get("cell_clip"),
-            proj_clip=lstm.get("proj_clip"),
-            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
-            **kwargs,
-        )
+        if not isinstance(options, dict):
+            raise ValueError(f"{source}: not an options file: it holds a JSON {type(options).__name__}, not an object")
+        for section in ("char_cnn", "lstm"):
+            if not isinstance(options.get(section), dict):
+                what = "only character-input ELMo models can be converted" if section == "char_cnn" else "an object"
+                raise ValueError(f"{source}: no '{section}' section ({what})")
+        values = {}
+        for name, (path, default) in ORIGINAL_OPTIONS.items():
+            option = ".".join(path)
+            value = options
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is None:
+                if default is REQUIRED:
+                    raise ValueError(f"{source}: missing option '{option}'")
+                value = default
+            check_type(f"{source}: option '{option}'", value, cls.__annotations__[name])
+            if name == "n_characters":
+                check_value(f"{source}: option '{option}'", value, lambda n: n in (261, 262), "261 or 262")
+                value = 262  # the model always has the padding row
+            elif name in VALUE_RULES:
+                check_value(f"{source}: option '{option}'", value, *VALUE_RULES[name])
+            values[name] = value
+        try:
+            return cls(**values, **kwargs)
+        except ValueError as error:  # what only the options together contradict
+            raise ValueError(f"{source}: {error}") from None
 
     def to_original_options(self) -> dict[str, Any]:
         """The `options.json` content that bilm-tf and AllenNLP read for this model (inference form, 262)."""
-        return {
-            "lstm": {
-                "dim": self.cell_size,
-                "projection_dim": self.projection_dim,
-                "n_layers": self.num_lstm_layers,
-                "cell_clip": self.cell_clip,
-                "proj_clip": self.proj_clip,
-                "use_skip_connections": self.use_skip_connections,
-            },
-            "char_cnn": {
-                "activation": self.char_cnn_activation,
-                "embedding": {"dim": self.char_embedding_dim},
-                "filters": [list(f) for f in self.char_cnn_filters],
-                "max_characters_per_token": self.max_characters_per_token,
-                "n_characters": self.n_characters,
-                "n_highway": self.num_highway_layers,
-            },
-        }
+        options: dict[str, Any] = {}
+        for name, (path, _) in ORIGINAL_OPTIONS.items():
+            section = options
+            for key in path[:-1]:
+                section = section.setdefault(key, {})
+            value = getattr(self, name)
+            section[path[-1]] = [list(f) for f in value] if name == "char_cnn_filters" else value
+        return {"lstm": options["lstm"], "char_cnn": options["char_cnn"]}
 
 
 __all__ = ["ELMO_AUTO_MAP", "ElmoConfig"]

@@ -9,31 +9,51 @@ Layout of the output (what `allennlp elmo` wrote, so that existing readers work 
 
 How the work is kept: each batch is written, as soon as it is computed, to its own small HDF5 file in
 `OUTPUT.partial/` (atomically: a killed run leaves whole batches or nothing). A run finds the batches that an
-earlier, interrupted run finished and computes only the others; when all are there, they are copied in line order
-into OUTPUT (again atomically) and the folder is removed. Under `accelerate launch` or `torchrun`, batch k goes to
-process k mod N, and the first process writes the output file.
+earlier, interrupted run finished (a damaged one is named and computed again) and computes only the others; when
+all are there, they are copied in line order into OUTPUT (again atomically, through a temporary file in
+`OUTPUT.partial/`) and the folder is removed. `OUTPUT.lock` keeps a second run off the same output while one runs.
+
+Exactly the same bytes, however often a run was interrupted and however many processes ran it: float32 rounding
+in a matrix multiply (MKL picks its kernel by the number of rows: a highway layer's row comes out differently from
+a multiply of 2 rows than of 7) and in a vectorised sigmoid (a tensor's last elements take a scalar path) depends on
+what else is computed with it, by up to 1e-6. The model's per-word caches keep results computed with the words of
+earlier batches, so with caches that fill as they go, a batch's numbers would depend on what ran before it (and a
+resumed run, starting cold, would differ). So a run first fills them with the file's most frequent words (as many
+as they hold), computed together in a fixed order, and keeps exactly those: every other word is computed with its
+own batch and not kept. A batch's numbers are then a function of the file and the batch alone. Under `accelerate
+launch` or `torchrun`, batch k goes to process k mod N, and the first process writes the output file.
 """
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import h5py
 import numpy as np
 import torch
 from accelerate import PartialState
-from accelerate.utils import parse_flag_from_env
+from accelerate.utils import broadcast_object_list, parse_flag_from_env
 from tqdm.auto import tqdm
 
 from .embedder import OUTPUT_FORMATS, ElmoEmbedder, length_sorted_batches
+from .files import OutputLock, check_output_location, read_text_file, sha256_file
+from .tokenization_elmo import BOS_WORD, EOS_WORD
+
+logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
+BATCH_FILE = re.compile(r"\d{8}\.hdf5")  # OUTPUT.partial/00000012.hdf5: batch 12
 STATE_GROUP = "_state"  # in a stateful run's batch files: the LSTM state after the batch
 MANIFEST_ATTRIBUTE = "hf_elmo_embed"  # on a finished output file: the manifest of the run that wrote it
+# Words per call when the caches are filled (bounds its memory; a fixed size, so always the same calls).
+PIN_CHUNK_WORDS = 2048
 
 
 def process_state() -> PartialState:
@@ -47,17 +67,7 @@ def process_state() -> PartialState:
 
 def read_sentences(path: str | os.PathLike) -> list[str]:
     """The lines of a UTF-8 text file, stripped of surrounding whitespace (`\\n`, `\\r\\n` and `\\r` end lines)."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ValueError(f"{path}: input file not found") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path}: is a folder, not a text file") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise ValueError(f"{path}: line {line} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+    text = read_text_file(path, "input file")
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines[-1] == "":  # the newline that ends the last line does not start another
         lines.pop()
@@ -75,12 +85,39 @@ def plan_batches(sentences: list[str], batch_size: int, stateful: bool) -> list[
     return [[lines[j] for j in batch] for batch in length_sorted_batches([len(sentences[i].split()) for i in lines], batch_size)]
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def pin_frequent_words(embedder: ElmoEmbedder, sentences: list[str]) -> None:
+    """Fill the model's inference caches with the most frequent words of `sentences` (and `<S>`, `</S>`), computed
+    in a fixed order, and keep exactly those until `unpin_words` (see the module docstring)."""
+    model, tokenizer = embedder.model, embedder.tokenizer
+    token_cache, gate_cache = model.char_encoder.token_cache, model.layers[0].input_gate_cache
+    unpin_words(embedder)
+    model.clear_caches()
+    counts = Counter(word for sentence in sentences for word in sentence.split())
+    ranked = sorted(counts, key=lambda word: (-counts[word], word))
+    with torch.inference_mode():
+        words = [BOS_WORD, EOS_WORD, *ranked[: max(token_cache.max_words - 2, 0)]]
+        chunk_words = min(PIN_CHUNK_WORDS, token_cache.max_words)  # (a call with more rows than it holds keeps none)
+        for start in range(0, len(words) if token_cache.max_words >= 2 else 0, chunk_words):
+            chunk = [tokenizer.word_to_char_ids(word) for word in words[start : start + chunk_words]]
+            model.char_encoder(torch.tensor(chunk, device=embedder.device))
+        token_cache.add_new = False
+        # The first biLSTM layer's cache of input gates (used on CPU) is filled by that layer, run on the vectors of
+        # the words that it holds room for, as sequences of one word (so the layer computes little else).
+        words = words[: gate_cache.max_words] if embedder.device.type == "cpu" else []
+        if words:
+            chars = torch.tensor([tokenizer.word_to_char_ids(word) for word in words], device=embedder.device)
+            vectors = model.char_encoder(chars)  # [N, P], the pinned ones
+            layer, batch = model.layers[0], vectors.shape[0]
+            layer(vectors.expand(2, -1, -1).unsqueeze(2), torch.ones(batch, 1, dtype=torch.bool, device=vectors.device),
+                  vectors.new_zeros(2, batch, model.config.projection_dim), vectors.new_zeros(2, batch, model.config.cell_size),
+                  inputs_repeat=True)
+        gate_cache.add_new = False
+
+
+def unpin_words(embedder: ElmoEmbedder) -> None:
+    """The caches fill as they go again (their words stay)."""
+    embedder.model.char_encoder.token_cache.add_new = True
+    embedder.model.layers[0].input_gate_cache.add_new = True
 
 
 def _model_fingerprint(model: torch.nn.Module) -> str:
@@ -107,9 +144,31 @@ def _check_sentence_keys(sentences: list[str], input_file) -> None:
         seen[sentence] = line
 
 
-def _write_atomically(path: Path, write) -> None:
-    """Run `write(h5py.File)` on a temporary file beside `path`, then move it to `path` in one step."""
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+def companion_paths(output_file: Path) -> tuple[Path, Path]:
+    """Where a run on `output_file` keeps its finished batches, and its lock file."""
+    return output_file.with_name(output_file.name + ".partial"), output_file.with_name(output_file.name + ".lock")
+
+
+def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -> None:
+    """Before any work: the output can be written, and writing it (or its batch folder or lock) cannot destroy
+    the input."""
+    input_file, output_file = Path(input_file), Path(output_file)
+    check_output_location(output_file, "file")
+    partial, lock = companion_paths(output_file)
+    for path in (output_file, partial, lock):
+        if path.exists() and input_file.exists() and os.path.samefile(input_file, path):
+            raise ValueError(
+                f"{path}: is the input file {input_file} itself; writing the embeddings there would destroy the "
+                "text: give another output file"
+            )
+    if partial.exists() and not partial.is_dir():
+        raise ValueError(f"{partial}: is a file, where the batches of {output_file} are kept; move it away")
+
+
+def _write_atomically(path: Path, write, folder: Path | None = None) -> None:
+    """Run `write(h5py.File)` on a temporary file (in `folder`, default beside `path`), then move it to `path` in
+    one step. The temporary name starts with a dot and holds `.tmp-`: a later run removes what a kill leaves."""
+    temporary = (folder or path.parent) / f".{path.name}.tmp-{os.getpid()}"
     try:
         with h5py.File(temporary, "w", track_order=True) as handle:
             write(handle)
@@ -174,11 +233,12 @@ def embed_file(
         )
     input_file, output_file = Path(input_file), Path(output_file)
     sentences = read_sentences(input_file)
+    check_paths(input_file, output_file)
     if use_sentence_keys:
         _check_sentence_keys(sentences, input_file)
     manifest = {
         "input": str(input_file.resolve()),
-        "input_sha256": _sha256_file(input_file),
+        "input_sha256": sha256_file(input_file),
         "model": embedder.model_name_or_path,
         "model_sha256": _model_fingerprint(embedder.model),
         "output_format": output_format,
@@ -189,81 +249,108 @@ def embed_file(
     }
     batches = plan_batches(sentences, batch_size, embedder.stateful)
     summary = {"sentences": len(sentences), "batches": len(batches), "computed": 0, "resumed": 0, "output": str(output_file)}
-    partial = output_file.with_name(output_file.name + ".partial")
-    if output_file.is_file() and not partial.exists() and _finished_manifest(output_file) == manifest:
-        summary.update(resumed=len(batches), seconds=time.perf_counter() - started)
-        return summary  # an earlier run wrote exactly this
+    partial, lock = companion_paths(output_file)
+    with contextlib.ExitStack() as held:
+        # The first process takes the lock and prepares the batch folder; the others learn whether it could.
+        failure, finished_before = None, None
+        if state.is_main_process:
+            try:
+                held.enter_context(OutputLock(lock, output_file))
+                finished_before = _finished_manifest(output_file) == manifest and _read_manifest(partial) in (None, manifest)
+                if not finished_before:
+                    _prepare_partial_folder(partial, manifest, sentences, batches, embedder.stateful)
+            except (ValueError, OSError) as error:
+                failure = str(error)
+        if state.num_processes > 1:
+            failure, finished_before = broadcast_object_list([failure, finished_before], from_process=0)
+        if failure is not None:
+            raise ValueError(failure)
+        if finished_before:  # an earlier run wrote exactly this (and maybe was stopped before removing its batches)
+            if state.is_main_process:
+                shutil.rmtree(partial, ignore_errors=True)
+            summary.update(resumed=len(batches), seconds=time.perf_counter() - started)
+            return summary
+        _compute_batches(embedder, sentences, batches, partial, output_format, state, summary, progress)
+        state.wait_for_everyone()
+        if state.is_main_process:
+            _write_output(embedder, sentences, batches, partial, output_file, output_format, manifest,
+                          use_sentence_keys, forget_sentences)
+        state.wait_for_everyone()
+    summary["seconds"] = time.perf_counter() - started
+    return summary
 
-    if state.is_main_process:
-        _prepare_partial_folder(partial, manifest)
-    state.wait_for_everyone()
-    if _read_manifest(partial) != manifest:
-        raise ValueError(f"{partial}: was started by a run with other options or input")
+
+def _compute_batches(embedder, sentences, batches, partial, output_format, state, summary, progress) -> None:
+    """Compute and save every batch of this process that no earlier run finished."""
     files = _BatchFiles(partial)
-    finished = {int(path.stem) for path in partial.glob("[0-9]*.hdf5")}
+    finished = {int(path.stem) for path in partial.glob("[0-9]*.hdf5") if BATCH_FILE.fullmatch(path.name)}
     mine = [k for k in range(len(batches)) if k % state.num_processes == state.process_index]
     todo = [k for k in mine if k not in finished]
     summary["resumed"] = len(mine) - len(todo)
-    if embedder.stateful:
-        embedder.reset_states()
-        if todo and todo[0] > 0:  # stateful batches finish in order: continue from the last one's state
-            with h5py.File(files.path(todo[0] - 1), "r") as handle:
-                embedder.states = tuple(
-                    torch.from_numpy(handle[STATE_GROUP][name][...]).to(embedder.device) for name in ("h", "c")
-                )
-
+    if not todo:
+        return
+    embedder.reset_states()
+    if embedder.stateful and todo[0] > 0:  # stateful batches finish in order: continue from the last one's state
+        with h5py.File(files.path(todo[0] - 1), "r") as handle:
+            embedder.states = tuple(
+                torch.from_numpy(handle[STATE_GROUP][name][...]).to(embedder.device) for name in ("h", "c")
+            )
     bar = tqdm(
         total=sum(len(batches[k]) for k in mine), initial=sum(len(batches[k]) for k in mine if k in finished),
         unit=" sentences", desc="hf-elmo embed", disable=not (progress and state.is_main_process), dynamic_ncols=True,
     )
-    with bar:
-        for k in todo:
-            embeddings = embedder.embed_batch([sentences[line] for line in batches[k]], output_format)
+    pin_frequent_words(embedder, sentences)
+    try:
+        with bar:
+            for k in todo:
+                embeddings = embedder.embed_batch([sentences[line] for line in batches[k]], output_format)
 
-            def write_batch(handle, k=k, embeddings=embeddings):
-                for line, embedding in zip(batches[k], embeddings):
-                    handle.create_dataset(str(line), data=embedding)
-                if embedder.stateful:
-                    handle.create_dataset(f"{STATE_GROUP}/h", data=embedder.states[0].float().cpu().numpy())
-                    handle.create_dataset(f"{STATE_GROUP}/c", data=embedder.states[1].float().cpu().numpy())
+                def write_batch(handle, k=k, embeddings=embeddings):
+                    for line, embedding in zip(batches[k], embeddings):
+                        handle.create_dataset(str(line), data=embedding)
+                    if embedder.stateful:
+                        handle.create_dataset(f"{STATE_GROUP}/h", data=embedder.states[0].float().cpu().numpy())
+                        handle.create_dataset(f"{STATE_GROUP}/c", data=embedder.states[1].float().cpu().numpy())
 
-            _write_atomically(files.path(k), write_batch)
-            summary["computed"] += 1
-            bar.update(len(batches[k]))
+                _write_atomically(files.path(k), write_batch)
+                summary["computed"] += 1
+                bar.update(len(batches[k]))
+    finally:
+        unpin_words(embedder)
 
-    state.wait_for_everyone()
-    if state.is_main_process:
-        missing = [k for k in range(len(batches)) if not files.path(k).is_file()]
-        if missing:
-            raise RuntimeError(f"{partial}: batches {missing[:5]} are missing after every process finished")
-        line_batch = {line: k for k, batch in enumerate(batches) for line in batch}
-        empty = embedder.empty_embedding(output_format)
 
-        def write_output(handle):
-            handle.attrs[MANIFEST_ATTRIBUTE] = json.dumps(manifest)
-            for line, sentence in enumerate(sentences):
-                key = sentence if use_sentence_keys else str(line)
-                data = files[line_batch[line]][str(line)][...] if line in line_batch else empty
-                handle.create_dataset(key, data=data)
-            if not (use_sentence_keys or forget_sentences):
-                index = handle.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-                index[0] = json.dumps({sentence: str(line) for line, sentence in enumerate(sentences)})
+def _write_output(embedder, sentences, batches, partial, output_file, output_format, manifest, use_sentence_keys,
+                  forget_sentences) -> None:
+    """Copy the batches, in line order, into the output file (in one step), then remove the batch folder."""
+    files = _BatchFiles(partial)
+    missing = [k for k in range(len(batches)) if not files.path(k).is_file()]
+    if missing:
+        raise RuntimeError(f"{partial}: batches {missing[:5]} are missing after every process finished")
+    line_batch = {line: k for k, batch in enumerate(batches) for line in batch}
+    empty = embedder.empty_embedding(output_format)
 
-        output_file.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            _write_atomically(output_file, write_output)
-        finally:
-            files.close()
-        shutil.rmtree(partial)
-    state.wait_for_everyone()
-    summary["seconds"] = time.perf_counter() - started
-    return summary
+    def write_output(handle):
+        handle.attrs[MANIFEST_ATTRIBUTE] = json.dumps(manifest)
+        for line, sentence in enumerate(sentences):
+            key = sentence if use_sentence_keys else str(line)
+            data = files[line_batch[line]][str(line)][...] if line in line_batch else empty
+            handle.create_dataset(key, data=data)
+        if not (use_sentence_keys or forget_sentences):
+            index = handle.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+            index[0] = json.dumps({sentence: str(line) for line, sentence in enumerate(sentences)})
+
+    try:
+        # The temporary file lives in the batch folder: a kill leaves it where the next run removes it.
+        _write_atomically(output_file, write_output, folder=partial)
+    finally:
+        files.close()
+    shutil.rmtree(partial)
 
 
 def _read_manifest(partial: Path) -> dict | None:
     try:
         return json.loads((partial / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
         return None
 
 
@@ -275,8 +362,10 @@ def _finished_manifest(output_file: Path) -> dict | None:
         return None
 
 
-def _prepare_partial_folder(partial: Path, manifest: dict) -> None:
-    """Create the batch folder, or check that the one an interrupted run left is for the same job."""
+def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str], batches: list[list[int]],
+                            stateful: bool) -> None:
+    """Create the batch folder, or check that the one an interrupted run left is for the same job, and remove
+    what that run left unfinished: temporary files, and batch files that do not read back whole."""
     if partial.exists():
         found = _read_manifest(partial)
         if found != manifest:
@@ -285,12 +374,38 @@ def _prepare_partial_folder(partial: Path, manifest: dict) -> None:
                 f"{partial}: holds batches of an interrupted run with different {', '.join(differences)}; "
                 "rerun that command to finish it, or delete the folder to start again"
             )
-        for leftover in partial.glob(".*.tmp-*"):  # a batch that was being written when the run stopped
+        for leftover in partial.glob(".*.tmp-*"):  # a file that was being written when the run stopped
             leftover.unlink()
+        for path in sorted(partial.glob("[0-9]*.hdf5")):
+            problem = _batch_file_problem(path, sentences, batches, stateful)
+            if problem is not None:
+                logger.warning(f"{path}: {problem}; computing that batch again")
+                path.unlink()
         return
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.mkdir()
     (partial / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 
 
-__all__ = ["embed_file", "plan_batches", "read_sentences"]
+def _batch_file_problem(path: Path, sentences: list[str], batches: list[list[int]], stateful: bool) -> str | None:
+    """What is wrong with a finished batch file (None: nothing): it must read back with every line of its batch."""
+    if not BATCH_FILE.fullmatch(path.name) or int(path.stem) >= len(batches):
+        return "is no batch of this run"
+    batch = int(path.stem)
+    expected = {str(line): len(sentences[line].split()) for line in batches[batch]}
+    if stateful:
+        expected.update({f"{STATE_GROUP}/h": None, f"{STATE_GROUP}/c": None})
+    try:
+        with h5py.File(path, "r") as handle:
+            for name, words in expected.items():
+                if name not in handle:
+                    return f"has no dataset {name}"
+                data = handle[name][...]
+                if data.dtype != np.float32 or (words is not None and (data.ndim < 2 or data.shape[-2] != words)):
+                    return f"dataset {name} has type {data.dtype} and shape {data.shape}, not that of its line"
+    except (OSError, ValueError, KeyError) as error:
+        return f"is damaged ({error})"
+    return None
+
+
+__all__ = ["check_paths", "embed_file", "pin_frequent_words", "plan_batches", "read_sentences", "unpin_words"]

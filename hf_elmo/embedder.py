@@ -42,6 +42,22 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
     return batches
 
 
+def usable_device(device: str | torch.device | None) -> torch.device:
+    """`device` (default CPU) as a `torch.device`, or a ValueError saying why this machine cannot run on it."""
+    available = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    try:
+        device = torch.device(device or "cpu")
+        if device.type == "meta":
+            raise RuntimeError("a meta tensor holds no numbers")
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError, TypeError, ValueError) as error:
+        reason = (str(error).strip() or type(error).__name__).splitlines()[0].split(". ")[0]
+        raise ValueError(
+            f"device {str(device)!r} cannot be used here ({reason}); this machine has {', '.join(available)}"
+        ) from None
+    return device
+
+
 class ElmoEmbedder:
     """
     Embed sentences with every ELMo layer.
@@ -61,12 +77,12 @@ class ElmoEmbedder:
         stateful: bool = False,
         **model_kwargs,
     ):
+        self.device = usable_device(device)  # before the model loads
         if model_name_or_path is None:
             model_name_or_path = default_model_path()
         self.model_name_or_path = str(model_name_or_path)
         self.model = ElmoModel.from_pretrained(model_name_or_path, **model_kwargs).eval()
         self.tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path)
-        self.device = torch.device(device or "cpu")
         self.model.to(self.device)
         self.stateful = stateful
         self.states: tuple[torch.Tensor, torch.Tensor] | None = None

@@ -7,6 +7,7 @@ C = cell_size, L = num_lstm_layers.
 
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 
@@ -35,8 +36,8 @@ class ElmoModelOutput(ModelOutput):
         Every layer: the context-free token vector duplicated `[x; x]` (layer 0), then each biLSTM layer.
     elmo_representations (`tuple(torch.FloatTensor)`, `num_output_representations` tensors of [B, T, 2P]):
         The learned scalar mixes `gamma * sum_j softmax(s)_j * h_j` of `hidden_states`.
-    attention_mask (`torch.BoolTensor` [B, T]):
-        True at real words. Every output is exactly zero elsewhere.
+    attention_mask (`torch.LongTensor` [B, T]):
+        1 at real words, 0 at padding (the tokenizer's convention). Every output is exactly zero at padding.
     final_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C])):
         LSTM state after each row's `</S>` (forward half) and after its `<S>` (backward half), in AllenNLP's
         layout. Pass it as `initial_states` of the next batch to reproduce the original stateful model.
@@ -45,8 +46,34 @@ class ElmoModelOutput(ModelOutput):
     last_hidden_state: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     elmo_representations: tuple[torch.FloatTensor, ...] | None = None
-    attention_mask: torch.BoolTensor | None = None
+    attention_mask: torch.LongTensor | None = None
     final_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+
+
+def _check_character_ids(input_ids, config: ElmoConfig, name: str = "input_ids") -> None:
+    """One clear error for what the character embedding cannot read: another shape, a non-integer dtype, or ids
+    outside the alphabet (a word vocabulary's ids, say)."""
+    chars = config.max_characters_per_token
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 3 or input_ids.shape[-1] != chars:
+        shape = list(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(f"{name} must be [batch, words, {chars}] character ids, got {shape}")
+    if input_ids.dtype not in (torch.long, torch.int):
+        raise ValueError(f"{name} must hold integer character ids (torch.long or torch.int), got {input_ids.dtype}")
+    if input_ids.numel() and not _is_exporting():  # (an exported program does not check its inputs' values)
+        low, high = torch.aminmax(input_ids)
+        if low < 0 or high >= config.n_characters:
+            outside = (low if low < 0 else high).item()
+            raise ValueError(
+                f"{name} holds {outside}, outside the character alphabet [0, {config.n_characters}): character ids "
+                f"come from ElmoTokenizer (a word's spelling), not from a word vocabulary"
+            )
+
+
+def _is_exporting() -> bool:
+    """True while torch.export traces the model. The fast paths and the per-word caches decide on data (which
+    words repeat, what is cached, whether rows start together), which an exported graph cannot hold: the plain
+    computation is exported."""
+    return torch.compiler.is_exporting()
 
 
 class ElmoHighway(nn.Module):
@@ -68,9 +95,10 @@ class ElmoHighway(nn.Module):
 class ElmoCharacterEncoder(nn.Module):
     """Char CNN, highway and projection: the context-free vector of each word, [N, K] char ids -> [N, P].
 
-    Without autograd or autocast, each distinct word of a batch is computed once, by the faster equivalent in
-    `fast_char_encoder.py` (unless `use_fast_path = False`); in eval mode `token_cache` also keeps the vectors
-    of recently seen words for later batches (`token_cache.max_words = 0` turns it off; see `token_cache.py`).
+    Without autograd or autocast (and outside torch.export), each distinct word of a batch is computed once, by the
+    faster equivalent in `fast_char_encoder.py` (unless `use_fast_path = False`); in eval mode `token_cache` also
+    keeps the vectors of recently seen words for later batches (`token_cache.max_words = 0` turns it off; see
+    `token_cache.py`).
     """
 
     def __init__(self, config: ElmoConfig):
@@ -88,7 +116,7 @@ class ElmoCharacterEncoder(nn.Module):
         self.use_fast_path = True
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() or torch.is_autocast_enabled(char_ids.device.type):
+        if torch.is_grad_enabled() or torch.is_autocast_enabled(char_ids.device.type) or _is_exporting():
             return self._plain_forward(char_ids)
         encode = self._fast_forward if self.use_fast_path else self._plain_forward
         return self.token_cache.encode(encode, char_ids, list(self.parameters()), use_cache=not self.training)
@@ -147,10 +175,13 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         Returns the outputs [2, B, S, P] (exactly 0 at masked steps) and the state after each row's last step.
 
         Without autograd or autocast, the same computation runs reorganised for speed (`fast_bilstm.py`), or an
-        opted-in approximation (`approximate.py`); otherwise, or with `use_fast_path = False`, the plain loop
-        below runs. The plain loop is the definition.
+        opted-in approximation (`approximate.py`); otherwise (under `torch.export` too), or with
+        `use_fast_path = False`, the plain loop below runs. The plain loop is the definition.
         """
-        if not torch.is_grad_enabled() and not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0:
+        if (
+            not torch.is_grad_enabled() and not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0
+            and not _is_exporting()
+        ):
             if self.approximation is not None:
                 return approximate_bilstm_layer(self, inputs, step_mask, h, c)
             if self.use_fast_path and bool(step_mask[:, 0].all()):
@@ -167,8 +198,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         directions, batch, steps, _ = inputs.shape
         # The input half of every gate, for all steps at once: one large multiply instead of one per step.
         input_gates = torch.baddbmm(
-            self.bias.unsqueeze(1), inputs.reshape(directions, batch * steps, -1), self.input_weight.transpose(1, 2)
-        ).view(directions, batch, steps, -1)
+            self.bias.unsqueeze(1), inputs.reshape(directions, batch * steps, inputs.shape[-1]),
+            self.input_weight.transpose(1, 2),
+        ).view(directions, batch, steps, self.bias.shape[-1])
         recurrent_weight = self.recurrent_weight.transpose(1, 2)
         projection_weight = None if self.projection_weight is None else self.projection_weight.transpose(1, 2)
         outputs = []
@@ -189,6 +221,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             c = torch.where(valid, new_c, c)
             h = torch.where(valid, new_h, h)
             outputs.append(torch.where(valid, new_h, 0.0))
+        if not outputs:  # no steps at all (a batch of rows without words)
+            return h.new_zeros(directions, batch, 0, h.shape[-1]), h, c
         return torch.stack(outputs, dim=2), h, c
 
 
@@ -218,6 +252,10 @@ class ElmoScalarMix(nn.Module):
         return (layer - mean) / torch.sqrt(variance + 1e-13)
 
 
+# The biLM's own weights (in a head, under `elmo.`): a checkpoint must hold each of them, in the config's shape.
+BILM_WEIGHT = re.compile(r"^(elmo\.)?(char_encoder|layers)\.")
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
@@ -225,9 +263,49 @@ class ElmoPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoBiLstmLayer"]
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks a weight of the biLM, holds one that
+        the config has no place for (a highway layer more than it says), or (with `ignore_mismatched_sizes`) holds
+        one in another shape: transformers would start the first and third afresh and drop the second, and only say
+        so in its load report. A new head's weights (a task classifier, the pretraining softmax, a task's scalar mix)
+        may be missing, and so may any weight of a `state_dict` passed in (the caller's own, which transformers
+        completes by initialising the rest). A caller who asks for the load report (`output_loading_info=True`)
+        gets it instead of the error: it lists every missing, extra and mis-shaped weight."""
+        if kwargs.get("output_loading_info") or kwargs.get("state_dict") is not None:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        problems = [f"lacks the tensor {key}" for key in sorted(info["missing_keys"]) if BILM_WEIGHT.match(key)]
+        problems += [
+            f"holds the tensor {key}, which its config.json has no place for"
+            for key in sorted(info["unexpected_keys"]) if BILM_WEIGHT.match(key)
+        ]
+        problems += [
+            f"holds the tensor {key} of shape {list(found)}, where its config.json needs {list(expected)}"
+            for key, found, expected in sorted(info["mismatched_keys"]) if BILM_WEIGHT.match(key)
+        ]
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ValueError(f"{pretrained_model_name_or_path}: not a complete {cls.__name__}: it {problems[0]}{more}")
+        return model
+
+    def _initialize_weights(self, module: nn.Module, is_custom_code: bool = False):
+        # transformers skips a module of custom code that owns no parameter itself, as ElmoCharacterEncoder and
+        # ElmoHighway (theirs are in child modules), lest in-place writes overwrite loaded weights. Every write of
+        # `_init_weights` goes through `transformers.initialization`, which leaves loaded tensors alone: the module
+        # is initialised as transformers' own models are.
+        super()._initialize_weights(module, is_custom_code=False)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
-        """The initialisation of bilm-tf's training, so that a new model pretrains as the original did."""
+        """The initialisation of bilm-tf's training, so that a new model pretrains as the original did, and so that
+        what a checkpoint lacks is initialised the same way.
+
+        Character embedding U(-1, 1) with the padding row 0 at zero; CNN filters N(0, 1 / (width * D)) with relu
+        (U(-0.05, 0.05) with tanh), biases 0; highway carry and transform N(0, 1 / F), carry bias -2, transform
+        bias 0; projection N(0, 1 / F), bias 0; LSTM weights Glorot-uniform, biases 0; scalar mixes s = 0,
+        gamma = 1. The heads initialise their own classifier or softmax.
+        """
         if isinstance(module, ElmoCharacterEncoder):
             embedding = module.char_embedding.weight
             init.uniform_(embedding, -1.0, 1.0)
@@ -414,21 +492,15 @@ class ElmoModel(ElmoPreTrainedModel):
             whose only results are the final state and outputs at `<S>`/`</S>`, which are not returned; every output
             is unchanged. (With `do_layer_norm` the scalar mixes' statistics include `<S>`/`</S>`: nothing is skipped.)
         """
-        if input_ids.dim() != 3 or input_ids.shape[-1] != self.config.max_characters_per_token:
-            raise ValueError(
-                f"input_ids must be [batch, words, {self.config.max_characters_per_token}] character ids, "
-                f"got shape {list(input_ids.shape)}"
-            )
+        _check_character_ids(input_ids, self.config)
         batch, words, _ = input_ids.shape
         word_mask = (input_ids > 0).any(-1) if attention_mask is None else attention_mask.bool()
         if word_mask.shape != (batch, words):
             raise ValueError(f"attention_mask must be [{batch}, {words}], got {list(word_mask.shape)}")
 
         # Move each row's words to the front (this also handles left padding), in their order.
-        order = torch.argsort((~word_mask).to(torch.uint8), dim=1, stable=True)
-        lengths = word_mask.sum(dim=1)
-        packed = input_ids.gather(1, order.unsqueeze(-1).expand_as(input_ids))
-        char_ids, sequence_mask = self._add_sentence_boundaries(packed, lengths)
+        layout = _SentenceLayout(word_mask)
+        char_ids, sequence_mask = self._add_sentence_boundaries(layout.pack(input_ids), layout.lengths)
 
         # Layer 0: the context-free token vectors, computed only for real positions, zero elsewhere.
         token_vectors = self.char_encoder(char_ids[sequence_mask])
@@ -437,23 +509,16 @@ class ElmoModel(ElmoPreTrainedModel):
 
         # A layer-normalised mix takes its statistics over <S> and </S> too, so it needs their last step.
         skip_last_step = not output_final_states and not any(mix.do_layer_norm for mix in self.scalar_mixes)
-        layers, final_states = self._run_bilstm(token_layer, sequence_mask, initial_states, skip_last_step=skip_last_step)
-        layers = [torch.cat([token_layer, token_layer], dim=-1)] + layers
+        hidden_states, layers, final_states = self._run_bilstm(
+            torch.cat([token_layer, token_layer], dim=-1), sequence_mask, initial_states,
+            skip_last_step=skip_last_step, layout=layout,
+        )
         mixes = [self.dropout(mix(layers, sequence_mask)) for mix in self.scalar_mixes]
-
-        # Drop <S> and </S>, and put every word back where it came from.
-        restore = torch.argsort(order, dim=1).unsqueeze(-1).expand(-1, -1, layers[0].shape[-1])
-        packed_mask = sequence_mask[:, 2:].unsqueeze(-1)  # true for the first `length` words
-
-        def unpack(layer: torch.Tensor) -> torch.Tensor:
-            return (layer[:, 1 : words + 1] * packed_mask).gather(1, restore)
-
-        hidden_states = tuple(unpack(layer) for layer in layers)
         return ElmoModelOutput(
             last_hidden_state=hidden_states[-1],
-            hidden_states=hidden_states,
-            elmo_representations=tuple(unpack(mix) for mix in mixes),
-            attention_mask=word_mask,
+            hidden_states=tuple(hidden_states),
+            elmo_representations=tuple(layout.unpack(mix) for mix in mixes),
+            attention_mask=word_mask.long(),
             final_states=final_states if output_final_states else None,
         )
 
@@ -474,43 +539,60 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def _run_bilstm(
         self,
-        token_layer: torch.Tensor,
+        layer0: torch.Tensor,
         sequence_mask: torch.Tensor,
         initial_states: tuple[torch.Tensor, torch.Tensor] | None,
-        backward_token_layer: torch.Tensor | None = None,
         skip_last_step: bool = False,
-    ) -> tuple[list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-        """token_layer [B, S, P] -> each biLSTM layer [B, S, 2P] and the final states (h, c).
+        layout: "_SentenceLayout | None" = None,
+        return_hidden_states: bool = True,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """layer0 [B, S, 2P]: what the forward LSTM reads (first half) and what the backward LSTM
+        reads (second half; pretraining gives it a text of its own, as bilm-tf does), in reading order.
 
-        `backward_token_layer` [B, S, P] gives the backward LSTM a text of its own (pretraining reads two streams,
-        as bilm-tf does); by default both directions read `token_layer`. `skip_last_step`: each direction stops
-        one step before its row's end, so the layers hold no valid output at the row's two ends (`<S>`, `</S>`),
-        and the final states are those of the step before.
+        Returns every layer (layer 0 included) as returned to the caller (`layout.unpack` of it, [B, T, 2P], or
+        as computed, [B, S, 2P]), every layer as computed (for the scalar mixes), and the final states (h, c).
+        With autograd and `return_hidden_states`, each layer the LSTMs read is rebuilt from the returned one
+        (`layout.repack`, an exact copy), so the returned hidden states are the tensors the model used, and
+        gradients reach each of them.
+        `skip_last_step`: each direction stops one step before its row's end, so the layers hold no valid output
+        at the row's two ends (`<S>`, `</S>`), and the final states are those of the step before.
         """
-        batch, steps, proj = token_layer.shape
+        batch, steps, width = layer0.shape
+        proj = width // 2
         # The backward LSTM reads each row from its last position down to its first: reversing every row
         # within its length lets both directions share one left-to-right loop.
         lengths = sequence_mask.sum(dim=1, keepdim=True)
-        positions = torch.arange(steps, device=token_layer.device).unsqueeze(0)
-        reverse = torch.where(sequence_mask, lengths - 1 - positions, positions).unsqueeze(-1)
-        backward_input = token_layer if backward_token_layer is None else backward_token_layer
-        x = torch.stack([token_layer, backward_input.gather(1, reverse.expand(-1, -1, proj))])
-
+        positions = torch.arange(steps, device=layer0.device).unsqueeze(0)
+        reverse = torch.where(sequence_mask, lengths - 1 - positions, positions).unsqueeze(-1).expand(-1, -1, proj)
         step_mask = sequence_mask & (positions < lengths - 1) if skip_last_step else sequence_mask
-        h, c = self._split_states(initial_states, batch, token_layer)
-        layers, final_h, final_c = [], [], []
-        for index, layer in enumerate(self.layers):
+        h, c = self._split_states(initial_states, batch, layer0)
+
+        # Rebuilding each layer's input from the returned tensor matters only to autograd, and only when returned.
+        link = return_hidden_states and torch.is_grad_enabled()
+        hidden_states, layers, final_h, final_c = [], [], [], []
+        layer, output = layer0, None
+        for index in range(len(self.layers) + 1):
+            hidden = layer if layout is None else layout.unpack(layer)
+            if link and layout is not None:
+                layer = layout.repack(hidden, layer)
+            hidden_states.append(hidden)
+            layers.append(layer)
+            if index == len(self.layers):
+                break
+            if link or output is None:
+                forward_input, backward_input = layer.split(proj, dim=-1)
+                x = torch.stack([forward_input, backward_input.gather(1, reverse)])
+            else:
+                x = output  # the previous layer's output, as the LSTMs read it (the same values)
             if self.lstm_dropout is not None:
                 x = self.lstm_dropout(x)  # bilm-tf drops each layer's input; the residual adds the dropped input
-            output, layer_h, layer_c = layer(x, step_mask, h[index], c[index], inputs_repeat=index == 0)
+            output, layer_h, layer_c = self.layers[index](x, step_mask, h[index], c[index], inputs_repeat=index == 0)
             if self.config.use_skip_connections and index > 0:
                 output = output + x  # the carried state stays the pre-residual one, as in the original
-            x = output
-            backward = output[1].gather(1, reverse.expand(-1, -1, proj))
-            layers.append(torch.cat([output[0], backward], dim=-1))
+            layer = torch.cat([output[0], output[1].gather(1, reverse)], dim=-1)
             final_h.append(torch.cat([layer_h[0], layer_h[1]], dim=-1))
             final_c.append(torch.cat([layer_c[0], layer_c[1]], dim=-1))
-        return layers, (torch.stack(final_h), torch.stack(final_c))
+        return hidden_states, layers, (torch.stack(final_h), torch.stack(final_c))
 
     def _split_states(
         self, initial_states: tuple[torch.Tensor, torch.Tensor] | None, batch: int, like: torch.Tensor
@@ -529,6 +611,37 @@ class ElmoModel(ElmoPreTrainedModel):
         h = h.to(like.dtype).view(layers, batch, 2, proj).transpose(1, 2)
         c = c.to(like.dtype).view(layers, batch, 2, cell).transpose(1, 2)
         return h, c
+
+
+class _SentenceLayout:
+    """Where each row's words go in the LSTMs' input: `[B, T]` rows, words anywhere (left or right padding), become
+    left-aligned sequences `<S> words </S>` of `S = T + 2` positions, and back."""
+
+    def __init__(self, word_mask: torch.Tensor):
+        self.words = word_mask.shape[1]
+        self.order = torch.argsort((~word_mask).to(torch.uint8), dim=1, stable=True)  # [B, T], words first
+        self.restore = torch.argsort(self.order, dim=1)
+        self.rows = torch.arange(word_mask.shape[0], device=word_mask.device).unsqueeze(1)
+        self.lengths = word_mask.sum(dim=1)
+        positions = torch.arange(self.words + 2, device=word_mask.device)
+        # True at the S positions that hold a word (not <S>, </S> or padding).
+        self.word_positions = (positions >= 1) & (positions <= self.lengths.unsqueeze(1))
+
+    # Indexing by [B, T] positions rather than gather: backward keeps those, not an index as large as the layer.
+    def pack(self, rows: torch.Tensor) -> torch.Tensor:
+        """[B, T, ...] -> the same rows, words first in their order, padding after."""
+        return rows[self.rows, self.order]
+
+    def unpack(self, layer: torch.Tensor) -> torch.Tensor:
+        """[B, S, D] -> [B, T, D]: drop `<S>` and `</S>`, put every word back where it came from, 0 at padding."""
+        words = layer[:, 1 : self.words + 1] * self.word_positions[:, 1 : self.words + 1].unsqueeze(-1)
+        return words[self.rows, self.restore]
+
+    def repack(self, words: torch.Tensor, layer: torch.Tensor) -> torch.Tensor:
+        """`layer` [B, S, D] with its words taken from `words` = `unpack(layer)` [B, T, D]: the same values, computed
+        from `words`."""
+        moved = torch.cat([layer[:, :1], self.pack(words), layer[:, self.words + 1 :]], dim=1)
+        return torch.where(self.word_positions.unsqueeze(-1), moved, layer)
 
 
 class ElmoTaskModel(ElmoPreTrainedModel):
@@ -631,7 +744,7 @@ class ElmoForSequenceClassification(ElmoTaskModel):
         Returns logits [B, num_labels].
         """
         outputs = self.elmo(input_ids, attention_mask=attention_mask, output_final_states=False)
-        pooled = self.pool(outputs.elmo_representations[0], outputs.attention_mask)
+        pooled = self.pool(outputs.elmo_representations[0], outputs.attention_mask.bool())
         logits = self.classifier(pooled)
         loss = None
         if labels is not None:
@@ -709,7 +822,7 @@ class ElmoForTokenClassification(ElmoTaskModel):
         logits = self.classifier(outputs.elmo_representations[0])
         loss = None
         if labels is not None:
-            labels = labels.to(logits.device).masked_fill(~outputs.attention_mask, -100)
+            labels = labels.to(logits.device).masked_fill(outputs.attention_mask == 0, -100)
             summed_loss = F.cross_entropy(
                 logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
             )
@@ -812,6 +925,9 @@ class ElmoForPreTrainingOutput(ModelOutput):
         in evaluation. Perplexity is `exp` of the mean over a held-out text.
     last_hidden_state (`torch.FloatTensor` [B, S, 2P]):
         The top biLSTM layer at every input position (forward half, backward half), the softmax's input.
+    hidden_states (`tuple(torch.FloatTensor)`, L + 1 tensors of [B, S, 2P], with `output_hidden_states`):
+        Every layer at every input position: the token vectors that the forward and the backward LSTM read
+        (layer 0: `[x; x]`, or `[x; x_backward]` with `backward_input_ids`), then each biLSTM layer.
     final_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C])):
         LSTM state after each row: pass it (detached) as `initial_states` of the row's next window.
     """
@@ -820,6 +936,7 @@ class ElmoForPreTrainingOutput(ModelOutput):
     forward_loss: torch.FloatTensor | None = None
     backward_loss: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
     final_states: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
 
 
@@ -869,6 +986,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         backward_labels: torch.LongTensor | None = None,
         backward_input_ids: torch.LongTensor | None = None,
         initial_states: tuple[torch.Tensor, torch.Tensor] | None = None,
+        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> ElmoForPreTrainingOutput:
         r"""
@@ -886,28 +1004,35 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             the padding of `input_ids`. By default both directions read `input_ids`.
         initial_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C]), *optional*):
             The LSTM state to start from, usually the previous window's `final_states`. Zeros when omitted.
+        output_hidden_states (`bool`, *optional*): return `hidden_states`; defaults to `config.output_hidden_states`.
         """
-        chars = self.config.max_characters_per_token
-        if input_ids.dim() != 3 or input_ids.shape[-1] != chars:
-            raise ValueError(f"input_ids must be [batch, words, {chars}] character ids, got shape {list(input_ids.shape)}")
-        if backward_input_ids is not None and backward_input_ids.shape != input_ids.shape:
-            raise ValueError(
-                f"backward_input_ids must have the shape of input_ids {list(input_ids.shape)}, "
-                f"got {list(backward_input_ids.shape)}"
-            )
+        _check_character_ids(input_ids, self.config)
+        if backward_input_ids is not None:
+            _check_character_ids(backward_input_ids, self.config, "backward_input_ids")
+            if backward_input_ids.shape != input_ids.shape:
+                raise ValueError(
+                    f"backward_input_ids must have the shape of input_ids {list(input_ids.shape)}, "
+                    f"got {list(backward_input_ids.shape)}"
+                )
         mask = (input_ids > 0).any(-1) if attention_mask is None else attention_mask.bool()
         batch, steps = input_ids.shape[:2]
         if mask.shape != (batch, steps):
             raise ValueError(f"attention_mask must be [{batch}, {steps}], got {list(mask.shape)}")
         positions = torch.arange(steps, device=mask.device)
-        if not torch.equal(mask, positions < mask.sum(1, keepdim=True)):
+        # (An exported program does not check its inputs: the check depends on their values.)
+        if not _is_exporting() and not torch.equal(mask, positions < mask.sum(1, keepdim=True)):
             raise ValueError("ElmoForPreTraining reads right-padded rows: attention_mask must be 1 on a prefix of each row")
         if (labels is None) != (backward_labels is None):
             raise ValueError("pass both labels (forward targets) and backward_labels, or neither")
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
 
         token_layer, backward_layer = self._token_layers(input_ids, backward_input_ids, mask)
-        layers, final_states = self.elmo._run_bilstm(token_layer, mask, initial_states, backward_layer)
-        top = layers[-1]
+        layer0 = torch.cat([token_layer, token_layer if backward_layer is None else backward_layer], dim=-1)
+        hidden_states, _, final_states = self.elmo._run_bilstm(
+            layer0, mask, initial_states, return_hidden_states=output_hidden_states
+        )
+        top = hidden_states[-1]
         loss = forward_loss = backward_loss = None
         if labels is not None:
             forward_top, backward_top = top.split(self.config.projection_dim, dim=-1)
@@ -919,6 +1044,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             forward_loss=forward_loss,
             backward_loss=backward_loss,
             last_hidden_state=top,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
             final_states=final_states,
         )
 
@@ -931,20 +1057,19 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         runs once per distinct word of the batch (a vector depends on its word alone, and running text repeats
         its frequent words), and on the characters up to the longest word's end plus one window of the widest
         filter (the windows further right hold padding characters only, all alike, so the max over positions
-        keeps its value).
+        keeps its value). Under torch.export, which cannot hold their data-dependent shapes, every word is encoded.
         """
-        words = input_ids[mask]
-        if backward_input_ids is not None:
-            words = torch.cat([words, backward_input_ids[mask]])
-        distinct, inverse = torch.unique(words, dim=0, return_inverse=True)
-        padding_starts = (distinct != PAD_CHAR_ID).sum(dim=1).max() if len(distinct) else 0
-        widest = max(width for width, _ in self.config.char_cnn_filters)
-        distinct = distinct[:, : min(distinct.shape[1], int(padding_starts) + widest)]
-        vectors = self.elmo.char_encoder(distinct)[inverse]
-        layers = [
-            vectors.new_zeros(*mask.shape, vectors.shape[-1]).masked_scatter(mask.unsqueeze(-1), part)
-            for part in vectors.chunk(1 if backward_input_ids is None else 2)
-        ]
+        streams = [input_ids] if backward_input_ids is None else [input_ids, backward_input_ids]
+        if _is_exporting():
+            parts = [self.elmo.char_encoder(ids[mask]) for ids in streams]
+        else:
+            words = torch.cat([ids[mask] for ids in streams])
+            distinct, inverse = torch.unique(words, dim=0, return_inverse=True)
+            padding_starts = (distinct != PAD_CHAR_ID).sum(dim=1).max() if len(distinct) else 0
+            widest = max(width for width, _ in self.config.char_cnn_filters)
+            distinct = distinct[:, : min(distinct.shape[1], int(padding_starts) + widest)]
+            parts = self.elmo.char_encoder(distinct)[inverse].tensor_split(len(streams))
+        layers = [part.new_zeros(*mask.shape, part.shape[-1]).masked_scatter(mask.unsqueeze(-1), part) for part in parts]
         return layers[0], layers[1] if len(layers) == 2 else None
 
     def _language_model_loss(self, hidden: torch.Tensor, labels: torch.Tensor, name: str) -> torch.Tensor:

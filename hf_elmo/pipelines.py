@@ -1,13 +1,25 @@
-"""`pipeline("feature-extraction")` that batches ELMo.
+"""transformers' `pipeline("feature-extraction")` and `pipeline("token-classification")`, made to read ELMo.
 
-transformers' pipeline runs `batch_size > 1` as one padded model call and then cuts every output field along
-dim 0. ELMo's `final_states` are `[layers, batch, ...]` and `elmo_representations` is a tuple of mixes, so that
-cut fails. This subclass hands the pipeline only the batch-first outputs of an ELMo model and drops the padding
-from each sentence's vectors, so batched and unbatched calls give the same `[1, words, 2P]` features. Any other
-model runs exactly as in `FeatureExtractionPipeline`.
+ELMo's inputs are `[batch, words, chars]`: every position is one whole word, spelled as character ids. The stock
+pipelines assume a position holds one token id, which fails in two places:
+
+* feature extraction with `batch_size > 1` runs one padded model call and then cuts every output field along dim 0;
+  ELMo's `final_states` are `[layers, batch, ...]`, so that cut fails. `ElmoFeatureExtractionPipeline` hands the
+  pipeline only the batch-first outputs and drops the padding from each sentence's vectors, so batched and unbatched
+  calls give the same `[1, words, 2P]` features.
+* token classification reads a position's token id as one integer, and allows word-level aggregation (`first`,
+  `average`, `max`) and pre-split words only with a fast tokenizer. `ElmoTokenClassificationPipeline` takes each
+  position's word and offsets from the tokenizer: every position is a word, so every aggregation strategy gives
+  word-level entities with the words' character spans in the text.
+
+Any other model runs exactly as in transformers' pipelines. `register_pipelines` installs both in transformers'
+pipeline registry; `configuration_elmo.py` calls it on import, so that it also happens where only the files of a
+saved folder are loaded as remote code (the config is the first of them that `pipeline()` imports, before it picks
+the task's class). This file imports only transformers, torch and numpy: it travels with saved folders.
 """
 
-from transformers.pipelines import PIPELINE_REGISTRY, FeatureExtractionPipeline
+from transformers.pipelines import PIPELINE_REGISTRY, FeatureExtractionPipeline, TokenClassificationPipeline
+from transformers.pipelines.token_classification import AggregationStrategy
 
 
 def _is_elmo(model) -> bool:
@@ -18,22 +30,97 @@ class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
     """The feature-extraction pipeline; for ELMo models, the top biLSTM layer of each sentence, [1, words, 2P]."""
 
     def _forward(self, model_inputs):
-        outputs = self.model(**model_inputs, output_final_states=False) if _is_elmo(self.model) else self.model(**model_inputs)
         if not _is_elmo(self.model):
-            return outputs
+            return super()._forward(model_inputs)
+        outputs = self.model(**model_inputs, output_final_states=False)
         return {"last_hidden_state": outputs.last_hidden_state, "attention_mask": outputs.attention_mask}
 
     def postprocess(self, model_outputs, return_tensors=False):
         if not _is_elmo(self.model):
             return super().postprocess(model_outputs, return_tensors=return_tensors)
         # One sentence at a time here: keep its words, wherever the batch padded it.
-        features = model_outputs["last_hidden_state"][:, model_outputs["attention_mask"][0]]
+        features = model_outputs["last_hidden_state"][:, model_outputs["attention_mask"][0].bool()]
         return features if return_tensors else features.tolist()
 
 
-def register_feature_extraction_pipeline() -> None:
-    """Make `pipeline("feature-extraction")` build `ElmoFeatureExtractionPipeline` (for every model; see above)."""
-    task = PIPELINE_REGISTRY.supported_tasks["feature-extraction"]
-    # Replaced in place rather than through register_pipeline, which warns about overwriting a built-in task.
-    task["impl"] = ElmoFeatureExtractionPipeline
-    ElmoFeatureExtractionPipeline._registered_impl = {"feature-extraction": task}
+class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
+    """The token-classification pipeline; for ELMo models, one entity per word of the text (or per given word with
+    `is_split_into_words=True`), with its span in the text, grouped into entities by every aggregation strategy."""
+
+    def _sanitize_parameters(self, aggregation_strategy=None, stride=None, **kwargs):
+        if not _is_elmo(self.model):
+            return super()._sanitize_parameters(aggregation_strategy=aggregation_strategy, stride=stride, **kwargs)
+        if stride is not None:
+            raise ValueError("ELMo reads a whole sentence at once: the token-classification pipeline takes no stride")
+        # The base class refuses `first`, `average` and `max` without a fast tokenizer, for want of word
+        # boundaries; every ELMo position is a whole word, so they need none.
+        preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(**kwargs)
+        if aggregation_strategy is not None:
+            if isinstance(aggregation_strategy, str):
+                aggregation_strategy = AggregationStrategy[aggregation_strategy.upper()]
+            postprocess_params["aggregation_strategy"] = aggregation_strategy
+        return preprocess_params, forward_params, postprocess_params
+
+    def preprocess(self, sentence, offset_mapping=None, **preprocess_params):
+        if not _is_elmo(self.model):
+            yield from super().preprocess(sentence, offset_mapping=offset_mapping, **preprocess_params)
+            return
+        if preprocess_params["is_split_into_words"]:
+            if not isinstance(sentence, list):
+                raise ValueError("When `is_split_into_words=True`, `sentence` must be a list of words.")
+            delimiter = preprocess_params["delimiter"]
+            inputs = self.tokenizer(
+                sentence, is_split_into_words=True, return_tensors="pt", return_special_tokens_mask=True
+            )
+            # Spans in the words joined by the delimiter, the sentence the results refer to.
+            spans, start = [], 0
+            for word in sentence:
+                spans.append((start, start + len(word)))
+                start += len(word) + len(delimiter)
+            sentence = delimiter.join(sentence)
+        else:
+            if not isinstance(sentence, str):
+                raise ValueError("When `is_split_into_words=False`, `sentence` must be an untokenized string.")
+            inputs = self.tokenizer(
+                sentence, return_tensors="pt", return_special_tokens_mask=True, return_offsets_mapping=True
+            )
+            spans = [tuple(span) for span in inputs.pop("offset_mapping")[0].tolist()]
+        model_inputs = dict(inputs)
+        model_inputs["offset_mapping"] = offset_mapping if offset_mapping is not None else [spans]
+        model_inputs["sentence"] = sentence
+        model_inputs["is_last"] = True
+        yield model_inputs
+
+    def gather_pre_entities(self, sentence, input_ids, scores, offset_mapping, special_tokens_mask,
+                            aggregation_strategy, word_ids=None, word_to_chars_map=None):
+        if not _is_elmo(self.model):
+            return super().gather_pre_entities(
+                sentence, input_ids, scores, offset_mapping, special_tokens_mask, aggregation_strategy,
+                word_ids=word_ids, word_to_chars_map=word_to_chars_map,
+            )
+        # Each position is one word, never part of one; its text is its span of the sentence.
+        pre_entities = []
+        for index, word_scores in enumerate(scores):
+            if special_tokens_mask[index]:
+                continue
+            start, end = (int(offset) for offset in offset_mapping[index])
+            pre_entities.append({
+                "word": sentence[start:end], "scores": word_scores, "start": start, "end": end, "index": index,
+                "is_subword": False,
+            })
+        return pre_entities
+
+
+ELMO_PIPELINES = {
+    "feature-extraction": ElmoFeatureExtractionPipeline,
+    "token-classification": ElmoTokenClassificationPipeline,
+}
+
+
+def register_pipelines() -> None:
+    """Make `pipeline()` build the classes above for their tasks (for every model; see above)."""
+    for task, pipeline_class in ELMO_PIPELINES.items():
+        entry = PIPELINE_REGISTRY.supported_tasks[task]
+        # Replaced in place rather than through register_pipeline, which warns about overwriting a built-in task.
+        entry["impl"] = pipeline_class
+        pipeline_class._registered_impl = {task: entry}

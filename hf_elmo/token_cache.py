@@ -35,6 +35,9 @@ class ElmoTokenCache:
         self._vectors: torch.Tensor | None = None  # [capacity, ...]
         self._free: list[int] = []  # rows of _vectors that hold no word
         self._fingerprint: tuple | None = None
+        # False: the cache holds exactly the rows it holds now, and rows it lacks are computed for the call only, so
+        # a call's results depend only on its own rows and those (hf-elmo embed relies on it; see embed_file.py).
+        self.add_new = True
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -88,6 +91,15 @@ class ElmoTokenCache:
         missing = [i for i, key in enumerate(keys) if key not in self._slots]
         self.hits += len(keys) - len(missing)
         self.misses += len(missing)
+        if missing and not self.add_new:
+            held = [i for i, key in enumerate(keys) if key in self._slots]
+            new_vectors = encode(rows[torch.from_numpy(first[missing]).to(rows.device)])
+            if held:
+                held_slots = torch.tensor([self._slots[keys[i]] for i in held], device=self._vectors.device)
+                new_vectors = torch.cat([self._vectors.index_select(0, held_slots), new_vectors])
+            position = torch.empty(len(keys), dtype=torch.long)
+            position[held + missing] = torch.arange(len(keys))
+            return new_vectors, position.to(new_vectors.device)[inverse]
         for key in keys:
             if key in self._slots:
                 self._slots.move_to_end(key)  # most recently used last, so eviction spares this batch

@@ -9,6 +9,7 @@ and transformers.
 """
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -30,6 +31,18 @@ NUM_CHAR_IDS = 262
 BOS_WORD = "<S>"
 EOS_WORD = "</S>"
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_BYTE_ORDER_MARK = "\ufeff"
+
+
+def _check_encodable(text: str, what: str) -> None:
+    """Refuse text with a lone surrogate (what `errors="surrogateescape"` decoding leaves): it has no UTF-8 form."""
+    if (found := _LONE_SURROGATE.search(text)) is not None:
+        raise ValueError(
+            f"{what} holds a lone surrogate U+{ord(found.group()):04X} at character {found.start()}, which has no UTF-8 "
+            f"form: decode the text with errors='replace', or remove it"
+        )
+
 
 def word_to_char_ids(word: str, max_characters_per_token: int = 50) -> list[int]:
     """
@@ -37,6 +50,7 @@ def word_to_char_ids(word: str, max_characters_per_token: int = 50) -> list[int]
 
     The UTF-8 bytes are cut to `max_characters_per_token - 2`, even inside a multi-byte character, because the
     original model was trained that way. `"<S>"` and `"</S>"` (exact match) become the sentence boundary words.
+    A word with a lone surrogate (no UTF-8 form) is refused with a ValueError.
 
     Example: `word_to_char_ids("Second")` -> `[259, 84, 102, 100, 112, 111, 101, 260, 261, ..., 261]` (50 ids).
     """
@@ -45,8 +59,8 @@ def word_to_char_ids(word: str, max_characters_per_token: int = 50) -> list[int]
     elif word == EOS_WORD:
         characters = [EOS_CHAR_ID]
     else:
-        # "ignore" drops lone surrogates, which have no UTF-8 form.
-        characters = [byte + 1 for byte in word.encode("utf-8", "ignore")[: max_characters_per_token - 2]]
+        _check_encodable(word, f"the word {word!r}")
+        characters = [byte + 1 for byte in word.encode("utf-8")[: max_characters_per_token - 2]]
     char_ids = [BOW_CHAR_ID, *characters, EOW_CHAR_ID]
     return char_ids + [PAD_CHAR_ID] * (max_characters_per_token - len(char_ids))
 
@@ -159,12 +173,25 @@ class ElmoTokenizer(PreTrainedTokenizer):
         attention_mask: `[batch, words]`, 1 for words and 0 for padding.
         offset_mapping (with `return_offsets_mapping=True`): `[batch, words, 2]` character spans of the words in
             the text; for words given with `is_split_into_words=True`, `(0, len(word))`.
-        special_tokens_mask (with `return_special_tokens_mask=True`): `[batch, words]`, 1 only for padding.
+        special_tokens_mask (with `return_special_tokens_mask=True`): `[batch, words]`, 1 for padding and for
+            added special tokens.
+        token_type_ids (with `return_token_type_ids=True`): `[batch, words]`, all 0 (ELMo reads one sentence).
         length (with `return_length=True`): the number of words of each example, before padding.
+        overflowing_tokens, num_truncated_tokens (with `return_overflowing_tokens=True` and truncation): the words
+            cut off (with `stride` words of overlap) and how many were cut, per example.
     A single example without `return_tensors` gives un-batched lists `[words][chars]`. `max_length` counts words.
+    A byte-order mark (U+FEFF) at the start of raw text is not part of its first word; text with a lone surrogate
+    is refused (it has no UTF-8 form).
 
     The "vocabulary" is the 262-entry character alphabet (`<pad>`, `<0x00>`..`<0xFF>`, `<S>`, `</S>`, `<bow>`,
-    `<eow>`, `<char_pad>`); it exists for the transformers machinery, not for encoding.
+    `<eow>`, `<char_pad>`); it exists for the transformers machinery, not for encoding. `convert_tokens_to_ids` takes
+    words, as `tokenize` gives them, to the character ids `encode` gives; a name of the alphabet (or an added special
+    token) gives its id.
+
+    `add_tokens` and `add_special_tokens` add words that raw text is split around, never inside (`tokenizer.add_tokens(
+    ["don't", "<URL>"])` keeps them whole); they are spelled as every word is, so the model needs no new embedding.
+    Added special tokens are marked in `special_tokens_mask` and dropped by `decode(..., skip_special_tokens=True)`.
+    The padding word is always id 0, the all-zero word; `pad_token` only names it.
 
     Args:
         max_characters_per_token (`int`, defaults to 50): characters per word, begin/end-of-word included. Must
@@ -181,14 +208,18 @@ class ElmoTokenizer(PreTrainedTokenizer):
         self.max_characters_per_token = max_characters_per_token
         self._word_splitter = _build_word_splitter()
         # Built before super().__init__, which looks the special tokens up in get_vocab().
-        character_names = ["<pad>", *(f"<0x{byte:02X}>" for byte in range(256))]
+        if kwargs.setdefault("pad_token", "<pad>") is None:
+            raise ValueError("ElmoTokenizer pads with the all-zero word, id 0: pad_token names it and cannot be None.")
+        pad_token = str(kwargs["pad_token"])  # the name of id 0, the all-zero padding word
+        character_names = [pad_token, *(f"<0x{byte:02X}>" for byte in range(256))]
         character_names += [BOS_WORD, EOS_WORD, "<bow>", "<eow>", "<char_pad>"]
+        if pad_token in character_names[1:]:
+            raise ValueError(
+                f"pad_token {pad_token!r} names another character id; choose a name of its own (default '<pad>')."
+            )
         self._vocab = {name: char_id for char_id, name in enumerate(character_names)}
         self._id_to_name = character_names
-        kwargs.setdefault("pad_token", "<pad>")
         super().__init__(max_characters_per_token=max_characters_per_token, **kwargs)
-        if self.pad_token_id != PAD_WORD_CHAR_ID:
-            raise ValueError(f"pad_token must be '<pad>' (id 0, the all-zero padding word), got {self.pad_token!r}.")
 
     # ---- vocabulary (the character alphabet) -------------------------------------------------------------
 
@@ -203,7 +234,30 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return self._vocab[token]
 
     def _convert_id_to_token(self, index: int) -> str:
+        if index in self._added_tokens_decoder:
+            return self._added_tokens_decoder[index].content
+        if not 0 <= index < NUM_CHAR_IDS:
+            raise IndexError(f"{index} is neither a character id (0..{NUM_CHAR_IDS - 1}) nor the id of an added token.")
         return self._id_to_name[index]
+
+    def convert_tokens_to_ids(self, tokens: str | list[str]):
+        """
+        Words (as `tokenize` gives them) -> their character ids, one vector per word, as `encode` spells them: a
+        word -> `[max_characters_per_token]`, a list of words -> `[words, max_characters_per_token]`. A name of the
+        character alphabet (`"<pad>"`, `"<0x41>"`, ...) or an added special token gives its id, an int, as
+        transformers' special-token attributes (`pad_token_id`, `eos_token_id`, ...) need.
+        """
+        if isinstance(tokens, str):
+            if tokens in self._vocab:
+                return self._vocab[tokens]
+            if tokens in self._special_words():
+                return self._added_tokens_encoder[tokens]
+            return self.word_to_char_ids(tokens)
+        return [self.convert_tokens_to_ids(token) for token in tokens]
+
+    def _special_words(self) -> set[str]:
+        """The added special tokens: words that `special_tokens_mask` marks and `skip_special_tokens` drops."""
+        return {token.content for token in self._added_tokens_decoder.values() if token.special}
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         # The alphabet is fixed; everything configurable lives in tokenizer_config.json.
@@ -212,12 +266,28 @@ class ElmoTokenizer(PreTrainedTokenizer):
     # ---- words ---------------------------------------------------------------------------------------------
 
     def split_words(self, text: str) -> list[str]:
-        """Split raw text into words: on whitespace, around punctuation, and around each Chinese/Japanese character."""
-        return [word for word, _ in self._word_splitter.pre_tokenize_str(text)]
+        """Split raw text into words: on whitespace, around punctuation, and around each Chinese/Japanese character;
+        added tokens are kept whole."""
+        return [word for word, _ in self._words_with_offsets(text)]
 
     def tokenize(self, text: str, **kwargs) -> list[str]:
         """The words of `text` (the tokens of this tokenizer are whole words); see `split_words`."""
         return self.split_words(text)
+
+    def _words_with_offsets(self, text: str) -> list[tuple[str, tuple[int, int]]]:
+        """The words of raw text with their character spans in it."""
+        _check_encodable(text, "the text")
+        start = 1 if text.startswith(_BYTE_ORDER_MARK) else 0  # a byte-order mark is not part of the first word
+        segments = self.tokens_trie.split(text[start:]) if self._added_tokens_encoder else [text[start:]]
+        words = []
+        for segment in segments:
+            if segment in self._added_tokens_encoder:
+                words.append((segment, (start, start + len(segment))))
+            else:
+                pieces = self._word_splitter.pre_tokenize_str(segment)
+                words.extend((word, (start + begin, start + end)) for word, (begin, end) in pieces)
+            start += len(segment)
+        return words
 
     def word_to_char_ids(self, word: str) -> list[int]:
         """Spell one word as `max_characters_per_token` character ids (see the module function)."""
@@ -241,13 +311,16 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return_special_tokens_mask: bool = False,
         return_offsets_mapping: bool = False,
         return_length: bool = False,
-        **kwargs,  # add_special_tokens, stride, return_token_type_ids, ...: nothing to do without special tokens
+        return_token_type_ids: bool | None = None,
+        stride: int = 0,
+        verbose: bool = True,
+        **kwargs,  # add_special_tokens, split_special_tokens, ...: nothing to do without special tokens around words
     ) -> ElmoBatchEncoding:
         """Encode one text or word list, or a batch of them (the entry point of `__call__` and `encode`)."""
         if text_pair is not None:
             raise ValueError("ElmoTokenizer encodes single sentences; text_pair is not supported.")
-        if return_overflowing_tokens:
-            raise ValueError("ElmoTokenizer does not support return_overflowing_tokens.")
+        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 0):
+            raise ValueError(f"max_length must be a number of words >= 0, got {max_length!r}.")
         if is_split_into_words:
             if isinstance(text, str):
                 raise TypeError("With is_split_into_words=True, pass a list of words (or a batch of lists), not a str.")
@@ -256,38 +329,63 @@ class ElmoTokenizer(PreTrainedTokenizer):
             is_batched = not isinstance(text, str)
         examples = text if is_batched else [text]
 
-        features = {"input_ids": [], "offset_mapping": []}
+        features = {"input_ids": [], "offset_mapping": [], "overflowing_tokens": [], "num_truncated_tokens": []}
         first_word_index = []
-        for example in examples:
+        special_words = self._special_words()
+        special_tokens_mask = []
+        for index, example in enumerate(examples):
             if is_split_into_words:
+                if isinstance(example, str):
+                    raise TypeError(
+                        f"With is_split_into_words=True, each example is a list of words; example {index} is a str "
+                        f"({example[:40]!r}): split it, or pass it without is_split_into_words."
+                    )
                 words = list(example)
                 if not all(isinstance(word, str) for word in words):
                     raise TypeError(f"With is_split_into_words=True, every word must be a str, got {words!r}.")
                 offsets = [(0, len(word)) for word in words]
             else:
+                if isinstance(example, tuple):
+                    raise TypeError(
+                        f"Example {index} is a tuple, a text pair? ElmoTokenizer encodes single sentences; "
+                        "text_pair is not supported."
+                    )
                 if not isinstance(example, str):
                     raise TypeError(f"Expected a str (or is_split_into_words=True), got {type(example).__name__}.")
-                pieces = self._word_splitter.pre_tokenize_str(example)
+                pieces = self._words_with_offsets(example)
                 words = [word for word, _ in pieces]
                 offsets = [offset for _, offset in pieces]
 
-            start = 0
+            start, cut = 0, 0
             truncate = truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None
+            overflowing = []
             if truncate and len(words) > max_length:
                 # truncation_side="left" keeps the last words; word_ids() still counts from the first input word.
-                start = len(words) - max_length if self.truncation_side == "left" else 0
+                cut = len(words) - max_length
+                left = self.truncation_side == "left"
+                overflowing = words[: cut + stride] if left else words[max(0, max_length - stride) :]
+                start = cut if left else 0
                 words, offsets = words[start : start + max_length], offsets[start : start + max_length]
+            elif not truncate:
+                self._eventual_warn_about_too_long_sequence(words, max_length, verbose)
             features["input_ids"].append([self.word_to_char_ids(word) for word in words])
             features["offset_mapping"].append(offsets)
+            features["overflowing_tokens"].append([self.word_to_char_ids(word) for word in overflowing])
+            features["num_truncated_tokens"].append(cut)
+            special_tokens_mask.append([int(word in special_words) for word in words])
             first_word_index.append(start)
 
         num_words = [len(char_ids) for char_ids in features["input_ids"]]
         if return_special_tokens_mask:
-            features["special_tokens_mask"] = [[0] * length for length in num_words]
+            features["special_tokens_mask"] = special_tokens_mask
+        if return_token_type_ids:
+            features["token_type_ids"] = [[0] * length for length in num_words]
         if return_length:
             features["length"] = num_words
         if not return_offsets_mapping:
             del features["offset_mapping"]
+        if not return_overflowing_tokens:
+            del features["overflowing_tokens"], features["num_truncated_tokens"]
 
         padded = self.pad(
             features,
@@ -302,8 +400,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
             # Build the id tensor with its character axis even when there are no words ([batch, 0, chars]).
             lengths = {len(char_ids) for char_ids in data["input_ids"]}
             if len(lengths) <= 1:
-                shape = (len(examples), lengths.pop() if lengths else 0, self.max_characters_per_token)
-                data["input_ids"] = np.asarray(data["input_ids"], dtype=np.int64).reshape(shape)
+                words = lengths.pop() if lengths else 0
+                data["input_ids"] = np.asarray(data["input_ids"], dtype=np.int64).reshape(
+                    len(examples), words, self.max_characters_per_token
+                )
+                if not examples:  # a batch of no sentences: every per-word feature is [0, 0]
+                    for key in ("attention_mask", "special_tokens_mask", "token_type_ids"):
+                        if key in data:
+                            data[key] = np.zeros((0, 0), dtype=np.int64)
         elif not is_batched:
             data = {key: value[0] for key, value in data.items()}
         return ElmoBatchEncoding(data, tensor_type=return_tensors, first_word_index=first_word_index)
@@ -348,6 +452,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return_attention_mask: bool | None = None,
     ) -> dict:
         """Pad one example's per-word lists to `max_length` words; the word axis is the only one padded."""
+        if pad_to_multiple_of is not None and (
+            isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1
+        ):
+            raise ValueError(f"pad_to_multiple_of must be a positive number of words, got {pad_to_multiple_of!r}.")
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         num_words = len(encoded_inputs["input_ids"])
@@ -371,6 +479,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             "input_ids": [PAD_WORD_CHAR_ID] * self.max_characters_per_token,
             "attention_mask": 0,
             "special_tokens_mask": 1,
+            "token_type_ids": self.pad_token_type_id,
             "offset_mapping": (0, 0),
         }
         for key, padding_value in padding_values.items():
@@ -390,13 +499,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """
         ids = to_py_obj(ids)
         if isinstance(ids, int):
-            return self._id_to_name[ids]
+            return self._convert_id_to_token(ids)
         if _is_word_vector(ids):
             word = char_ids_to_word(ids)
             return self.pad_token if word is None else word
         words = [char_ids_to_word(char_ids) for char_ids in ids]
         if skip_special_tokens:
-            return [word for word in words if word is not None]
+            special_words = self._special_words()
+            return [word for word in words if word is not None and word not in special_words]
         return [self.pad_token if word is None else word for word in words]
 
     def convert_tokens_to_string(self, tokens: list[str]) -> str:
@@ -405,14 +515,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def decode(self, token_ids, skip_special_tokens: bool = False, **kwargs) -> str | list[str]:
         """
         `[words, chars]` ids -> the words joined by single spaces; `[batch, words, chars]` -> one string per
-        example; `[chars]` -> that word. Padding words are always dropped, whatever `skip_special_tokens` says.
+        example; `[chars]` -> that word. Padding words are always dropped; added special tokens with
+        `skip_special_tokens=True`.
         """
         token_ids = to_py_obj(token_ids)
         if _is_word_vector(token_ids):
             return char_ids_to_word(token_ids) or ""
         if not _is_single_example(token_ids):
-            return [self.decode(example) for example in token_ids]
-        return self.convert_tokens_to_string(self.convert_ids_to_tokens(token_ids, skip_special_tokens=True))
+            return [self.decode(example, skip_special_tokens=skip_special_tokens) for example in token_ids]
+        words = [char_ids_to_word(char_ids) for char_ids in token_ids]  # None for padding
+        dropped = self._special_words() if skip_special_tokens else set()
+        return self.convert_tokens_to_string([word for word in words if word is not None and word not in dropped])
 
 
 __all__ = ["ElmoTokenizer"]

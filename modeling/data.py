@@ -15,6 +15,7 @@ left-to-right order (`backward_input_ids`, `backward_labels`).
 """
 
 import glob
+import hashlib
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -23,11 +24,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hf_elmo.files import check_text_file
 from hf_elmo.tokenization_elmo import ElmoTokenizer, word_to_char_ids
 
 from .vocabulary import BOS, EOS, Vocabulary
 
 IGNORE_INDEX = -100
+# Text files that `datasets` reads compressed.
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 # Word-table ids of the padding word (all-zero characters) and the two sentence boundaries.
 PAD_TYPE, BOS_TYPE, EOS_TYPE = 0, 1, 2
 
@@ -60,7 +64,13 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
         for file in files:
             if Path(file).is_dir():
                 raise DataError(f"{option} {file}: a folder can only be given alone, as a saved datasets dataset")
-        dataset = datasets.load_dataset("text", data_files=files, split="train")
+            if not file.endswith(COMPRESSED_SUFFIXES):  # (datasets decompresses those, and checks them itself)
+                try:
+                    check_text_file(file, "training file" if role == "train" else f"{role} file", error=DataError)
+                except DataError as error:
+                    raise DataError(f"{option} {error}") from None
+        # utf-8-sig: a byte-order mark at the start of a file is not part of its first word.
+        dataset = datasets.load_dataset("text", data_files=files, split="train", encoding="utf-8-sig")
     if text_column not in dataset.column_names:
         raise DataError(f"{option} {paths[0]}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}); pass --text-column")
     if word_splitting == "whitespace":
@@ -161,6 +171,14 @@ class EncodedText:
             targets.append(vocabulary.ids(words).astype(np.int32))
             lengths.extend(len(sentence) for sentence in batch["words"])
         return cls(types=np.concatenate(types), targets=np.concatenate(targets), offsets=np.cumsum(lengths))
+
+    def digest(self, table: "WordTable") -> str:
+        """sha256 of what batches are made of: each sentence's words, as characters and as softmax ids."""
+        digest = hashlib.sha256()
+        for array in (self.types, self.targets, self.offsets):
+            digest.update(np.ascontiguousarray(array).tobytes())
+        digest.update(table.char_ids[: int(self.types.max(initial=0)) + 1].numpy().tobytes())
+        return digest.hexdigest()
 
     def stream(self, order: np.ndarray, vocabulary: Vocabulary, backward: bool) -> tuple[np.ndarray, np.ndarray]:
         """The sentences `order` as one stream of (input type, target id), in the direction's reading order.

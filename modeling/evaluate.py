@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hf_elmo import ElmoForPreTraining  # noqa: E402
+from hf_elmo.files import check_output_location  # noqa: E402
 
 from modeling.data import IGNORE_INDEX, DataError, EncodedText, EvaluationStream, WordTable, read_corpus  # noqa: E402
 from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
@@ -70,12 +71,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-json", help="also write the results to this file")
     args = parser.parse_args(argv)
     try:
+        if args.output_json:  # before the work, not after it
+            check_output_location(args.output_json, "file", error=DataError)
         model_dir = Path(args.model_dir)
         for name in ("config.json", "vocab.txt"):
             if not (model_dir / name).is_file():
                 raise DataError(f"{model_dir}: no {name}; pass a folder written by modeling/pretrain.py")
         vocabulary = Vocabulary.from_file(model_dir / "vocab.txt")
-        model = ElmoForPreTraining.from_pretrained(model_dir)
+        try:
+            model = ElmoForPreTraining.from_pretrained(model_dir)
+        except ValueError as error:  # a config field of the wrong type, a biLM weight missing
+            raise DataError(str(error)) from None
         if model.config.lm_vocab_size != len(vocabulary):
             raise DataError(f"{model_dir}: vocab.txt has {len(vocabulary)} words, the softmax {model.config.lm_vocab_size}")
         table = WordTable(model.config.max_characters_per_token)

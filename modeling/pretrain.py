@@ -43,6 +43,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
+from hf_elmo.files import check_output_location, sha256_file  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from modeling.data import (  # noqa: E402
@@ -206,6 +207,8 @@ def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int
     if accelerator.is_main_process:
         accelerator.unwrap_model(model).config.save_pretrained(partial)  # the folder loads with from_pretrained
         vocabulary.save(partial / "vocab.txt")
+        # Written last, and with every other file's size and digest: a resume can tell a whole checkpoint.
+        trainer_state = {**trainer_state, "files": file_digests(partial)}
         (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n", encoding="utf-8")
         _fsync_tree(partial)
         if final.exists():  # the same step saved before a crash: keep it until the new one is in place
@@ -220,6 +223,70 @@ def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int
             shutil.rmtree(old)
     accelerator.wait_for_everyone()
     return final
+
+
+def file_digests(folder: Path) -> dict[str, dict]:
+    """Size and sha256 of every file in a checkpoint folder."""
+    return {path.name: {"bytes": path.stat().st_size, "sha256": sha256_file(path)} for path in sorted(folder.iterdir())}
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """What keeps `checkpoint` from continuing its run exactly (None: nothing): a file missing, cut short or
+    changed since the checkpoint was saved, or a trainer_state.json that does not read."""
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        return f"its trainer_state.json does not read ({error})"
+    if not isinstance(state, dict) or not {"step", "settings"} <= state.keys():
+        return "its trainer_state.json is not a checkpoint's"
+    files = state.get("files")
+    if files is None:  # saved before checkpoints recorded their files: each one that resuming reads must be there
+        processes = range(state["settings"].get("num_processes", 1))
+        files = dict.fromkeys(["model.safetensors", "optimizer.bin", "config.json", "vocab.txt",
+                               *(f"random_states_{i}.pkl" for i in processes),
+                               *(f"lstm_states_{i}.safetensors" for i in processes)])
+    for name, saved in files.items():
+        path = checkpoint / name
+        if not path.is_file():
+            return f"its {name} is missing"
+        if saved is None:
+            continue
+        if path.stat().st_size != saved["bytes"]:
+            return f"its {name} has {path.stat().st_size:,} bytes, where {saved['bytes']:,} were saved"
+        if sha256_file(path) != saved["sha256"]:
+            return f"its {name} has changed since it was saved"
+    return None
+
+
+def verify_resume_checkpoint(checkpoint: Path) -> None:
+    """Refuse a checkpoint that would not continue its run exactly, and name the complete one to resume from."""
+    problem = checkpoint_problem(checkpoint)
+    if problem is None:
+        return
+    match = CHECKPOINT_NAME.fullmatch(checkpoint.name)
+    step = int(match.group(1)) if match else math.inf
+    earlier = [path for found, path in reversed(list_checkpoints(checkpoint.parent))
+               if found < step and checkpoint_problem(path) is None]
+    advice = (f"resume from {earlier[0]}, the latest complete checkpoint before it: --resume {earlier[0]}" if earlier
+              else "no earlier checkpoint is complete: start afresh with --overwrite-output-dir")
+    raise PretrainError(f"--resume {checkpoint}: {problem}, so it cannot continue the run exactly; {advice}")
+
+
+def check_same_text(checkpoint: Path, data: dict) -> None:
+    """A resumed run must read the text its checkpoint was trained on (and evaluated on), or it would not continue
+    that run."""
+    saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8")).get("data")
+    if saved is None:  # saved before checkpoints recorded their text
+        return
+    for role in ("train", "validation"):
+        if saved[f"{role}_sha256"] != data[f"{role}_sha256"]:
+            option = f"--{role}-file"
+            started = " ".join(saved[f"{role}_file"]) if saved[f"{role}_file"] else "none"
+            given = " ".join(data[f"{role}_file"]) if data[f"{role}_file"] else "none"
+            raise PretrainError(
+                f"--resume {checkpoint}: {option} is not the text that run was started on ({started}; now {given}, "
+                f"whose words differ); resume with the run's own {option}, or start a new run in another --output-dir"
+            )
 
 
 def load_carried_states(checkpoint: Path, process_index: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -280,9 +347,9 @@ class TrainingLog:
 # ---- model and data ------------------------------------------------------------------------------------------
 
 
-def choose_vocabulary(args, output_dir: Path, resuming: bool, train_sentences) -> Vocabulary:
-    if resuming:
-        return Vocabulary.from_file(output_dir / "vocab.txt")
+def choose_vocabulary(args, checkpoint: Path | None, train_sentences) -> Vocabulary:
+    if checkpoint is not None:  # the run's own (its digest was checked with the checkpoint's other files)
+        return Vocabulary.from_file(checkpoint / "vocab.txt")
     if args.vocab_file:
         return Vocabulary.from_file(args.vocab_file)
     if args.init_from and not args.new_vocabulary and (Path(args.init_from) / "vocab.txt").is_file():
@@ -302,10 +369,16 @@ def build_model(args, settings: dict, vocabulary: Vocabulary) -> tuple[ElmoForPr
     source = Path(args.init_from)
     if not (source / "config.json").is_file():
         raise PretrainError(f"--init-from {source}: no config.json; convert original weights first (conversion/convert_original_elmo.py)")
-    source_config = ElmoConfig.from_pretrained(source)
+    try:
+        source_config = ElmoConfig.from_pretrained(source)
+    except ValueError as error:
+        raise PretrainError(f"--init-from {source / 'config.json'}: {error}") from None
     source_vocabulary = Vocabulary.from_file(source / "vocab.txt") if (source / "vocab.txt").is_file() else None
     keep_softmax = source_config.lm_vocab_size is not None and source_vocabulary == vocabulary
-    model = ElmoForPreTraining.from_pretrained(source, ignore_mismatched_sizes=True, **lm_options)
+    try:
+        model = ElmoForPreTraining.from_pretrained(source, ignore_mismatched_sizes=True, **lm_options)
+    except ValueError as error:  # a biLM weight missing or of another shape, named
+        raise PretrainError(f"--init-from {error}") from None
     if not keep_softmax and source_config.lm_vocab_size is not None:
         # A softmax over another vocabulary: start it afresh, as a model without one would.
         with torch.no_grad():
@@ -415,6 +488,7 @@ def train(args: argparse.Namespace) -> dict:
     settings["mixed_precision"] = accelerator.mixed_precision
     output_dir = Path(args.output_dir)
     main_process = accelerator.is_main_process
+    check_output_location(output_dir, "folder", error=PretrainError, writes_inside=True)
     if main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         for leftover in output_dir.glob(".checkpoint-*.partial"):  # a save that a crash interrupted
@@ -425,6 +499,7 @@ def train(args: argparse.Namespace) -> dict:
     accelerator.wait_for_everyone()
     checkpoint = find_resume_checkpoint(args, output_dir)
     if checkpoint is not None:
+        verify_resume_checkpoint(checkpoint)
         saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["settings"]
         # Options that older versions did not record had their default.
         changed = [name for name in FIXED_ON_RESUME if saved.get(name, TRAINING_DEFAULTS.get(name)) != settings.get(name)]
@@ -444,7 +519,7 @@ def train(args: argparse.Namespace) -> dict:
         validation_sentences = None
         if args.validation_file:
             validation_sentences = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
-    vocabulary = choose_vocabulary(args, output_dir, checkpoint is not None, train_sentences)
+    vocabulary = choose_vocabulary(args, checkpoint, train_sentences)
     if main_process and checkpoint is None:
         vocabulary.save(output_dir / "vocab.txt")
 
@@ -453,9 +528,19 @@ def train(args: argparse.Namespace) -> dict:
     train_text = EncodedText.encode(train_sentences, table, vocabulary)
     if new_softmax and settings["softmax_init"] == "unigram":
         set_unigram_softmax(model, train_text, vocabulary)
-    validation = None
+    validation_text = None
     if validation_sentences is not None:
         validation_text = EncodedText.encode(validation_sentences, table, vocabulary)
+    data = {
+        "train_file": args.train_file,
+        "train_sha256": train_text.digest(table),
+        "validation_file": args.validation_file,
+        "validation_sha256": None if validation_text is None else validation_text.digest(table),
+    }
+    if checkpoint is not None:
+        check_same_text(checkpoint, data)
+    validation = None
+    if validation_text is not None:
         validation = EvaluationStream(validation_text, table, vocabulary, rows=args.eval_batch_size, unroll_steps=args.eval_unroll_steps,
                                       num_processes=accelerator.num_processes, process_index=accelerator.process_index)
     shared = dict(seed=args.seed, shuffle=settings["shuffle"], num_processes=accelerator.num_processes, process_index=accelerator.process_index)
@@ -587,7 +672,7 @@ def train(args: argparse.Namespace) -> dict:
             evaluate()
         if settings["save_steps"] and step % settings["save_steps"] == 0 and not finished:
             trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings,
-                             **(clock.state() if clock else {})}
+                             "data": data, **(clock.state() if clock else {})}
             save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, args.save_total_limit)
     progress.close()
 
@@ -612,6 +697,7 @@ def train(args: argparse.Namespace) -> dict:
             "step": step,
             "settings": settings,
             "epoch": step * accumulation / batches.steps_per_epoch,
+            "data": data,
             "parameters": parameter_count,
             **(clock.state() if clock else {}),
             "seconds": round(time.perf_counter() - run_started, 1),

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hf_elmo.files import read_text_file
+
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIAL_WORDS = (BOS, EOS, UNK)
 
@@ -49,11 +51,13 @@ class Vocabulary:
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "Vocabulary":
         path = Path(path)
-        if not path.is_file():
-            raise VocabularyError(f"{path}: vocabulary file not found")
-        with open(path, encoding="utf-8") as f:
-            words = [line.strip() for line in f]
-        return cls([word for word in words if word and word != "!!!MAXTERMID"], source=str(path))
+        text = read_text_file(path, "vocabulary file", error=VocabularyError)  # (without a byte-order mark)
+        # Lines end as Python's universal newlines end them (not at every separator that str.splitlines knows).
+        words = [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+        words = [word for word in words if word and word != "!!!MAXTERMID"]
+        if not words:
+            raise VocabularyError(f"{path}: the vocabulary file is empty")
+        return cls(words, source=str(path))
 
     @classmethod
     def from_counts(cls, counts: Counter, max_size: int | None = None, min_count: int = 1) -> "Vocabulary":

@@ -4,8 +4,10 @@ import contextlib
 import json
 import os
 import signal
+import site
 import subprocess
 import sys
+import venv
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +78,33 @@ def converted(tmp_path_factory) -> dict[str, Path]:
     return folders
 
 
+def unwritable_folder(tmp_path: Path) -> Path:
+    """A folder this process cannot create anything in (root ignores permissions: a kernel file system there)."""
+    if os.geteuid() == 0:
+        return Path("/sys")
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
+@pytest.fixture(scope="session")
+def python_without_hf_elmo(tmp_path_factory) -> Path:
+    """A separate virtual environment that sees this one's packages (transformers, torch, ...) but not hf_elmo.
+
+    hf_elmo is installed in editable mode through a .pth hook; site-packages added by path do not run .pth
+    files, so the hook, and with it hf_elmo, is absent there.
+    """
+    env = tmp_path_factory.mktemp("isolated") / "venv"
+    venv.create(env, with_pip=False)
+    python = env / "bin" / "python"
+    env_site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    Path(env_site, "packages_of_the_test_environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return python
+
+
 def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc_per_node 2 ARGUMENTS` on CPU (gloo).
 
@@ -109,3 +138,6 @@ def _descendants(pid: int) -> list[int]:
         found.extend(below := children.get(pending.pop(), []))
         pending.extend(below)
     return found
+
+# Stand-ins for modules of transformers' test tree, run from build/transformers-tests (see its README.md).
+collect_ignore = ["transformers_supplement"]

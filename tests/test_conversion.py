@@ -10,11 +10,12 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
-from conftest import FIXTURE_SETS, MULTILINGUAL_FR
+from conftest import FIXTURE_SETS, MULTILINGUAL_FR, unwritable_folder
 from conversion.convert_original_elmo import convert_hf_to_original, convert_original_to_hf, main
 from conversion.original_format import ConversionError, state_dict_to_original, write_original_weights
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 
 SCRIPT = Path(__file__).resolve().parents[1] / "conversion" / "convert_original_elmo.py"
 TINY = dict(
@@ -170,8 +171,24 @@ BAD_INPUTS = {
     "options contradict weights": (lambda f: edit_options(f, lambda o: o["lstm"].__setitem__("dim", 32)), ["W_0", "(16, 128)", "(16, 96)"]),
     "fewer highway layers in the options": (lambda f: edit_options(f, lambda o: o["char_cnn"].__setitem__("n_highway", 0)), ["CNN_high_0/W_carry", "unexpected"]),
     "missing option": (lambda f: edit_options(f, lambda o: o["lstm"].pop("projection_dim")), ["lstm.projection_dim", "missing"]),
-    "invalid option": (lambda f: edit_options(f, lambda o: o["char_cnn"].__setitem__("activation", "gelu")), ["char_cnn_activation", "gelu"]),
+    "invalid option": (lambda f: edit_options(f, lambda o: o["char_cnn"].__setitem__("activation", "gelu")), ["char_cnn.activation", "gelu"]),
     "bad n_characters": (lambda f: edit_options(f, lambda o: o["char_cnn"].__setitem__("n_characters", 300)), ["n_characters", "300"]),
+    # Every option is type-checked: none is converted silently ("false" would be true, 1.9 would be 1).
+    "a flag as a string": (
+        lambda f: edit_options(f, lambda o: o["lstm"].__setitem__("use_skip_connections", "false")),
+        ["option 'lstm.use_skip_connections' must be true or false, got 'false'"],
+    ),
+    "a fractional filter width": (
+        lambda f: edit_options(f, lambda o: o["char_cnn"]["filters"][0].__setitem__(0, 1.9)),
+        ["option 'char_cnn.filters' must be a list of lists of integers", "1.9"],
+    ),
+    "a clip as an object": (lambda f: edit_options(f, lambda o: o["lstm"].__setitem__("cell_clip", {})),
+                            ["option 'lstm.cell_clip' must be a number or null, got {}"]),
+    "a count as a string": (lambda f: edit_options(f, lambda o: o["char_cnn"].__setitem__("n_highway", "1")),
+                            ["option 'char_cnn.n_highway' must be an integer"]),
+    "options not an object": (lambda f: (f / "options.json").write_text("[1, 2]"), ["options.json", "holds a JSON list, not an object"]),
+    "options file is a folder": (lambda f: ((f / "options.json").unlink(), (f / "options.json").mkdir()), ["options.json: is a folder"]),
+    "weight file is a folder": (lambda f: ((f / "weights.hdf5").unlink(), (f / "weights.hdf5").mkdir()), ["weights.hdf5: is a folder"]),
 }
 
 
@@ -234,3 +251,184 @@ def test_script_converts_and_reports(tmp_path):
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["options.json", "weights.hdf5"]
     shutil.rmtree(tmp_path / "hf")
+
+
+def test_options_that_the_references_accept_still_convert(tmp_path):
+    """Integers where numbers are expected, null or 0 for no clip, null for an option bilm-tf reads with .get."""
+    config = ElmoConfig(**TINY)
+    write_original(tmp_path / "original", config)
+    edit_options(tmp_path / "original", lambda o: o["lstm"].update(cell_clip=3, proj_clip=0))
+    edit_options(tmp_path / "original", lambda o: o["char_cnn"].update(n_highway=None, n_characters=261))
+    converted = ElmoConfig.from_original_options(tmp_path / "original" / "options.json")
+    assert (converted.cell_clip, converted.proj_clip, converted.num_highway_layers, converted.n_characters) == (3.0, None, 0, 262)
+
+
+def test_config_fields_are_type_checked_when_loaded_and_set(converted, tmp_path):
+    """The bilm-tf fixture (no skip connections) with `"use_skip_connections": "false"` in config.json loaded as
+    skip connections on, and gave outputs 0.66 off the original's; now every field's type is checked."""
+    folder = tmp_path / "model"
+    shutil.copytree(converted["bilm-tf"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    for name, value, message in [
+        ("use_skip_connections", "false", "ElmoConfig.use_skip_connections must be true or false, got 'false' (str)"),
+        ("char_cnn_filters", [[1.9, 4], [2, 8]], "ElmoConfig.char_cnn_filters must be a list of lists of integers"),
+        ("cell_clip", {}, "ElmoConfig.cell_clip must be a number or null, got {} (dict)"),
+        ("dropout", True, "ElmoConfig.dropout must be a number, got True (bool)"),
+        ("num_lstm_layers", 2.0, "ElmoConfig.num_lstm_layers must be an integer, got 2.0 (float)"),
+        ("lm_vocab_size", "10", "ElmoConfig.lm_vocab_size must be an integer or null"),
+    ]:
+        (folder / "config.json").write_text(json.dumps({**config, name: value}))
+        with pytest.raises(ValueError) as raised:
+            ElmoModel.from_pretrained(folder)
+        assert str(raised.value).startswith(message), str(raised.value)
+    model_config = ElmoConfig(**TINY)
+    with pytest.raises(ValueError, match=r"^ElmoConfig.use_skip_connections must be true or false, got 'no'"):
+        model_config.use_skip_connections = "no"
+    with pytest.raises(ValueError, match=r"^ElmoConfig.num_lstm_layers must be an integer, got '3'"):
+        model_config.num_hidden_layers = "3"
+    assert model_config.use_skip_connections is True and model_config.num_lstm_layers == 2
+
+
+# ---- a checkpoint without every weight of the biLM is refused, by loading and by --to-original --------------------
+
+
+def drop_tensors(folder: Path, *names: str) -> None:
+    state = load_file(folder / "model.safetensors")
+    save_file({name: tensor for name, tensor in state.items() if name not in names}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+
+
+def edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+def test_loading_refuses_a_checkpoint_without_every_biLM_weight(converted, tmp_path):
+    """transformers starts a missing weight afresh (nan was seen, from uninitialised memory, before the
+    initialisation reached every module) and drops a weight the config has no place for, saying so only in its load
+    report."""
+    folder = tmp_path / "model"
+    shutil.copytree(converted["allennlp-elmo"], folder)
+    drop_tensors(folder, "layers.1.recurrent_weight", "char_encoder.highway.1.carry.bias")
+    loaders = {
+        ElmoModel: {},
+        ElmoForSequenceClassification: {"num_labels": 3},  # the biLM inside a head
+        ElmoForTokenClassification: {"num_labels": 3},
+        ElmoForPreTraining: {"lm_vocab_size": 7},  # the body of the pretraining model
+    }
+    for model_class, kwargs in loaders.items():
+        with pytest.raises(ValueError) as raised:
+            model_class.from_pretrained(folder, **kwargs)
+        assert str(raised.value) == (
+            f"{folder}: not a complete {model_class.__name__}: it lacks the tensor "
+            f"{'' if model_class is ElmoModel else 'elmo.'}char_encoder.highway.1.carry.bias (and 1 more)"
+        )
+    # A config with fewer highway layers than the weights: the extra layer would be dropped.
+    shutil.rmtree(folder)
+    shutil.copytree(converted["allennlp-elmo"], folder)
+    edit_config(folder, num_highway_layers=1)
+    with pytest.raises(ValueError, match=r"holds the tensor char_encoder\.highway\.1\.carry\.bias, which its config\.json has no place for \(and 3 more\)"):
+        ElmoModel.from_pretrained(folder)
+    # A weight of another shape, even where the caller lets transformers start mismatched weights afresh.
+    shutil.rmtree(folder)
+    shutil.copytree(converted["allennlp-elmo"], folder)
+    state = load_file(folder / "model.safetensors")
+    state["layers.0.bias"] = state["layers.0.bias"][:, :-4].contiguous()
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"holds the tensor layers\.0\.bias of shape \[2, 252\], where its config\.json needs \[2, 256\]"):
+        ElmoModel.from_pretrained(folder, ignore_mismatched_sizes=True)
+    # Who asks for transformers' load report gets it instead: it names what is wrong.
+    _, info = ElmoModel.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True)
+    assert [key for key, *_ in info["mismatched_keys"]] == ["layers.0.bias"]
+
+
+def test_new_heads_may_start_afresh(converted, tmp_path):
+    """What may be missing: a new head's classifier or softmax, and a pretraining checkpoint's scalar mixes."""
+    body = ElmoModel.from_pretrained(converted["allennlp-elmo"])
+    head, info = ElmoForSequenceClassification.from_pretrained(converted["allennlp-elmo"], num_labels=3, output_loading_info=True)
+    assert info["missing_keys"] == {"classifier.weight", "classifier.bias"}
+    assert torch.equal(head.elmo.layers[1].recurrent_weight, body.layers[1].recurrent_weight)
+    pretraining = ElmoForPreTraining.from_pretrained(converted["allennlp-elmo"], lm_vocab_size=7)
+    pretraining.save_pretrained(tmp_path / "pretrained")
+    assert not any(name.startswith("elmo.scalar_mixes") for name in load_file(tmp_path / "pretrained" / "model.safetensors"))
+    reloaded = ElmoModel.from_pretrained(tmp_path / "pretrained")
+    assert torch.equal(reloaded.scalar_mixes[0].gamma, torch.ones(1))
+    ElmoForTokenClassification.from_pretrained(tmp_path / "pretrained", num_labels=2)
+
+
+def damage_checkpoint(folder: Path, case: str) -> None:
+    if case == "no folder":
+        shutil.rmtree(folder)
+    elif case == "a file, not a folder":
+        shutil.rmtree(folder)
+        folder.write_text("x")
+    elif case == "no config.json":
+        (folder / "config.json").unlink()
+    elif case == "config.json not JSON":
+        (folder / "config.json").write_text('{"model_type": "elmo",')
+    elif case == "config.json a list":
+        (folder / "config.json").write_text("[]")
+    elif case == "config.json with a string flag":
+        edit_config(folder, use_skip_connections="false")
+    elif case == "no weights":
+        (folder / "model.safetensors").unlink()
+    elif case == "truncated weights":
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    elif case == "a tensor missing":
+        drop_tensors(folder, "char_encoder.highway.0.transform.weight")
+    elif case == "fewer highway layers in config.json":
+        edit_config(folder, num_highway_layers=1)
+
+
+TO_ORIGINAL_BAD_INPUTS = {
+    "no folder": ["model: not found"],
+    "a file, not a folder": ["model: is a file, not a checkpoint folder"],
+    "no config.json": ["model: no config.json"],
+    "config.json not JSON": ["config.json: not a JSON config file"],
+    "config.json a list": ["config.json: not a config file: it holds a JSON list"],
+    "config.json with a string flag": ["config.json: ElmoConfig.use_skip_connections must be true or false, got 'false'"],
+    "no weights": ["model: no model.safetensors"],
+    "truncated weights": ["model.safetensors: not a readable safetensors file"],
+    "a tensor missing": ["model: not a complete ElmoModel: it lacks the tensor char_encoder.highway.0.transform.weight"],
+    "fewer highway layers in config.json": ["which its config.json has no place for"],
+}
+
+
+@pytest.mark.parametrize("case", TO_ORIGINAL_BAD_INPUTS)
+def test_to_original_refuses_a_broken_checkpoint(converted, tmp_path, capsys, monkeypatch, case):
+    folder = tmp_path / "model"
+    shutil.copytree(converted["allennlp-elmo"], folder)
+    damage_checkpoint(folder, case)
+    monkeypatch.chdir(tmp_path)  # paths as a user types them, relative
+    code, _, err = run_main(capsys, "--to-original", "--model-dir", "model", "--output-dir", "back")
+    message = err.strip()
+    assert code == 2 and message.startswith("error: ") and len(message.splitlines()) == 1, err
+    for text in TO_ORIGINAL_BAD_INPUTS[case]:
+        assert text in message, (text, message)
+    assert not (tmp_path / "back").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".back")]
+
+
+def test_output_folders_that_cannot_be_written_fail_before_the_work(original, converted, tmp_path, capsys):
+    """Both directions: checked before the input is read (the input named here does not exist)."""
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    cases = {
+        a_file: "file.txt: is a file, not a folder",
+        a_file / "out": "file.txt: is a file, so",
+        unwritable_folder(tmp_path) / "out": "cannot write there",
+    }
+    for output, expected in cases.items():
+        for args in (["--options-file", original / "options.json", "--weight-file", tmp_path / "none.hdf5"],
+                     ["--to-original", "--model-dir", tmp_path / "no-model"]):
+            code, _, err = run_main(capsys, *args, "--output-dir", output)
+            message = err.strip()
+            assert code == 2 and message.startswith("error: ") and len(message.splitlines()) == 1, err
+            assert expected in message, (expected, message)
+    assert a_file.read_text() == "x"
+
+
+def test_a_state_dict_passed_in_may_leave_weights_to_initialise():
+    """transformers' own tests load `from_pretrained(None, config=..., state_dict={})`: the caller's weights."""
+    model, info = ElmoModel.from_pretrained(None, config=ElmoConfig(**TINY), state_dict={}, output_loading_info=True)
+    assert "char_encoder.char_embedding.weight" in info["missing_keys"] and type(model) is ElmoModel

@@ -4,10 +4,8 @@ import ast
 import json
 import os
 import shutil
-import site
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
@@ -55,24 +53,6 @@ def head_folders(base_path, tmp_path_factory) -> dict[str, Path]:
         tokenizer.save_pretrained(root / auto_class)
         folders[auto_class] = root / auto_class
     return folders
-
-
-@pytest.fixture(scope="module")
-def python_without_hf_elmo(tmp_path_factory) -> Path:
-    """A separate virtual environment that sees this one's packages (transformers, torch, ...) but not hf_elmo.
-
-    hf_elmo is installed in editable mode through a .pth hook; site-packages added by path do not run .pth
-    files, so the hook, and with it hf_elmo, is absent there.
-    """
-    env = tmp_path_factory.mktemp("isolated") / "venv"
-    venv.create(env, with_pip=False)
-    python = env / "bin" / "python"
-    env_site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    Path(env_site, "packages_of_the_test_environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    return python
 
 
 def fake_hub_snapshot(hf_home: Path, repo_id: str, folder: Path) -> None:

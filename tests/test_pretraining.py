@@ -4,6 +4,7 @@
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from modeling.evaluate import perplexity
 from modeling.presets import TINY_MODEL
 from modeling.vocabulary import Vocabulary, VocabularyError
 
-from conftest import FIXTURES, run_two_processes
+from conftest import FIXTURES, run_two_processes, unwritable_folder
 
 REPO = Path(__file__).resolve().parents[1]
 PRETRAIN = REPO / "modeling" / "pretrain.py"
@@ -486,3 +487,132 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys, monkeypatch):
     assert "pass --preset (tiny, " in capsys.readouterr().err
     assert pretrain.main([*map(str, TRAIN_ARGS), "--output-dir", str(tmp_path / "z"), "--epochs", "2", "--max-train-minutes", "5"]) == 2
     assert "pass --epochs or --max-train-minutes, not both" in capsys.readouterr().err
+
+
+# ---- bad input: one clear error before the work, and a resume that would not continue the run is refused ----------
+
+
+def run_main(capsys, *args) -> tuple[int, str]:
+    from modeling import pretrain
+
+    code = pretrain.main([str(arg) for arg in args])
+    return code, capsys.readouterr().err
+
+
+def assert_one_error(code: int, err: str, *must_mention: str) -> None:
+    message = err.strip().splitlines()[-1] if err.strip() else ""
+    assert code == 2 and message.startswith("error: ") and "Traceback" not in err, err
+    for text in must_mention:
+        assert text in message, (text, message)
+
+
+def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, capsys, monkeypatch):
+    from modeling import evaluate
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "latin1.txt").write_bytes("the curse\nof caf\xe9 words\n".encode("latin-1"))
+    (tmp_path / "vocab-latin1.txt").write_bytes("<S>\n</S>\n<UNK>\ncaf\xe9\n".encode("latin-1"))
+    (tmp_path / "vocab-empty.txt").write_bytes(b"\n\n")
+    data = ["--train-file", TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt"]
+    cases = [
+        (["--train-file", tmp_path / "empty.txt"], "--train-file", "empty.txt: the training file is empty"),
+        (["--train-file", tmp_path / "latin1.txt"], "--train-file", "latin1.txt: line 2 is not UTF-8 text"),
+        ([*data, "--validation-file", tmp_path / "latin1.txt"], "--validation-file", "latin1.txt: line 2 is not UTF-8"),
+        ([*data, "--validation-file", tmp_path / "empty.txt"], "--validation-file", "the validation file is empty"),
+        (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path / "vocab-latin1.txt"], "vocab-latin1.txt: line 4 is not UTF-8", ""),
+        (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path / "vocab-empty.txt"], "vocab-empty.txt: the vocabulary file is empty", ""),
+        (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path], f"{tmp_path}: is a folder, not a file", ""),
+    ]
+    for arguments, *expected in cases:
+        code, err = run_main(capsys, "--preset", "tiny", *arguments, "--max-steps", 1, "--output-dir", tmp_path / "out")
+        assert_one_error(code, err, *[text for text in expected if text])
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "latin1.txt")])
+    assert_one_error(code, capsys.readouterr().err, "latin1.txt: line 2 is not UTF-8 text")
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(TRAIN / "data.txt"), "--output-json", str(tmp_path)])
+    assert_one_error(code, capsys.readouterr().err, f"{tmp_path}: is a folder; give the path of the file to write")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "train.txt").write_bytes(b"\xef\xbb\xbfthe curse of\nthe end\n")
+    assert load_sentences([str(tmp_path / "train.txt")])["words"] == [["the", "curse", "of"], ["the", "end"]]
+    (tmp_path / "vocab.txt").write_bytes(b"\xef\xbb\xbf" + (TRAIN / "vocab.txt").read_bytes())
+    assert Vocabulary.from_file(tmp_path / "vocab.txt") == Vocabulary.from_file(TRAIN / "vocab.txt")
+
+
+def test_output_folders_that_cannot_be_written_fail_before_the_work(tmp_path, capsys):
+    """Checked first: the training file named here does not exist, and the error is about the output."""
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    for output, expected in {a_file: "file.txt: is a file, not a folder", a_file / "run": "file.txt: is a file, so",
+                             unwritable_folder(tmp_path) / "run": "cannot write there"}.items():
+        code, err = run_main(capsys, "--preset", "tiny", "--train-file", tmp_path / "none.txt", "--output-dir", output)
+        assert_one_error(code, err, expected)
+    assert a_file.read_text() == "x"
+
+
+def test_init_from_a_checkpoint_without_every_biLM_weight_is_refused(converted, tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "model"
+    shutil.copytree(converted["allennlp-elmo"], folder)
+    state = load_file(folder / "model.safetensors")
+    del state["char_encoder.highway.0.carry.bias"]
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    code, err = run_main(capsys, "--init-from", folder, "--train-file", TRAIN / "data.txt", "--output-dir", tmp_path / "out")
+    assert_one_error(code, err, f"--init-from {folder}: not a complete ElmoForPreTraining: it lacks the tensor "
+                                "elmo.char_encoder.highway.0.carry.bias")
+
+
+def test_resume_refuses_other_text(reference_run, tmp_path, capsys, monkeypatch):
+    """The same options on other text would go on silently with a run that is not the one that was started."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "run"
+    shutil.copytree(reference_run, folder)
+    (tmp_path / "other.txt").write_text("\n".join(reversed((TRAIN / "data.txt").read_text().splitlines())) + "\n")
+    common = [*TRAIN_ARGS, "--max-steps", 60, "--save-steps", 5, "--eval-steps", 20, "--output-dir", folder, "--resume"]
+    for option in ("--train-file", "--validation-file"):
+        arguments = [str(a) for a in common]
+        arguments[arguments.index(option) + 1] = str(tmp_path / "other.txt")
+        code, err = run_main(capsys, *arguments)
+        assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: {option} is not the text that run was started on",
+                         f"now {tmp_path / 'other.txt'}")
+
+
+def test_resume_refuses_a_checkpoint_with_a_missing_or_damaged_file(reference_run, tmp_path, capsys, monkeypatch):
+    """A missing random state resumed silently (and ended elsewhere); a cut optimizer or weights file failed with a
+    traceback. Each is named, with the complete checkpoint to resume from, which then ends as the run would have."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "run"
+    shutil.copytree(reference_run, folder)
+    latest, earlier = folder / "checkpoint-55", folder / "checkpoint-50"
+    command = [*TRAIN_ARGS, "--max-steps", 60, "--save-steps", 5, "--eval-steps", 20, "--output-dir", folder]
+    kept = {name: (latest / name).read_bytes() for name in ("random_states_0.pkl", "optimizer.bin", "model.safetensors")}
+    damages = {
+        "random_states_0.pkl": (lambda path: path.unlink(), "its random_states_0.pkl is missing"),
+        "optimizer.bin": (lambda path: path.write_bytes(kept["optimizer.bin"][:1000]),
+                          f"its optimizer.bin has 1,000 bytes, where {len(kept['optimizer.bin']):,} were saved"),
+        "model.safetensors": (lambda path: path.write_bytes(kept["model.safetensors"][:-1] + b"\x00"),
+                              "its model.safetensors has changed since it was saved"),
+    }
+    for name, (damage, problem) in damages.items():
+        damage(latest / name)
+        code, err = run_main(capsys, *command, "--resume")
+        assert_one_error(code, err, f"--resume {latest}: {problem}, so it cannot continue the run exactly; resume from "
+                                    f"{earlier}, the latest complete checkpoint before it: --resume {earlier}")
+        (latest / name).write_bytes(kept[name])
+    (latest / "optimizer.bin").unlink()
+    (earlier / "trainer_state.json").write_text('{"step": 50, "sett')
+    code, err = run_main(capsys, *command, "--resume")
+    assert_one_error(code, err, "its optimizer.bin is missing", "no earlier checkpoint is complete")
+    code, err = run_main(capsys, *command, "--resume", earlier)
+    assert_one_error(code, err, f"--resume {earlier}: its trainer_state.json does not read")
+
+    shutil.rmtree(folder)
+    shutil.copytree(reference_run, folder)
+    shutil.rmtree(latest)
+    code, err = run_main(capsys, *command, "--resume", earlier)
+    assert code == 0, err
+    expected, found = losses(reference_run), losses(folder)
+    assert found.keys() == expected.keys() and all(found[s] == pytest.approx(expected[s], abs=1e-6) for s in expected)

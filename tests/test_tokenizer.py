@@ -71,8 +71,15 @@ def test_non_ascii_bytes():
     assert word_to_char_ids(chr(256) + "t") == spelled(197, 129, 117)
 
 
-def test_lone_surrogates_are_dropped():
-    assert word_to_char_ids("a\ud800b") == spelled(98, 99)
+def test_lone_surrogates_are_refused_in_raw_text_and_in_words(tok):
+    """A lone surrogate has no UTF-8 form: one clear error, whether it comes in raw text or in a pre-split word."""
+    message = "lone surrogate U\\+D800 at character 1, which has no UTF-8 form"
+    with pytest.raises(ValueError, match=f"the word 'a\\\\ud800b' holds a {message}"):
+        word_to_char_ids("a\ud800b")
+    with pytest.raises(ValueError, match=message):
+        tok(["x", "a\ud800b"], is_split_into_words=True)
+    with pytest.raises(ValueError, match="the text holds a lone surrogate U\\+D800 at character 4"):
+        tok("xy a\ud800b")
 
 
 def test_max_characters_per_token():

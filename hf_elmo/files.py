@@ -1,0 +1,152 @@
+"""Text input read with one clear error, output locations checked before any work starts, and one run per output.
+
+What every hf-elmo command does with the files it is given (sentences, corpora, vocabularies, model folders, the
+folders and files it writes), so that bad input fails at once with a message naming the file, never after the work
+or deep inside a library. Messages are `ValueError`s (or the caller's own subclass, `error=`).
+"""
+
+import fcntl
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+# A byte-order mark that some editors put at the start of UTF-8 files: not part of the first word.
+BYTE_ORDER_MARK = "\ufeff"
+# Text files are checked in blocks of about this many bytes (cut at a line end), so a corpus needs no more memory.
+CHECK_BLOCK_BYTES = 1 << 22
+
+
+def decode_utf8(data: bytes, path, first_line: int = 1) -> str:
+    """`data` (the file `path` from line `first_line` on) as text, without a leading byte-order mark."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = first_line + data[: error.start].count(b"\n")
+        raise ValueError(f"{path}: line {line} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+    return text.removeprefix(BYTE_ORDER_MARK) if first_line == 1 else text
+
+
+def read_text_file(path, what: str = "text file", error: type[ValueError] = ValueError) -> str:
+    """The whole UTF-8 file `path` (a `what`: "vocabulary file", ...) as text, without a byte-order mark."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: {what} not found") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a folder, not a file") from None
+    except OSError as failure:
+        raise error(f"{path}: cannot read the {what} ({failure.strerror})") from None
+    try:
+        return decode_utf8(data, path)
+    except ValueError as failure:
+        raise error(str(failure)) from None
+
+
+def check_text_file(path, what: str = "text file", error: type[ValueError] = ValueError) -> None:
+    """Fail unless `path` is a readable, non-empty UTF-8 file; reads it in blocks, for corpora of any size."""
+    path = Path(path)
+    if path.is_dir():
+        raise error(f"{path}: is a folder, not a file")
+    try:
+        with open(path, "rb") as handle:
+            line, pending, empty = 1, b"", True
+            while block := handle.read(CHECK_BLOCK_BYTES):
+                empty = False
+                data = pending + block
+                cut = data.rfind(b"\n") + 1  # decode whole lines only: a character may straddle the block end
+                decode_utf8(data[:cut], path, line)
+                line += data.count(b"\n", 0, cut)
+                pending = data[cut:]
+            decode_utf8(pending, path, line)
+    except FileNotFoundError:
+        raise error(f"{path}: {what} not found") from None
+    except OSError as failure:
+        raise error(f"{path}: cannot read the {what} ({failure.strerror})") from None
+    except ValueError as failure:
+        raise error(str(failure)) from None
+    if empty:
+        raise error(f"{path}: the {what} is empty")
+
+
+def check_output_location(path, kind: str, error: type[ValueError] = ValueError, writes_inside: bool = False) -> None:
+    """Fail unless a `kind` ("file" or "folder") can be written at `path`, before any work is done.
+
+    `path` must not be the other kind, no file may stand where a folder of the path belongs, and the folder where
+    the new entry will be made (the nearest one that exists) must be writable; this is tried, as permissions alone
+    do not tell (a read-only file system, or root). `writes_inside`: an existing folder `path` is written into
+    rather than replaced, so it is the one that must be writable.
+    """
+    path = Path(path).absolute()
+    if path.exists() or path.is_symlink():
+        if kind == "file" and path.is_dir():
+            raise error(f"{path}: is a folder; give the path of the {kind} to write")
+        if kind == "folder" and not path.is_dir():
+            raise error(f"{path}: is a file, not a folder")
+    folder = path if writes_inside and path.is_dir() else path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise error(f"{folder}: is a file, so {path} cannot be written (a folder belongs there)")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".hf-elmo-write-check-", dir=folder))
+    except OSError as failure:
+        raise error(f"{folder}: cannot write there, so {path} cannot be written ({failure.strerror})") from None
+
+
+def sha256_file(path) -> str:
+    """The sha256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class OutputLock:
+    """An exclusive lock that one run holds on its output, as the file `path`, for as long as the run lasts.
+
+    The lock is the operating system's (`flock`): it ends with the process however it ends, so a run that crashed
+    or was killed leaves nothing stuck. The file is removed when the lock is released.
+    """
+
+    def __init__(self, path, output, error: type[ValueError] = ValueError):
+        self.path, self.output, self.error = Path(path), output, error
+        self._handle = None
+
+    def __enter__(self) -> "OutputLock":
+        while True:
+            handle = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(handle)
+                raise self.error(
+                    f"{self.output}: another run is writing it (it holds {self.path}); wait for that run to end"
+                ) from None
+            # The run that held the lock may have removed the file meanwhile: hold the lock of the file now there.
+            try:
+                current = os.stat(self.path)
+            except FileNotFoundError:
+                current = None
+            mine = os.fstat(handle)
+            if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+                break
+            os.close(handle)
+        os.ftruncate(handle, 0)
+        os.write(handle, f"{os.getpid()}\n".encode())
+        self._handle = handle
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._handle is not None:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            os.close(self._handle)
+            self._handle = None
+
+
+__all__ = ["OutputLock", "check_output_location", "check_text_file", "decode_utf8", "read_text_file", "sha256_file"]

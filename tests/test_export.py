@@ -1,0 +1,50 @@
+"""torch.export of ELMo for inference, as the README shows it: the README's example runs as written (on the fixture
+model), and the exported program gives the eager model's outputs on another batch, within 1e-5."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch.export import Dim
+from transformers.exporters.utils import get_leaf_tensors
+
+from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_export_example() -> str:
+    section = README.read_text(encoding="utf-8").split("## Exporting with `torch.export`")[1]
+    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+
+
+def test_the_readmes_export_example(converted, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = readme_export_example().replace('"elmo-original"', repr(str(converted["allennlp-elmo"])))
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert (tmp_path / "elmo-16-words.pt2").exists()
+    model, batch, output = namespace["model"], namespace["batch"], namespace["output"]
+    assert output.last_hidden_state.shape == (3, 16, 32)
+    with torch.no_grad():
+        expected = model(**batch)
+    torch.testing.assert_close(get_leaf_tensors(output), get_leaf_tensors(expected), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("head", [ElmoForSequenceClassification, ElmoForTokenClassification])
+def test_heads_export_with_a_batch_axis(converted, head):
+    model = head.from_pretrained(converted["allennlp-elmo"], num_labels=3).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+
+    def encode(texts):
+        return dict(tokenizer(texts, padding="max_length", max_length=9, return_tensors="pt"))
+
+    batch_axis = {0: Dim("batch")}
+    with torch.no_grad():  # inference: where the fast paths would run
+        program = torch.export.export(model, (), encode(["I eat an apple .", "Hello"]),
+                                      dynamic_shapes={"input_ids": batch_axis, "attention_mask": batch_axis})
+    batch = encode(["Apple is a company .", "So is IBM", "Yes", "Peter Blackburn"])
+    with torch.no_grad():
+        expected = model(**batch).logits
+    torch.testing.assert_close(program.module()(**batch).logits, expected, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,146 @@
+"""What a careless or demanding user gives the model and the tokenizer: one clear error for what cannot be read, and
+transformers' tokenizer API where it means something for ELMo."""
+
+import pytest
+import torch
+
+from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification
+from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.tokenization_elmo import word_to_char_ids
+
+MODEL_CLASSES = (ElmoModel, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForPreTraining)
+TINY = dict(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1, cell_size=16,
+            projection_dim=8, num_labels=3, lm_vocab_size=10)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return ElmoTokenizer()
+
+
+@pytest.mark.parametrize("model_class", MODEL_CLASSES)
+def test_character_ids_outside_the_alphabet_or_not_integers_are_refused(model_class, tokenizer):
+    model = model_class(ElmoConfig(**TINY)).eval()
+    ids = tokenizer(["a big word"], return_tensors="pt")["input_ids"]
+    for value in (262, 300, -1):
+        with pytest.raises(ValueError, match=rf"input_ids holds {value}, outside the character alphabet \[0, 262\)"):
+            model(input_ids=ids.masked_fill(ids == 98, value))
+    for dtype in (torch.float32, torch.bool):
+        with pytest.raises(ValueError, match=rf"input_ids must hold integer character ids .*got {dtype}"):
+            model(input_ids=ids.to(dtype))
+    with pytest.raises(ValueError, match=r"input_ids must be \[batch, words, 50\] character ids, got \[1, 3\]"):
+        model(input_ids=ids[..., 0])
+    assert model(input_ids=ids.int())[0].shape[0] == 1  # int32 ids are read as well
+    if model_class is ElmoForPreTraining:
+        with pytest.raises(ValueError, match=r"backward_input_ids holds 300"):
+            model(input_ids=ids, backward_input_ids=ids.masked_fill(ids == 98, 300))
+
+
+@pytest.mark.parametrize("model_class", MODEL_CLASSES)
+def test_a_batch_of_no_sentences_gives_empty_outputs(model_class, tokenizer):
+    config = ElmoConfig(**TINY)
+    model = model_class(config).eval()
+    batch = tokenizer([], padding=True, return_tensors="pt")
+    assert batch["input_ids"].shape == (0, 0, 50) and batch["attention_mask"].shape == (0, 0)
+    words = torch.zeros(0, 4, 50, dtype=torch.long)  # and with a word axis, as a collator pads
+    for inputs in (dict(batch), {"input_ids": words}):
+        length = inputs["input_ids"].shape[1]
+        with torch.no_grad():
+            output = model(**inputs, output_hidden_states=True)
+        if model_class is ElmoForSequenceClassification:
+            assert output.logits.shape == (0, 3)
+        elif model_class is ElmoForTokenClassification:
+            assert output.logits.shape == (0, length, 3)
+        else:
+            assert output.last_hidden_state.shape == (0, length, 16)
+            assert [tuple(h.shape) for h in output.hidden_states] == [(0, length, 16)] * 3
+            assert output.final_states[0].shape == (2, 0, 16) and output.final_states[1].shape == (2, 0, 32)
+    if model_class is ElmoForTokenClassification:  # training on an empty batch: a zero loss, not an error
+        loss = model.train()(input_ids=words, labels=torch.zeros(0, 4, dtype=torch.long)).loss
+        assert loss.item() == 0.0
+
+
+def test_convert_tokens_to_ids_gives_what_encode_gives(tokenizer):
+    text = "Hello world, it's me!"
+    assert tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text)) == tokenizer.encode(text)
+    assert tokenizer.convert_tokens_to_ids("Hello") == word_to_char_ids("Hello")
+    assert [tokenizer.convert_tokens_to_ids(name) for name in ("<pad>", "<0x41>", "<S>", "<char_pad>")] == [0, 66, 257, 261]
+    assert tokenizer.convert_ids_to_tokens(66) == "<0x41>"
+    with pytest.raises(IndexError, match="300 is neither a character id"):
+        tokenizer.convert_ids_to_tokens(300)
+
+
+def test_added_tokens_are_kept_whole_and_spelled(tmp_path):
+    tokenizer = ElmoTokenizer()
+    assert tokenizer.tokenize("I don't know") == ["I", "do", "n't", "know"]
+    assert tokenizer.add_tokens(["don't"]) == 1
+    assert tokenizer.add_special_tokens({"additional_special_tokens": ["[SEP]"]}) == 1
+    text = "I don't know [SEP] ok"
+    assert tokenizer.tokenize(text) == ["I", "don't", "know", "[SEP]", "ok"]
+    encoding = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    assert encoding["input_ids"][1] == word_to_char_ids("don't")  # spelled: no id outside the alphabet
+    assert [text[start:end] for start, end in encoding["offset_mapping"]] == tokenizer.tokenize(text)
+    assert encoding["special_tokens_mask"] == [0, 0, 0, 1, 0]
+    assert tokenizer.decode(encoding["input_ids"]) == "I don't know [SEP] ok"
+    assert tokenizer.decode(encoding["input_ids"], skip_special_tokens=True) == "I don't know ok"
+    assert len(tokenizer) == 264 and tokenizer.convert_ids_to_tokens(262) == "don't"
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = ElmoTokenizer.from_pretrained(tmp_path)
+    assert reloaded(text, return_special_tokens_mask=True) == tokenizer(text, return_special_tokens_mask=True)
+    model = ElmoModel(ElmoConfig(**TINY)).eval()
+    assert model(**tokenizer([text], return_tensors="pt")).last_hidden_state.shape == (1, 5, 16)
+
+
+def test_token_type_ids_are_all_zero(tokenizer):
+    batch = tokenizer(["a b c", "d"], padding=True, return_token_type_ids=True)
+    assert batch["token_type_ids"] == [[0, 0, 0], [0, 0, 0]]
+    assert "token_type_ids" not in tokenizer("a b")
+
+
+def test_the_padding_word_can_have_another_name(tmp_path):
+    tokenizer = ElmoTokenizer(pad_token="[PAD]")
+    assert tokenizer.pad_token == "[PAD]" and tokenizer.pad_token_id == 0
+    assert tokenizer(["a b", "c"], padding=True)["input_ids"][1][1] == [0] * 50
+    tokenizer.save_pretrained(tmp_path)
+    assert ElmoTokenizer.from_pretrained(tmp_path).pad_token == "[PAD]"
+    with pytest.raises(ValueError, match="pad_token '<S>' names another character id"):
+        ElmoTokenizer(pad_token="<S>")
+
+
+def test_a_str_where_a_word_list_belongs_is_refused(tokenizer):
+    with pytest.raises(TypeError, match="each example is a list of words; example 1 is a str \\('foo bar'\\)"):
+        tokenizer([["a", "b"], "foo bar"], is_split_into_words=True)
+    with pytest.raises(TypeError, match="pass a list of words"):
+        tokenizer("foo bar", is_split_into_words=True)
+
+
+def test_bad_lengths_are_refused(tokenizer):
+    with pytest.raises(ValueError, match="max_length must be a number of words >= 0, got -1"):
+        tokenizer("a b c", max_length=-1, truncation=True)
+    for multiple in (0, -2):
+        with pytest.raises(ValueError, match=f"pad_to_multiple_of must be a positive number of words, got {multiple}"):
+            tokenizer(["a b c", "a"], padding=True, pad_to_multiple_of=multiple)
+        with pytest.raises(ValueError, match="pad_to_multiple_of must be a positive number"):
+            tokenizer.pad(tokenizer(["a b c", "a"]), pad_to_multiple_of=multiple)
+    assert tokenizer("a b c", max_length=0, truncation=True)["input_ids"] == []
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_word(tokenizer):
+    text = "\ufeffHello world"
+    assert tokenizer.tokenize(text) == ["Hello", "world"]
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    assert encoding["input_ids"] == tokenizer("Hello world")["input_ids"]
+    assert [text[start:end] for start, end in encoding["offset_mapping"]] == ["Hello", "world"]
+
+
+def test_overflowing_words_with_a_stride(tokenizer):
+    text = "one two three four five six"
+    right = tokenizer(text, max_length=4, truncation=True, stride=1, return_overflowing_tokens=True)
+    assert tokenizer.decode(right["input_ids"]) == "one two three four"
+    assert tokenizer.decode(right["overflowing_tokens"]) == "four five six" and right["num_truncated_tokens"] == 2
+    tokenizer_left = ElmoTokenizer(truncation_side="left")
+    left = tokenizer_left(text, max_length=4, truncation=True, stride=1, return_overflowing_tokens=True)
+    assert tokenizer.decode(left["input_ids"]) == "three four five six"
+    assert tokenizer.decode(left["overflowing_tokens"]) == "one two three"
+    untouched = tokenizer(text, max_length=10, truncation=True, return_overflowing_tokens=True)
+    assert untouched["overflowing_tokens"] == [] and untouched["num_truncated_tokens"] == 0

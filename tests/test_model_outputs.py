@@ -1,0 +1,63 @@
+"""The outputs' contract under transformers' conventions: hidden states that are the tensors the model used (their
+gradients reach each of them), `output_hidden_states` on ElmoForPreTraining, a 0/1 `attention_mask`."""
+
+import pytest
+import torch
+
+from hf_elmo import ElmoForPreTraining, ElmoModel, ElmoTokenizer
+
+SENTENCES = [["I", "eat", "an", "apple", "."], ["Apple", "is", "big"]]
+
+
+@pytest.fixture(scope="module")
+def base_path(converted):
+    return converted["allennlp-elmo"]
+
+
+def test_every_returned_hidden_state_gets_the_gradient_of_the_top_layer(base_path):
+    """Left padding too: the hidden states are where the words are, and the LSTMs read them from there."""
+    model = ElmoModel.from_pretrained(base_path)
+    tokenizer = ElmoTokenizer.from_pretrained(base_path, padding_side="left")
+    batch = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+    output = model(**batch)
+    for layer in output.hidden_states:
+        layer.retain_grad()
+    output.last_hidden_state.sum().backward()
+    words = batch["attention_mask"].bool()
+    for index, layer in enumerate(output.hidden_states):
+        assert layer.grad is not None, index
+        assert layer.grad[words].abs().sum(-1).gt(0).all(), index  # every word's vector took part
+        assert torch.all(layer[~words] == 0), index  # zero at padding, as documented
+    assert output.attention_mask.dtype == torch.long and torch.equal(output.attention_mask, batch["attention_mask"])
+    # The same vectors as without gradients (the inference path).
+    with torch.no_grad():
+        plain = model(**batch)
+    for with_grad, without in zip(output.hidden_states, plain.hidden_states):
+        assert torch.allclose(with_grad, without, atol=1e-6)
+
+
+def test_pretraining_returns_the_hidden_states_it_used(base_path):
+    model = ElmoForPreTraining.from_pretrained(base_path, lm_vocab_size=10)
+    tokenizer = ElmoTokenizer.from_pretrained(base_path)
+    rows = [["<S>", *sentence, "</S>"] for sentence in SENTENCES]
+    batch = tokenizer(rows, is_split_into_words=True, padding=True, return_tensors="pt")
+    # Another text for the backward LM (pretraining reads two streams), with the same padding.
+    backward = tokenizer([row[::-1] for row in rows], is_split_into_words=True, padding=True, return_tensors="pt")
+    backward_ids = backward["input_ids"]
+    assert model(**batch).hidden_states is None  # config.output_hidden_states is False by default
+    output = model(**batch, backward_input_ids=backward_ids, output_hidden_states=True)
+    assert len(output.hidden_states) == model.config.num_lstm_layers + 1
+    assert output.hidden_states[-1] is output.last_hidden_state
+    proj = model.config.projection_dim
+    with torch.no_grad():
+        mask = batch["attention_mask"].bool()
+        forward_tokens, backward_tokens = model._token_layers(batch["input_ids"], backward_ids, mask)
+    assert torch.equal(output.hidden_states[0], torch.cat([forward_tokens, backward_tokens], dim=-1))
+    for layer in output.hidden_states:
+        assert layer.shape == (2, batch["input_ids"].shape[1], 2 * proj)
+        layer.retain_grad()
+    output.last_hidden_state.sum().backward()
+    for index, layer in enumerate(output.hidden_states):
+        assert layer.grad is not None and layer.grad.abs().sum() > 0, index
+    configured = ElmoForPreTraining.from_pretrained(base_path, lm_vocab_size=10, output_hidden_states=True)
+    assert len(configured(**batch).hidden_states) == model.config.num_lstm_layers + 1

@@ -1,0 +1,135 @@
+"""`pipeline("token-classification")` and `pipeline("feature-extraction")` with ELMo, with hf_elmo imported and as
+remote code where hf_elmo cannot be imported: word-level entities with their spans, every aggregation strategy,
+batched equal to unbatched."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import pipeline
+
+from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
+
+TEXTS = ["Peter Blackburn visited Brussels, Belgium.", "Brussels", "He left ."]  # as in remote_pipeline_probe.py
+WORDS = ["Peter", "Blackburn", "visited", "Brussels", ",", "Belgium", "."]
+LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+TAGS = {  # the tagger below is made to predict these
+    "Peter": "B-PER", "Blackburn": "I-PER", "visited": "O", "Brussels": "B-LOC", ",": "O", "Belgium": "B-LOC",
+    ".": "O", "He": "O", "left": "O",
+}
+# The words of TEXTS[0] and their spans in it.
+SPANS = [("Peter", 0, 5), ("Blackburn", 6, 15), ("visited", 16, 23), ("Brussels", 24, 32), (",", 32, 33),
+         ("Belgium", 34, 41), (".", 41, 42)]
+
+
+@pytest.fixture(scope="module")
+def tagger_folder(converted, tmp_path_factory) -> Path:
+    """A word tagger on the fixture ELMo whose classifier is solved (least squares) to predict TAGS in TEXTS."""
+    base = converted["allennlp-elmo"]
+    tokenizer = ElmoTokenizer.from_pretrained(base)
+    model = ElmoForTokenClassification.from_pretrained(
+        base, num_labels=len(LABELS), id2label=dict(enumerate(LABELS)), label2id={l: i for i, l in enumerate(LABELS)}
+    ).eval()
+    # Every word in each of its contexts (ELMo's vectors are contextual): 11 vectors of 32 numbers, solved exactly.
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    words = [word for text in TEXTS for word in tokenizer.tokenize(text)]
+    with torch.no_grad():
+        mixes = model.elmo(**batch).elmo_representations[0][batch["attention_mask"].bool()]
+        targets = torch.full((len(words), len(LABELS)), -10.0)
+        targets[range(len(words)), [LABELS.index(TAGS[word]) for word in words]] = 10.0
+        model.classifier.weight.copy_(torch.linalg.lstsq(mixes, targets).solution.T)
+        model.classifier.bias.zero_()
+    folder = tmp_path_factory.mktemp("tagger")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def expected_entities(text, spans, strategy):
+    """What the token-classification pipeline must give for `text` with its words at `spans`, by TAGS."""
+    tagged = [(word, start, end, TAGS[word]) for word, start, end in spans]
+    if strategy == "none":
+        return [{"entity": tag, "index": index, "word": word, "start": start, "end": end}
+                for index, (word, start, end, tag) in enumerate(tagged) if tag != "O"]
+    groups = []
+    for word, start, end, tag in tagged:
+        kind = tag.split("-")[-1]
+        if groups and tag.startswith("I-") and groups[-1]["entity_group"] == kind:
+            groups[-1].update(word=groups[-1]["word"] + " " + word, end=end)
+        else:
+            groups.append({"entity_group": kind, "word": word, "start": start, "end": end})
+    return [group for group in groups if group["entity_group"] != "O"]
+
+
+def without_scores(entities):
+    return [{key: value for key, value in entity.items() if key != "score"} for entity in entities]
+
+
+def assert_same_entities(found, expected):
+    """The same entities, scores to float rounding (a batch computes them in other sums)."""
+    assert len(found) == len(expected)
+    for one, other in zip(found, expected):
+        assert without_scores(one) == without_scores(other)
+        assert [entity["score"] for entity in one] == pytest.approx([entity["score"] for entity in other], abs=1e-5)
+
+
+def spans_of(text):
+    tokenizer = ElmoTokenizer()
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    return [(text[start:end], start, end) for start, end in encoding["offset_mapping"]]
+
+
+@pytest.mark.parametrize("strategy", ["none", "simple", "first", "average", "max"])
+def test_token_classification_gives_word_entities_with_their_spans(tagger_folder, strategy):
+    tagger = pipeline("token-classification", model=str(tagger_folder), aggregation_strategy=strategy)
+    assert spans_of(TEXTS[0]) == SPANS
+    for text, entities in zip(TEXTS, tagger(TEXTS)):
+        assert without_scores(entities) == expected_entities(text, spans_of(text), strategy), (text, strategy)
+        for entity in entities:
+            assert 0.9 < entity["score"] <= 1.0  # the solved classifier is sure of every word
+    # Batched as unbatched, and pre-split words as the words of the text they join into.
+    assert_same_entities(tagger(TEXTS, batch_size=2), tagger(TEXTS))
+    joined = " ".join(WORDS)
+    word_spans, start = [], 0
+    for word in WORDS:
+        word_spans.append((word, start, start + len(word)))
+        start += len(word) + 1
+    # (transformers answers a pre-split sentence as a batch of one)
+    assert without_scores(tagger(WORDS, is_split_into_words=True)[0]) == expected_entities(joined, word_spans, strategy)
+
+
+def test_token_classification_refuses_a_stride(tagger_folder):
+    with pytest.raises(ValueError, match="takes no stride"):
+        pipeline("token-classification", model=str(tagger_folder), aggregation_strategy="first", stride=2)
+
+
+def test_remote_code_pipelines_without_hf_elmo(tagger_folder, converted, python_without_hf_elmo, tmp_path):
+    """The same results where only the files of the saved folders are loaded, as remote code."""
+    base = converted["allennlp-elmo"]
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    result = subprocess.run(
+        [python_without_hf_elmo, Path(__file__).with_name("remote_pipeline_probe.py"), tmp_path / "results.pt",
+         tagger_folder, base],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote = torch.load(tmp_path / "results.pt", weights_only=False)
+
+    for strategy in ("none", "simple", "first", "average", "max"):
+        assert remote[f"module {strategy}"].startswith("transformers_modules.")
+        tagger = pipeline("token-classification", model=str(tagger_folder), aggregation_strategy=strategy)
+        assert_same_entities(remote[strategy], tagger(TEXTS))
+        for text, entities in zip(TEXTS, remote[strategy]):
+            assert without_scores(entities) == expected_entities(text, spans_of(text), strategy)
+        assert without_scores(remote[f"{strategy} words"][0]) == without_scores(tagger(WORDS, is_split_into_words=True)[0])
+    first = pipeline("token-classification", model=str(tagger_folder), aggregation_strategy="first")
+    assert_same_entities(remote["first from objects"], first(TEXTS))
+
+    assert remote["module feature-extraction"].startswith("transformers_modules.")
+    local = pipeline("feature-extraction", model=str(base))(TEXTS, return_tensors=True)
+    for text, one, batched, here in zip(TEXTS, remote["features"], remote["features batched"], local):
+        assert one.shape == (1, len(ElmoTokenizer().tokenize(text)), 32)
+        assert torch.allclose(batched, one, atol=1e-6)
+        assert torch.equal(one, here)

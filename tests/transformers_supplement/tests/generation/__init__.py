@@ -1,0 +1,1 @@
+# A package of the test tree, as in the transformers repository.
