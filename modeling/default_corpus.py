@@ -72,21 +72,20 @@ CHINESE_REVIEW_CHARACTERS = 400_000
 # Sentences sampled from the pretraining part of Brown to train the tagger of the layer analysis.
 POS_TRAIN_SENTENCES = 8_000
 
-SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]’”]*\s+(?=[\"'(\[‘“]?[A-Z0-9])")
+# The end of a sentence: . ! or ?, the quotes and brackets that close it (group 1 ends there), then a space
+# before a capital or digit (which may open with a quote or bracket).
+SENTENCE_END = re.compile(r"(?<=[.!?])([\"')\]’”]*)\s+(?=[\"'(\[‘“]?[A-Z0-9])")
 ABBREVIATION = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|St|Gen|Gov|Sen|Rep|Hon|Jr|Sr|No|Vol|vs|U\.S|U\.N|Mt|Ft|Co|Inc|Ltd)\.$")
 CHINESE_SENTENCE_END = re.compile(r"(?<=[。！？!?])")
 
 
 def split_sentences(text: str) -> list[str]:
-    """English sentences: break after . ! ? followed by a capital, except after common abbreviations.
-
-    Known flaw, kept so that the committed default model stays reproducible: quotes and brackets that close a
-    sentence are dropped with the space after them. Fix it together with the next retraining.
-    """
+    """English sentences: break after . ! ? (and the quotes and brackets that close the sentence) followed by a
+    capital, except after common abbreviations."""
     sentences: list[str] = []
     start = 0
     for match in SENTENCE_END.finditer(text):
-        candidate = text[start : match.start()].strip()
+        candidate = text[start : match.end(1)].strip()
         if ABBREVIATION.search(candidate):
             continue
         sentences.append(candidate)

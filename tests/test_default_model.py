@@ -64,6 +64,9 @@ def test_corpus_text_is_split_into_sentences():
     text = "Mr. Smith went to Washington. He met the U.S. Senate! Was it 1790? It was. 2 more came."
     assert split_sentences(text) == ["Mr. Smith went to Washington.", "He met the U.S. Senate!", "Was it 1790?",
                                      "It was.", "2 more came."]
+    # The quotes and brackets that close a sentence stay with it.
+    assert split_sentences('He said "Stop." Then he left. (It was late.) ‘Why?’ The end.') == [
+        'He said "Stop."', "Then he left.", "(It was late.)", "‘Why?’", "The end."]
     assert split_chinese_sentences("天气不错！小天你说是吗？好。") == ["天气不错！", "小天你说是吗？", "好。"]
     assert [simplify_brown_tag(t) for t in ("nn-tl", "NP-HL", "fw-in", "vbd", "--", "np$")] == \
         ["nn", "np", "in", "vbd", "--", "np$"]
