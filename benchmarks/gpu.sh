@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# hf_elmo on one CUDA GPU: words/s of the original and small sizes in fp32 and bf16 autocast, with bf16's
-# deviation from fp32 and the approximate cuDNN mode; then the checks that need a GPU: the exactness tests on
-# CUDA (needs pytest and the fixtures in ../shared/fixtures), `hf-elmo embed --device cuda` against the CPU, and
-# the training speed of the ptb-gpu preset (needs datasets and data/ptb from `make ptb-data`). For a machine
+# hf_elmo on one CUDA GPU (benchmarks/gpu_bench.py): words/s of the original and small sizes, exact fp32 (CUDA
+# graphs, TF32 off), the bf16 mode and the approximate cuDNN mode, with each mode's deviation and the exact GPU
+# outputs against the CPU's; `hf-elmo embed --device cuda` end to end against the model alone; the exactness
+# tests on CUDA (needs pytest and the fixtures in ../shared/fixtures); then training (gpu_train_bench.py: the
+# fused path on CUDA, ptb-gpu and the original size in bf16 and fp32; needs datasets and data/ptb from
+# `make ptb-data`). For a machine
 # with torch (CUDA) and no network:
 #   bash benchmarks/gpu.sh [--batch-sizes 32,256] [--runs 5] [--no-checks]
 # transformers, tokenizers, safetensors and huggingface_hub must be importable; if they are not installed,

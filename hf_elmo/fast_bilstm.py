@@ -13,9 +13,9 @@ What changes is the order and grouping of work, not what a cell computes:
   multiply included), and the second step's recurrent multiply, are computed for one row that stands for all;
 * the recurrent state is never copied: a row's previous output is its recurrent input, and its cell state
   is updated in place;
-* on CPU in float32, large weights are reordered once for oneDNN (kept beside the layer, rebuilt when a
-  weight changes), which multiplies a few rows by a large matrix up to twice as fast as the generic BLAS
-  call, and a few hundred rows up to 1.4 times; and tanh is computed through sigmoid (see `_cell`).
+* on CPU in float32, each weight is multiplied by the kernel measured fastest for its shape and number of
+  rows (`fast_linear.py`: MKL's packed weights, oneDNN's reordered ones or the plain BLAS call; prepared once,
+  rebuilt when a weight changes); and tanh is computed through sigmoid (see `_cell`).
 
 Results equal the plain path to float32 rounding: the tests hold them within 1e-6 (relative, for the cell
 states near the clip). Gradients are not supported: the layer takes this path only when autograd and

@@ -228,9 +228,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         needs_grad = torch.is_grad_enabled() and any(
             tensor is not None and tensor.requires_grad for tensor in (inputs, h, c, *weights)
         )
-        if _is_exporting():
-            pass
-        elif needs_grad:
+        if _is_exporting():  # torch.export traces the plain loop: the other paths have data-dependent shapes
+            return self._plain_forward(inputs, step_mask, h, c)
+        if needs_grad:
             if fused_training_fallback(self, inputs, h, c) is None:
                 return fused_bilstm_layer(self, inputs, step_mask, h, c)
         elif not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0:
