@@ -1,7 +1,8 @@
-"""What both benchmark workers share: the JSON-lines channel to the driver, memory readings, timing.
+"""What the benchmark workers share: the JSON-lines channel to the driver, memory readings, timing.
 
-Imported by `hf_worker.py` (the project's venv), `allennlp_worker.py` and `elmoformanylangs_worker.py` (the peers'
-own venvs), so it uses only the standard library (and torch and numpy, which every venv has, where named).
+Imported by `run.py`, `hf_worker.py` and `hf_train_worker.py` (the project's venv), `allennlp_worker.py`,
+`allennlp_train_worker.py` and `elmoformanylangs_worker.py` (the peers' own venvs), so it uses only the standard
+library (and torch and numpy, which every venv has, where named).
 """
 
 import json

@@ -118,7 +118,8 @@ def speed_table(device, args, failures: list[str]) -> tuple[list[str], dict]:
                          + f" | {against_cpu} |")
             print(lines[-1], flush=True)
         del model, cpu_model
-        torch.cuda.empty_cache() if device.type == "cuda" else None
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     return lines, measured
 
 
@@ -137,8 +138,7 @@ def embed_end_to_end(device, batch_size: int, count: int) -> tuple[list[str], fl
         source.write_text("\n".join(text) + "\n", encoding="utf-8")
         embedder = ElmoEmbedder(folder, device=device)
         start = time.perf_counter()
-        tokenized = [embedder.tokenizer([text[i].split() for i in batch], is_split_into_words=True, padding=True,
-                                        return_tensors="pt") for batch in plan_batches(text, batch_size, False)]
+        tokenized = [embedder.tokenize_batch([text[i] for i in batch])[1] for batch in plan_batches(text, batch_size, False)]
         tokenizer_rate = words / (time.perf_counter() - start)
         for batch in tokenized[:2]:  # warm-up: the graphs of the first shapes
             with torch.no_grad():

@@ -1,13 +1,13 @@
 """Training on one CUDA GPU, run by `gpu.sh` after gpu_bench.py: appends a "Training" section to its output.
 
 1. Checks (float32, TF32 off): the fused biLSTM layer, replayed from its CUDA graph recording, against the plain
-   loop's gradients; a whole pretraining model (char CNN, both layers, the sampled softmax) fast against plain;
-   and `pytest -k cuda tests/test_fused_training.py`.
-2. The `ptb-gpu` training step in this process, bf16: words/s of the fused path with the CUDA graph recordings,
-   without them, and of the plain path.
-3. `modeling/pretrain.py` (Accelerate, one GPU): `ptb-gpu` in bf16 and in float32 (TF32 off) over the same steps,
+   loop's gradients; a whole pretraining model (char CNN, both layers, the sampled softmax) fast against plain.
+2. `modeling/pretrain.py` (Accelerate, one GPU): `ptb-gpu` in bf16 and in float32 (TF32 off) over the same steps,
    words/s and how far bf16's logged losses drift from float32's; the original size in bf16. Targets on one H200:
    `ptb-gpu` bf16 >= 60,000 words/s, original bf16 >= 25,000 words/s.
+3. The `ptb-gpu` training step in this process, bf16: words/s of the fused path with the CUDA graph recordings,
+   without them, and of the plain path.
+4. `pytest -k cuda tests/test_fused_training.py`.
 
 Each part reports its own failure instead of stopping the others, and each line is appended to the output as it
 comes (a timeout keeps what was measured). Needs torch with CUDA, transformers, datasets and accelerate, and

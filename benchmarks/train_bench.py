@@ -5,8 +5,8 @@ trainable biLM, and `modeling/pretrain.py` with the fast and the plain path.
 
 1. One training step, Small and original sizes: the same random weights in the original format (as `run.py`
    makes them), the same 64 windows of 20 words of Penn Treebank training text, forward and backward through
-   every layer (`hf_train_worker.py`, `allennlp_train_worker.py`); hf_elmo's fast path, its plain path and
-   AllenNLP in processes of their own, alternating, several rounds; the speed ratios are medians of the ratios
+   every layer (`hf_train_worker.py`, `allennlp_train_worker.py`); one process for AllenNLP and one for hf_elmo,
+   which runs both of its paths, alternating, several rounds; the speed ratios are medians of the ratios
    within each round. The losses and the character embedding's gradients of the two libraries are compared.
 2. `modeling/pretrain.py --preset ptb-cpu` on PTB train, runs of a few hundred steps with the fast path and with
    `--plain-path`, alternating: words/s as the script logs them (training steps only), and the largest

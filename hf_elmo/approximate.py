@@ -16,6 +16,7 @@ speed-up and deviation.
 times slower than the exact model on CPU. `approximation_deviation` measures any mode on your own inputs.
 """
 
+import functools
 import warnings
 
 import torch
@@ -91,10 +92,7 @@ class Int8Multiplies:
     def recurrent(self, direction, h):
         return torch.ops.quantized.linear_dynamic(h.contiguous(), self.recurrent_weight[direction])
 
-    def gates(self, direction, h, input_gates):
-        if h is None:
-            return input_gates.clone()
-        return self.recurrent(direction, h).add_(input_gates)
+    gates = ExactMultiplies.gates  # (through this class's recurrent)
 
     def projection(self, direction, m):
         return torch.ops.quantized.linear_dynamic(m.contiguous(), self.projection_weight[direction])
@@ -108,6 +106,7 @@ def int8_layer(layer, inputs, step_mask, h, c):
     return fast_bilstm_layer(layer, inputs.float(), step_mask, h.float(), c.float(), multiplies=multiplies)
 
 
+@functools.cache  # (asked for every layer of every batch in the bf16 mode)
 def native_bfloat16_extension() -> str | None:
     """The CPU's extension that computes bfloat16 natively ("AMX-BF16" or "AVX512-BF16"), or None."""
     try:

@@ -17,6 +17,8 @@ What changes is the order and grouping of work, not what a cell computes:
   rows (`fast_linear.py`: MKL's packed weights, oneDNN's reordered ones or the plain BLAS call; prepared once,
   rebuilt when a weight changes); and tanh is computed through sigmoid (see `_cell`).
 
+On a GPU, exact float32 layers go to `cuda_graphs.py` instead, which records the whole time loop per shape.
+
 Results equal the plain path to float32 rounding: the tests hold them within 1e-6 (relative, for the cell
 states near the clip). Gradients are not supported: the layer takes this path only when autograd and
 autocast are off.
@@ -27,17 +29,12 @@ import weakref
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from .fast_linear import FastLinear, blas_linear
-from .token_cache import ElmoTokenCache
+from .fast_linear import exact_linear
+from .token_cache import ElmoTokenCache, weights_fingerprint
 
 # Per (layer, kind): (fingerprint of the layer's weights, derived tensors). Kept outside the module so that
 # state_dict, deepcopy and pickling never see them.
 _DERIVED: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
-
-
-def weights_fingerprint(parameters) -> tuple:
-    """Changes whenever one of `parameters` is replaced, moved or modified in place."""
-    return tuple(None if p is None else (p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
 
 
 def derived_weights(module, kind: str, build, parameters=None) -> object:
@@ -79,8 +76,6 @@ class ExactMultiplies:
     def __init__(self, layer):
         self.layer = layer
         self.bias = forget_biased(layer)
-        weight = layer.input_weight
-        self.measured = weight.device.type == "cpu" and weight.dtype == torch.float32
         self._linears = {}
 
     def linear(self, kind: str, direction: int = 0):
@@ -89,7 +84,7 @@ class ExactMultiplies:
         key = (kind, direction)
         if key not in self._linears:
             weight = self.weight(kind, direction)
-            self._linears[key] = FastLinear(weight) if self.measured else blas_linear(weight)
+            self._linears[key] = exact_linear(weight)
         return self._linears[key]
 
     def weight(self, kind: str, direction: int = 0) -> torch.Tensor:

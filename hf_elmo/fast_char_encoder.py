@@ -9,8 +9,8 @@ with each convolution done as one matrix multiply over its character windows, on
   such windows have one same value per filter, and the cut keeps one of them, so the max is unchanged.
 * The bias is added after the max, which is exact: adding a constant is monotone, so it cannot change
   which window is largest.
-* Each highway layer's two products (transform and carry) are one, and every product takes the kernel
-  measured fastest for it on CPU (`fast_linear.py`).
+* Each highway layer's two products (transform and carry) are one, and each highway and projection product
+  takes the kernel measured fastest for it on CPU (`fast_linear.py`).
 
 Results equal the plain path to float32 rounding.
 """
@@ -19,7 +19,7 @@ import torch
 
 from .cuda_graphs import exact_float32_matmul
 from .fast_bilstm import derived_weights
-from .fast_linear import FastLinear, blas_linear
+from .fast_linear import exact_linear
 
 # Words per block: their window products for the widest filter (64 x 44 x 1024 floats) stay in cache.
 BLOCK_WORDS = 64
@@ -36,13 +36,9 @@ def _filter_matrices(encoder) -> tuple[list[torch.Tensor], torch.Tensor]:
 def _linears(encoder) -> tuple[list, object | None]:
     """Per highway layer, the product with its transform and carry weights stacked [2F, F] (and their biases);
     the projection's product."""
-    def linear(weight):
-        measured = weight.device.type == "cpu" and weight.dtype == torch.float32
-        return FastLinear(weight) if measured else blas_linear(weight.detach())
-
-    highway = [(linear(torch.cat([layer.transform.weight, layer.carry.weight])),
+    highway = [(exact_linear(torch.cat([layer.transform.weight, layer.carry.weight])),
                 torch.cat([layer.transform.bias, layer.carry.bias]).detach()) for layer in encoder.highway]
-    return highway, None if encoder.projection is None else linear(encoder.projection.weight)
+    return highway, None if encoder.projection is None else exact_linear(encoder.projection.weight)
 
 
 def fast_char_encoder(encoder, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -133,6 +133,15 @@ def blas_linear(weight: torch.Tensor):
     return run
 
 
+def exact_linear(weight: torch.Tensor):
+    """x [n, in] -> x W^T (+ bias), exact: a float32 weight on CPU by the kernel measured fastest (`FastLinear`),
+    any other by the plain BLAS call."""
+    weight = weight.detach()
+    if weight.device.type == "cpu" and weight.dtype == torch.float32:
+        return FastLinear(weight)
+    return blas_linear(weight)
+
+
 def _mkl_packed(weight: torch.Tensor):
     # Packed for many rows: measured as fast for a few rows as a pack for those, unlike the reverse.
     packed = torch.ops.mkl._mkl_reorder_linear_weight(weight.contiguous(), MAX_ROWS_CLASS)

@@ -29,6 +29,13 @@ import torch
 RECORD_CUDA_GRAPHS = True
 
 
+def multiply_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype the fused paths multiply in: autocast's where it is on and the weights are float32, else the
+    weights' own."""
+    device = weight.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) and weight.dtype == torch.float32 else weight.dtype
+
+
 def fused_training_fallback(layer, inputs: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> str | None:
     """Why `layer` must train through the plain loop for these tensors, or None where this path covers them."""
     if not layer.use_fast_path:
@@ -51,16 +58,15 @@ def fused_bilstm_layer(
 
     graphs: where to keep recordings of the layer (`LayerGraphs`); by default CUDA graphs for CUDA tensors, none
     elsewhere."""
-    device = inputs.device.type
-    autocast = torch.is_autocast_enabled(device) and layer.input_weight.dtype == torch.float32
-    multiply_dtype = torch.get_autocast_dtype(device) if autocast else layer.input_weight.dtype
     # Where every row runs every step (stream batching), the per-step masking is skipped.
     all_valid = bool(step_mask.all())
     if graphs is None and inputs.is_cuda and RECORD_CUDA_GRAPHS:
-        graphs = _CUDA_GRAPHS.setdefault(layer, LayerGraphs(record=True))
+        graphs = _CUDA_GRAPHS.get(layer)
+        if graphs is None:
+            graphs = _CUDA_GRAPHS[layer] = LayerGraphs(record=True)
     return _FusedBiLstm.apply(
         inputs, step_mask, h, c, layer.input_weight, layer.recurrent_weight, layer.bias, layer.projection_weight,
-        (layer.cell_clip, layer.proj_clip, layer.forget_bias, multiply_dtype, all_valid), graphs,
+        (layer.cell_clip, layer.proj_clip, layer.forget_bias, multiply_dtype(layer.input_weight), all_valid), graphs,
     )
 
 

@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from .fused_bilstm import multiply_dtype
+
 
 # Words per block on CPU, as in fast_char_encoder.py: a block's window products stay in cache. On a GPU one block
 # (every distinct word, cut after the longest) keeps the number of launches and host syncs down.
@@ -78,11 +80,8 @@ def fused_char_encoder(encoder, rows: torch.Tensor) -> torch.Tensor:
     elif words:  # one block: on a GPU, fewer launches and one host sync
         blocks.append((0, words, min(length, int(ends[-1]) + widest)))
 
-    device = char_ids.device.type
     weight = encoder.char_embedding.weight
-    autocast = torch.is_autocast_enabled(device) and weight.dtype == torch.float32
-    multiply_dtype = torch.get_autocast_dtype(device) if autocast else weight.dtype
-    pooled = _CharFilters.apply(char_ids.index_select(0, order), tuple(blocks), multiply_dtype, weight,
+    pooled = _CharFilters.apply(char_ids.index_select(0, order), tuple(blocks), multiply_dtype(weight), weight,
                                 *(conv.weight for conv in encoder.char_cnn))
     bias = torch.cat([conv.bias for conv in encoder.char_cnn])
     x = encoder.activation(pooled + bias)

@@ -12,6 +12,8 @@ them within 1e-5 of autograd's of the plain loss).
 
 import torch
 
+from .fused_bilstm import multiply_dtype
+
 
 def fused_sampled_softmax_loss(
     hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, words: torch.Tensor, log_q: torch.Tensor,
@@ -20,10 +22,7 @@ def fused_sampled_softmax_loss(
     """Per-token loss [T] of the true words among [true, negatives]: hidden [T, P]; softmax weight [V, P] and bias
     [V]; words [T + S] (the T targets, then the S negatives); log_q [T + S], the log of each word's expected count
     among the samples; (hit_rows, hit_columns): the negatives that are a token's own target, left out."""
-    device = hidden.device.type
-    autocast = torch.is_autocast_enabled(device) and weight.dtype == torch.float32
-    multiply_dtype = torch.get_autocast_dtype(device) if autocast else weight.dtype
-    return _SampledSoftmax.apply(hidden, weight, bias, words, log_q, hit_rows, hit_columns, multiply_dtype)
+    return _SampledSoftmax.apply(hidden, weight, bias, words, log_q, hit_rows, hit_columns, multiply_dtype(weight))
 
 
 class _SampledSoftmax(torch.autograd.Function):

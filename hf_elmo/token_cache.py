@@ -23,6 +23,11 @@ DEFAULT_MAX_WORDS = 20_000
 DEFAULT_GATE_CACHE_BYTES = 128 * 2**20
 
 
+def weights_fingerprint(parameters) -> tuple:
+    """Changes whenever one of `parameters` is replaced, moved or modified in place."""
+    return tuple(None if p is None else (p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
+
+
 class ElmoTokenCache:
     """Least-recently-used store of per-word results (rows [...]), at most `max_words` of them (0 turns caching
     off), keyed by the bytes of the word's input row."""
@@ -87,7 +92,7 @@ class ElmoTokenCache:
         if not use_cache or len(unique) > self.max_words:  # (the batch alone would overflow the cache)
             self.misses += len(unique) if use_cache else 0
             return encode(rows[torch.from_numpy(first).to(rows.device)]), inverse
-        fingerprint = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
+        fingerprint = weights_fingerprint(parameters)
         if fingerprint != self._fingerprint:
             self.clear()
             self._fingerprint = fingerprint
