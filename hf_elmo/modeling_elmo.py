@@ -22,7 +22,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .approximate import APPROXIMATIONS, approximate_bilstm_layer, check_approximation
 from .configuration_elmo import ElmoConfig
-from .fast_bilstm import fast_bilstm_layer
+from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
 from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback
 from .fused_bilstm import fused_bilstm_layer, fused_training_fallback
@@ -526,11 +526,22 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def clear_caches(self) -> None:
         """Empty the inference caches of per-word results: the token cache (word vectors) and the first biLSTM
-        layer's input gates. They empty themselves when their weights change; this is for timing a cold start
-        or freeing their memory."""
+        layer's input gates. They empty themselves when their weights change (see `train`); this is for timing a
+        cold start or freeing their memory."""
         self.char_encoder.token_cache.clear()
         for layer in self.layers:
             layer.input_gate_cache.clear()
+
+    def train(self, mode: bool = True) -> "ElmoModel":
+        """Training (`mode=True`) or evaluation mode. A change of mode also drops the caches and the copies of the
+        weights that the fast inference paths derive: these notice a weight changed in place by its version
+        counter, which a fused optimizer step (torch's fused AdamW, Trainer's default optimizer) leaves as it was.
+        Weights changed by such a step while the model stays in evaluation mode would go unnoticed."""
+        if mode != self.training:
+            self.clear_caches()
+            for module in self.modules():
+                clear_derived_weights(module)
+        return super().train(mode)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.char_encoder.char_embedding

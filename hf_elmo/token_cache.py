@@ -24,7 +24,8 @@ DEFAULT_GATE_CACHE_BYTES = 128 * 2**20
 
 
 def weights_fingerprint(parameters) -> tuple:
-    """Changes whenever one of `parameters` is replaced, moved or modified in place."""
+    """Changes whenever one of `parameters` is replaced, moved or modified in place by an operation that advances
+    its version counter (a fused optimizer step does not: `ElmoModel.train` covers it)."""
     return tuple(None if p is None else (p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
 
 

@@ -433,6 +433,29 @@ def test_cache_is_dropped_when_the_weights_change(fixture_model):
     assert (reloaded - expected).abs().max().item() > 0.5
 
 
+def test_a_fused_optimizer_step_between_evaluations_is_seen(fixture_model):
+    """torch's fused AdamW (Trainer's default) updates the weights without advancing their version counters, which
+    the caches and derived weights are keyed by: the switch to training mode and back must drop them."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    batch = tokenizer([["the", "weights", "change"], ["in", "place"]], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        before = model(**batch).hidden_states
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    model(**batch).last_hidden_state.pow(2).mean().backward()
+    versions = [parameter._version for parameter in model.parameters()]
+    optimizer.step()
+    assert [parameter._version for parameter in model.parameters()] == versions  # (what makes the case)
+    model.eval()
+    with torch.no_grad():
+        after = model(**batch).hidden_states
+        expected = plain(model)(**batch).hidden_states
+    assert largest_difference(before, after) > 1e-2
+    assert largest_difference(after, expected) < 1e-5
+
+
 def test_gate_cache_is_dropped_when_the_first_layer_changes(fixture_model):
     """Same token vectors, new first-layer weights: the cached input gates must not be reused."""
     model, tokenizer = fixture_model
