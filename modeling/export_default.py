@@ -21,6 +21,7 @@ if __package__ in (None, ""):
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import DEFAULT_MODEL_DIR  # noqa: E402
+from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 MAX_MEGABYTES = 30
@@ -41,7 +42,31 @@ def replace_layer_analysis(card: str, section: str) -> str:
     return f"{head}{LAYER_ANALYSIS_START}\n{section.strip()}\n{LAYER_ANALYSIS_END}{rest.split(LAYER_ANALYSIS_END, 1)[1]}"
 
 
-def card_results(run_dir: Path, sources: dict, layer_analysis: str) -> str:
+# The default model this one replaced (hf-elmo up to commit 433a9a5), measured on its held-out text: the same
+# documents as now, split into sentences before the closing quotes and brackets were kept (commit d262c07).
+PREVIOUS_MODEL = {"parameters": 5_454_861, "training": "2,918 steps (0.6 epochs), 56 minutes",
+                  "forward_perplexity": 162.6, "backward_perplexity": 163.2, "average_perplexity": 162.9,
+                  "target_words": 62_409}
+
+
+def perplexity_cells(results: dict | None) -> str:
+    if results is None:
+        return "not measured | | |"
+    return (f"{results['forward_perplexity']:.1f} | {results['backward_perplexity']:.1f} | "
+            f"{results['average_perplexity']:.1f} | {results['target_words']:,}")
+
+
+def comparison(parameters: int, training: str, results: dict, previous_text_results: dict | None) -> str:
+    """The table of the previous default model against this one."""
+    return f"""| model | parameters | training | held-out text | forward | backward | average | words per direction |
+|---|---|---|---|---|---|---|---|
+| previous default model | {PREVIOUS_MODEL['parameters']:,} | {PREVIOUS_MODEL['training']} | before the splitter fix | {perplexity_cells(PREVIOUS_MODEL)} |
+| this model | {parameters:,} | {training} | before the splitter fix | {perplexity_cells(previous_text_results)} |
+| this model | {parameters:,} | {training} | this corpus's | {perplexity_cells(results)} |"""
+
+
+def card_results(run_dir: Path, sources: dict, layer_analysis: str, parameters: int,
+                 previous_text_results: dict | None = None) -> str:
     state = json.loads((run_dir / "trainer_state.json").read_text())
     results = json.loads((run_dir / "eval_results.json").read_text())
     settings = state["settings"]
@@ -52,6 +77,9 @@ def card_results(run_dir: Path, sources: dict, layer_analysis: str) -> str:
     )
     total = sum(s["train_words"] for s in sources.values())
     words_seen = state["step"] * settings["batch_size"] * settings["unroll_steps"]
+    minutes = state["seconds"] / 60
+    # pretrain.py records the device; a run from before it did was exported on the machine that trained it.
+    device = state.get("device") or cpu_name()
     return f"""## Training
 
 The default model of hf-elmo, which ships inside the package: trained from scratch on 2 CPU cores with
@@ -66,11 +94,11 @@ Words are split as `ElmoTokenizer` splits them; each Chinese character is a word
 vocabulary of {vocabulary:,} words seen at least 3 times (dropped from this folder: only the biLM is kept).
 {state['step']:,} steps of {settings['batch_size']} rows x {settings['unroll_steps']} words ({words_seen:,} words, {settings['epochs']}
 epochs), {settings['negative_samples']} sampled negatives, AdamW {settings['learning_rate']} with
-linear decay, dropout {settings['dropout']}; {state['seconds'] / 60:.0f} minutes of training.
+linear decay, dropout {settings['dropout']}; {minutes:.0f} minutes of training on {device}.
 
-Held-out perplexity (full softmax, {results['target_words']:,} words per direction): forward
-{results['forward_perplexity']:.1f}, backward {results['backward_perplexity']:.1f}, average
-{results['average_perplexity']:.1f}.
+Held-out perplexity (full softmax), against the default model this one replaced:
+
+{comparison(parameters, f"{state['step']:,} steps ({settings['epochs']} epochs), {minutes:.0f} minutes", results, previous_text_results)}
 
 ## Layer analysis (Peters et al. 2018, section 5, at small scale)
 
@@ -80,7 +108,7 @@ Held-out perplexity (full softmax, {results['target_words']:,} words per directi
 
 ## Limits
 
-A small model trained for {state['seconds'] / 60:.0f} minutes on 2 CPU cores: its vectors show what ELMo does
+A small model trained for {minutes:.0f} minutes on 2 CPU cores: its vectors show what ELMo does
 (contextual senses, a static layer 0, layers that specialise), far below the released ELMo models in quality.
 """
 
@@ -95,7 +123,8 @@ def packaged_usage(card: str) -> str:
 
 
 @torch.no_grad()
-def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR) -> Path:
+def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, previous_text: Path | None = None) -> Path:
+    """`previous_text`: `evaluate.py --output-json` of this model on the previous model's held-out text."""
     for name in ("model.safetensors", "trainer_state.json", "eval_results.json", "vocab.txt"):
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"{run_dir / name} is missing: train first (`make pretrain-default`)")
@@ -112,7 +141,9 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR) 
         code_file.unlink()
     card = render_model_card(
         model, "hf-elmo-default", source="`make pretrain-default` (see Training)",
-        results=card_results(run_dir, sources, layer_analysis_section(old_card)), language="\n- en\n- zh",
+        results=card_results(run_dir, sources, layer_analysis_section(old_card), sum(p.numel() for p in model.parameters()),
+                             json.loads(previous_text.read_text()) if previous_text else None),
+        language="\n- en\n- zh",
     )
     (staging / "README.md").write_text(packaged_usage(card), encoding="utf-8")
 
@@ -139,8 +170,10 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, required=True, help="the output folder of `pretrain.py --preset default`")
     parser.add_argument("--sources", type=Path, required=True, help="sources.json of modeling/default_corpus.py")
     parser.add_argument("--output", type=Path, default=DEFAULT_MODEL_DIR)
+    parser.add_argument("--previous-text-results", type=Path,
+                        help="evaluate.py --output-json of the model on the previous default model's held-out text")
     args = parser.parse_args()
-    export(args.run_dir, args.sources, args.output)
+    export(args.run_dir, args.sources, args.output, args.previous_text_results)
 
 
 if __name__ == "__main__":

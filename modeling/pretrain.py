@@ -48,6 +48,7 @@ from transformers import get_scheduler  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location, sha256_file  # noqa: E402
+from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
@@ -801,6 +802,7 @@ def train(args: argparse.Namespace) -> dict:
             "parameters": parameter_count,
             **(clock.state() if clock else {}),
             "seconds": round(time.perf_counter() - run_started, 1),
+            "device": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else cpu_name(),
             "weights_digest_per_process": digests,
         }
         (output_dir / "trainer_state.json").write_text(json.dumps(final_state, indent=2) + "\n", encoding="utf-8")

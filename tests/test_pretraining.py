@@ -337,6 +337,34 @@ def test_training_loss_falls_and_the_final_model_is_complete(reference_run):
     assert (reference_run / "modeling_elmo.py").is_file() and (reference_run / "tokenizer_config.json").is_file()
 
 
+def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_path):
+    """export_default.py: the biLM without its softmax, and a card with the data, the training time and device,
+    and the perplexities of the previous default model and of this one on both held-out texts."""
+    from modeling.export_default import PREVIOUS_MODEL, export
+
+    sources = tmp_path / "sources.json"
+    sources.write_text(json.dumps({"fixture": {"description": "the fixture text", "package": "tests", "license": "-",
+                                               "train_words": 1234, "valid_words": 56}}))
+    previous_text = tmp_path / "previous.json"
+    previous_text.write_text(json.dumps({"forward_perplexity": 41.25, "backward_perplexity": 42.75,
+                                         "average_perplexity": 42.0, "target_words": 139}))
+    folder = export(reference_run, sources, tmp_path / "default-model", previous_text)
+    model = ElmoModel.from_pretrained(folder)
+    assert not any(name.startswith("softmax") for name in load_file(folder / "model.safetensors"))
+    card = (folder / "README.md").read_text()
+    state = json.loads((reference_run / "trainer_state.json").read_text())
+    results = json.loads((reference_run / "eval_results.json").read_text())
+    assert "| fixture | the fixture text | tests | - | 1,234 | 56 |" in card
+    assert f"minutes of training on {state['device']}." in card and state["device"]
+    parameters = f"{sum(p.numel() for p in model.parameters()):,}"
+    assert (f"| previous default model | {PREVIOUS_MODEL['parameters']:,} | {PREVIOUS_MODEL['training']} | before the "
+            f"splitter fix | 162.6 | 163.2 | 162.9 | 62,409 |") in card
+    assert f"| this model | {parameters} | 60 steps" in card
+    assert "| before the splitter fix | 41.2 | 42.8 | 42.0 | 139 |" in card
+    assert (f"| this corpus's | {results['forward_perplexity']:.1f} | {results['backward_perplexity']:.1f} | "
+            f"{results['average_perplexity']:.1f} | {results['target_words']:,} |") in card
+
+
 def test_resume_after_kill_9_ends_exactly_like_the_uninterrupted_run(reference_run, tmp_path):
     folder = tmp_path / "run"
     command = [sys.executable, str(PRETRAIN), *map(str, TRAIN_ARGS), "--max-steps", "60", "--save-steps", "5",
