@@ -337,6 +337,28 @@ def test_training_loss_falls_and_the_final_model_is_complete(reference_run):
     assert (reference_run / "modeling_elmo.py").is_file() and (reference_run / "tokenizer_config.json").is_file()
 
 
+def test_adamw_is_fused_unless_a_parameter_is_not_contiguous():
+    """torch's fused AdamW is 6x faster on CPU, but updates a non-contiguous parameter wrongly."""
+    from modeling.pretrain import make_optimizer
+
+    settings = {"optimizer": "adamw", "learning_rate": 0.01, "weight_decay": 0.0}
+    base = torch.randn(8, 50)
+    contiguous, transposed = torch.nn.Parameter(base.clone()), torch.nn.Parameter(base.clone().t())
+    assert make_optimizer([contiguous], settings, "cpu").defaults["fused"]
+    assert not make_optimizer([contiguous, transposed], settings, "cpu").defaults["fused"]
+    assert not make_optimizer([contiguous], settings, "mps").defaults["fused"]
+    # What the exception is for: the fused kernel and the loop part on a transposed parameter.
+    fused_copy, loop_copy = (torch.nn.Parameter(base.clone().t()) for _ in range(2))
+    fused = torch.optim.AdamW([fused_copy], lr=0.01, fused=True)
+    loop = make_optimizer([loop_copy, torch.nn.Parameter(torch.zeros(1))], settings, "cpu")
+    for _ in range(3):
+        gradient = torch.randn(50, 8)
+        fused_copy.grad, loop_copy.grad = gradient.clone(), gradient.clone()
+        fused.step()
+        loop.step()
+    assert (fused_copy - loop_copy).abs().max() > 1e-3  # (if torch mends its kernel, this exception can go)
+
+
 def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_path):
     """export_default.py: the biLM without its softmax, and a card with the data, the training time and device,
     and the perplexities of the previous default model and of this one on both held-out texts."""
