@@ -131,6 +131,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     sources = json.loads(sources_file.read_text())
     old_card = (output / "README.md").read_text(encoding="utf-8") if (output / "README.md").is_file() else ""
     model = ElmoModel.from_pretrained(run_dir).eval()
+    parameters = sum(p.numel() for p in model.parameters())
     tokenizer = ElmoTokenizer.from_pretrained(run_dir)
 
     staging = output.with_name(output.name + ".partial")
@@ -141,7 +142,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
         code_file.unlink()
     card = render_model_card(
         model, "hf-elmo-default", source="`make pretrain-default` (see Training)",
-        results=card_results(run_dir, sources, layer_analysis_section(old_card), sum(p.numel() for p in model.parameters()),
+        results=card_results(run_dir, sources, layer_analysis_section(old_card), parameters,
                              json.loads(previous_text.read_text()) if previous_text else None),
         language="\n- en\n- zh",
     )
@@ -161,7 +162,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
         output.rename(retired)
     staging.rename(output)
     shutil.rmtree(retired, ignore_errors=True)
-    print(f"default model: {output} ({megabytes:.1f} MB, {sum(p.numel() for p in model.parameters()):,} parameters)")
+    print(f"default model: {output} ({megabytes:.1f} MB, {parameters:,} parameters)")
     return output
 
 

@@ -350,7 +350,7 @@ def test_adamw_is_fused_unless_a_parameter_is_not_contiguous():
     # What the exception is for: the fused kernel and the loop part on a transposed parameter.
     fused_copy, loop_copy = (torch.nn.Parameter(base.clone().t()) for _ in range(2))
     fused = torch.optim.AdamW([fused_copy], lr=0.01, fused=True)
-    loop = make_optimizer([loop_copy, torch.nn.Parameter(torch.zeros(1))], settings, "cpu")
+    loop = make_optimizer([loop_copy], settings, "cpu")
     for _ in range(3):
         gradient = torch.randn(50, 8)
         fused_copy.grad, loop_copy.grad = gradient.clone(), gradient.clone()
