@@ -213,6 +213,13 @@ def describe_cpu() -> dict:
             "caches": caches}
 
 
+def cpu_summary(cpu: dict) -> str:
+    """`describe_cpu()` as one line: model, vendor, logical CPUs, vector extensions, caches."""
+    caches = ", ".join(f"{level} {size}" for level, size in cpu["caches"].items())
+    return (f"{cpu['model']} ({cpu['vendor']}), {cpu['logical_cpus']} logical CPUs; vector extensions: "
+            f"{', '.join(cpu['extensions']) or 'none recorded'}; caches: {caches or 'not recorded'}")
+
+
 def settings(threads: int, allennlp_python: str) -> dict:
     env_keys = ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
                 "OMP_PROC_BIND", "LD_PRELOAD", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]
@@ -403,10 +410,7 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
     lines = [section_heading(cpu), "",
              f"From one run of `make bench` on {time.strftime('%Y-%m-%d', time.localtime(setup['started']))}.", "",
              "### Settings", "",
-             f"- CPU: {cpu['model']} ({cpu['vendor']}), {cpu['logical_cpus']} logical CPUs; vector extensions: "
-             f"{', '.join(cpu['extensions']) or 'none recorded'}; caches: "
-             f"{', '.join(f'{level} {size}' for level, size in cpu['caches'].items()) or 'not recorded'}; "
-             f"{setup['platform']}; Python {setup['python']}",
+             f"- CPU: {cpu_summary(cpu)}; {setup['platform']}; Python {setup['python']}",
              f"- Threads: {setup['threads']} for both libraries (`torch.set_num_threads`, `OMP_NUM_THREADS`, `MKL_NUM_THREADS`)",
              f"- OpenMP/allocator environment: " + ", ".join(f"{k}={v}" for k, v in setup["environment"].items()),
              f"- Allocator: {setup['allocator']}",

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from run import ROOT, SIZES, benchmark_parser, library_workers, make_models, settings
+from run import ROOT, SIZES, benchmark_parser, cpu_summary, library_workers, make_models, settings
 
 TARGETS = {"small_vs_allennlp": 3.0, "ptb_fast_vs_plain": 2.5}
 
@@ -135,7 +135,7 @@ def render(steps: dict, pretrain: dict, setup: dict, seconds: float) -> str:
         lines.append(f"| `ptb-cpu` pretraining, fast path >= {TARGETS['ptb_fast_vs_plain']:g}x the plain path | "
                      f"{pretrain['ratio']:.2f}x | {'yes' if pretrain['ratio'] >= TARGETS['ptb_fast_vs_plain'] else 'no'} |")
     lines += ["", "## Settings", "",
-              f"- CPU: {setup['cpu']}; {setup['threads']} threads (`torch.set_num_threads`, OMP_NUM_THREADS, "
+              f"- CPU: {cpu_summary(setup['cpu'])}; {setup['threads']} threads (`torch.set_num_threads`, OMP_NUM_THREADS, "
               f"MKL_NUM_THREADS); {setup['platform']}; Python {setup['python']}; {setup['allocator']}.",
               f"- Load average at the start {setup['load_average_start'][0]:.2f}, at the end "
               f"{setup['load_average_end'][0]:.2f}."]

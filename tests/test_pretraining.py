@@ -337,26 +337,35 @@ def test_training_loss_falls_and_the_final_model_is_complete(reference_run):
     assert (reference_run / "modeling_elmo.py").is_file() and (reference_run / "tokenizer_config.json").is_file()
 
 
-def test_adamw_is_fused_unless_a_parameter_is_not_contiguous():
-    """torch's fused AdamW is 6x faster on CPU, but updates a non-contiguous parameter wrongly."""
+@pytest.mark.parametrize("name, fused_devices", [("adamw", ("cpu", "cuda")), ("adagrad", ("cpu",))])
+def test_optimizer_is_fused_unless_a_parameter_is_not_contiguous(name, fused_devices):
+    """torch's fused AdamW is 6x faster on CPU, its fused Adagrad (CPU only) 2x; both update a non-contiguous
+    parameter wrongly. Fused or not, the updates are the same."""
     from modeling.pretrain import make_optimizer
 
-    settings = {"optimizer": "adamw", "learning_rate": 0.01, "weight_decay": 0.0}
+    settings = {"optimizer": name, "learning_rate": 0.01, "weight_decay": 0.0}
+    kind = {"adamw": torch.optim.AdamW, "adagrad": torch.optim.Adagrad}[name]
     base = torch.randn(8, 50)
     contiguous, transposed = torch.nn.Parameter(base.clone()), torch.nn.Parameter(base.clone().t())
-    assert make_optimizer([contiguous], settings, "cpu").defaults["fused"]
+    for device in ("cpu", "cuda", "mps"):
+        optimizer = make_optimizer([contiguous], settings, device)
+        assert isinstance(optimizer, kind) and bool(optimizer.defaults["fused"]) == (device in fused_devices)
     assert not make_optimizer([contiguous, transposed], settings, "cpu").defaults["fused"]
-    assert not make_optimizer([contiguous], settings, "mps").defaults["fused"]
+
+    def updated(parameter, optimizer):
+        for step in range(3):
+            parameter.grad = torch.randn(parameter.shape, generator=torch.Generator().manual_seed(step))
+            optimizer.step()
+        return parameter.detach()
+
+    fused, loop = (torch.nn.Parameter(base.clone()) for _ in range(2))
+    by_loop = updated(loop, make_optimizer([loop], settings, "mps"))  # (the same options, unfused)
+    torch.testing.assert_close(updated(fused, make_optimizer([fused], settings, "cpu")), by_loop, rtol=1e-6, atol=1e-7)
     # What the exception is for: the fused kernel and the loop part on a transposed parameter.
-    fused_copy, loop_copy = (torch.nn.Parameter(base.clone().t()) for _ in range(2))
-    fused = torch.optim.AdamW([fused_copy], lr=0.01, fused=True)
-    loop = make_optimizer([loop_copy], settings, "cpu")
-    for _ in range(3):
-        gradient = torch.randn(50, 8)
-        fused_copy.grad, loop_copy.grad = gradient.clone(), gradient.clone()
-        fused.step()
-        loop.step()
-    assert (fused_copy - loop_copy).abs().max() > 1e-3  # (if torch mends its kernel, this exception can go)
+    fused_t, loop_t = (torch.nn.Parameter(base.clone().t()) for _ in range(2))
+    options = {"adamw": {"weight_decay": 0.0}, "adagrad": {"initial_accumulator_value": 1.0}}[name]
+    wrong = updated(fused_t, kind([fused_t], lr=0.01, fused=True, **options))
+    assert (wrong - updated(loop_t, make_optimizer([loop_t], settings, "cpu"))).abs().max() > 1e-3  # (if torch mends its kernel, this exception can go)
 
 
 def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_path):
