@@ -678,10 +678,12 @@ def train(args: argparse.Namespace) -> dict:
     loss_scale = settings["unroll_steps"] if settings["optimizer"] == "adagrad" else 1.0
 
     step, states = 0, None
+    earlier_seconds = 0.0  # of the processes before a resume, up to the checkpoint it resumes from
     if checkpoint is not None:
         accelerator.load_state(str(checkpoint))
         saved_state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
         step = saved_state["step"]
+        earlier_seconds = saved_state.get("seconds", 0.0)  # (checkpoints of older versions did not record it)
         states = load_carried_states(checkpoint, accelerator.process_index, accelerator.device)
         if clock is not None:
             clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"], saved_state["train_seconds"],
@@ -689,6 +691,11 @@ def train(args: argparse.Namespace) -> dict:
             set_learning_rate(optimizer, scheduler, clock.schedule_step(step))
         accelerator.print(f"resumed from {checkpoint} at step {step}")
     log = TrainingLog(output_dir / "log.jsonl", main_process, step if checkpoint is not None else None)
+
+    def run_seconds() -> float:
+        """The run's wall time so far, the processes before a resume counted up to their checkpoint."""
+        return round(earlier_seconds + time.perf_counter() - run_started, 1)
+
     accelerator.init_trackers("elmo-pretraining", config={k: v for k, v in settings.items() if isinstance(v, (int, float, str, bool))})
     unwrapped = accelerator.unwrap_model(model)
     parameter_count = sum(p.numel() for p in unwrapped.parameters())
@@ -777,7 +784,7 @@ def train(args: argparse.Namespace) -> dict:
             evaluate()
         if settings["save_steps"] and step % settings["save_steps"] == 0 and not finished:
             trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings,
-                             "data": data, **(clock.state() if clock else {})}
+                             "data": data, **(clock.state() if clock else {}), "seconds": run_seconds()}
             save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, tokenizer,
                             args.save_total_limit)
     progress.close()
@@ -806,7 +813,7 @@ def train(args: argparse.Namespace) -> dict:
             "data": data,
             "parameters": parameter_count,
             **(clock.state() if clock else {}),
-            "seconds": round(time.perf_counter() - run_started, 1),
+            "seconds": run_seconds(),
             "device": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else cpu_name(),
             "weights_digest_per_process": digests,
         }

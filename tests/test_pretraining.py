@@ -416,9 +416,13 @@ def test_resume_after_kill_9_ends_exactly_like_the_uninterrupted_run(reference_r
     # A save that a crash cut short is never taken for a checkpoint.
     (folder / ".checkpoint-99.partial").mkdir()
     (folder / ".checkpoint-99.partial" / "model.safetensors").write_bytes(b"half a file")
+    latest = max(folder.glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+    killed_seconds = json.loads((latest / "trainer_state.json").read_text())["seconds"]
 
     run_pretrain(tmp_path, *TRAIN_ARGS, "--max-steps", 60, "--save-steps", 5, "--eval-steps", 20, "--output-dir", folder, "--resume")
     assert not (folder / ".checkpoint-99.partial").exists()
+    # The run's time counts the killed process's, up to the checkpoint the resume started from.
+    assert json.loads((folder / "trainer_state.json").read_text())["seconds"] > killed_seconds > 0
     expected, found = read_log(reference_run), read_log(folder)
     assert len(found) == len(expected)
     for want, got in zip(expected, found):
