@@ -65,6 +65,7 @@ def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool):
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
     try:
         yield staging
+        _plain_modes(staging)
         if output_dir.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
             os.replace(output_dir, retired / "old")
@@ -75,6 +76,16 @@ def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool):
     finally:
         if staging.exists():
             shutil.rmtree(staging)
+
+
+def _plain_modes(folder: Path) -> None:
+    """Give `folder` and everything in it the modes that mkdir and open would have: mkdtemp makes the folder
+    private (0700) and transformers' save_pretrained its model.safetensors (0600), which a published model is not."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def load_checkpoint(model_dir: str | os.PathLike) -> ElmoModel:

@@ -1,7 +1,9 @@
 """conversion/: original format -> Hugging Face checkpoint -> original format, and every kind of bad input."""
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -162,14 +164,14 @@ BAD_INPUTS = {
     "missing options file": (lambda f: (f / "options.json").unlink(), ["options.json", "not found"]),
     "not HDF5": (lambda f: (f / "weights.hdf5").write_text("hello"), ["weights.hdf5", "not an HDF5"]),
     "options not JSON": (lambda f: (f / "options.json").write_text("{"), ["options.json", "not a JSON"]),
-    "missing dataset": (lambda f: edit_weights(f, lambda h: h.__delitem__(f"{PREFIX}/B")), [f"{PREFIX}/B", "(96,)", "missing"]),
-    "extra dataset": (lambda f: edit_weights(f, lambda h: h.create_dataset("softmax/W", data=np.zeros((3, 8)))), ["softmax/W", "(3, 8)", "unexpected"]),
+    "missing dataset": (lambda f: edit_weights(f, lambda h: h.__delitem__(f"{PREFIX}/B")), ["weights.hdf5", f"{PREFIX}/B", "(96,)", "missing"]),
+    "extra dataset": (lambda f: edit_weights(f, lambda h: h.create_dataset("softmax/W", data=np.zeros((3, 8)))), ["weights.hdf5", "softmax/W", "(3, 8)", "unexpected"]),
     "wrong shape": (
         lambda f: edit_weights(f, lambda h: (h.__delitem__(f"{PREFIX}/W_P_0"), h.create_dataset(f"{PREFIX}/W_P_0", data=np.zeros((24, 9), np.float32)))),
-        [f"{PREFIX}/W_P_0", "(24, 9)", "(24, 8)"],
+        ["weights.hdf5", f"{PREFIX}/W_P_0", "(24, 9)", "(24, 8)"],
     ),
-    "options contradict weights": (lambda f: edit_options(f, lambda o: o["lstm"].__setitem__("dim", 32)), ["W_0", "(16, 128)", "(16, 96)"]),
-    "fewer highway layers in the options": (lambda f: edit_options(f, lambda o: o["char_cnn"].__setitem__("n_highway", 0)), ["CNN_high_0/W_carry", "unexpected"]),
+    "options contradict weights": (lambda f: edit_options(f, lambda o: o["lstm"].__setitem__("dim", 32)), ["weights.hdf5", "W_0", "(16, 128)", "(16, 96)"]),
+    "fewer highway layers in the options": (lambda f: edit_options(f, lambda o: o["char_cnn"].__setitem__("n_highway", 0)), ["weights.hdf5", "CNN_high_0/W_carry", "unexpected"]),
     "missing option": (lambda f: edit_options(f, lambda o: o["lstm"].pop("projection_dim")), ["lstm.projection_dim", "missing"]),
     "invalid option": (lambda f: edit_options(f, lambda o: o["char_cnn"].__setitem__("activation", "gelu")), ["char_cnn.activation", "gelu"]),
     "bad n_characters": (lambda f: edit_options(f, lambda o: o["char_cnn"].__setitem__("n_characters", 300)), ["n_characters", "300"]),
@@ -233,6 +235,49 @@ def test_failed_verification_leaves_nothing(original, tmp_path, monkeypatch):
         converter.convert_original_to_hf(original / "options.json", original / "weights.hdf5", tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["original"]
+
+
+@pytest.mark.parametrize("damage", ["weight", "config"])
+def test_verification_refuses_a_saved_folder_that_does_not_reproduce_the_model(original, tmp_path, monkeypatch, damage):
+    """The reload check itself: a saved folder whose weights, or whose config, would give another model than the
+    converted one is refused with what differs, and nothing is left behind."""
+    import conversion.convert_original_elmo as converter
+
+    save = ElmoModel.save_pretrained
+
+    def damaged_save(self, folder, **kwargs):
+        save(self, folder, **kwargs)
+        folder = Path(folder)
+        if damage == "weight":
+            state = load_file(folder / "model.safetensors")
+            state["char_encoder.projection.weight"] += 1e-3
+            save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+        else:  # the same weights, read with a much tighter projection clip
+            config = json.loads((folder / "config.json").read_text())
+            config["proj_clip"] = 0.01
+            (folder / "config.json").write_text(json.dumps(config))
+
+    monkeypatch.setattr(ElmoModel, "save_pretrained", damaged_save)
+    expected = {"weight": "reloaded weight char_encoder.projection.weight differs from the converted one",
+                "config": "reloaded model differs at output 1 by"}[damage]
+    with pytest.raises(ConversionError, match=expected):
+        converter.convert_original_to_hf(original / "options.json", original / "weights.hdf5", tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["original"]
+
+
+def test_converted_folders_have_the_modes_of_a_plain_folder(original, tmp_path):
+    """Not private to their owner (mkdtemp's 0700, transformers' 0600 for model.safetensors): as mkdir and open
+    under the process's umask would make them."""
+    umask = os.umask(0o027)  # (one that differs from the common 022, and is restored below)
+    try:
+        folder = convert_original_to_hf(original / "options.json", original / "weights.hdf5", tmp_path / "out")
+        back = convert_hf_to_original(folder, tmp_path / "back")
+    finally:
+        os.umask(umask)
+    for top in (folder, back):
+        assert stat.S_IMODE(top.stat().st_mode) == 0o750
+        assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in top.iterdir()} == dict.fromkeys(
+            (path.name for path in top.iterdir()), 0o640)
 
 
 def test_to_original_from_a_folder_that_is_not_a_checkpoint(tmp_path, capsys):

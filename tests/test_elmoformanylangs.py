@@ -6,6 +6,7 @@ committed in tests/fixtures/elmoformanylangs)."""
 
 import json
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -386,3 +387,24 @@ def test_bilm_tf_format_refuses_a_character_vocabulary(converted_elmoformanylang
                           "--output-dir", str(tmp_path / "out")])
     assert code == 2 and "--to-elmoformanylangs" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_readmes_tian_example(converted_elmoformanylangs, tmp_path, monkeypatch):
+    """The 天 example of "Converting ELMoForManyLangs models" runs as written on the tests' model with word input,
+    with the shapes and similarities the README gives."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("the 天 example of the introduction reads:")[1]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    code = code.replace("\n[torch.cosine_similarity", "\nsimilarities = [torch.cosine_similarity")
+    code = code.replace('"elmo-zhs"', repr(str(converted_elmoformanylangs["with_words"])))
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    batch, tokenizer = namespace["batch"], namespace["tokenizer"]
+    assert list(batch["input_ids"].shape) == [1, 12, 50] and list(batch["input_word_ids"].shape) == [1, 12]
+    stated = re.search(r"the figures only show the mechanics:\s+`(\[[^]]*\])`", section).group(1)
+    assert [round(value, 4) for value in namespace["similarities"]] == json.loads(stated)
+    segmented = tokenizer([["天气", "不错", "！", "小天", "你", "说", "是", "吗", "？"]], is_split_into_words=True,
+                          return_tensors="pt")
+    assert list(segmented["input_ids"].shape) == [1, 9, 50]
+

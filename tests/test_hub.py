@@ -163,11 +163,45 @@ def test_hub_folder_carries_hf_elmos_card(head_folders, tmp_path):
 
 
 def test_push_to_hub_goes_through_the_hub_client(head_folders, monkeypatch):
-    """Offline, the hub client refuses the upload; everything of ours before it has run (nothing is mocked)."""
+    """Offline, the hub client refuses the upload (its first call creates the repository)."""
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     model = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
     with pytest.raises(OfflineModeIsEnabled):
         model.push_to_hub(HUB_ID, tokenizer=ElmoTokenizer())
+
+
+def test_push_to_hub_uploads_one_folder_with_the_card_and_the_tokenizer(head_folders, monkeypatch):
+    """What push_to_hub hands to the upload, with the Hub itself stood in for (it cannot be reached here): one
+    folder, in one commit, that loads as the model and holds hf-elmo's card and the tokenizer."""
+    from huggingface_hub import RepoUrl
+    from transformers.utils import hub
+
+    class Hub:  # the two calls of the hub client that push_to_hub makes
+        def create_repo(self, repo_id, **options):
+            return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    uploads = []
+
+    def upload(self, folder, repo_id, **options):
+        folder = Path(folder)
+        reloaded = ElmoForTokenClassification.from_pretrained(folder)
+        uploads.append({"repo_id": repo_id, "options": options, "files": sorted(p.name for p in folder.iterdir()),
+                        "card": (folder / "README.md").read_text(), "tokenizer": ElmoTokenizer.from_pretrained(folder),
+                        "same": all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))})
+        return f"https://huggingface.co/{repo_id}/commit/0"
+
+    monkeypatch.setattr(hub, "hf_api", Hub)
+    monkeypatch.setattr(ElmoForTokenClassification, "_upload_modified_files", upload)
+    model = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
+    url = model.push_to_hub(HUB_ID, tokenizer=ElmoTokenizer(max_characters_per_token=20), commit_message="first")
+    assert url.endswith("/commit/0") and len(uploads) == 1
+    upload_made = uploads[0]
+    assert upload_made["repo_id"] == HUB_ID and upload_made["options"]["commit_message"] == "first"
+    assert {"config.json", "model.safetensors", "modeling_elmo.py", "tokenizer_config.json", "README.md"} <= set(upload_made["files"])
+    assert upload_made["same"] and upload_made["tokenizer"].max_characters_per_token == 20
+    card = upload_made["card"]
+    assert "library_name: transformers" in card and "pipeline_tag: token-classification" in card
+    assert f'AutoModelForTokenClassification.from_pretrained("{HUB_ID}")' in card and "automatically generated" not in card
 
 
 def test_feature_extraction_pipeline_batched_equals_unbatched(base_path):
