@@ -215,7 +215,8 @@ def pretrain_speed() -> list[str]:
 def main() -> int:
     global DEVICE, SMOKE
     parser = argparse.ArgumentParser()
-    parser.add_argument("--output", default=str(Path(__file__).parent / "GPU_RESULTS.md"), help="appended to")
+    parser.add_argument("--output", help="appended to (default: benchmarks/GPU_RESULTS.md; with --smoke, whose figures "
+                                         "only check the script, no file)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and a few steps: checks the script, not the speed")
     args = parser.parse_args()
@@ -230,11 +231,14 @@ def main() -> int:
     start = time.time()
     where = torch.cuda.get_device_name() if DEVICE == "cuda" else "the CPU"
     smoke = " --smoke: tiny sizes, a few steps, the figures check the script only" if SMOKE else ""
-    output = open(args.output, "a", encoding="utf-8")
+    if args.output is None and not SMOKE:
+        args.output = str(Path(__file__).parent / "GPU_RESULTS.md")
+    output = open(args.output, "a", encoding="utf-8") if args.output else None
 
     def report(line: str) -> None:
-        output.write(line + "\n")
-        output.flush()
+        if output is not None:
+            output.write(line + "\n")
+            output.flush()
         print(line, flush=True)
 
     for line in ["", "## Training", "", f"On {where}, torch {torch.__version__} (`benchmarks/gpu_train_bench.py`"
@@ -258,7 +262,8 @@ def main() -> int:
             report(f"- {line}")
     report("")
     report(f"Training section: {time.time() - start:.0f} s.")
-    output.close()
+    if output is not None:
+        output.close()
     return 0
 
 

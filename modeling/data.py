@@ -40,18 +40,20 @@ class DataError(ValueError):
     """Input text that cannot be used; the message names the file, dataset or option."""
 
 
-def load_sentences(paths: list[str], text_column: str = "text", word_splitting: str = "whitespace", role: str = "train"):
+def load_sentences(paths: list[str], text_column: str = "text", word_splitting: str = "whitespace", role: str = "train",
+                   option: str | None = None):
     """The sentences of text files (globs allowed) or of a local `datasets` dataset, as a `datasets.Dataset` with a
     `words` column; empty lines are dropped.
 
     word_splitting: "whitespace" for pre-tokenised text (bilm-tf's format), "tokenizer" to split raw text with
-    `ElmoTokenizer.split_words`.
+    `ElmoTokenizer.split_words`. option: the command-line option that named `paths`, for errors (default
+    `--{role}-file`).
     """
     import datasets
 
     if word_splitting not in ("whitespace", "tokenizer"):
         raise DataError(f"--word-splitting must be 'whitespace' or 'tokenizer', got {word_splitting!r}")
-    option = f"--{role}-file"
+    option = option or f"--{role}-file"
     if len(paths) == 1 and Path(paths[0]).is_dir():
         dataset = _load_saved_dataset(Path(paths[0]), role, option)
     else:
@@ -378,9 +380,11 @@ def window_batch(table: WordTable, forward_inputs, forward_targets, backward_inp
     }
 
 
-def read_corpus(paths: list[str], text_column: str, word_splitting: str, role: str):
-    """Load a corpus for `role` ("train" or "validation"), with a readable error for empty input."""
-    sentences = load_sentences(paths, text_column=text_column, word_splitting=word_splitting, role=role)
+def read_corpus(paths: list[str], text_column: str, word_splitting: str, role: str, option: str | None = None):
+    """Load a corpus for `role` ("train" or "validation"), with a readable error for empty input (naming `option`,
+    by default `--{role}-file`)."""
+    option = option or f"--{role}-file"
+    sentences = load_sentences(paths, text_column=text_column, word_splitting=word_splitting, role=role, option=option)
     if len(sentences) == 0:
-        raise DataError(f"--{role}-file {' '.join(map(os.fspath, paths))}: no sentences (every line is empty)")
+        raise DataError(f"{option} {' '.join(map(os.fspath, paths))}: no sentences (every line is empty)")
     return sentences

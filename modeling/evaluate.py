@@ -22,7 +22,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hf_elmo import ElmoForPreTraining, ElmoTokenizer  # noqa: E402
-from hf_elmo.files import check_output_location  # noqa: E402
+from hf_elmo.files import check_output_location, write_text_atomically  # noqa: E402
 
 from modeling.data import IGNORE_INDEX, DataError, EncodedText, EvaluationStream, WordTable, read_corpus  # noqa: E402
 from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         if (model_dir / "tokenizer_config.json").is_file():
             tokenizer = ElmoTokenizer.from_pretrained(model_dir)
         table = WordTable(model.config.max_characters_per_token, tokenizer)
-        text = EncodedText.encode(read_corpus(args.file, args.text_column, args.word_splitting, "validation"), table, vocabulary)
+        text = EncodedText.encode(read_corpus(args.file, args.text_column, args.word_splitting, "validation", "--file"), table, vocabulary)
         stream = EvaluationStream(text, table, vocabulary, rows=args.batch_size, unroll_steps=args.unroll_steps)
     except (DataError, VocabularyError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         f"average {results['average_perplexity']:.2f} over {results['target_words']} target words per direction"
     )
     if args.output_json:
-        Path(args.output_json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        write_text_atomically(args.output_json, json.dumps(results, indent=2) + "\n")
     return 0
 
 

@@ -244,10 +244,27 @@ def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int
             shutil.rmtree(retired)
         else:
             os.replace(partial, final)
-        for _, old in list_checkpoints(output_dir)[:-total_limit] if total_limit > 0 else []:
-            shutil.rmtree(old)
+        for found, old in list_checkpoints(output_dir)[:-total_limit] if total_limit > 0 else []:
+            # Renamed first: a crash while it is being deleted leaves no checkpoint-N that looks whole.
+            pruned = output_dir / f".checkpoint-{found}.pruned"
+            os.replace(old, pruned)
+            shutil.rmtree(pruned)
     accelerator.wait_for_everyone()
     return final
+
+
+def clean_up_interrupted_saves(output_dir: Path) -> None:
+    """What a crash inside `save_checkpoint` can leave: a save not finished (.partial), a checkpoint being pruned
+    (.pruned), both deleted; a checkpoint being replaced by a new save of its step (.retired), put back where the new
+    one did not take its place, deleted where it did."""
+    for leftover in [*output_dir.glob(".checkpoint-*.partial"), *output_dir.glob(".checkpoint-*.pruned")]:
+        shutil.rmtree(leftover)
+    for retired in output_dir.glob(".checkpoint-*.retired"):
+        final = output_dir / retired.name[1:].removesuffix(".retired")
+        if final.exists():
+            shutil.rmtree(retired)
+        else:
+            os.replace(retired, final)
 
 
 def file_digests(folder: Path) -> dict[str, dict]:
@@ -584,10 +601,26 @@ def set_learning_rate(optimizer, scheduler, schedule_step: float) -> None:
 # ---- the run -------------------------------------------------------------------------------------------------
 
 
+def check_trackers(names: list[str]) -> None:
+    """--report-to: each name an Accelerate tracker whose package is installed. (Accelerate drops a missing one with
+    a warning, and the run would log nowhere.)"""
+    import accelerate.utils
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS
+
+    for name in names:
+        if name not in LOGGER_TYPE_TO_CLASS:
+            raise PretrainError(f"--report-to {name}: not one of Accelerate's trackers ({', '.join(LOGGER_TYPE_TO_CLASS)})")
+        if not getattr(accelerate.utils, f"is_{name}_available")():
+            raise PretrainError(f"--report-to {name}: the {name} package is not installed")
+
+
 def train(args: argparse.Namespace) -> dict:
     run_started = time.perf_counter()
     keep_freed_memory()
-    accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=args.report_to or None)
+    check_trackers(args.report_to)
+    # Trackers that write files (TensorBoard's events) write them into the output folder.
+    accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=args.report_to or None,
+                              project_dir=args.output_dir)
     settings = resolve_settings(args, accelerator.num_processes)
     settings["mixed_precision"] = accelerator.mixed_precision
     set_float32_precision(accelerator.mixed_precision)
@@ -596,8 +629,7 @@ def train(args: argparse.Namespace) -> dict:
     check_output_location(output_dir, "folder", error=PretrainError, writes_inside=True)
     if main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
-        for leftover in output_dir.glob(".checkpoint-*.partial"):  # a save that a crash interrupted
-            shutil.rmtree(leftover)
+        clean_up_interrupted_saves(output_dir)
         if args.overwrite_output_dir and args.resume is None:
             for _, old in list_checkpoints(output_dir):
                 shutil.rmtree(old)

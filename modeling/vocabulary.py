@@ -9,14 +9,13 @@ ELMoForManyLangs' models predict the words of their word.dic, whose special word
 """
 
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
-from hf_elmo.files import read_text_file
+from hf_elmo.files import read_text_file, write_text_atomically
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIAL_WORDS = (BOS, EOS, UNK)
@@ -93,8 +92,4 @@ class Vocabulary:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the file atomically: a reader sees the old file or the whole new one."""
-        path = Path(path)
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            f.write("\n".join(self.words) + "\n")
-        os.replace(temporary, path)
+        write_text_atomically(path, "\n".join(self.words) + "\n")

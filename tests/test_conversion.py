@@ -362,18 +362,23 @@ def test_loading_refuses_a_checkpoint_without_every_biLM_weight(converted, tmp_p
         ElmoForPreTraining: {"lm_vocab_size": 7},  # the body of the pretraining model
     }
     for model_class, kwargs in loaders.items():
+        prefix = "" if model_class is ElmoModel else "elmo."
         with pytest.raises(ValueError) as raised:
             model_class.from_pretrained(folder, **kwargs)
         assert str(raised.value) == (
             f"{folder}: not a complete {model_class.__name__}: it lacks the tensor "
-            f"{'' if model_class is ElmoModel else 'elmo.'}char_encoder.highway.1.carry.bias (and 1 more)"
+            f"{prefix}char_encoder.highway.1.carry.bias (and 1 more)"
         )
+        # Who asks for transformers' load report gets it instead: it names what is missing.
+        _, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
+        assert {f"{prefix}layers.1.recurrent_weight", f"{prefix}char_encoder.highway.1.carry.bias"} <= set(info["missing_keys"])
     # A config with fewer highway layers than the weights: the extra layer would be dropped.
     shutil.rmtree(folder)
     shutil.copytree(converted["allennlp-elmo"], folder)
     edit_config(folder, num_highway_layers=1)
-    with pytest.raises(ValueError, match=r"holds the tensor char_encoder\.highway\.1\.carry\.bias, which its config\.json has no place for \(and 3 more\)"):
-        ElmoModel.from_pretrained(folder)
+    for model_class, kwargs in loaders.items():
+        with pytest.raises(ValueError, match=r"holds the tensor char_encoder\.highway\.1\.carry\.bias, which its config\.json has no place for \(and 3 more\)"):
+            model_class.from_pretrained(folder, **kwargs)
     # A weight of another shape, even where the caller lets transformers start mismatched weights afresh.
     shutil.rmtree(folder)
     shutil.copytree(converted["allennlp-elmo"], folder)

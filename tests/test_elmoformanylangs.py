@@ -251,6 +251,11 @@ def test_released_models_name_the_packages_own_architecture(converted_elmoforman
     assert source == "elmoformanylangs/configs/cnn_50_100_512_4096_sample.json"
     assert architecture["encoder"]["dim"] == 4096 and architecture["token_embedder"]["word_dim"] == 100
     assert architecture["token_embedder"]["filters"][-1] == [7, 1024]
+    # A folder that has a file of that name is read as it says, before the package's own.
+    mine = json.loads((ELMOFORMANYLANGS / "with_words" / "architecture.json").read_text())
+    (folder / "cnn_50_100_512_4096_sample.json").write_text(json.dumps(mine))
+    architecture, source = read_architecture(folder)
+    assert source == str(folder / "cnn_50_100_512_4096_sample.json") and architecture == mine
 
 
 class _RunsCode:

@@ -22,6 +22,7 @@ from hf_elmo.fused_softmax import _SampledSoftmax
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer, sampled_softmax_loss
 from modeling.data import EncodedText, StreamBatches, WordTable, load_sentences
 from modeling.presets import TINY_MODEL
+from modeling.pretrain import make_optimizer
 from modeling.vocabulary import Vocabulary
 
 TOLERANCE = 1e-5
@@ -350,7 +351,10 @@ def test_fifty_pretraining_steps_give_the_same_losses_on_both_paths(pretraining_
         torch.manual_seed(0)
         model = ElmoForPreTraining(config).train()
         model.set_fast_path(fast)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        # pretrain.py's optimizer: torch's fused AdamW
+        settings = {"optimizer": "adamw", "learning_rate": 3e-3, "weight_decay": 0.01}
+        optimizer = make_optimizer(list(model.parameters()), settings, "cpu")
+        assert optimizer.defaults["fused"]
         states, losses[fast] = None, []
         for step in range(50):
             output = model(**batches.batch(step), initial_states=states)

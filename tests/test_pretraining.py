@@ -332,9 +332,39 @@ def test_training_loss_falls_and_the_final_model_is_complete(reference_run):
     assert results["forward_perplexity"] == evaluations[-1]["eval_forward_perplexity"]
     assert sorted(p.name for p in reference_run.glob("checkpoint-*")) == ["checkpoint-50", "checkpoint-55"]
     assert Vocabulary.from_file(reference_run / "vocab.txt") == Vocabulary.from_file(TRAIN / "vocab.txt")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (reference_run / "vocab.txt").stat().st_mode & 0o777 == 0o666 & ~umask  # (not mkstemp's private 0600)
     config = json.loads((reference_run / "config.json").read_text())
     assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForPreTraining"}
     assert (reference_run / "modeling_elmo.py").is_file() and (reference_run / "tokenizer_config.json").is_file()
+
+
+def test_pretrain_takes_the_fast_path_and_plain_path_gives_the_same_run(reference_run, tmp_path, capsys, monkeypatch):
+    """The fused layers are pretrain.py's default and --plain-path trains without them, to the same losses."""
+    import hf_elmo.modeling_elmo as modeling
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    calls = {"layer": 0}
+    fused = modeling.fused_bilstm_layer
+
+    def counted(*args, **kwargs):
+        calls["layer"] += 1
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(modeling, "fused_bilstm_layer", counted)
+    logs = {}
+    for path in ("fast", "plain"):
+        calls["layer"] = 0
+        code, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 30, "--save-steps", 0, "--eval-steps", 20,
+                             "--output-dir", tmp_path / path, *(["--plain-path"] if path == "plain" else []))
+        assert code == 0, err
+        assert (calls["layer"] > 0) == (path == "fast"), (path, calls)
+        logs[path] = losses(tmp_path / path)
+    reference = losses(reference_run)
+    assert len(logs["plain"]) == 30
+    for step, loss in logs["plain"].items():  # the same steps as the reference run's first 30
+        assert loss == pytest.approx(reference[step], abs=1e-5) and logs["fast"][step] == pytest.approx(reference[step], abs=1e-6)
 
 
 @pytest.mark.parametrize("name, fused_devices", [("adamw", ("cpu", "cuda")), ("adagrad", ("cpu",))])
@@ -433,6 +463,31 @@ def test_resume_after_kill_9_ends_exactly_like_the_uninterrupted_run(reference_r
     reference_weights, resumed_weights = load_file(reference_run / "model.safetensors"), load_file(folder / "model.safetensors")
     for name, tensor in reference_weights.items():
         assert torch.allclose(resumed_weights[name], tensor, atol=1e-6), name
+
+
+def test_what_a_crash_inside_a_save_leaves_is_cleaned_up(reference_run, tmp_path, capsys, monkeypatch):
+    """A checkpoint half deleted while being pruned must not count as one; a checkpoint renamed aside for a new save
+    of its step, where the crash came before the new one took its place, is put back and resumed from."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "run"
+    shutil.copytree(reference_run, folder)
+    shutil.copytree(folder / "checkpoint-50", folder / ".checkpoint-45.pruned")
+    (folder / ".checkpoint-45.pruned" / "model.safetensors").unlink()  # (half deleted)
+    os.replace(folder / "checkpoint-55", folder / ".checkpoint-55.retired")
+    code, out, err = pretrain_main_in_process(capsys, *TRAIN_ARGS, "--max-steps", 60, "--save-steps", 5,
+                                              "--eval-steps", 20, "--output-dir", folder, "--resume")
+    assert code == 0, err
+    assert f"resumed from {folder / 'checkpoint-55'} at step 55" in out
+    assert sorted(p.name for p in folder.iterdir() if "checkpoint" in p.name) == ["checkpoint-50", "checkpoint-55"]
+    assert losses(folder) == pytest.approx(losses(reference_run), abs=1e-6)
+
+
+def pretrain_main_in_process(capsys, *args) -> tuple[int, str, str]:
+    from modeling import pretrain
+
+    code = pretrain.main([str(arg) for arg in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def test_two_processes_train_one_model(tmp_path):
@@ -596,6 +651,24 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
     assert_one_error(code, capsys.readouterr().err, f"{tmp_path}: is a folder; give the path of the file to write")
 
 
+def test_evaluate_writes_what_the_run_measured_into_a_new_folder(reference_run, tmp_path, capsys):
+    """evaluate.py on the run's own held-out text gives the run's final evaluation; --output-json may name a folder
+    that does not exist yet (it ran the whole evaluation, then failed to write), and errors name --file."""
+    from modeling import evaluate
+
+    output = tmp_path / "new" / "folder" / "results.json"
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(TRAIN / "data.txt"), "--output-json", str(output)])
+    assert code == 0, capsys.readouterr().err
+    found, expected = json.loads(output.read_text()), json.loads((reference_run / "eval_results.json").read_text())
+    assert found.keys() == expected.keys() and all(found[key] == pytest.approx(expected[key], rel=1e-9) for key in found)
+    assert [p.name for p in output.parent.iterdir()] == ["results.json"]  # (no temporary file left)
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "missing.txt")])
+    assert_one_error(code, capsys.readouterr().err, f"error: --file {tmp_path / 'missing.txt'}: no such file")
+    (tmp_path / "empty.txt").write_text("\n\n")
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "empty.txt")])
+    assert_one_error(code, capsys.readouterr().err, f"error: --file {tmp_path / 'empty.txt'}: no sentences")
+
+
 def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     (tmp_path / "train.txt").write_bytes(b"\xef\xbb\xbfthe curse of\nthe end\n")
@@ -626,6 +699,33 @@ def test_init_from_a_checkpoint_without_every_biLM_weight_is_refused(converted, 
     code, err = run_main(capsys, "--init-from", folder, "--train-file", TRAIN / "data.txt", "--output-dir", tmp_path / "out")
     assert_one_error(code, err, f"--init-from {folder}: not a complete ElmoForPreTraining: it lacks the tensor "
                                 "elmo.char_encoder.highway.0.carry.bias")
+
+
+def test_a_tracker_that_cannot_log_is_refused(tmp_path, capsys):
+    """Accelerate drops a tracker whose package is missing with a warning, and the run logged nowhere."""
+    import accelerate.utils
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS
+
+    missing = next(name for name in LOGGER_TYPE_TO_CLASS if not getattr(accelerate.utils, f"is_{name}_available")())
+    for name, message in [(missing, f"--report-to {missing}: the {missing} package is not installed"),
+                          ("tensorbored", "--report-to tensorbored: not one of Accelerate's trackers (aim, ")]:
+        code, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 1, "--output-dir", tmp_path / "out", "--report-to", name)
+        assert_one_error(code, err, message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_resume_refuses_options_that_would_change_the_training(reference_run, tmp_path, capsys, monkeypatch):
+    """A run resumed with other training options would not be the run that was started: refused, naming each."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "run"
+    shutil.copytree(reference_run, folder)
+    common = [*TRAIN_ARGS, "--max-steps", 60, "--save-steps", 5, "--eval-steps", 20, "--output-dir", folder, "--resume"]
+    for option, value, named in [("--batch-size", 8, "batch_size=4, now 8"), ("--learning-rate", 0.5, "learning_rate=0.2, now 0.5"),
+                                 ("--dropout", 0.3, "dropout=0.1, now 0.3")]:
+        code, err = run_main(capsys, *common, option, value)
+        assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: the run was started with other options ({named})",
+                         "resume with the original command")
+    assert sorted(p.name for p in folder.glob("checkpoint-*")) == ["checkpoint-50", "checkpoint-55"]
 
 
 def test_resume_refuses_other_text(reference_run, tmp_path, capsys, monkeypatch):
