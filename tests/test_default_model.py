@@ -3,6 +3,8 @@
 import json
 import re
 
+import h5py
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
@@ -28,12 +30,19 @@ def test_default_model_loads_offline_through_automodel(monkeypatch):
 
 
 def test_embedder_and_embed_command_use_the_default_model(tmp_path):
-    embedder = ElmoEmbedder()
-    (vectors,) = embedder.embed_sentences(["I eat an apple ."])
-    assert vectors.shape == (3, 5, embedder.model.config.hidden_size)
+    """ElmoEmbedder() and `hf-elmo embed` without --model give the default model's vectors."""
+    model = ElmoModel.from_pretrained(default_model_path()).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(default_model_path())
+    with torch.no_grad():
+        layers = model(**tokenizer([["I", "eat", "an", "apple", "."]], is_split_into_words=True, return_tensors="pt"))
+    expected = torch.stack(layers.hidden_states)[:, 0].numpy()  # [3, 5, 2P]
+    (vectors,) = ElmoEmbedder().embed_sentences(["I eat an apple ."])
+    assert vectors.shape == expected.shape and np.allclose(vectors, expected, atol=1e-6)
     text = tmp_path / "in.txt"
     text.write_text("I eat an apple .\n", encoding="utf-8")
     assert main(["embed", str(text), str(tmp_path / "out.hdf5"), "--top"]) == 0
+    with h5py.File(tmp_path / "out.hdf5", "r") as handle:
+        assert np.allclose(handle["0"][...], expected[-1], atol=1e-6)
 
 
 def test_demo_separates_the_senses_with_the_default_model(tmp_path, capsys):

@@ -127,6 +127,46 @@ def test_output_formats_and_keys(embedder, tmp_path):
     assert not (tmp_path / "blank.hdf5").exists() and not (tmp_path / "dup.hdf5.partial").exists()
 
 
+MIX_WEIGHTS, MIX_GAMMA = [2.0, -1.0, 0.5], 1.7
+
+
+@pytest.fixture(scope="module")
+def trained_mix_path(model_path, tmp_path_factory):
+    """The fixture model saved with a scalar mix as a task would have trained it (not the plain average)."""
+    model = ElmoModel.from_pretrained(model_path)
+    with torch.no_grad():
+        model.scalar_mixes[0].scalar_parameters.copy_(torch.tensor(MIX_WEIGHTS))
+        model.scalar_mixes[0].gamma.fill_(MIX_GAMMA)
+    folder = tmp_path_factory.mktemp("trained-mix")
+    model.save_pretrained(folder)
+    ElmoTokenizer.from_pretrained(model_path).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("flag", ["--all", "--top", "--average", "--mix", "--use-sentence-keys", "--forget-sentences"])
+def test_each_command_line_flag_reaches_the_output(trained_mix_path, tmp_path, flag):
+    """`hf-elmo embed FLAG`: --mix is the model's own mix (gamma * softmax-weighted layers), not the average."""
+    lines = ["EU rejects German call .", "Peter Blackburn"]
+    source = write_lines(tmp_path / "in.txt", lines)
+    assert main(["embed", str(source), str(tmp_path / "out.hdf5"), flag, "--model", str(trained_mix_path)]) == 0
+    output = read_all(tmp_path / "out.hdf5")
+    layers = list(ElmoEmbedder(trained_mix_path).embed_sentences(lines))  # [3, words, 32] each
+    weights = torch.softmax(torch.tensor(MIX_WEIGHTS), dim=0).numpy()
+    expected = {
+        "--all": layers, "--top": [every[-1] for every in layers], "--average": [every.mean(0) for every in layers],
+        "--mix": [MIX_GAMMA * np.tensordot(weights, every, axes=1) for every in layers],
+    }.get(flag, layers)
+    keys = lines if flag == "--use-sentence-keys" else ["0", "1"]
+    index = [] if flag in ("--use-sentence-keys", "--forget-sentences") else ["sentence_to_index"]  # keys say it
+    assert sorted(output) == sorted(keys + index)
+    for key, vectors in zip(keys, expected):
+        assert output[key].shape == vectors.shape and np.allclose(output[key], vectors, atol=1e-6), key
+    if flag == "--mix":
+        assert not np.allclose(output["0"], layers[0].mean(0), atol=1e-2)
+    if index:
+        assert json.loads(output["sentence_to_index"][0]) == {lines[0]: "0", lines[1]: "1"}
+
+
 def test_clear_errors(model_path, tmp_path, capsys):
     source = write_lines(tmp_path / "in.txt", ["a b"])
     assert main(["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(tmp_path / "no-such-model")]) == 2

@@ -9,7 +9,7 @@ import torch
 from torch.export import Dim
 from transformers.exporters.utils import get_leaf_tensors
 
-from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
+from hf_elmo import ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -48,3 +48,29 @@ def test_heads_export_with_a_batch_axis(converted, head):
     with torch.no_grad():
         expected = model(**batch).logits
     torch.testing.assert_close(program.module()(**batch).logits, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_pretraining_model_exports_with_a_batch_axis(converted):
+    """The biLM language model, read window after window: the program takes the previous window's final_states and
+    gives the eager model's top layer, every layer and final_states (the softmax weights are new: no loss here)."""
+    model = ElmoForPreTraining.from_pretrained(converted["allennlp-elmo"], lm_vocab_size=11).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+
+    def encode(texts, previous):  # right-padded windows, each row continuing the same row of `previous`
+        with torch.no_grad():
+            states = model(**dict(tokenizer(previous, padding=True, return_tensors="pt"))).final_states
+        return {**tokenizer(texts, padding="max_length", max_length=9, return_tensors="pt"), "initial_states": states}
+
+    batch = Dim("batch")
+    dynamic = {"input_ids": {0: batch}, "attention_mask": {0: batch}, "initial_states": ({1: batch},) * 2,
+               "output_hidden_states": None}
+    example = encode(["I eat an apple .", "Hello"], ["<S> It is", "<S> Yes"])
+    with torch.no_grad():
+        program = torch.export.export(model, (), {**example, "output_hidden_states": True}, dynamic_shapes=dynamic)
+    batch = encode(["Apple is a company .", "So is IBM", "Yes", "Peter Blackburn"],
+                   ["<S> a", "<S> b c", "<S>", "<S> d"])
+    with torch.no_grad():
+        expected = model(**batch, output_hidden_states=True)
+    output = program.module()(**batch, output_hidden_states=True)
+    assert len(output.hidden_states) == 3 and output.last_hidden_state.shape == (4, 9, 32)
+    torch.testing.assert_close(get_leaf_tensors(output), get_leaf_tensors(expected), atol=1e-5, rtol=1e-5)

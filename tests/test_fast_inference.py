@@ -12,9 +12,20 @@ import numpy as np
 import pytest
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
+from transformers import pipeline
 
 from conftest import DEVICES, FIXTURE_SETS, FIXTURES
-from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer, fast_bilstm, fast_linear
+
+from hf_elmo import (
+    ElmoConfig,
+    ElmoEmbedder,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+    fast_bilstm,
+    fast_linear,
+)
 from hf_elmo.approximate import Bf16Multiplies, approximation_deviation
 from hf_elmo.fast_bilstm import derived_weights, ExactMultiplies
 from hf_elmo.fast_linear import FastLinear
@@ -84,6 +95,41 @@ def test_without_final_states_the_last_step_is_skipped_and_no_output_changes(fix
     assert steps_run == [words + 2 * len(sentences), words + (2 * len(sentences) if do_layer_norm else len(sentences))]
     for a, b in zip([*full.hidden_states, *full.elmo_representations], [*skipped.hidden_states, *skipped.elmo_representations]):
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("user", ["token head", "sequence head", "feature pipeline", "token pipeline", "embedder",
+                                  "stateful embedder"])
+def test_heads_embedder_and_pipelines_skip_the_last_step(converted, user):
+    """The task heads, the stateless embedder and the pipelines need no final states: each row's last LSTM step
+    is skipped (a stateful embedder carries the state, so it runs every step)."""
+    folder = converted["allennlp-elmo"]
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    texts = [" ".join(words) for words in FIXTURE_SETS["allennlp-elmo"].batches()[2]]
+    words = [tokenizer.tokenize(text) for text in texts]
+    if user.endswith("head"):
+        head = ElmoForTokenClassification if user == "token head" else ElmoForSequenceClassification
+        model = head.from_pretrained(folder, num_labels=3).eval()
+        run = lambda: model(**tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt"))
+        layer = model.elmo.layers[0]
+    elif user.endswith("pipeline"):
+        if user == "token pipeline":
+            model = ElmoForTokenClassification.from_pretrained(folder, num_labels=3)
+            task, layer = "token-classification", model.elmo.layers[0]
+        else:
+            model = ElmoModel.from_pretrained(folder)
+            task, layer = "feature-extraction", model.layers[0]
+        run = lambda: pipeline(task, model=model, tokenizer=tokenizer)(texts, batch_size=2)
+    else:
+        embedder = ElmoEmbedder(folder, stateful=user == "stateful embedder")
+        run = lambda: list(embedder.embed_sentences(words, batch_size=2))
+        layer = embedder.model.layers[0]
+    steps_run = []
+    layer.register_forward_pre_hook(lambda layer, args: steps_run.append(int(args[1].sum())))
+    with torch.no_grad():
+        run()
+    # <S> words </S> per row; without final states each direction stops before its row's last position.
+    last_steps = len(texts) * (2 if user == "stateful embedder" else 1)
+    assert sum(steps_run) == sum(map(len, words)) + last_steps, steps_run
 
 
 @pytest.fixture(scope="module")

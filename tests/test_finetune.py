@@ -75,6 +75,35 @@ def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path)
     assert not (output / "trainer").exists()
 
 
+def test_a_folder_that_does_not_reload_as_trained_is_refused_and_nothing_is_written(converted, tmp_path, monkeypatch):
+    """The saved folder is reloaded and checked before success: a saved weight that differs from the trained one
+    is an error, and the output folder is written completely or not at all (an older one stays as it was)."""
+    save_pretrained = ElmoForTokenClassification.save_pretrained
+
+    def save_with_one_weight_changed(self, *args, **kwargs):
+        bias = self.classifier.bias.detach().clone()
+        with torch.no_grad():
+            self.classifier.bias[0] += 1.0
+        try:
+            save_pretrained(self, *args, **kwargs)
+        finally:
+            with torch.no_grad():
+                self.classifier.bias.copy_(bias)
+
+    monkeypatch.setattr(ElmoForTokenClassification, "save_pretrained", save_with_one_weight_changed)
+    arguments = ["--task", "ner", "--model", str(converted["allennlp-elmo"]), "--max-train-examples", "16",
+                 "--max-eval-examples", "8", "--max-steps", "1", "--batch-size", "8", "--logging-steps", "1"]
+    with pytest.raises(RuntimeError, match=r"the reloaded model differs from the trained one by 1"):
+        main([*arguments, "--output-dir", str(tmp_path / "ner")])
+    assert list(tmp_path.iterdir()) == []
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / "results.json").write_text("{}")
+    with pytest.raises(RuntimeError, match=r"the reloaded model differs"):
+        main([*arguments, "--output-dir", str(older), "--overwrite"])
+    assert list(tmp_path.iterdir()) == [older] and [p.name for p in older.iterdir()] == ["results.json"]
+
+
 def test_sentiment_finetuning_fits_its_slice(converted, tmp_path):
     """On the 64 reviews it trained on, the classifier ends far above always answering the majority class."""
     output = tmp_path / "sentiment"

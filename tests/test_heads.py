@@ -174,6 +174,8 @@ def ner_dataset(tokenizer, repeat=1):
 def one_sgd_step(base_path, tokenizer, tmp_path, batch_size, accumulation, **config):
     torch.manual_seed(0)
     model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, **config)
+    with torch.no_grad():  # a trained mix: the L2 penalty and its gradient are not zero
+        model.elmo.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([1.0, -2.0, 3.0]))
     before = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
     args = TrainingArguments(
         output_dir=str(tmp_path / f"ga{accumulation}"), per_device_train_batch_size=batch_size,
@@ -189,7 +191,8 @@ def one_sgd_step(base_path, tokenizer, tmp_path, batch_size, accumulation, **con
 
 def test_gradient_accumulation_matches_one_large_batch(base_path, tokenizer, tmp_path):
     """GA=2 x 2 sentences gives the update and the logged loss of one batch of 4 (the sentences have 9, 2, 2
-    and 9 labelled words, so averaging per micro-batch would not)."""
+    and 9 labelled words, so averaging per micro-batch would not), from mix weights [1, -2, 3], so that an L2
+    penalty counted on every micro-batch would double its gradient."""
     config = dict(scalar_mix_l2_coef=0.1, finetune_bilm=True)
     large, large_loss = one_sgd_step(base_path, tokenizer, tmp_path, 4, 1, **config)
     accumulated, accumulated_loss = one_sgd_step(base_path, tokenizer, tmp_path, 2, 2, **config)

@@ -8,9 +8,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import pipeline
+from transformers import (
+    BertConfig,
+    BertForTokenClassification,
+    BertTokenizerFast,
+    FeatureExtractionPipeline,
+    TokenClassificationPipeline,
+    pipeline,
+)
 
 from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
+from hf_elmo.pipelines import ElmoFeatureExtractionPipeline, ElmoTokenClassificationPipeline
 
 TEXTS = ["Peter Blackburn visited Brussels, Belgium.", "Brussels", "He left ."]  # as in remote_pipeline_probe.py
 WORDS = ["Peter", "Blackburn", "visited", "Brussels", ",", "Belgium", "."]
@@ -103,6 +111,46 @@ def test_token_classification_gives_word_entities_with_their_spans(tagger_folder
 def test_token_classification_refuses_a_stride(tagger_folder):
     with pytest.raises(ValueError, match="takes no stride"):
         pipeline("token-classification", model=str(tagger_folder), aggregation_strategy="first", stride=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_folder(tmp_path_factory) -> Path:
+    """A random 2-layer BERT tagger with a WordPiece vocabulary written here (some words split into pieces)."""
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    pieces = ["peter", "black", "##burn", "visited", "brussels", ",", "belg", "##ium", ".", "he", "left"]
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *pieces]
+    tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(tokens)})
+    assert tokenizer.tokenize("Peter Blackburn .") == ["peter", "black", "##burn", "."]
+    tokenizer.save_pretrained(folder)
+    config = BertConfig(vocab_size=16, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                        max_position_embeddings=32, id2label=dict(enumerate(LABELS)),
+                        label2id={l: i for i, l in enumerate(LABELS)})
+    torch.manual_seed(0)
+    BertForTokenClassification(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("strategy", ["none", "simple", "first"])
+def test_other_models_run_exactly_as_before(tiny_bert_folder, strategy):
+    """With hf_elmo imported, pipeline() builds its own classes for both tasks: a BERT gives in them what
+    transformers' own classes give, entities and features."""
+    model = BertForTokenClassification.from_pretrained(tiny_bert_folder).eval()
+    tokenizer = BertTokenizerFast.from_pretrained(tiny_bert_folder)
+    tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy=strategy)
+    assert type(tagger) is ElmoTokenClassificationPipeline
+    stock = TokenClassificationPipeline(model=model, tokenizer=tokenizer, aggregation_strategy=strategy)
+    expected = stock(TEXTS)
+    # Entities made of word pieces (joined, or alone with "none"), which an ELMo position never is.
+    assert {entity["word"] for entities in expected for entity in entities} & {"##burn", "peter blackburn", "belgium"}
+    assert tagger(TEXTS) == expected and tagger(TEXTS, batch_size=2) == stock(TEXTS, batch_size=2)
+    assert tagger(WORDS, is_split_into_words=True) == stock(WORDS, is_split_into_words=True)
+
+    extractor = pipeline("feature-extraction", model=model.bert, tokenizer=tokenizer)
+    assert type(extractor) is ElmoFeatureExtractionPipeline
+    stock = FeatureExtractionPipeline(model=model.bert, tokenizer=tokenizer)
+    features = extractor(TEXTS, batch_size=2, return_tensors=True)
+    for found, wanted in zip(features, stock(TEXTS, batch_size=2, return_tensors=True), strict=True):
+        assert found.shape[1] > 2 and torch.equal(found, wanted)
 
 
 def test_remote_code_pipelines_without_hf_elmo(tagger_folder, converted, python_without_hf_elmo, tmp_path):
