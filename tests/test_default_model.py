@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -60,6 +61,13 @@ def test_demo_separates_the_senses_with_the_default_model(tmp_path, capsys):
     assert scores["layer 0"] == (0, occurrences)  # one vector per spelling: every case a tie
     # The biLSTM layers tell the senses apart from their contexts well above chance (a coin would get half).
     assert max(scores["layer 1"][0], scores["layer 2"][0]) >= 0.6 * occurrences
+    # The README shows this output: its figures are this model's.
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("into `build/elmo-senses.png`. With the default model:\n\n```\n")[1].split("```")[0]
+    for label, values in cosines.items():
+        line = next(line for line in block.splitlines() if line.startswith(label))
+        assert line.split()[-4:] == [f"{value:.4f}" for value in values], line
+    assert block.strip().splitlines()[-1].split() == [f"{right}/{total}" for right, total in scores.values()]
 
 
 def test_demo_command_prints_the_tables(tmp_path, capsys):
