@@ -606,3 +606,29 @@ def test_nn_lstm_mode_equals_exact_where_nothing_is_clipped():
     batch = tokenizer([["a", "short", "one"], ["and", "a", "longer", "sentence", "here"]], is_split_into_words=True,
                       padding=True, return_tensors="pt")
     assert max(approximation_deviation(model, batch, "nn_lstm")) < 1e-6
+
+
+def test_the_caches_default_sizes_and_turning_them_off(fixture_model):
+    """README: the vectors of the last 20,000 distinct words, the input gates of the last 1,024 at the original size
+    (128 KB a word, 128 MB in all; more words for smaller cells); max_words = 0 turns each off."""
+    with torch.device("meta"):
+        original = ElmoModel(ElmoConfig(cell_size=4096, projection_dim=512, num_highway_layers=2))
+        small = ElmoModel(ElmoConfig(cell_size=1024, projection_dim=128, num_highway_layers=1))
+    assert original.char_encoder.token_cache.max_words == 20_000
+    assert original.layers[0].input_gate_cache.max_words == 1_024  # 2 directions x 4 gates x 4096 x 4 bytes a word
+    assert small.layers[0].input_gate_cache.max_words == 4_096
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    batch = tokenizer([["a", "test", "a", "test"], ["another", "test"]], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        cached = model(**batch).hidden_states
+        caches = (model.char_encoder.token_cache, model.layers[0].input_gate_cache)
+        assert all(len(cache) > 0 for cache in caches)
+        model.clear_caches()
+        for cache in caches:
+            cache.max_words = 0
+        uncached = model(**batch).hidden_states
+        again = model(**batch).hidden_states
+    assert all(len(cache) == 0 for cache in caches)
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(cached, uncached, again))
