@@ -122,6 +122,9 @@ def test_cjk_characters_are_separate_words(tok):
     ids = tok(text)["input_ids"]
     assert ids[0] == ids[6] == spelled(*(b + 1 for b in "天".encode()))
     assert ids[0] != ids[1]
+    # Japanese too, kana as well as kanji (the README says so); Korean, written with spaces, keeps its words.
+    assert tok.split_words("東京へ行きます。カタカナ") == ["東", "京", "へ", "行", "き", "ま", "す", "。", "カ", "タ", "カ", "ナ"]
+    assert tok.split_words("서울에 갑니다") == ["서울에", "갑니다"]
 
 
 def test_emoji_are_kept_whole(tok):
