@@ -92,6 +92,56 @@ def test_stateful_embed_reproduces_the_original_model(model_path, tmp_path):
     assert not np.allclose(stateless["3"], FIXTURE.expected_top_layer(0, 1), atol=1e-3)
 
 
+def test_stateful_rows_beyond_a_smaller_batch_keep_their_state(model_path):
+    """Batches of 3, 1 and 3 sentences: rows 1 and 2 of the third batch continue from the first batch's ends, row 0
+    from the second's, as in the original (which keeps a state per row)."""
+    sentences = [line.split() for line in fixture_lines()[:7]]
+    batches = [sentences[0:3], sentences[3:4], sentences[4:7]]
+    embedder = ElmoEmbedder(model_path, stateful=True)
+    found = [embedder.embed_batch(batch) for batch in batches]
+    model, tokenizer = ElmoModel.from_pretrained(model_path).eval(), ElmoTokenizer.from_pretrained(model_path)
+
+    def run(batch, states):
+        encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+        output = model(**encoded, initial_states=states)
+        return torch.stack(output.hidden_states), output.final_states
+
+    with torch.no_grad():
+        _, (h1, c1) = run(batches[0], None)
+        _, (h2, c2) = run(batches[1], (h1[:, :1], c1[:, :1]))
+        expected, _ = run(batches[2], (torch.cat([h2, h1[:, 1:]], 1), torch.cat([c2, c1[:, 1:]], 1)))
+        stateless, _ = run(batches[2], None)
+    for row, words in enumerate(batches[2]):
+        assert np.allclose(found[2][row], expected[:, row, : len(words)].numpy(), atol=1e-6), row
+        assert not np.allclose(found[2][row], stateless[:, row, : len(words)].numpy(), atol=1e-3), row
+
+
+def test_lines_end_at_every_kind_of_newline(embedder, tmp_path):
+    """\\n, \\r\\n and a lone \\r (old Mac files) each end a line: two lines are never read as one."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"a b\rc d\r\ne f\n")
+    embedder.embed_file(source, tmp_path / "out.hdf5", output_format="top", progress=False)
+    output = read_all(tmp_path / "out.hdf5")
+    assert json.loads(output["sentence_to_index"][0]) == {"a b": "0", "c d": "1", "e f": "2"}
+    assert [output[str(i)].shape[0] for i in range(3)] == [2, 2, 2]
+
+
+def test_bad_arguments_are_refused_before_any_work(embedder, model_path, tmp_path, capsys):
+    source = write_lines(tmp_path / "in.txt", ["a b"])
+    for call, message in [
+        (lambda: embedder.embed_file(source, tmp_path / "o.hdf5", output_format="best"), "output_format must be one of all, top, average, mix, got 'best'"),
+        (lambda: embedder.embed_file(source, tmp_path / "o.hdf5", batch_size=0), "batch_size must be at least 1, got 0"),
+        (lambda: embedder.embed_batch([["a"]], output_format="best"), "output_format must be one of all, top, average, mix, got 'best'"),
+        (lambda: list(embedder.embed_sentences([["a"]], batch_size=0)), "batch_size must be at least 1, got 0"),
+    ]:
+        with pytest.raises(ValueError) as raised:
+            call()
+        assert str(raised.value) == message
+    assert_one_error(*run_cli(capsys, "embed", source, tmp_path / "o.hdf5", "--batch-size", 0, "--model", model_path),
+                     "error: --batch-size must be at least 1, got 0")
+    assert not list(tmp_path.glob("o.hdf5*"))
+
+
 def test_output_formats_and_keys(embedder, tmp_path):
     lines = ["EU rejects German call .", "", "Peter Blackburn", "EU rejects German call ."]
     source = write_lines(tmp_path / "in.txt", lines)
@@ -274,6 +324,12 @@ def test_two_processes_write_one_file(model_path, tmp_path):
     for key, value in one.items():
         # Bit for bit: a batch's numbers depend on the file and the batch only, not on the process.
         assert np.array_equal(two[key], value), key
+    # The carried state runs through the file in order: it cannot be shared out.
+    result = run_two_processes(["-m", "hf_elmo.cli", "embed", source, tmp_path / "stateful.hdf5", "--stateful",
+                                "--model", model_path], SUBPROCESS_ENV)
+    assert result.returncode != 0 and not (tmp_path / "stateful.hdf5").exists()
+    assert ("error: --stateful carries the LSTM state through the file in order, so it cannot be split across 2 "
+            "processes: run it in a single process") in result.stderr
 
 
 # ---- bad input and interruptions: one clear error, and nothing lost ------------------------------------------------
@@ -386,6 +442,24 @@ def test_a_damaged_batch_file_is_named_and_computed_again(model_path, tmp_path, 
     assert any(message.startswith(f"{missing_line}: has no dataset") for message in warnings), warnings
     embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
     assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines))
+
+
+def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_path):
+    """A rerun with other settings must not mix its batches with those of the run that was interrupted."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    embedder = ElmoEmbedder(model_path)
+    stop_after_batches(embedder, 3)
+    with pytest.raises(KeyboardInterrupt):
+        embedder.embed_file(source, output, batch_size=2, progress=False)
+    del embedder.model.forward
+    finished = {path.name: path.read_bytes() for path in partial.glob("*.hdf5")}
+    assert len(finished) == 3
+    with pytest.raises(ValueError) as raised:
+        embedder.embed_file(source, output, batch_size=4, progress=False)
+    assert str(raised.value) == (f"{partial}: holds batches of an interrupted run with different batch_size; rerun "
+                                 "that command to finish it, or delete the folder to start again")
+    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
 
 
 KILL_DURING_FINAL_WRITE = """

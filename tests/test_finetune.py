@@ -35,6 +35,11 @@ def test_entity_spans_read_iob1_and_iob2_as_conlleval_does():
     predicted = [["B-PER", "I-PER", "O", "B-ORG"], ["O"]]
     # 1 of 2 predicted entities is right, 1 of 3 gold entities is found.
     assert entity_scores(gold, predicted) == pytest.approx({"precision": 50.0, "recall": 100 / 3, "f1": 40.0})
+    # Predictions that do not line up with the gold tags are refused, not scored.
+    with pytest.raises(ValueError, match=r"^2 gold sentences but 1 predicted ones$"):
+        entity_scores(gold, predicted[:1])
+    with pytest.raises(ValueError, match=r"^a sentence has 4 gold tags but 3 predicted ones$"):
+        entity_scores(gold, [predicted[0][:3], predicted[1]])
 
 
 def test_task_data_splits():

@@ -62,3 +62,41 @@ def test_pretraining_returns_the_hidden_states_it_used(base_path):
         assert layer.grad is not None and layer.grad.abs().sum() > 0, index
     configured = ElmoForPreTraining.from_pretrained(base_path, lm_vocab_size=10, output_hidden_states=True)
     assert len(configured(**batch).hidden_states) == model.config.num_lstm_layers + 1
+
+
+def test_highway_layers_use_relu_whatever_the_char_cnn_activation():
+    """bilm-tf and AllenNLP hard-code ReLU in the highway layers; `char_cnn_activation` (tanh here) is the CNN's only.
+    On every path: the inference fast path, the plain one, and the fused training path."""
+    from hf_elmo import ElmoConfig
+
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4], [2, 8]],
+                                 num_highway_layers=2, char_cnn_activation="tanh"))
+    with torch.no_grad():
+        for layer in model.char_encoder.highway:  # transforms with negative and large outputs, where relu and tanh differ
+            layer.transform.weight.normal_(0.0, 2.0)
+            layer.transform.bias.normal_(0.0, 1.0)
+    encoder = model.char_encoder
+    char_ids = ElmoTokenizer()([["I", "eat", "an", "apple", "."]], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+
+    def by_hand(highway_activation):
+        chars = encoder.char_embedding(char_ids).transpose(1, 2)
+        x = torch.tanh(torch.cat([conv(chars).amax(dim=-1) for conv in encoder.char_cnn], dim=-1))
+        for layer in encoder.highway:
+            gate = torch.sigmoid(layer.carry(x))
+            x = gate * highway_activation(layer.transform(x)) + (1 - gate) * x
+        return encoder.projection(x)
+
+    with torch.no_grad():
+        expected = by_hand(torch.relu)
+        assert not torch.allclose(expected, by_hand(torch.tanh), atol=1e-2)  # (the check can tell the two apart)
+        model.eval()
+        fast = encoder(char_ids)
+    encoder.use_fast_path = False
+    with torch.no_grad():
+        plain = encoder(char_ids)
+    encoder.use_fast_path = True
+    model.train()
+    fused = encoder(char_ids)  # autograd on, weights that need gradients: the fused training path
+    for found in (fast, plain, fused.detach()):
+        torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-6)
