@@ -238,6 +238,31 @@ def test_sampled_softmax_gradcheck_and_hits():
         plain_losses = losses  # (float32: the plain loss rounds its logits to float32, the fused one keeps float64)
 
 
+def test_char_cnn_double_backward_fails_clearly_and_works_on_the_plain_path():
+    encoder = tiny_model().char_encoder
+    char_ids = tiny_batch()["input_ids"].flatten(0, 1)
+    weight = encoder.char_embedding.weight
+    with pytest.raises(RuntimeError, match=r"ElmoCharacterEncoder's fused .*first-order gradients only.*set_fast_path\(False\)"):
+        torch.autograd.grad(encoder(char_ids).pow(2).sum(), weight, create_graph=True)
+    encoder.use_fast_path = False
+    (gradient,) = torch.autograd.grad(encoder(char_ids).pow(2).sum(), weight, create_graph=True)
+    gradient.pow(2).sum().backward()
+    assert weight.grad is not None and weight.grad.abs().sum() > 0
+
+
+def test_sampled_softmax_double_backward_fails_clearly_and_works_on_the_plain_loss():
+    torch.manual_seed(0)
+    hidden = torch.randn(6, 4, requires_grad=True)
+    weight, bias = torch.randn(20, 4, requires_grad=True), torch.randn(20, requires_grad=True)
+    targets = torch.tensor([0, 1, 2, 1, 5, 19])
+    losses = sampled_softmax_loss(hidden, targets, weight, bias, 8, fused=True)
+    with pytest.raises(RuntimeError, match=r"fused sampled softmax .*first-order gradients only.*set_fast_path\(False\)"):
+        torch.autograd.grad(losses.sum(), hidden, create_graph=True)
+    (gradient,) = torch.autograd.grad(sampled_softmax_loss(hidden, targets, weight, bias, 8).sum(), hidden, create_graph=True)
+    gradient.pow(2).sum().backward()
+    assert weight.grad is not None and weight.grad.abs().sum() > 0
+
+
 def test_distinct_words_inverse_gives_back_every_word():
     char_ids = torch.tensor([[259, 5, 260], [259, 6, 260], [259, 5, 260], [0, 0, 0], [259, 6, 260]])
     distinct, inverse = distinct_words(char_ids)
@@ -403,7 +428,10 @@ def test_which_options_fall_back_to_the_plain_path(monkeypatch):
     model = tiny_model()
     model.set_fast_path(False)
     assert paths_taken(monkeypatch, model) == {"biLSTM": "plain", "char CNN": "plain"}
-    assert paths_taken(monkeypatch, tiny_model().to(torch.bfloat16)) == {"biLSTM": "plain", "char CNN": "plain"}
+    for half in (torch.bfloat16, torch.float16):
+        model = tiny_model().to(half)
+        assert paths_taken(monkeypatch, model) == {"biLSTM": "plain", "char CNN": "plain"}, half
+        assert fused_char_encoder_fallback(model.char_encoder) == f"{half} weights (float32 and float64 are covered)"
     model = tiny_model()
     model.enable_input_require_grads()  # transformers' hook, which this path does not need
     assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "fused"}
@@ -414,6 +442,8 @@ def test_which_options_fall_back_to_the_plain_path(monkeypatch):
     inputs, h, c = torch.zeros(2, 2, 3, 16), torch.zeros(2, 2, 16), torch.zeros(2, 2, 64)
     assert fused_training_fallback(layer, inputs, h, c) is None
     assert "dtype" in fused_training_fallback(layer, inputs.double(), h, c)
+    half = tiny_model().to(torch.float16).layers[0]
+    assert fused_training_fallback(half, inputs.half(), h.half(), c.half()) == f"{torch.float16} weights (float32 and float64 are covered)"
     assert "no rows or no steps" == fused_training_fallback(layer, inputs[:, :, :0], h, c)
     assert fused_char_encoder_fallback(tiny_model().char_encoder) is None
 

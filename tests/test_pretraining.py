@@ -111,6 +111,27 @@ def test_sampled_softmax_loss_by_hand():
         assert loss[row].item() == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.parametrize("negatives", [32, 8192])
+def test_as_many_negatives_as_words_is_the_full_softmax(negatives):
+    """bilm-tf's 8192 negatives are the full softmax for vocabularies up to that size (here 32 words), in training too;
+    fewer negatives than words train the sampled loss."""
+    vocabulary, table = Vocabulary.from_file(TRAIN / "vocab.txt"), WordTable(50)
+    assert len(vocabulary) == tiny_config().lm_vocab_size == 32
+    text = EncodedText.encode(sentences_dataset((TRAIN / "data.txt").read_text().splitlines()), table, vocabulary)
+    batch = StreamBatches(text, table, vocabulary, batch_size=2, unroll_steps=6, seed=0).batch(0)
+    torch.manual_seed(0)
+    full = ElmoForPreTraining(tiny_config(lm_negative_samples=0, lm_dropout=0.0)).train()
+    found = {}
+    for count in (negatives, 16, 0):
+        model = ElmoForPreTraining(tiny_config(lm_negative_samples=count, lm_dropout=0.0)).train()
+        model.load_state_dict(full.state_dict())
+        torch.manual_seed(1)
+        found[count] = model(**batch)
+    assert found[negatives].loss.item() == pytest.approx(found[0].loss.item(), rel=1e-6)
+    assert found[negatives].forward_loss.item() == pytest.approx(found[0].forward_loss.item(), rel=1e-6)
+    assert abs(found[16].loss.item() - found[0].loss.item()) > 1e-3
+
+
 # ---- the model ------------------------------------------------------------------------------------------------
 
 
@@ -587,6 +608,117 @@ def test_time_budget_ends_on_time_with_the_schedule_complete(tmp_path):
     # After the warm-up, the linear decay follows the share of the remaining time spent.
     spent = (checkpoint["train_seconds"] - checkpoint["warmup_seconds"]) / (6 - checkpoint["warmup_seconds"])
     assert rates[7] == pytest.approx(0.2 * (1 - spent), rel=1e-6)
+
+
+def test_bf16_mixed_precision_trains_near_the_float32_run(reference_run, tmp_path):
+    """--mixed-precision bf16 (Accelerate's autocast, here on the CPU): recorded in the run's settings, and its losses
+    are finite and near, but not equal to, the float32 reference run's (the same seed, batches and draws)."""
+    folder = tmp_path / "bf16"
+    run_pretrain(tmp_path, *TRAIN_ARGS, "--mixed-precision", "bf16", "--max-steps", 3, "--save-steps", 0,
+                 "--eval-steps", 0, "--output-dir", folder)
+    assert json.loads((folder / "trainer_state.json").read_text())["settings"]["mixed_precision"] == "bf16"
+    assert json.loads((reference_run / "trainer_state.json").read_text())["settings"]["mixed_precision"] == "no"
+    mixed, exact = losses(folder), losses(reference_run)
+    assert sorted(mixed) == [1, 2, 3] and all(math.isfinite(loss) for loss in mixed.values())
+    differences = [abs(mixed[step] - exact[step]) for step in mixed]
+    assert 1e-4 < max(differences) < 0.05, differences
+    assert math.isfinite(json.loads((folder / "eval_results.json").read_text())["forward_perplexity"])
+
+
+def test_epochs_replace_a_presets_time_budget(tmp_path, capsys, monkeypatch):
+    """`make ptb-cpu PTB_ARGS="--epochs 14"`: --epochs turns the preset's 56 minutes off and counts epochs instead;
+    the tiny preset's --epochs 2 trains two epochs' steps."""
+    from modeling.pretrain import parse_args, resolve_settings
+
+    files = ["--train-file", str(TRAIN / "data.txt"), "--output-dir", str(tmp_path / "unused")]
+    timed = resolve_settings(parse_args(["--preset", "ptb-cpu", *files]), 1)
+    assert (timed["max_train_minutes"], timed["epochs"]) == (56.0, 10.0)
+    counted = resolve_settings(parse_args(["--preset", "ptb-cpu", "--epochs", "1", *files]), 1)
+    assert (counted["max_train_minutes"], counted["epochs"]) == (0.0, 1.0)
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    code, err = run_main(capsys, *TRAIN_ARGS, "--epochs", 2, "--save-steps", 0, "--eval-steps", 0, "--output-dir", tmp_path / "run")
+    assert code == 0, err
+    vocabulary, table = Vocabulary.from_file(TRAIN / "vocab.txt"), WordTable(50)
+    text = EncodedText.encode(sentences_dataset((TRAIN / "data.txt").read_text().splitlines()), table, vocabulary)
+    per_epoch = StreamBatches(text, table, vocabulary, batch_size=4, unroll_steps=10, seed=7).steps_per_epoch
+    steps = [record for record in read_log(tmp_path / "run") if "loss" in record]
+    assert per_epoch > 1 and [record["step"] for record in steps] == list(range(1, 2 * per_epoch + 1))
+    assert steps[-1]["epoch"] == 2.0
+
+
+def test_without_a_preset_the_training_options_are_bilm_tfs(tmp_path):
+    """--init-from without --preset, and the released sizes' presets: bilm-tf's recipe (bin/train_elmo.py)."""
+    from modeling.pretrain import parse_args, resolve_settings
+
+    files = ["--train-file", str(TRAIN / "data.txt"), "--output-dir", str(tmp_path / "unused")]
+    bilm_tf = {"optimizer": "adagrad", "learning_rate": 0.2, "batch_size": 128, "unroll_steps": 20, "batching": "stream",
+               "negative_samples": 8192, "dropout": 0.1, "max_grad_norm": 10.0, "epochs": 10.0, "max_train_minutes": 0.0,
+               "lr_scheduler": "constant", "softmax_init": "random", "gradient_accumulation_steps": 1}
+    for choice in (["--init-from", str(tmp_path / "converted")], ["--preset", "small"], ["--preset", "medium"],
+                   ["--preset", "original"]):
+        settings = resolve_settings(parse_args([*choice, *files]), 1)
+        assert {name: settings[name] for name in bilm_tf} == bilm_tf, choice
+
+
+def test_unigram_softmax_init_starts_at_the_unigram_perplexity(tmp_path, capsys, monkeypatch):
+    """--softmax-init unigram: the new model's held-out perplexity at step 0 is the unigram model's of the training
+    text (add-one smoothed; here the held-out text is the training text), whatever the biLM reads."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    code, err = run_main(capsys, *TRAIN_ARGS, "--softmax-init", "unigram", "--max-steps", 0, "--output-dir", tmp_path / "run")
+    assert code == 0, err
+    vocabulary = Vocabulary.from_file(TRAIN / "vocab.txt")
+    sentences = [line.split() for line in (TRAIN / "data.txt").read_text().splitlines() if line.split()]
+    counts = Counter(vocabulary.ids([word for sentence in sentences for word in sentence]).tolist())
+    counts[vocabulary.bos_id] += len(sentences)
+    counts[vocabulary.eos_id] += len(sentences)
+    total = sum(counts.values()) + len(vocabulary)
+    log_p = {word: math.log((counts[word] + 1) / total) for word in range(len(vocabulary))}
+    words = [word for sentence in sentences for word in vocabulary.ids(sentence).tolist()]
+    targets = len(words) + len(sentences)  # each sentence's words, then </S> (forward) or <S> (backward)
+    forward, backward = (math.exp(-(sum(log_p[w] for w in words) + len(sentences) * log_p[boundary]) / targets)
+                         for boundary in (vocabulary.eos_id, vocabulary.bos_id))
+    (evaluation,) = read_log(tmp_path / "run")
+    assert evaluation["step"] == 0 and evaluation["eval_target_words"] == targets
+    assert evaluation["eval_forward_perplexity"] == pytest.approx(forward, rel=1e-5)
+    assert evaluation["eval_backward_perplexity"] == pytest.approx(backward, rel=1e-5)
+    softmax = load_file(tmp_path / "run" / "model.safetensors")
+    assert torch.all(softmax["softmax.weight"] == 0)
+    assert torch.allclose(softmax["softmax.bias"], torch.tensor([log_p[w] for w in range(len(vocabulary))]), atol=1e-6)
+
+
+def test_parameter_counts_in_the_readme_are_the_presets():
+    """The README's presets table (rounded, in millions), the ptb-cpu run's exact count and the default model's, and the
+    presets' own descriptions, against each preset's model built on the meta device (no memory, no time)."""
+    import re
+
+    from modeling.presets import PRESETS
+
+    def count(preset: str, vocab_size: int | None = None, body_only: bool = False) -> int:
+        with torch.device("meta"):
+            if body_only:
+                return sum(p.numel() for p in ElmoModel(ElmoConfig(**PRESETS[preset]["model"])).parameters())
+            model = ElmoForPreTraining(ElmoConfig(**PRESETS[preset]["model"], lm_vocab_size=vocab_size or 32))
+        softmax = 0 if vocab_size else model.softmax.weight.numel() + model.softmax.bias.numel()
+        return sum(p.numel() for p in model.parameters()) - softmax
+
+    readme = (REPO / "README.md").read_text()
+    exact = re.search(r"Parameters: ([\d,]+) \(([\d,]+) without the ([\d,]+)-word softmax\)", readme)
+    ptb_vocabulary = int(exact[3].replace(",", ""))
+    assert (f"{count('ptb-cpu', ptb_vocabulary):,}", f"{count('ptb-cpu'):,}") == (exact[1], exact[2])
+    shipped = re.search(r"\| size \| 2 x 640-cell LSTM .*; ([\d,]+) parameters \|", readme)
+    assert f"{count('default', body_only=True):,}" == shipped[1]
+    rows = re.findall(r"^\| ((?:`[\w-]+`(?:, )?)+) \| [^|]*\(([^()]*M[^()]*)\) \|", readme, re.MULTILINE)
+    stated = {}
+    for names, figures in rows:  # "0.1M parameters", "6.6M with the PTB softmax", "13.6M, 28.0M, 93.6M without softmax"
+        for name, figure in zip(re.findall(r"`([\w-]+)`", names), re.findall(r"([\d.]+)M", figures), strict=True):
+            stated[name] = (figure, "with the PTB softmax" in figures)
+    assert stated.keys() == {"tiny", "ptb-cpu", "small", "medium", "original"}, stated
+    for name, (figure, with_softmax) in stated.items():
+        assert f"{count(name, ptb_vocabulary if with_softmax else None) / 1e6:.1f}" == figure, name
+    for name in ("small", "medium", "original"):
+        described = re.search(r"([\d.]+)M parameters without softmax", PRESETS[name]["description"])[1]
+        assert f"{count(name) / 1e6:.1f}" == described, name
 
 
 def test_command_line_errors_name_the_problem(tmp_path, capsys, monkeypatch):
