@@ -764,6 +764,7 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
     (tmp_path / "latin1.txt").write_bytes("the curse\nof caf\xe9 words\n".encode("latin-1"))
     (tmp_path / "vocab-latin1.txt").write_bytes("<S>\n</S>\n<UNK>\ncaf\xe9\n".encode("latin-1"))
     (tmp_path / "vocab-empty.txt").write_bytes(b"\n\n")
+    (tmp_path / "vocab-twice.txt").write_text("<S>\n</S>\n<UNK>\nthe\nof\nthe\n")
     data = ["--train-file", TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt"]
     cases = [
         (["--train-file", tmp_path / "empty.txt"], "--train-file", "empty.txt: the training file is empty"),
@@ -773,6 +774,16 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
         (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path / "vocab-latin1.txt"], "vocab-latin1.txt: line 4 is not UTF-8", ""),
         (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path / "vocab-empty.txt"], "vocab-empty.txt: the vocabulary file is empty", ""),
         (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path], f"{tmp_path}: is a folder, not a file", ""),
+        (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path / "vocab-twice.txt"],
+         "vocab-twice.txt: word 'the' appears twice (lines 4 and 6)", ""),
+        (["--train-file", TRAIN / "data.txt", "--vocab-size", 3],
+         "--vocab-size must be at least 4 (the 3 special words and one more), got 3", ""),
+        (["--train-file", TRAIN / "data.txt", "--min-count", 0], "--min-count must be at least 1, got 0", ""),
+        ([*data, "--batching", "sentence", "--batch-size", 100_000], "the training text has", "fewer than one batch of 100000"),
+        (["--train-file", tmp_path, TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt"],
+         f"--train-file {tmp_path}: a folder can only be given alone, as a saved datasets dataset", ""),
+        (["--train-file", tmp_path, "--vocab-file", TRAIN / "vocab.txt"],
+         f"--train-file {tmp_path}: not a dataset saved with save_to_disk", ""),
     ]
     for arguments, *expected in cases:
         code, err = run_main(capsys, "--preset", "tiny", *arguments, "--max-steps", 1, "--output-dir", tmp_path / "out")
