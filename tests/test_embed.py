@@ -422,15 +422,21 @@ def stop_after_batches(embedder: ElmoEmbedder, batches: int):
     embedder.model.forward = interrupted
 
 
-def test_a_damaged_batch_file_is_named_and_computed_again(model_path, tmp_path, caplog):
-    lines = fixture_lines()[:20]
-    source = write_lines(tmp_path / "in.txt", lines)
+def interrupted_run(model_path, tmp_path: Path, batches: int):
+    """The first 20 fixture lines embedded 2 at a time, stopped (as Ctrl-C would) after `batches` batches: the
+    embedder, the input, the output it was writing and its folder of finished batches."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
     output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
     embedder = ElmoEmbedder(model_path)
-    stop_after_batches(embedder, 6)
+    stop_after_batches(embedder, batches)
     with pytest.raises(KeyboardInterrupt):
         embedder.embed_file(source, output, batch_size=2, progress=False)
     del embedder.model.forward
+    return embedder, source, output, partial
+
+
+def test_a_damaged_batch_file_is_named_and_computed_again(model_path, tmp_path, caplog):
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 6)
     damaged, missing_line = partial / "00000003.hdf5", partial / "00000004.hdf5"
     damaged.write_bytes(damaged.read_bytes()[:1000])  # cut short, as a full disk or a bad copy leaves it
     with h5py.File(missing_line, "r+") as handle:
@@ -441,18 +447,12 @@ def test_a_damaged_batch_file_is_named_and_computed_again(model_path, tmp_path, 
     assert any(message.startswith(f"{damaged}: is damaged") for message in warnings), warnings
     assert any(message.startswith(f"{missing_line}: has no dataset") for message in warnings), warnings
     embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
-    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines))
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
 
 
 def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_path):
     """A rerun with other settings must not mix its batches with those of the run that was interrupted."""
-    source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
-    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
-    embedder = ElmoEmbedder(model_path)
-    stop_after_batches(embedder, 3)
-    with pytest.raises(KeyboardInterrupt):
-        embedder.embed_file(source, output, batch_size=2, progress=False)
-    del embedder.model.forward
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
     finished = {path.name: path.read_bytes() for path in partial.glob("*.hdf5")}
     assert len(finished) == 3
     with pytest.raises(ValueError) as raised:
