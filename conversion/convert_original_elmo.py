@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from safetensors import safe_open  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
-from hf_elmo.files import check_output_location  # noqa: E402
+from hf_elmo.files import check_output_location, plain_mode  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from conversion.original_format import (  # noqa: E402
@@ -79,13 +79,11 @@ def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool):
 
 
 def _plain_modes(folder: Path) -> None:
-    """Give `folder` and everything in it the modes that mkdir and open would have: mkdtemp makes the folder
-    private (0700) and transformers' save_pretrained its model.safetensors (0600), which a published model is not."""
-    umask = os.umask(0)
-    os.umask(umask)
+    """Give `folder` and everything in it the modes that mkdir and open would: mkdtemp makes the folder private
+    (0700), and transformers' save_pretrained its model.safetensors (0600), which a published model is not."""
     for path in [folder, *folder.rglob("*")]:
         if not path.is_symlink():
-            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+            path.chmod(plain_mode(folder=path.is_dir()))
 
 
 def load_checkpoint(model_dir: str | os.PathLike) -> ElmoModel:

@@ -95,18 +95,24 @@ def check_output_location(path, kind: str, error: type[ValueError] = ValueError,
         raise error(f"{folder}: cannot write there, so {path} cannot be written ({failure.strerror})") from None
 
 
+def plain_mode(folder: bool = False) -> int:
+    """The mode that mkdir (`folder`) or open would give a new entry under this process's umask (mkdtemp's and
+    mkstemp's are private)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if folder else 0o666) & ~umask
+
+
 def write_text_atomically(path, text: str) -> None:
     """Write `text` (UTF-8) to `path`, creating its folder: a reader sees the old file or the whole new one, never
-    a part. The file gets the mode a plain open would give it (mkstemp's are private)."""
+    a part. The file gets the mode a plain open would give it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
+        os.chmod(temporary, plain_mode())
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
