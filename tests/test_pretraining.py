@@ -857,6 +857,24 @@ def test_a_tracker_that_cannot_log_is_refused(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_trackers_log_into_the_output_folder(tmp_path, capsys, monkeypatch):
+    """The run's Accelerator has the output folder for its logging directory, which TensorBoard's events need."""
+    from modeling import pretrain
+
+    made = []
+
+    class Recorded(pretrain.Accelerator):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(pretrain, "Accelerator", Recorded)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    code, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 1, "--eval-steps", 0, "--output-dir", tmp_path / "out")
+    assert code == 0, err
+    assert len(made) == 1 and Path(made[0].logging_dir) == tmp_path / "out"
+
+
 def test_resume_refuses_options_that_would_change_the_training(reference_run, tmp_path, capsys, monkeypatch):
     """A run resumed with other training options would not be the run that was started: refused, naming each."""
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
