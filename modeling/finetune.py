@@ -6,8 +6,8 @@
 MODEL is a converted ELMo folder or Hub id. Feature-based by default, as in Peters et al. (2018): the biLM stays
 frozen and only the task's scalar mix and a linear classifier learn; `--finetune-bilm` trains the biLM too. The
 data comes from `make data` (modeling/task_data.py). The output folder is the trained model with its tokenizer,
-`results.json` (validation after each epoch, test at the end, the majority-class baseline) and a model card
-(README.md) with those results. It is reloaded and must predict exactly as the trained model did before the
+`results.json` (validation after each epoch unless `--max-steps` is given, validation and test at the end, the
+majority-class baseline) and a model card (README.md) with those results. It is reloaded and must predict exactly as the trained model did before the
 script reports success; it is written completely or not at all.
 """
 
@@ -173,6 +173,9 @@ def main(argv=None) -> dict:
             "task": args.task, "model": args.model, "finetune_bilm": args.finetune_bilm, "epochs": args.epochs,
             "max_steps": args.max_steps, "train_examples": len(train), "training_loss": train_output.training_loss,
             "logged_losses": losses,
+            # Trainer's evaluation after each epoch (none with --max-steps), then the final model's.
+            "validation_per_epoch": [{"epoch": entry["epoch"], **_strip(entry)} for entry in trainer.state.log_history
+                                     if "eval_loss" in entry],
             "validation": _strip(trainer.evaluate(encoded["validation"])),
             "test": _strip(trainer.evaluate(encoded["test"], metric_key_prefix="test")),
             "majority_baseline_test": majority_baseline(args.task, train, test),

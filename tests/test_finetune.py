@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
+from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from modeling.finetune import encode, main
 from modeling.metrics import entity_scores, entity_spans
 from modeling.task_data import NER_TAGS, load_conll2003, load_rotten_tomatoes
@@ -107,6 +107,26 @@ def test_a_folder_that_does_not_reload_as_trained_is_refused_and_nothing_is_writ
     with pytest.raises(RuntimeError, match=r"the reloaded model differs"):
         main([*arguments, "--output-dir", str(older), "--overwrite"])
     assert list(tmp_path.iterdir()) == [older] and [p.name for p in older.iterdir()] == ["results.json"]
+
+
+def test_feature_based_by_default_with_validation_after_each_epoch(converted, tmp_path):
+    """Without --finetune-bilm the biLM stays as it was (only the task's mix and classifier learn), and results.json
+    holds the validation after each epoch and the majority-class baseline of the test slice."""
+    source = converted["allennlp-elmo"]
+    returned = main(["--task", "ner", "--model", str(source), "--max-train-examples", "16", "--max-eval-examples", "8",
+                     "--epochs", "2", "--batch-size", "8", "--logging-steps", "1", "--output-dir", str(tmp_path / "ner")])
+    results = json.loads((tmp_path / "ner" / "results.json").read_text())
+    assert results == json.loads(json.dumps(returned))
+    assert [entry["epoch"] for entry in results["validation_per_epoch"]] == [1.0, 2.0]
+    assert all("f1" in entry and "token_accuracy" in entry for entry in results["validation_per_epoch"])
+    assert not results["finetune_bilm"]
+    before = ElmoModel.from_pretrained(source).state_dict()
+    after = ElmoForTokenClassification.from_pretrained(tmp_path / "ner").elmo.state_dict()
+    learned = [name for name in before if not torch.equal(before[name], after[name])]
+    assert learned == ["scalar_mixes.0.scalar_parameters", "scalar_mixes.0.gamma"], learned  # the task's mix only
+    tags = np.concatenate([np.asarray(tags) for tags in load_conll2003()["test"].select(range(8))["ner_tags"]])
+    expected = 100.0 * float((tags == NER_TAGS.index("O")).mean())  # always "O", the most frequent tag
+    assert results["majority_baseline_test"] == pytest.approx({"f1": 0.0, "token_accuracy": expected})
 
 
 def test_sentiment_finetuning_fits_its_slice(converted, tmp_path):
