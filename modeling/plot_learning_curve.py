@@ -9,8 +9,27 @@ matplotlib`; `make ptb-plot` installs it into .venv).
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hf_elmo.files import check_output_location, plain_mode, read_text_file  # noqa: E402
+
+
+def read_log(path: str) -> list[dict]:
+    """The records of a log.jsonl, or a ValueError naming the file and the line that does not read."""
+    records = []
+    for number, line in enumerate(read_text_file(path, "training log").splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise ValueError(f"{path}: line {number} is not a JSON record") from None
+    return records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("error: plotting needs matplotlib: pip install matplotlib", file=sys.stderr)
         return 2
-    records = [json.loads(line) for line in Path(args.log).read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        check_output_location(args.output, "file")
+        records = read_log(args.log)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     training = [r for r in records if "loss" in r]
     evaluations = [r for r in records if "eval_forward_perplexity" in r]
     if not training:
@@ -58,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.title:
         figure.suptitle(args.title)
     figure.tight_layout()
-    figure.savefig(args.output, dpi=120)
+    output = Path(args.output)
+    handle, partial = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".png", dir=output.parent)
+    with os.fdopen(handle, "wb") as picture:  # written whole or not at all
+        figure.savefig(picture, format="png", dpi=120)
+    os.chmod(partial, plain_mode())
+    os.replace(partial, output)
     print(f"wrote {args.output}")
     return 0
 

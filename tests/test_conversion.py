@@ -191,6 +191,10 @@ BAD_INPUTS = {
     "options not an object": (lambda f: (f / "options.json").write_text("[1, 2]"), ["options.json", "holds a JSON list, not an object"]),
     "options file is a folder": (lambda f: ((f / "options.json").unlink(), (f / "options.json").mkdir()), ["options.json: is a folder"]),
     "weight file is a folder": (lambda f: ((f / "weights.hdf5").unlink(), (f / "weights.hdf5").mkdir()), ["weights.hdf5: is a folder"]),
+    "integer dataset": (
+        lambda f: edit_weights(f, lambda h: (h.__delitem__(f"{PREFIX}/B"), h.create_dataset(f"{PREFIX}/B", data=np.zeros(96, np.int32)))),
+        ["weights.hdf5", f"{PREFIX}/B", "has type int32, expected float32"],
+    ),
 }
 
 
@@ -278,6 +282,15 @@ def test_converted_folders_have_the_modes_of_a_plain_folder(original, tmp_path):
         assert stat.S_IMODE(top.stat().st_mode) == 0o750
         assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in top.iterdir()} == dict.fromkeys(
             (path.name for path in top.iterdir()), 0o640)
+
+
+def test_model_id_names_the_model_in_its_card(original, tmp_path, capsys):
+    """--model-id is the name the card's usage code loads; by default, the output folder's name."""
+    args = ["--options-file", original / "options.json", "--weight-file", original / "weights.hdf5"]
+    assert run_main(capsys, *args, "--output-dir", tmp_path / "out", "--model-id", "someone/elmo-test")[0] == 0
+    assert 'AutoModel.from_pretrained("someone/elmo-test")' in (tmp_path / "out" / "README.md").read_text()
+    assert run_main(capsys, *args, "--output-dir", tmp_path / "elmo-here")[0] == 0
+    assert 'AutoModel.from_pretrained("elmo-here")' in (tmp_path / "elmo-here" / "README.md").read_text()
 
 
 def test_to_original_from_a_folder_that_is_not_a_checkpoint(tmp_path, capsys):

@@ -335,6 +335,14 @@ BAD_INPUTS = {
         lambda f: _edit_state(f / "encoder.pkl", lambda s: s.update({"forward_layer_0.state_linearity.bias": torch.zeros(96, dtype=torch.long)})),
         ["encoder.pkl", "forward_layer_0.state_linearity.bias", "int64"],
     ),
+    "no model folder": (lambda f: shutil.rmtree(f), ["model: model folder not found"]),
+    "a model of words only": (
+        lambda f: _edit_json(f / "architecture.json", lambda a: a["token_embedder"].update(char_dim=0)),
+        ["architecture.json", "token_embedder.char_dim is 0 (words only)"],
+    ),
+    "missing word.dic": (lambda f: (f / "word.dic").unlink(), ["word.dic", "not found"]),
+    "weights that are not a state dict": (lambda f: torch.save([torch.zeros(2)], f / "encoder.pkl"),
+                                          ["encoder.pkl: not a state dict (a mapping of tensor names to tensors)"]),
 }
 
 
@@ -351,7 +359,7 @@ def test_bad_input_fails_clearly_and_writes_nothing(tmp_path, capsys, case):
     for text in must_mention:
         assert text in message, (text, message)
     assert not (tmp_path / "out").exists() and not (folder / "ran").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if case == "no model folder" else ["model"])
 
 
 def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, capsys):
@@ -359,6 +367,24 @@ def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, caps
     assert code == 2 and "bilm-tf's form" in capsys.readouterr().err
     code = main(["--to-elmoformanylangs", "--model-dir", str(ELMOFORMANYLANGS / "with_words"), "--output-dir", str(tmp_path / "out")])
     assert code == 2 and "not a Hugging Face checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_model_id_and_language_go_into_the_card(tmp_path, capsys):
+    code = main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir", str(tmp_path / "out"),
+                 "--model-id", "someone/elmo-zhs", "--language", "zh"])
+    assert code == 0, capsys.readouterr().err
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert 'AutoModel.from_pretrained("someone/elmo-zhs")' in card and "language: zh" in card
+
+
+def test_way_back_refuses_a_model_without_skip_connections(converted_elmoformanylangs, tmp_path, capsys):
+    folder = tmp_path / "model"
+    shutil.copytree(converted_elmoformanylangs["with_words"], folder)
+    _edit_json(folder / "config.json", lambda c: c.update(use_skip_connections=False))
+    code = main(["--to-elmoformanylangs", "--model-dir", str(folder), "--output-dir", str(tmp_path / "out")])
+    assert code == 2
+    assert "error: ELMoForManyLangs' biLM always has skip connections; this model has none" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

@@ -812,6 +812,25 @@ def test_evaluate_writes_what_the_run_measured_into_a_new_folder(reference_run, 
     assert_one_error(code, capsys.readouterr().err, f"error: --file {tmp_path / 'empty.txt'}: no sentences")
 
 
+def test_the_learning_curve_is_drawn_from_a_runs_log(reference_run, tmp_path, capsys):
+    """plot_learning_curve.py (make ptb-plot): a PNG from the run's log, one clear error for a log it cannot use."""
+    from modeling import plot_learning_curve
+
+    picture = tmp_path / "curve.png"
+    assert plot_learning_curve.main([str(reference_run / "log.jsonl"), str(picture), "--title", "tiny"]) == 0
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and [p.name for p in tmp_path.iterdir()] == ["curve.png"]
+    capsys.readouterr()
+    (tmp_path / "cut.jsonl").write_text('{"step": 1, "loss": 5.0}\n{"step": 2, "lo')
+    (tmp_path / "evaluations.jsonl").write_text('{"step": 1, "eval_forward_perplexity": 9.0}\n')
+    for log, output, message in [
+        (tmp_path / "missing.jsonl", picture, f"{tmp_path / 'missing.jsonl'}: training log not found"),
+        (tmp_path / "cut.jsonl", picture, f"{tmp_path / 'cut.jsonl'}: line 2 is not a JSON record"),
+        (tmp_path / "evaluations.jsonl", picture, f"{tmp_path / 'evaluations.jsonl'}: no training steps logged"),
+        (reference_run / "log.jsonl", tmp_path, f"{tmp_path}: is a folder; give the path of the file to write"),
+    ]:
+        assert_one_error(plot_learning_curve.main([str(log), str(output)]), capsys.readouterr().err, message)
+
+
 def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     (tmp_path / "train.txt").write_bytes(b"\xef\xbb\xbfthe curse of\nthe end\n")
