@@ -69,6 +69,19 @@ def _fixtures_present():
         pytest.fail(f"ELMo fixtures not found at {FIXTURES}: clone this repository next to shared/")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kernel_choices_of_the_tests(tmp_path_factory):
+    """The tests measure and keep their kernel choices (hf_elmo/fast_linear.py) in a file of their own: they never
+    read the user's (whose choices could change what a test exercises) nor write into it."""
+    previous = os.environ.get("HF_ELMO_KERNEL_CHOICES")
+    os.environ["HF_ELMO_KERNEL_CHOICES"] = str(tmp_path_factory.mktemp("kernel-choices") / "kernels.json")
+    yield
+    if previous is None:
+        os.environ.pop("HF_ELMO_KERNEL_CHOICES", None)
+    else:
+        os.environ["HF_ELMO_KERNEL_CHOICES"] = previous
+
+
 @pytest.fixture(scope="session")
 def converted(tmp_path_factory) -> dict[str, Path]:
     """Each fixture set converted with the project's converter into a Hugging Face folder."""

@@ -538,12 +538,19 @@ def test_cache_is_not_used_in_training_or_with_autograd(fixture_model):
 # ---- opt-in approximate modes ------------------------------------------------------------------------------
 
 
-def test_approximations_report_their_deviation(fixture_model, monkeypatch):
+def force_bfloat16_products(monkeypatch) -> None:
+    """The bf16 mode's bfloat16 products wherever they are candidates, whatever their speed: chosen afresh (no
+    choice of this process or of the file is reused) with a margin that keeps the first candidate."""
+    monkeypatch.setattr(fast_linear, "MARGIN", 1e9)
+    monkeypatch.setattr(fast_linear, "_FASTEST", {})
+
+
+def test_approximations_report_their_deviation(fixture_model, kernel_choices, monkeypatch):
     model, tokenizer = fixture_model
     model = copy.deepcopy(model)
     batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
                       return_tensors="pt")
-    monkeypatch.setattr(fast_linear, "MARGIN", 1e9)  # bf16: bfloat16 products wherever they are candidates
+    force_bfloat16_products(monkeypatch)
     deviations = {kind: approximation_deviation(model, batch, kind) for kind in ("nn_lstm", "int8", "bf16")}
     for kind, per_layer in deviations.items():
         assert len(per_layer) == 3, kind
@@ -561,13 +568,13 @@ def test_approximations_report_their_deviation(fixture_model, monkeypatch):
         model.set_lstm_approximation("fp8")
 
 
-def test_bf16_mode_multiplies_in_bfloat16_and_leaves_the_exact_caches_alone(fixture_model, monkeypatch):
+def test_bf16_mode_multiplies_in_bfloat16_and_leaves_the_exact_caches_alone(fixture_model, kernel_choices, monkeypatch):
     """With bfloat16 products forced (the first candidate, whatever their speed), the bf16 mode runs them
     (oneDNN's), gives float32 outputs a little off the exact ones, and fills a gate cache of its own: the
     exact model's outputs afterwards are bit for bit those from before."""
     model, tokenizer = fixture_model
     model = copy.deepcopy(model)
-    monkeypatch.setattr(fast_linear, "MARGIN", 1e9)
+    force_bfloat16_products(monkeypatch)
     batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[1], is_split_into_words=True, padding=True,
                       return_tensors="pt")
     with torch.no_grad():

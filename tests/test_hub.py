@@ -219,3 +219,13 @@ def test_feature_extraction_pipeline_batched_equals_unbatched(base_path):
         with torch.no_grad():
             direct = model(**tokenizer(text, return_tensors="pt")).last_hidden_state
         assert torch.equal(one, direct)
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_the_card_describes_the_model_it_is_for(layers):
+    """The card's prose and table come from the config: a 1- or 3-layer biLM is not called 2-layer."""
+    model = ElmoModel(ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]], num_highway_layers=1,
+                                 num_lstm_layers=layers))
+    card = render_model_card(model, "someone/elmo-test", source="made by a test")
+    assert f"{layers}-layer biLSTM language model" in card and "2-layer" not in card and "${" not in card
+    assert 'AutoModel.from_pretrained("someone/elmo-test")' in card and "made by a test" in card
