@@ -167,8 +167,10 @@ class GraphedBiLstm:
             else:
                 entry.graph.replay()
         outputs, final_h, final_c = entry.results
-        return (outputs[:, :steps, :batch].transpose(1, 2).contiguous(), final_h[:, :batch].clone(),
-                final_c[:, :batch].clone())
+        # Copies: the next run at this bucket overwrites its buffers (a transpose of one row is contiguous already,
+        # so .contiguous() alone would hand them out).
+        return (outputs[:, :steps, :batch].transpose(1, 2).clone(memory_format=torch.contiguous_format),
+                final_h[:, :batch].clone(), final_c[:, :batch].clone())
 
     def _bucket(self, steps: int, batch: int, like: torch.Tensor) -> _Bucket:
         key = (steps, batch)

@@ -58,6 +58,29 @@ def test_static_loop_at_bucketed_shapes_matches_the_plain_path(trained_layers, d
         layer.cpu()
 
 
+def test_long_batches_in_input_blocks_and_the_bucket_limit(trained_layers, monkeypatch):
+    """The input multiply in blocks of BLOCK_ROWS positions (here 8: blocks of 2 steps for 4 rows, the last one
+    short), the outputs new tensors even for one row, and the least recently used bucket dropped beyond
+    MAX_GRAPHS."""
+    import hf_elmo.cuda_graphs as cuda_graphs
+
+    layer = trained_layers[0]
+    monkeypatch.setattr(cuda_graphs, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(cuda_graphs, "MAX_GRAPHS", 2)
+    runner = GraphedBiLstm(layer, capture=False)
+    with torch.no_grad():
+        for batch, steps in ((4, 7), (1, 8), (3, 5)):
+            inputs, step_mask, h, c = ragged(batch, steps, layer, seed=batch)
+            found = runner(inputs, step_mask, h, c)
+            expected = layer._plain_forward(inputs, step_mask, h, c)
+            assert all(torch.allclose(a, b, rtol=2e-6, atol=2e-6) for a, b in zip(found, expected)), (batch, steps)
+            # Not views of the bucket's results, which a captured graph's next replay overwrites in place.
+            results = runner.buckets[(bucket(steps), bucket(batch))].results
+            storage = {t.untyped_storage().data_ptr() for t in results}
+            assert not storage & {t.untyped_storage().data_ptr() for t in found}, (batch, steps)
+    assert list(runner.buckets) == [(8, 1), (5, 3)]  # (8, 4) was the least recently used
+
+
 def test_bf16_static_loop_stays_close_to_the_exact_one(trained_layers):
     layer = trained_layers[1]
     inputs, step_mask, h, c = ragged(5, 7, layer)
