@@ -242,6 +242,25 @@ def test_kernel_choices_are_shared_by_the_processes_of_a_machine(kernel_choices)
     assert set(linear._prepared) == {"blas"}
 
 
+def test_kernel_choices_are_this_machines_and_survive_a_damaged_file(kernel_choices, monkeypatch):
+    """The file keeps choices per CPU and torch build: another machine's are neither used nor lost. A file that
+    does not read (cut short, say) is measured afresh and written whole again, atomically."""
+    monkeypatch.setattr(fast_linear, "_FASTEST", {})
+    kernels = {"blas": fast_linear.blas_linear}
+    key = json.dumps([["blas"], [9, 5], False, torch.get_num_threads(), 4])
+    other = {"Another CPU; torch 0.0": {key: "onednn"}}
+    kernel_choices.write_text(json.dumps(other))
+    FastLinear(torch.randn(9, 5), kernels=kernels)(torch.randn(3, 5))
+    stored = json.loads(kernel_choices.read_text())
+    assert stored["Another CPU; torch 0.0"] == other["Another CPU; torch 0.0"]
+    assert stored[f"{fast_linear.cpu_name()}; torch {torch.__version__}"] == {key: "blas"}
+    monkeypatch.setattr(fast_linear, "_FASTEST", {})
+    kernel_choices.write_text('{"half a fi')
+    FastLinear(torch.randn(9, 5), kernels=kernels)(torch.randn(3, 5))
+    assert json.loads(kernel_choices.read_text()) == {f"{fast_linear.cpu_name()}; torch {torch.__version__}": {key: "blas"}}
+    assert sorted(p.name for p in kernel_choices.parent.iterdir() if p.name.startswith(".kernels")) == []
+
+
 @pytest.mark.parametrize("kernel", fast_linear.float32_kernels())
 @pytest.mark.parametrize("rows", [1, 3, 300])
 def test_every_float32_kernel_computes_the_exact_product(kernel, rows):
@@ -552,6 +571,7 @@ def test_approximations_report_their_deviation(fixture_model, kernel_choices, mo
                       return_tensors="pt")
     force_bfloat16_products(monkeypatch)
     deviations = {kind: approximation_deviation(model, batch, kind) for kind in ("nn_lstm", "int8", "bf16")}
+    assert all(layer.approximation is None for layer in model.layers)  # the model is left exact
     for kind, per_layer in deviations.items():
         assert len(per_layer) == 3, kind
         assert all(value == value and value < 10 for value in per_layer), kind  # finite
@@ -639,3 +659,35 @@ def test_the_caches_default_sizes_and_turning_them_off(fixture_model):
         again = model(**batch).hidden_states
     assert all(len(cache) == 0 for cache in caches)
     assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(cached, uncached, again))
+
+
+def test_int8_refuses_inputs_off_the_cpu(fixture_model):
+    """int8's products are CPU kernels: inputs on another device get one clear error, not a kernel's."""
+    from hf_elmo.approximate import int8_layer
+
+    layer = fixture_model[0].layers[0]
+    inputs = torch.zeros(2, 1, 3, layer.input_weight.shape[-1], device="meta")
+    with pytest.raises(ValueError, match=r"^the 'int8' approximation runs on CPU only, got inputs on meta$"):
+        int8_layer(layer, inputs, torch.ones(1, 3, dtype=torch.bool), None, None)
+
+
+def test_under_autocast_inference_runs_the_plain_path_without_caches(fixture_model, monkeypatch):
+    """approximate.py: torch.autocast around the model works, through the plain path (no fast path, no cache)."""
+    import hf_elmo.modeling_elmo as modeling
+
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    model.clear_caches()
+    fast_calls = []
+    fast = modeling.fast_bilstm_layer
+    monkeypatch.setattr(modeling, "fast_bilstm_layer", lambda *args, **kwargs: fast_calls.append(1) or fast(*args, **kwargs))
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = outputs(model(**batch))
+        assert fast_calls == [] and len(model.char_encoder.token_cache) == len(model.layers[0].input_gate_cache) == 0
+        exact = outputs(model(**batch))
+    assert fast_calls and len(model.char_encoder.token_cache) > 0  # (without autocast, both are used)
+    assert 0 < largest_difference([m.float() for m in mixed], exact) < 0.5
+
