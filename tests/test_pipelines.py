@@ -113,6 +113,15 @@ def test_token_classification_refuses_a_stride(tagger_folder):
         pipeline("token-classification", model=str(tagger_folder), aggregation_strategy="first", stride=2)
 
 
+def test_token_classification_refuses_input_of_the_other_kind(tagger_folder):
+    """Words where a string is expected and the other way round: transformers' own messages, not a crash later."""
+    tagger = pipeline("token-classification", model=str(tagger_folder))
+    with pytest.raises(ValueError, match=r"^When `is_split_into_words=True`, `sentence` must be a list of words\.$"):
+        tagger("Peter Blackburn", is_split_into_words=True)
+    with pytest.raises(ValueError, match=r"^When `is_split_into_words=False`, `sentence` must be an untokenized string\.$"):
+        tagger([WORDS])
+
+
 @pytest.fixture(scope="module")
 def tiny_bert_folder(tmp_path_factory) -> Path:
     """A random 2-layer BERT tagger with a WordPiece vocabulary written here (some words split into pieces)."""
