@@ -229,3 +229,17 @@ def test_the_card_describes_the_model_it_is_for(layers):
     card = render_model_card(model, "someone/elmo-test", source="made by a test")
     assert f"{layers}-layer biLSTM language model" in card and "2-layer" not in card and "${" not in card
     assert 'AutoModel.from_pretrained("someone/elmo-test")' in card and "made by a test" in card
+
+
+def test_the_default_card_names_a_hub_base_model_but_not_a_local_folder(head_folders):
+    """push_to_hub's card without one given: a model loaded from a Hub id names it (and, for a head, as
+    base_model); one loaded from a folder on this machine names only its class."""
+    from hf_elmo.model_card import default_model_card
+
+    model = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
+    local = default_model_card(model, "someone/tagger")
+    assert "base_model" not in local and str(head_folders["AutoModelForTokenClassification"]) not in local
+    assert "hf-elmo `ElmoForTokenClassification`" in local
+    model.name_or_path = "allenai/elmo-original"  # (as from_pretrained of that Hub id sets it)
+    card = default_model_card(model, "someone/tagger")
+    assert "base_model: allenai/elmo-original" in card and "`allenai/elmo-original`" in card
