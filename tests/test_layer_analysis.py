@@ -1,12 +1,14 @@
 """modeling/layer_analysis.py: the paper's layer analysis, run small on the real task data with a fixture ELMo."""
 
 import json
+from argparse import Namespace
 
 import pytest
 import torch
 
+from hf_elmo import ElmoModel, ElmoTokenizer
 from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START
-from modeling.layer_analysis import INPUTS, LayerInput, main
+from modeling.layer_analysis import INPUTS, Features, LayerInput, LinearProbe, fit, main, pos_accuracy, pos_losses
 
 
 def test_scalar_mix_input_starts_as_the_average_and_single_layers_pick_their_layer():
@@ -16,6 +18,37 @@ def test_scalar_mix_input_starts_as_the_average_and_single_layers_pick_their_lay
     assert torch.equal(LayerInput("layer2", 3)(features), features[:, 2])
     assert torch.equal(LayerInput("untrained", 1)(features[:, :1]), features[:, 0])
     assert {name for name, _ in mix.named_parameters()} == {"scalar_weights", "gamma"}
+
+
+def test_fit_reports_the_test_score_of_the_epoch_with_the_best_validation_score():
+    """A linear probe on words whose tag is the sign of their first feature, trained on the right tags in epoch 2
+    only (on the flipped tags in epochs 1 and 3): validation peaks at epoch 2, and its test score is reported."""
+    generator = torch.Generator().manual_seed(0)
+
+    def split(words: int) -> Features:
+        vectors = torch.randn(words, 1, 4, generator=generator)
+        return Features(vectors.half(), [0, words], (vectors[:, 0, 0] > 0).long())
+
+    splits = {"train": split(512), "validation": split(256), "test": split(256)}
+    epochs, scored = [], {}
+
+    def losses(model, train, generator):
+        epochs.append(len(epochs) + 1)
+        tags = train.labels if epochs[-1] == 2 else 1 - train.labels
+        for _ in range(40):
+            yield from pos_losses(model, Features(train.vectors, train.offsets, tags), generator)
+
+    def score(model, features):
+        name = next(name for name, candidate in splits.items() if candidate is features)
+        scored[epochs[-1], name] = pos_accuracy(model, features)
+        return scored[epochs[-1], name]
+
+    torch.manual_seed(0)
+    best = fit(LinearProbe("layer0", 1, 4, 2), splits, 3, losses, score, Namespace(learning_rate=0.1, seed=0))
+    validation = [scored[epoch, "validation"] for epoch in (1, 2, 3)]
+    assert validation[1] > 90.0 > max(validation[0], validation[2]), scored
+    assert best == {"validation": validation[1], "test": scored[2, "test"], "epoch": 2}
+    assert best["test"] > 90.0
 
 
 def test_layer_analysis_trains_every_input_caches_features_and_fills_the_card(converted, tmp_path):
@@ -40,3 +73,17 @@ def test_layer_analysis_trains_every_input_caches_features_and_fills_the_card(co
     text = card.read_text(encoding="utf-8")
     assert "PLACEHOLDER" not in text and "| (e) learned scalar mix |" in text and text.endswith(f"{LAYER_ANALYSIS_END}\nend\n")
     assert json.loads((tmp_path / "run" / "results.json").read_text())["settings"]["max_sentences"] == 40
+
+    # The cache is keyed by the weights: a model with one weight changed gets features of its own.
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"])
+    with torch.no_grad():
+        model.char_encoder.projection.bias[0] += 1.0
+    model.save_pretrained(tmp_path / "changed")
+    ElmoTokenizer.from_pretrained(converted["allennlp-elmo"]).save_pretrained(tmp_path / "changed")
+    main([*args[:1], str(tmp_path / "changed"), *args[2:], "--inputs", "layer0"])
+    assert [path.stat().st_mtime_ns for path in caches] == stamps
+    new_caches = sorted(set((tmp_path / "run").glob("features-*.pt")) - set(caches))
+    assert len(new_caches) == 12
+    old_features = torch.load(next(path for path in caches if path.name.startswith("features-pos-test-trained-")))
+    new_features = torch.load(next(path for path in new_caches if path.name.startswith("features-pos-test-trained-")))
+    assert not torch.equal(old_features["vectors"], new_features["vectors"])

@@ -419,10 +419,12 @@ def test_optimizer_is_fused_unless_a_parameter_is_not_contiguous(name, fused_dev
     assert (wrong - updated(loop_t, make_optimizer([loop_t], settings, "cpu"))).abs().max() > 1e-3  # (if torch mends its kernel, this exception can go)
 
 
-def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_path):
-    """export_default.py: the biLM without its softmax, and a card with the data, the training time and device,
-    and the perplexities of the previous default model and of this one on both held-out texts."""
-    from modeling.export_default import PREVIOUS_MODEL, export
+def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_path, monkeypatch):
+    """export_default.py: the biLM without its softmax or code files, and a card with the data, the training time
+    and device, the perplexities of the previous default model and of this one on both held-out texts, and the
+    layer-analysis section of the folder it replaces; a model over the size limit is refused, the old folder kept."""
+    import modeling.export_default as export_default
+    from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, PREVIOUS_MODEL, export
 
     sources = tmp_path / "sources.json"
     sources.write_text(json.dumps({"fixture": {"description": "the fixture text", "package": "tests", "license": "-",
@@ -430,10 +432,23 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
     previous_text = tmp_path / "previous.json"
     previous_text.write_text(json.dumps({"forward_perplexity": 41.25, "backward_perplexity": 42.75,
                                          "average_perplexity": 42.0, "target_words": 139}))
-    folder = export(reference_run, sources, tmp_path / "default-model", previous_text)
+    section = "| layer | POS accuracy |\n|---|---|\n| 1 | 0.5 |\n\nMeasured by `make layer-analysis`."
+    replaced = tmp_path / "default-model"
+    replaced.mkdir()
+    (replaced / "README.md").write_text(f"# old card\n\n{LAYER_ANALYSIS_START}\n{section}\n{LAYER_ANALYSIS_END}\n\nold limits\n")
+    (replaced / "model.safetensors").write_bytes(b"the old model")
+    with monkeypatch.context() as patch:
+        patch.setattr(export_default, "MAX_MEGABYTES", 0.01)
+        with pytest.raises(ValueError, match=r"the default model is \d+\.\d MB, over the 0\.01 MB the repository allows"):
+            export(reference_run, sources, replaced, previous_text)
+    assert sorted(path.name for path in replaced.iterdir()) == ["README.md", "model.safetensors"]
+    assert (replaced / "model.safetensors").read_bytes() == b"the old model"
+    folder = export(reference_run, sources, replaced, previous_text)
     model = ElmoModel.from_pretrained(folder)
     assert not any(name.startswith("softmax") for name in load_file(folder / "model.safetensors"))
+    assert (reference_run / "modeling_elmo.py").is_file() and not list(folder.glob("*.py"))
     card = (folder / "README.md").read_text()
+    assert f"{LAYER_ANALYSIS_START}\n{section}\n{LAYER_ANALYSIS_END}" in card and "old limits" not in card
     state = json.loads((reference_run / "trainer_state.json").read_text())
     results = json.loads((reference_run / "eval_results.json").read_text())
     assert "| fixture | the fixture text | tests | - | 1,234 | 56 |" in card
