@@ -147,3 +147,30 @@ def test_brown_validation_and_test_come_from_the_files_held_out_of_pretraining(t
         assert {tuple(r["tags"]) for r in records(split)} == {("np", "vbd", "``", "rb", "''", ".")}
     tagger_train = [" ".join(r["tokens"]) for r in records("train")]
     assert len(tagger_train) == len(set(tagger_train)) == 60 and set(tagger_train) <= set(brown_train)
+
+
+def test_demo_without_matplotlib_says_how_to_get_the_picture(tmp_path, capsys, monkeypatch):
+    """The figures still print; the picture needs matplotlib, and the demo says so instead of failing."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def without_matplotlib(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_matplotlib)
+    results = run_demo(None, str(tmp_path / "senses.png"))
+    out = capsys.readouterr().out
+    assert "(matplotlib is not installed: `pip install matplotlib` to draw the picture)" in out
+    assert results["nearest_sense"]["layer 2"][0] > 0 and not (tmp_path / "senses.png").exists()
+
+
+def test_sense_examples_must_hold_their_word_once():
+    from hf_elmo.demo import load_default, sense_vectors
+
+    model, tokenizer, _ = load_default(None)
+    examples = {"bank": {"river": ["The bank of the bank ."], "money": ["The bank closed ."]}}
+    with pytest.raises(ValueError, match=r"^'The bank of the bank \.' must contain 'bank' exactly once as a word$"):
+        sense_vectors(model, tokenizer, examples)
