@@ -243,3 +243,10 @@ def test_the_default_card_names_a_hub_base_model_but_not_a_local_folder(head_fol
     model.name_or_path = "allenai/elmo-original"  # (as from_pretrained of that Hub id sets it)
     card = default_model_card(model, "someone/tagger")
     assert "base_model: allenai/elmo-original" in card and "`allenai/elmo-original`" in card
+
+
+def test_the_packaged_card_template_is_the_repositorys():
+    """hf_elmo/model_card.md is a link to the model_card.md at the root, so the two cannot drift apart."""
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "hf_elmo" / "model_card.md").is_symlink()
+    assert (root / "hf_elmo" / "model_card.md").read_text() == (root / "model_card.md").read_text()
