@@ -1,12 +1,12 @@
 """`hf-elmo demo`: what contextual vectors are for, shown on repeated and ambiguous words."""
 
 import os
-import tempfile
 from dataclasses import dataclass
 
 import torch
 
 from .default_model import default_model_path
+from .files import atomic_file
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 
@@ -204,18 +204,11 @@ def plot_senses(vectors: SenseVectors, path: str) -> None:
                 axis.legend(fontsize=7, loc="best")
     figure.suptitle("ELMo vectors of ambiguous words by sense (2-D PCA per panel; layer 0 is context-free)")
     figure.tight_layout()
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=folder, suffix=".png")
-    os.close(handle)
     try:
-        figure.savefig(tmp, dpi=90)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        with atomic_file(path, "wb") as picture:
+            figure.savefig(picture, format="png", dpi=90)
     finally:
         plt.close(figure)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def run_demo(model_path: str | None = None, plot_path: str | None = "elmo-senses.png") -> dict:

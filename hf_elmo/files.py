@@ -1,10 +1,11 @@
 """Text input read with one clear error, output locations checked before any work starts, and one run per output.
 
 What every hf-elmo command does with the files it is given (sentences, corpora, vocabularies, model folders, the
-folders and files it writes), so that bad input fails at once with a message naming the file, never after the work
+folders and files it writes, each written whole or not at all), so that bad input fails at once with a message naming the file, never after the work
 or deep inside a library. Messages are `ValueError`s (or the caller's own subclass, `error=`).
 """
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -103,20 +104,28 @@ def plain_mode(folder: bool = False) -> int:
     return (0o777 if folder else 0o666) & ~umask
 
 
-def write_text_atomically(path, text: str) -> None:
-    """Write `text` (UTF-8) to `path`, creating its folder: a reader sees the old file or the whole new one, never
-    a part. The file gets the mode a plain open would give it."""
+@contextlib.contextmanager
+def atomic_file(path, mode: str = "w"):
+    """An open file (`mode` "w" for UTF-8 text, "wb" for bytes) that becomes `path` when the block ends without an
+    error, creating its folder: a reader sees the old file or the whole new one, never a part. The file gets the
+    mode a plain open would give it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
+            yield out
         os.chmod(temporary, plain_mode())
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomically(path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` through `atomic_file`."""
+    with atomic_file(path) as out:
+        out.write(text)
 
 
 def sha256_file(path) -> str:

@@ -9,15 +9,13 @@ matplotlib`; `make ptb-plot` installs it into .venv).
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hf_elmo.files import check_output_location, plain_mode, read_text_file  # noqa: E402
+from hf_elmo.files import atomic_file, check_output_location, read_text_file  # noqa: E402
 
 
 def read_log(path: str) -> list[dict]:
@@ -82,12 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.title:
         figure.suptitle(args.title)
     figure.tight_layout()
-    output = Path(args.output)
-    handle, partial = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".png", dir=output.parent)
-    with os.fdopen(handle, "wb") as picture:  # written whole or not at all
+    with atomic_file(args.output, "wb") as picture:  # written whole or not at all
         figure.savefig(picture, format="png", dpi=120)
-    os.chmod(partial, plain_mode())
-    os.replace(partial, output)
     print(f"wrote {args.output}")
     return 0
 
