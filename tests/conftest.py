@@ -1,12 +1,15 @@
 """Shared test data: the real ELMo fixtures in ../shared/fixtures, converted once per test session."""
 
+import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import site
 import subprocess
 import sys
+import tempfile
 import venv
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +60,15 @@ FIXTURE_SETS = {
     "bilm-tf": FixtureSet("bilm-tf", FIXTURES / "bilm-tf" / "model", "lm_embeddings_sentences.json"),
 }
 MULTILINGUAL_FR = FIXTURES / "allennlp-elmo" / "v0.9.0" / "elmo_multilingual" / "fr"
+# The tests measure and keep their kernel choices (hf_elmo/fast_linear.py) in a file of their own, never reading the
+# user's (whose choices could change what a test exercises) nor writing into it. Set when this file is imported, so
+# that test modules that copy the environment for their subprocesses at import time give them the same file: a run
+# resumed in another process is compared bit for bit with one in this process, so both must take the same kernels.
+_KERNEL_CHOICES = tempfile.mkdtemp(prefix="hf-elmo-test-kernels-")
+atexit.register(shutil.rmtree, _KERNEL_CHOICES, True)
+os.environ["HF_ELMO_KERNEL_CHOICES"] = str(Path(_KERNEL_CHOICES) / "kernels.json")
+
+
 # Tiny models in ELMoForManyLangs' format, made with that package's own code, and its outputs
 # (conversion/make_elmoformanylangs_fixtures.py): "with_words" reads words and characters, "chars_only" characters.
 ELMOFORMANYLANGS = Path(__file__).resolve().parent / "fixtures" / "elmoformanylangs"
@@ -67,19 +79,6 @@ ELMOFORMANYLANGS_MODELS = ("with_words", "chars_only")
 def _fixtures_present():
     if not FIXTURES.is_dir():
         pytest.fail(f"ELMo fixtures not found at {FIXTURES}: clone this repository next to shared/")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _kernel_choices_of_the_tests(tmp_path_factory):
-    """The tests measure and keep their kernel choices (hf_elmo/fast_linear.py) in a file of their own: they never
-    read the user's (whose choices could change what a test exercises) nor write into it."""
-    previous = os.environ.get("HF_ELMO_KERNEL_CHOICES")
-    os.environ["HF_ELMO_KERNEL_CHOICES"] = str(tmp_path_factory.mktemp("kernel-choices") / "kernels.json")
-    yield
-    if previous is None:
-        os.environ.pop("HF_ELMO_KERNEL_CHOICES", None)
-    else:
-        os.environ["HF_ELMO_KERNEL_CHOICES"] = previous
 
 
 @pytest.fixture(scope="session")
