@@ -25,11 +25,39 @@ from .fast_linear import exact_linear
 BLOCK_WORDS = 64
 
 
+def filter_matrix(weight: torch.Tensor) -> torch.Tensor:
+    """A filter's Conv1d weight [n, D, w] as a [w * D, n] matrix, rows by offset, then channel: the layout of a
+    window's characters in `window_products`."""
+    return weight.permute(2, 1, 0).reshape(-1, weight.shape[0])
+
+
+def window_products(chars: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """chars [n, K, D] (a block of words' embedded characters), a filter as `filter_matrix` gives it -> the
+    filter's products with every window of each word [n, K - w + 1, filters], as one matrix multiply."""
+    words, _, dim = chars.shape
+    width = matrix.shape[0] // dim
+    windows = chars.unfold(1, width, 1).transpose(2, 3).reshape(-1, width * dim)  # [n * positions, w * D]
+    return (windows @ matrix).view(words, -1, matrix.shape[1])
+
+
+def blocks_by_length(encoder, char_ids: torch.Tensor, block_words: int) -> tuple[torch.Tensor, list[tuple]]:
+    """The order of the words [N, K] shortest first, and blocks of up to `block_words` of them in that order,
+    each (first word, last word + 1, characters kept): cut after the block's longest word plus the widest
+    filter, since what lies beyond is padding whose windows every word shares (see the module docstring)."""
+    words, length = char_ids.shape
+    positions = torch.arange(1, length + 1, device=char_ids.device)
+    ends = ((char_ids != encoder.pad_char_id) * positions).amax(dim=1)  # where padding starts for good (0: all padding)
+    ends, order = torch.sort(ends, stable=True)
+    ends = ends.tolist()
+    widest = max(conv.kernel_size[0] for conv in encoder.char_cnn)
+    starts = range(0, words, block_words)
+    stops = [min(start + block_words, words) for start in starts]
+    return order, [(start, stop, min(length, ends[stop - 1] + widest)) for start, stop in zip(starts, stops)]
+
+
 def _filter_matrices(encoder) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Per filter: its Conv1d weight [n, D, w] as a [w * D, n] matrix (rows by offset, then channel); and
-    every filter's bias, concatenated [F]."""
-    matrices = [conv.weight.detach().permute(2, 1, 0).reshape(-1, conv.out_channels).contiguous()
-                for conv in encoder.char_cnn]
+    """Per filter its `filter_matrix`; and every filter's bias, concatenated [F]."""
+    matrices = [filter_matrix(conv.weight.detach()).contiguous() for conv in encoder.char_cnn]
     return matrices, torch.cat([conv.bias.detach() for conv in encoder.char_cnn])
 
 
@@ -56,24 +84,14 @@ def _encode(encoder, char_ids: torch.Tensor, word_ids: torch.Tensor | None) -> t
         return _encode(encoder, char_ids.expand(2, -1), None if word_ids is None else word_ids.expand(2))[:1]
     parameters = [p for conv in encoder.char_cnn for p in (conv.weight, conv.bias)]
     matrices, bias = derived_weights(encoder, "char_cnn", _filter_matrices, parameters)
-    words, length = char_ids.shape
-    widest = max(conv.kernel_size[0] for conv in encoder.char_cnn)
-    # Where each word's padding starts for good (0 for a word of padding only), and the words by that end.
-    positions = torch.arange(1, length + 1, device=char_ids.device)
-    ends = ((char_ids != encoder.pad_char_id) * positions).amax(dim=1)
-    ends, order = torch.sort(ends, stable=True)
+    order, blocks = blocks_by_length(encoder, char_ids, BLOCK_WORDS)
     chars = encoder.char_embedding(char_ids.index_select(0, order))  # [N, K, D], shortest word first
-    dim = chars.shape[-1]
-    pooled = chars.new_empty(words, bias.shape[0])
-    for start in range(0, words, BLOCK_WORDS):
-        stop = min(start + BLOCK_WORDS, words)
-        kept = min(length, int(ends[stop - 1]) + widest)
-        block = chars[start:stop, :kept]
+    pooled = chars.new_empty(char_ids.shape[0], bias.shape[0])
+    for start, stop, kept in blocks:
         column = 0
-        for conv, matrix in zip(encoder.char_cnn, matrices):
-            width, count = conv.kernel_size[0], conv.out_channels
-            windows = block.unfold(1, width, 1).transpose(2, 3).reshape(-1, width * dim)  # [n * positions, w * D]
-            products = (windows @ matrix).view(stop - start, kept - width + 1, count)
+        for matrix in matrices:
+            count = matrix.shape[1]
+            products = window_products(chars[start:stop, :kept], matrix)
             torch.amax(products, dim=1, out=pooled[start:stop, column : column + count])
             column += count
     x = encoder.activation(pooled.add_(bias))

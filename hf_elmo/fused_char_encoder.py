@@ -24,12 +24,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from .fast_char_encoder import BLOCK_WORDS, blocks_by_length, filter_matrix, window_products
 from .fused_bilstm import multiply_dtype
-
-
-# Words per block on CPU, as in fast_char_encoder.py: a block's window products stay in cache. On a GPU one block
-# (every distinct word, cut after the longest) keeps the number of launches and host syncs down.
-BLOCK_WORDS = 64
 
 
 def fused_char_encoder_fallback(encoder) -> str | None:
@@ -65,20 +61,10 @@ def fused_char_encoder(encoder, rows: torch.Tensor) -> torch.Tensor:
     -> [N, P] word vectors, as `ElmoCharacterEncoder._plain_forward`, under autograd."""
     distinct, inverse = distinct_words(rows)
     char_ids, word_ids = encoder.split_rows(distinct)
-    # Shortest words first, so that each block is cut after its own longest word.
-    positions = torch.arange(1, char_ids.shape[1] + 1, device=char_ids.device)
-    ends = ((char_ids != encoder.pad_char_id) * positions).amax(dim=1)
-    ends, order = torch.sort(ends, stable=True)
-    widest = max(conv.kernel_size[0] for conv in encoder.char_cnn)
-    words, length = char_ids.shape
-    blocks = []  # (first word, last word + 1, characters kept)
-    if char_ids.device.type == "cpu":  # blocks of BLOCK_WORDS words
-        ends = ends.tolist()
-        for start in range(0, words, BLOCK_WORDS):
-            stop = min(start + BLOCK_WORDS, words)
-            blocks.append((start, stop, min(length, ends[stop - 1] + widest)))
-    elif words:  # one block: on a GPU, fewer launches and one host sync
-        blocks.append((0, words, min(length, int(ends[-1]) + widest)))
+    # Shortest words first, so that each block is cut after its own longest word; on a GPU one block (every distinct
+    # word), which keeps the number of launches and host syncs down.
+    block_words = BLOCK_WORDS if char_ids.device.type == "cpu" else max(char_ids.shape[0], 1)
+    order, blocks = blocks_by_length(encoder, char_ids, block_words)
 
     weight = encoder.char_embedding.weight
     pooled = _CharFilters.apply(char_ids.index_select(0, order), tuple(blocks), multiply_dtype(weight), weight,
@@ -98,9 +84,7 @@ class _CharFilters(torch.autograd.Function):
     @staticmethod
     def forward(ctx, char_ids, blocks, multiply_dtype, embedding, *filters):
         with torch.autocast(char_ids.device.type, enabled=False):
-            dim = embedding.shape[1]
-            # Each filter as a [w * D, n] matrix, rows by offset, then channel: a window's characters in order.
-            matrices = [w.permute(2, 1, 0).reshape(-1, w.shape[0]).to(multiply_dtype) for w in filters]
+            matrices = [filter_matrix(w).to(multiply_dtype) for w in filters]
             total = sum(w.shape[0] for w in filters)
             pooled = embedding.new_empty(char_ids.shape[0], total)
             winners = char_ids.new_empty(char_ids.shape[0], total)  # the window (start position) of each maximum
@@ -109,10 +93,8 @@ class _CharFilters(torch.autograd.Function):
                 chars = F.embedding(char_ids[start:stop, :kept], table)  # [n, kept, D]
                 column = 0
                 for matrix in matrices:
-                    width, count = matrix.shape[0] // dim, matrix.shape[1]
-                    windows = chars.unfold(1, width, 1).transpose(2, 3).reshape(-1, width * dim)
-                    products = (windows @ matrix).view(stop - start, kept - width + 1, count)
-                    values, positions = products.max(dim=1)
+                    count = matrix.shape[1]
+                    values, positions = window_products(chars, matrix).max(dim=1)
                     pooled[start:stop, column : column + count] = values
                     winners[start:stop, column : column + count] = positions
                     column += count

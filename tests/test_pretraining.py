@@ -377,8 +377,8 @@ def test_pretrain_takes_the_fast_path_and_plain_path_gives_the_same_run(referenc
     logs = {}
     for path in ("fast", "plain"):
         calls["layer"] = 0
-        code, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 30, "--save-steps", 0, "--eval-steps", 20,
-                             "--output-dir", tmp_path / path, *(["--plain-path"] if path == "plain" else []))
+        code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 30, "--save-steps", 0, "--eval-steps", 20,
+                                "--output-dir", tmp_path / path, *(["--plain-path"] if path == "plain" else []))
         assert code == 0, err
         assert (calls["layer"] > 0) == (path == "fast"), (path, calls)
         logs[path] = losses(tmp_path / path)
@@ -510,20 +510,12 @@ def test_what_a_crash_inside_a_save_leaves_is_cleaned_up(reference_run, tmp_path
     shutil.copytree(folder / "checkpoint-50", folder / ".checkpoint-45.pruned")
     (folder / ".checkpoint-45.pruned" / "model.safetensors").unlink()  # (half deleted)
     os.replace(folder / "checkpoint-55", folder / ".checkpoint-55.retired")
-    code, out, err = pretrain_main_in_process(capsys, *TRAIN_ARGS, "--max-steps", 60, "--save-steps", 5,
-                                              "--eval-steps", 20, "--output-dir", folder, "--resume")
+    code, out, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 60, "--save-steps", 5, "--eval-steps", 20,
+                              "--output-dir", folder, "--resume")
     assert code == 0, err
     assert f"resumed from {folder / 'checkpoint-55'} at step 55" in out
     assert sorted(p.name for p in folder.iterdir() if "checkpoint" in p.name) == ["checkpoint-50", "checkpoint-55"]
     assert losses(folder) == pytest.approx(losses(reference_run), abs=1e-6)
-
-
-def pretrain_main_in_process(capsys, *args) -> tuple[int, str, str]:
-    from modeling import pretrain
-
-    code = pretrain.main([str(arg) for arg in args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_two_processes_train_one_model(tmp_path):
@@ -652,7 +644,7 @@ def test_epochs_replace_a_presets_time_budget(tmp_path, capsys, monkeypatch):
     assert (counted["max_train_minutes"], counted["epochs"]) == (0.0, 1.0)
 
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
-    code, err = run_main(capsys, *TRAIN_ARGS, "--epochs", 2, "--save-steps", 0, "--eval-steps", 0, "--output-dir", tmp_path / "run")
+    code, _, err = run_main(capsys, *TRAIN_ARGS, "--epochs", 2, "--save-steps", 0, "--eval-steps", 0, "--output-dir", tmp_path / "run")
     assert code == 0, err
     vocabulary, table = Vocabulary.from_file(TRAIN / "vocab.txt"), WordTable(50)
     text = EncodedText.encode(sentences_dataset((TRAIN / "data.txt").read_text().splitlines()), table, vocabulary)
@@ -680,7 +672,7 @@ def test_unigram_softmax_init_starts_at_the_unigram_perplexity(tmp_path, capsys,
     """--softmax-init unigram: the new model's held-out perplexity at step 0 is the unigram model's of the training
     text (add-one smoothed; here the held-out text is the training text), whatever the biLM reads."""
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
-    code, err = run_main(capsys, *TRAIN_ARGS, "--softmax-init", "unigram", "--max-steps", 0, "--output-dir", tmp_path / "run")
+    code, _, err = run_main(capsys, *TRAIN_ARGS, "--softmax-init", "unigram", "--max-steps", 0, "--output-dir", tmp_path / "run")
     assert code == 0, err
     vocabulary = Vocabulary.from_file(TRAIN / "vocab.txt")
     sentences = [line.split() for line in (TRAIN / "data.txt").read_text().splitlines() if line.split()]
@@ -757,11 +749,13 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys, monkeypatch):
 # ---- bad input: one clear error before the work, and a resume that would not continue the run is refused ----------
 
 
-def run_main(capsys, *args) -> tuple[int, str]:
+def run_main(capsys, *args) -> tuple[int, str, str]:
+    """pretrain.py's command line in this process: its exit code, stdout and stderr."""
     from modeling import pretrain
 
     code = pretrain.main([str(arg) for arg in args])
-    return code, capsys.readouterr().err
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def assert_one_error(code: int, err: str, *must_mention: str) -> None:
@@ -801,7 +795,7 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
          f"--train-file {tmp_path}: not a dataset saved with save_to_disk", ""),
     ]
     for arguments, *expected in cases:
-        code, err = run_main(capsys, "--preset", "tiny", *arguments, "--max-steps", 1, "--output-dir", tmp_path / "out")
+        code, _, err = run_main(capsys, "--preset", "tiny", *arguments, "--max-steps", 1, "--output-dir", tmp_path / "out")
         assert_one_error(code, err, *[text for text in expected if text])
     code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "latin1.txt")])
     assert_one_error(code, capsys.readouterr().err, "latin1.txt: line 2 is not UTF-8 text")
@@ -860,7 +854,7 @@ def test_output_folders_that_cannot_be_written_fail_before_the_work(tmp_path, ca
     a_file.write_text("x")
     for output, expected in {a_file: "file.txt: is a file, not a folder", a_file / "run": "file.txt: is a file, so",
                              unwritable_folder(tmp_path) / "run": "cannot write there"}.items():
-        code, err = run_main(capsys, "--preset", "tiny", "--train-file", tmp_path / "none.txt", "--output-dir", output)
+        code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", tmp_path / "none.txt", "--output-dir", output)
         assert_one_error(code, err, expected)
     assert a_file.read_text() == "x"
 
@@ -873,7 +867,7 @@ def test_init_from_a_checkpoint_without_every_biLM_weight_is_refused(converted, 
     state = load_file(folder / "model.safetensors")
     del state["char_encoder.highway.0.carry.bias"]
     save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
-    code, err = run_main(capsys, "--init-from", folder, "--train-file", TRAIN / "data.txt", "--output-dir", tmp_path / "out")
+    code, _, err = run_main(capsys, "--init-from", folder, "--train-file", TRAIN / "data.txt", "--output-dir", tmp_path / "out")
     assert_one_error(code, err, f"--init-from {folder}: not a complete ElmoForPreTraining: it lacks the tensor "
                                 "elmo.char_encoder.highway.0.carry.bias")
 
@@ -886,7 +880,7 @@ def test_a_tracker_that_cannot_log_is_refused(tmp_path, capsys):
     missing = next(name for name in LOGGER_TYPE_TO_CLASS if not getattr(accelerate.utils, f"is_{name}_available")())
     for name, message in [(missing, f"--report-to {missing}: the {missing} package is not installed"),
                           ("tensorbored", "--report-to tensorbored: not one of Accelerate's trackers (aim, ")]:
-        code, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 1, "--output-dir", tmp_path / "out", "--report-to", name)
+        code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 1, "--output-dir", tmp_path / "out", "--report-to", name)
         assert_one_error(code, err, message)
     assert not (tmp_path / "out").exists()
 
@@ -904,7 +898,7 @@ def test_trackers_log_into_the_output_folder(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(pretrain, "Accelerator", Recorded)
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
-    code, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 1, "--eval-steps", 0, "--output-dir", tmp_path / "out")
+    code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 1, "--eval-steps", 0, "--output-dir", tmp_path / "out")
     assert code == 0, err
     assert len(made) == 1 and Path(made[0].logging_dir) == tmp_path / "out"
 
@@ -917,7 +911,7 @@ def test_resume_refuses_options_that_would_change_the_training(reference_run, tm
     common = [*TRAIN_ARGS, "--max-steps", 60, "--save-steps", 5, "--eval-steps", 20, "--output-dir", folder, "--resume"]
     for option, value, named in [("--batch-size", 8, "batch_size=4, now 8"), ("--learning-rate", 0.5, "learning_rate=0.2, now 0.5"),
                                  ("--dropout", 0.3, "dropout=0.1, now 0.3")]:
-        code, err = run_main(capsys, *common, option, value)
+        code, _, err = run_main(capsys, *common, option, value)
         assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: the run was started with other options ({named})",
                          "resume with the original command")
     assert sorted(p.name for p in folder.glob("checkpoint-*")) == ["checkpoint-50", "checkpoint-55"]
@@ -933,7 +927,7 @@ def test_resume_refuses_other_text(reference_run, tmp_path, capsys, monkeypatch)
     for option in ("--train-file", "--validation-file"):
         arguments = [str(a) for a in common]
         arguments[arguments.index(option) + 1] = str(tmp_path / "other.txt")
-        code, err = run_main(capsys, *arguments)
+        code, _, err = run_main(capsys, *arguments)
         assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: {option} is not the text that run was started on",
                          f"now {tmp_path / 'other.txt'}")
 
@@ -956,21 +950,21 @@ def test_resume_refuses_a_checkpoint_with_a_missing_or_damaged_file(reference_ru
     }
     for name, (damage, problem) in damages.items():
         damage(latest / name)
-        code, err = run_main(capsys, *command, "--resume")
+        code, _, err = run_main(capsys, *command, "--resume")
         assert_one_error(code, err, f"--resume {latest}: {problem}, so it cannot continue the run exactly; resume from "
                                     f"{earlier}, the latest complete checkpoint before it: --resume {earlier}")
         (latest / name).write_bytes(kept[name])
     (latest / "optimizer.bin").unlink()
     (earlier / "trainer_state.json").write_text('{"step": 50, "sett')
-    code, err = run_main(capsys, *command, "--resume")
+    code, _, err = run_main(capsys, *command, "--resume")
     assert_one_error(code, err, "its optimizer.bin is missing", "no earlier checkpoint is complete")
-    code, err = run_main(capsys, *command, "--resume", earlier)
+    code, _, err = run_main(capsys, *command, "--resume", earlier)
     assert_one_error(code, err, f"--resume {earlier}: its trainer_state.json does not read")
 
     shutil.rmtree(folder)
     shutil.copytree(reference_run, folder)
     shutil.rmtree(latest)
-    code, err = run_main(capsys, *command, "--resume", earlier)
+    code, _, err = run_main(capsys, *command, "--resume", earlier)
     assert code == 0, err
     expected, found = losses(reference_run), losses(folder)
     assert found.keys() == expected.keys() and all(found[s] == pytest.approx(expected[s], abs=1e-6) for s in expected)
