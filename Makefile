@@ -154,9 +154,10 @@ pretrain-default: default-data
 		--validation-file $(DEFAULT_DATA)/valid.txt --min-count 3 --seed 1 --output-dir $(DEFAULT_RUN) --resume $(DEFAULT_ARGS)
 	$(BIN)/python modeling/export_default.py --run-dir $(DEFAULT_RUN) --sources $(DEFAULT_DATA)/sources.json
 
-# Peters et al. (2018)'s layer analysis with the default model frozen: CoNLL-2003 NER and Brown POS (under an hour).
+# Peters et al. (2018)'s layer analysis with the default model frozen: CoNLL-2003 NER and Brown POS, each task model
+# trained with 3 seeds (under an hour).
 layer-analysis: data
-	$(BIN)/python modeling/layer_analysis.py --conll-dir data --brown-dir data/brown-pos \
+	$(BIN)/python modeling/layer_analysis.py --conll-dir data --brown-dir data/brown-pos --seeds 0 1 2 \
 		--output-dir build/layer-analysis --update-card hf_elmo/default-model/README.md
 
 # ---- ELMoForManyLangs (conversion/convert_elmoformanylangs.py) -------------------------------------------------

@@ -2,13 +2,17 @@
 
     python modeling/layer_analysis.py --conll-dir data --brown-dir data/brown-pos --output-dir build/layer-analysis
 
-With the biLM frozen, the same small task model is trained on six inputs: (a) the character-CNN layer of an
+With the biLM frozen, the same small task model is trained on seven inputs: (a) the character-CNN layer of an
 untrained model of the same size, (b) layer 0 (the trained character CNN), (c) layer 1, (d) layer 2, (e) a learned
-scalar mix of the three, (f) their plain average. Tasks: CoNLL-2003 NER (a 1-layer BiLSTM tagger, entity F1) and
-Brown part-of-speech tagging (a linear probe, as the paper's POS experiment, word accuracy; the split of
-`modeling/default_corpus.py`). Each run keeps the epoch with the best validation score and reports its test score.
+scalar mix of the three, (f) their plain average, and (g) for a model with `use_skip_connections`, whose layer 2
+is the second LSTM's output plus layer 1, that output alone (layer 2 minus layer 1). Tasks: CoNLL-2003 NER (a
+1-layer BiLSTM tagger, entity F1) and Brown part-of-speech tagging (a linear probe, as the paper's POS experiment, word accuracy; the split of
+`modeling/default_corpus.py`). Each run keeps the epoch with the best validation score and reports its test score;
+with several `--seeds` each task model is trained once per seed (its initialisation and the order of its batches),
+the table gives the mean and the standard deviation between seeds, and the findings are judged on the means.
 
-The frozen features of every sentence are computed once and cached in OUTPUT_DIR (keyed by the model's weights);
+The frozen features of every sentence are computed once and cached in OUTPUT_DIR (keyed by the model's weights,
+and for the untrained model by the first seed, which initialises it);
 `results.json` and `results.md` hold the table. `--update-card` writes the table into a model card's
 layer-analysis section (`make layer-analysis` updates the default model's).
 """
@@ -17,6 +21,7 @@ import argparse
 import hashlib
 import json
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +34,7 @@ if __package__ in (None, ""):
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import default_model_path  # noqa: E402
+from hf_elmo.files import write_text_atomically  # noqa: E402
 
 from modeling.export_default import replace_layer_analysis  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
@@ -41,6 +47,7 @@ INPUTS = {
     "layer2": "(d) layer 2: second biLSTM layer",
     "mix": "(e) learned scalar mix",
     "average": "(f) average of the layers",
+    "lstm2_own": "(g) layer 2 without the skip connection (layer 2 minus layer 1)",
 }
 
 
@@ -115,6 +122,8 @@ class LayerInput(nn.Module):
         features = features.float()
         if self.kind in ("untrained", "layer0"):
             return features[..., 0, :]
+        if self.kind == "lstm2_own":  # what the second LSTM adds to layer 1 (use_skip_connections)
+            return features[..., 2, :] - features[..., 1, :]
         if self.kind.startswith("layer"):
             return features[..., int(self.kind[-1]), :]
         if self.kind == "average":
@@ -197,10 +206,12 @@ def pos_losses(model: LinearProbe, train: Features, generator: torch.Generator):
         yield nn.functional.cross_entropy(model(train.vectors[batch]), train.labels[batch])
 
 
-def fit(model: nn.Module, splits: dict[str, Features], epochs: int, losses, score, args) -> dict:
-    """Train with Adam; the test score at the epoch with the best validation score."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
-    generator = torch.Generator().manual_seed(args.seed)
+def fit(model: nn.Module, splits: dict[str, Features], epochs: int, losses, score, learning_rate: float,
+        seed: int) -> dict:
+    """Train with Adam, batches drawn in an order seeded by `seed`; the test score at the epoch with the best
+    validation score."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    generator = torch.Generator().manual_seed(seed)
     best = {"validation": -1.0}
     for epoch in range(1, epochs + 1):
         model.train()
@@ -227,27 +238,77 @@ def read_brown(folder: Path) -> tuple[dict[str, tuple[list, list]], list[str]]:
     return {s: (words, [[index[t] for t in row] for row in rows]) for s, (words, rows) in splits.items()}, tags
 
 
+def over_seeds(runs: list[dict]) -> dict:
+    """The runs of one task model, one per seed, each {"validation", "test", "epoch"} -> their mean validation and
+    test scores, the test scores' standard deviation between seeds (0 for one seed), and the runs."""
+    tests = torch.tensor([run["test"] for run in runs], dtype=torch.float64)
+    return {"validation": sum(run["validation"] for run in runs) / len(runs), "test": tests.mean().item(),
+            "test_sd": tests.std().item() if len(runs) > 1 else 0.0, "runs": runs}
+
+
+def layer_findings(scores: dict) -> list[tuple[str, bool, str]]:
+    """Peters et al.'s findings, judged on the mean test scores `scores[kind][task]` (task "ner" or "pos", each
+    `over_seeds`): (finding, whether it holds, the figures and the margin, with the spread between seeds)."""
+
+    def margin(task: str, kind: str, other: str) -> str:
+        first, second = scores[kind][task], scores[other][task]
+        spread = max(first["test_sd"], second["test_sd"])
+        return (f"{first['test']:.2f} against {second['test']:.2f}, {first['test'] - second['test']:+.2f}"
+                + (f"; standard deviation between seeds up to {spread:.2f}" if spread else ""))
+
+    findings = []
+    if not {"layer0", "layer1", "layer2"} <= scores.keys():
+        return findings
+    for task, name in (("ner", "NER"), ("pos", "POS")):
+        weaker = min(("layer1", "layer2"), key=lambda kind: scores[kind][task]["test"])
+        findings.append((f"{name}: both contextual layers beat the static layer 0",
+                         scores[weaker][task]["test"] > scores["layer0"][task]["test"], margin(task, weaker, "layer0")))
+        if "mix" in scores:
+            best = max(("layer0", "layer1", "layer2"), key=lambda kind: scores[kind][task]["test"])
+            findings.append((f"{name}: the learned mix is at least as good as the best single layer",
+                             scores["mix"][task]["test"] >= scores[best][task]["test"], margin(task, "mix", best)))
+    findings.append(("POS: the first biLSTM layer beats the second",
+                     scores["layer1"]["pos"]["test"] > scores["layer2"]["pos"]["test"], margin("pos", "layer1", "layer2")))
+    return findings
+
+
 def results_markdown(results: dict, settings: dict) -> str:
+    several = len(settings["seeds"]) > 1
+
+    def test_cell(score: dict) -> str:
+        return f"{score['test']:.2f} ± {score['test_sd']:.2f}" if several else f"{score['test']:.2f}"
+
     rows = "\n".join(
-        f"| {INPUTS[kind]} | {r['ner']['test']:.2f} | {r['ner']['validation']:.2f} | {r['pos']['test']:.2f} | "
+        f"| {INPUTS[kind]} | {test_cell(r['ner'])} | {r['ner']['validation']:.2f} | {test_cell(r['pos'])} | "
         f"{r['pos']['validation']:.2f} |"
         for kind, r in results["inputs"].items()
     )
-    findings = "\n".join(f"- {text}: **{'holds' if holds else 'does not hold'}**" for text, holds in results["findings"])
+    findings = "\n".join(f"- {text}: **{'holds' if holds else 'does not hold'}** ({figures})"
+                         for text, holds, figures in results["findings"])
+    seeds = ", ".join(str(seed) for seed in settings["seeds"])
+    if several:
+        protocol = (f"each task model is trained once per seed ({seeds}: its initialisation and the order of its "
+                    "batches), and each cell is the mean over the seeds of the test score at the epoch with the best "
+                    "validation score (± the standard deviation between seeds); the findings compare the means")
+    else:
+        protocol = f"seed {seeds}; each cell is the test score at the epoch with the best validation score"
+    cached = ", with the features of an earlier run (from its cache)" if settings["features_cached"] else ""
+    settings_text = textwrap.fill(
+        f"NER: CoNLL-2003 English ({settings['ner_sentences']}), a 1-layer BiLSTM tagger ({settings['ner_hidden']} "
+        f"units per direction, dropout {settings['dropout']}) over the frozen features, {settings['ner_epochs']} "
+        f"epochs. POS: Brown corpus ({settings['pos_sentences']}; {settings['pos_tags']} tags, the Brown tags without "
+        f"their title, headline, foreign-word and cited markers), a linear probe, {settings['pos_epochs']} epochs. "
+        f"Adam, learning rate {settings['learning_rate']}, batches of {settings['batch_size']} sentences (NER) or 256 "
+        f"words (POS); {protocol}. Features of {settings['model']}; the untrained model has the same size, initialised "
+        f"with seed {settings['seeds'][0]}. The whole run (`make layer-analysis`) took {settings['minutes']:.0f} "
+        f"minutes on 2 CPU cores{cached}.", width=115)
     return f"""| input to the task model | NER test F1 | NER validation F1 | POS test accuracy | POS validation accuracy |
 |---|---|---|---|---|
 {rows}
 
 {findings}
 
-NER: CoNLL-2003 English ({settings['ner_sentences']}), a 1-layer BiLSTM tagger ({settings['ner_hidden']} units per
-direction, dropout {settings['dropout']}) over the frozen features, {settings['ner_epochs']} epochs. POS: Brown
-corpus ({settings['pos_sentences']}; {settings['pos_tags']} tags, the Brown tags without their title, headline,
-foreign-word and cited markers), a linear probe, {settings['pos_epochs']} epochs. Adam, learning rate
-{settings['learning_rate']}, batches of {settings['batch_size']} sentences (NER) or 256 words (POS), seed
-{settings['seed']}; each cell is the test score at the epoch with the best validation score. Features of
-{settings['model']}; the untrained model has the same size, initialised with seed {settings['seed']}. The whole
-run (`make layer-analysis`) took {settings['minutes']:.0f} minutes on 2 CPU cores.
+{settings_text}
 """
 
 
@@ -265,7 +326,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--dropout", type=float, default=0.2)
     parser.add_argument("--max-sentences", type=int, help="use at most this many sentences per split (quick tries)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="train each task model once per seed; the first also initialises the untrained model")
     parser.add_argument("--update-card", type=Path, help="write the table into this model card's layer-analysis section")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -275,7 +337,7 @@ def main(argv=None) -> dict:
     model_path = args.model or default_model_path()
     model = ElmoModel.from_pretrained(model_path).eval()
     tokenizer = ElmoTokenizer.from_pretrained(model_path)
-    torch.manual_seed(args.seed)
+    torch.manual_seed(args.seeds[0])
     untrained = ElmoModel(model.config).eval()
     key = weights_key(model)
 
@@ -288,12 +350,14 @@ def main(argv=None) -> dict:
     if args.max_sentences:
         tasks = {t: {s: (w[: args.max_sentences], l[: args.max_sentences]) for s, (w, l) in splits.items()}
                  for t, splits in tasks.items()}
-    features = {}
+    features, cached = {}, set(output_dir.glob("features-*.pt"))
     for task, splits in tasks.items():
-        for which, encoder, token_only in (("trained", model, False), ("untrained", untrained, True)):
+        # (the trained model's features are the same for every seed; the untrained model is the first seed's)
+        for which, encoder, token_only, seeded in (("trained", model, False, ""),
+                                                    ("untrained", untrained, True, f"-{args.seeds[0]}")):
             features[task, which] = {
                 split: cached_features(
-                    output_dir / f"features-{task}-{split}-{which}-{key}-{args.seed}-{len(words)}.pt",
+                    output_dir / f"features-{task}-{split}-{which}-{key}{seeded}-{len(words)}.pt",
                     lambda: compute_features(encoder, tokenizer, list(words), list(labels), token_only),
                 )
                 for split, (words, labels) in splits.items()
@@ -302,48 +366,43 @@ def main(argv=None) -> dict:
 
     results = {"inputs": {}}
     for kind in args.inputs:
+        if kind == "lstm2_own" and not (model.config.use_skip_connections and model.config.num_lstm_layers >= 2):
+            print(f"{INPUTS[kind]}: left out, this model's layer 2 holds no skip connection from layer 1", flush=True)
+            continue
         which = "untrained" if kind == "untrained" else "trained"
         ner_splits, pos_splits = features["ner", which], features["pos", which]
         num_layers, width = ner_splits["train"].vectors.shape[1:]
-        torch.manual_seed(args.seed)
-        tagger = BiLstmTagger(kind, num_layers, width, args.ner_hidden, len(NER_TAGS), args.dropout)
-        ner = fit(tagger, ner_splits, args.ner_epochs,
-                  lambda m, train, g: ner_losses(m, train, g, args.batch_size), ner_f1, args)
-        torch.manual_seed(args.seed)
-        probe = LinearProbe(kind, num_layers, width, len(brown_tags))
-        pos = fit(probe, pos_splits, args.pos_epochs, pos_losses, pos_accuracy, args)
-        results["inputs"][kind] = {"ner": ner, "pos": pos}
-        print(f"{INPUTS[kind]:42} NER test F1 {ner['test']:6.2f} (validation {ner['validation']:.2f})   "
-              f"POS test accuracy {pos['test']:6.2f} (validation {pos['validation']:.2f})   "
-              f"{time.perf_counter() - started:.0f} s", flush=True)
+        runs = {"ner": [], "pos": []}
+        for seed in args.seeds:
+            torch.manual_seed(seed)
+            tagger = BiLstmTagger(kind, num_layers, width, args.ner_hidden, len(NER_TAGS), args.dropout)
+            runs["ner"].append(fit(tagger, ner_splits, args.ner_epochs,
+                                   lambda m, train, g: ner_losses(m, train, g, args.batch_size), ner_f1,
+                                   args.learning_rate, seed))
+            torch.manual_seed(seed)
+            probe = LinearProbe(kind, num_layers, width, len(brown_tags))
+            runs["pos"].append(fit(probe, pos_splits, args.pos_epochs, pos_losses, pos_accuracy, args.learning_rate, seed))
+            print(f"{INPUTS[kind]:42} seed {seed}: NER test F1 {runs['ner'][-1]['test']:6.2f} "
+                  f"(validation {runs['ner'][-1]['validation']:.2f})   POS test accuracy {runs['pos'][-1]['test']:6.2f} "
+                  f"(validation {runs['pos'][-1]['validation']:.2f})   {time.perf_counter() - started:.0f} s", flush=True)
+        results["inputs"][kind] = {task: over_seeds(task_runs) for task, task_runs in runs.items()}
 
-    scores = {kind: (r["ner"]["test"], r["pos"]["test"]) for kind, r in results["inputs"].items()}
-    findings = []
-    if {"layer0", "layer1", "layer2"} <= scores.keys():
-        for t, name in enumerate(("NER", "POS")):
-            findings.append((f"{name}: both contextual layers beat the static layer 0",
-                             min(scores["layer1"][t], scores["layer2"][t]) > scores["layer0"][t]))
-            if "mix" in scores:
-                findings.append((f"{name}: the learned mix is at least as good as the best single layer",
-                                 scores["mix"][t] >= max(scores[f"layer{j}"][t] for j in range(3))))
-        findings.append(("POS: the first biLSTM layer beats the second", scores["layer1"][1] > scores["layer2"][1]))
-    results["findings"] = findings
+    results["findings"] = layer_findings(results["inputs"])
     split_sizes = lambda splits: " / ".join(f"{len(words):,}" for words, _ in splits.values())  # noqa: E731
     settings = {**{k: v for k, v in vars(args).items() if k != "update_card"},
                 "model": args.model or "the default model (hf_elmo/default-model)",
                 "ner_sentences": f"{split_sizes(tasks['ner'])} sentences",
                 "pos_sentences": f"{split_sizes(tasks['pos'])} sentences", "pos_tags": len(brown_tags),
-                "minutes": (time.perf_counter() - started) / 60}
+                "minutes": (time.perf_counter() - started) / 60,
+                "features_cached": cached >= set(output_dir.glob("features-*.pt"))}
     results["settings"] = settings
     markdown = results_markdown(results, settings)
-    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    (output_dir / "results.md").write_text(markdown, encoding="utf-8")
+    write_text_atomically(output_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    write_text_atomically(output_dir / "results.md", markdown)
     print(f"\n{markdown}\nwritten: {output_dir / 'results.md'}")
     if args.update_card:
         card = args.update_card.read_text(encoding="utf-8")
-        tmp = args.update_card.with_name(args.update_card.name + ".tmp")
-        tmp.write_text(replace_layer_analysis(card, markdown), encoding="utf-8")
-        tmp.replace(args.update_card)
+        write_text_atomically(args.update_card, replace_layer_analysis(card, markdown))
         print(f"updated: {args.update_card}")
     return results
 

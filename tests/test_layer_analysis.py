@@ -1,8 +1,6 @@
 """modeling/layer_analysis.py: the paper's layer analysis, run small on the real task data with a fixture ELMo."""
 
 import json
-from argparse import Namespace
-
 import pytest
 import torch
 
@@ -18,6 +16,17 @@ def test_scalar_mix_input_starts_as_the_average_and_single_layers_pick_their_lay
     assert torch.equal(LayerInput("layer2", 3)(features), features[:, 2])
     assert torch.equal(LayerInput("untrained", 1)(features[:, :1]), features[:, 0])
     assert {name for name, _ in mix.named_parameters()} == {"scalar_weights", "gamma"}
+    assert torch.equal(LayerInput("lstm2_own", 3)(features), features[:, 2] - features[:, 1])
+
+
+def test_the_second_lstm_alone_is_left_out_for_a_model_without_skip_connections(converted, tmp_path):
+    config = ElmoModel.from_pretrained(converted["allennlp-elmo"]).config
+    config.use_skip_connections = False
+    ElmoModel(config).save_pretrained(tmp_path / "no-skip")
+    ElmoTokenizer.from_pretrained(converted["allennlp-elmo"]).save_pretrained(tmp_path / "no-skip")
+    results = main(["--model", str(tmp_path / "no-skip"), "--output-dir", str(tmp_path / "run"), "--max-sentences", "10",
+                    "--ner-epochs", "1", "--pos-epochs", "1", "--inputs", "layer0", "lstm2_own"])
+    assert list(results["inputs"]) == ["layer0"]
 
 
 def test_fit_reports_the_test_score_of_the_epoch_with_the_best_validation_score():
@@ -44,7 +53,7 @@ def test_fit_reports_the_test_score_of_the_epoch_with_the_best_validation_score(
         return scored[epochs[-1], name]
 
     torch.manual_seed(0)
-    best = fit(LinearProbe("layer0", 1, 4, 2), splits, 3, losses, score, Namespace(learning_rate=0.1, seed=0))
+    best = fit(LinearProbe("layer0", 1, 4, 2), splits, 3, losses, score, learning_rate=0.1, seed=0)
     validation = [scored[epoch, "validation"] for epoch in (1, 2, 3)]
     assert validation[1] > 90.0 > max(validation[0], validation[2]), scored
     assert best == {"validation": validation[1], "test": scored[2, "test"], "epoch": 2}
@@ -60,7 +69,8 @@ def test_layer_analysis_trains_every_input_caches_features_and_fills_the_card(co
     assert list(results["inputs"]) == list(INPUTS)
     for scores in results["inputs"].values():
         assert 0.0 <= scores["ner"]["test"] <= 100.0 and 0.0 <= scores["pos"]["test"] <= 100.0
-        assert scores["ner"]["epoch"] in (1, 2)
+        assert [run["epoch"] in (1, 2) for run in scores["ner"]["runs"]] == [True]
+        assert scores["ner"]["test_sd"] == 0.0  # (one seed)
     # A trained character CNN, even the fixture's tiny one, tags Brown words better than an untrained one.
     pos = {kind: scores["pos"]["test"] for kind, scores in results["inputs"].items()}
     assert pos["layer0"] > pos["untrained"] + 5.0
@@ -68,8 +78,12 @@ def test_layer_analysis_trains_every_input_caches_features_and_fills_the_card(co
     caches = sorted((tmp_path / "run").glob("features-*.pt"))
     assert len(caches) == 12  # 2 tasks x 3 splits x (trained, untrained)
     stamps = [path.stat().st_mtime_ns for path in caches]
+    first_text = " ".join((tmp_path / "run" / "results.md").read_text(encoding="utf-8").split())
     assert main(args)["inputs"] == results["inputs"]  # same seed, cached features: the same numbers
     assert [path.stat().st_mtime_ns for path in caches] == stamps
+    # The table says when its features came from an earlier run's cache (its time then leaves their computation out).
+    again_text = " ".join((tmp_path / "run" / "results.md").read_text(encoding="utf-8").split())
+    assert "earlier run" not in first_text and "with the features of an earlier run (from its cache)." in again_text
     text = card.read_text(encoding="utf-8")
     assert "PLACEHOLDER" not in text and "| (e) learned scalar mix |" in text and text.endswith(f"{LAYER_ANALYSIS_END}\nend\n")
     assert json.loads((tmp_path / "run" / "results.json").read_text())["settings"]["max_sentences"] == 40
@@ -87,3 +101,37 @@ def test_layer_analysis_trains_every_input_caches_features_and_fills_the_card(co
     old_features = torch.load(next(path for path in caches if path.name.startswith("features-pos-test-trained-")))
     new_features = torch.load(next(path for path in new_caches if path.name.startswith("features-pos-test-trained-")))
     assert not torch.equal(old_features["vectors"], new_features["vectors"])
+
+
+def test_several_seeds_train_each_task_model_once_per_seed_and_judge_the_findings_on_the_means(converted, tmp_path):
+    """`--seeds 0 1`: every task model twice, the table's cells the mean with the spread between the seeds, the
+    findings on the means, with their margins; the trained model's features serve every seed (computed once)."""
+    common = ["--model", str(converted["allennlp-elmo"]), "--output-dir", str(tmp_path / "run"), "--max-sentences", "40",
+              "--ner-epochs", "1", "--pos-epochs", "2", "--learning-rate", "0.05"]
+    single = {seed: main([*common, "--seeds", str(seed)]) for seed in (0, 1)}
+    trained = sorted((tmp_path / "run").glob("features-*-trained-*.pt"))
+    assert len(trained) == 6 and len(list((tmp_path / "run").glob("features-*-untrained-*.pt"))) == 12
+    stamps = [path.stat().st_mtime_ns for path in trained]
+    both = main([*common, "--seeds", "0", "1"])
+    assert [path.stat().st_mtime_ns for path in trained] == stamps
+    for kind, scores in both["inputs"].items():
+        for task in ("ner", "pos"):
+            runs = [single[seed]["inputs"][kind][task]["runs"][0] for seed in (0, 1)]
+            # (the untrained model is the first seed's in both runs: the single run of seed 1 had another one)
+            assert scores[task]["runs"] == (runs if kind != "untrained" else runs[:1] + scores[task]["runs"][1:])
+            tests = [run["test"] for run in scores[task]["runs"]]
+            assert scores[task]["test"] == pytest.approx(sum(tests) / 2)
+            assert scores[task]["test_sd"] == pytest.approx(abs(tests[0] - tests[1]) / 2 ** 0.5)
+    assert any(single[0]["inputs"][kind][task] != single[1]["inputs"][kind][task]
+               for kind in both["inputs"] for task in ("ner", "pos"))  # (the seed reaches the task models)
+    mean = {kind: {task: both["inputs"][kind][task]["test"] for task in ("ner", "pos")} for kind in both["inputs"]}
+    text, holds, figures = both["findings"][-1]
+    assert text == "POS: the first biLSTM layer beats the second"
+    assert holds == (mean["layer1"]["pos"] > mean["layer2"]["pos"])
+    assert figures.startswith(f"{mean['layer1']['pos']:.2f} against {mean['layer2']['pos']:.2f}, "
+                              f"{mean['layer1']['pos'] - mean['layer2']['pos']:+.2f}")
+    markdown = (tmp_path / "run" / "results.md").read_text(encoding="utf-8")
+    prose = " ".join(markdown.split())  # (the settings paragraph is wrapped)
+    sd = both["inputs"]["mix"]["ner"]["test_sd"]
+    assert f"| (e) learned scalar mix | {mean['mix']['ner']:.2f} ± {sd:.2f} |" in markdown
+    assert "once per seed (0, 1" in prose and "seed 0;" not in prose
