@@ -233,12 +233,11 @@ def main() -> int:
     smoke = " --smoke: tiny sizes, a few steps, the figures check the script only" if SMOKE else ""
     if args.output is None and not SMOKE:
         args.output = str(Path(__file__).parent / "GPU_RESULTS.md")
-    output = open(args.output, "a", encoding="utf-8") if args.output else None
+    output = open(args.output or os.devnull, "a", encoding="utf-8")
 
     def report(line: str) -> None:
-        if output is not None:
-            output.write(line + "\n")
-            output.flush()
+        output.write(line + "\n")
+        output.flush()
         print(line, flush=True)
 
     for line in ["", "## Training", "", f"On {where}, torch {torch.__version__} (`benchmarks/gpu_train_bench.py`"
@@ -262,8 +261,7 @@ def main() -> int:
             report(f"- {line}")
     report("")
     report(f"Training section: {time.time() - start:.0f} s.")
-    if output is not None:
-        output.close()
+    output.close()
     return 0
 
 

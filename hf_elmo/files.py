@@ -1,8 +1,9 @@
 """Text input read with one clear error, output locations checked before any work starts, and one run per output.
 
 What every hf-elmo command does with the files it is given (sentences, corpora, vocabularies, model folders, the
-folders and files it writes, each written whole or not at all), so that bad input fails at once with a message naming the file, never after the work
-or deep inside a library. Messages are `ValueError`s (or the caller's own subclass, `error=`).
+folders and files it writes, each written whole or not at all), so that bad input fails at once with a message
+naming the file, never after the work or deep inside a library. Messages are `ValueError`s (or the caller's own
+subclass, `error=`).
 """
 
 import contextlib

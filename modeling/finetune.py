@@ -7,8 +7,8 @@ MODEL is a converted ELMo folder or Hub id. Feature-based by default, as in Pete
 frozen and only the task's scalar mix and a linear classifier learn; `--finetune-bilm` trains the biLM too. The
 data comes from `make data` (modeling/task_data.py). The output folder is the trained model with its tokenizer,
 `results.json` (validation after each epoch unless `--max-steps` is given, validation and test at the end, the
-majority-class baseline) and a model card (README.md) with those results. It is reloaded and must predict exactly as the trained model did before the
-script reports success; it is written completely or not at all.
+majority-class baseline) and a model card (README.md) with those results. It is reloaded and must predict exactly
+as the trained model did before the script reports success; it is written completely or not at all.
 """
 
 import argparse

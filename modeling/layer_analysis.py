@@ -34,7 +34,7 @@ if __package__ in (None, ""):
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import default_model_path  # noqa: E402
-from hf_elmo.files import write_text_atomically  # noqa: E402
+from hf_elmo.files import atomic_file, write_text_atomically  # noqa: E402
 
 from modeling.export_default import replace_layer_analysis  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
@@ -102,9 +102,8 @@ def cached_features(cache: Path, compute) -> Features:
     if cache.is_file():
         return Features(**torch.load(cache))
     features = compute()
-    tmp = cache.with_name(cache.name + ".tmp")
-    torch.save(features.__dict__, tmp)
-    tmp.replace(cache)
+    with atomic_file(cache, "wb") as out:
+        torch.save(features.__dict__, out)
     return features
 
 

@@ -1,10 +1,9 @@
 """Shared test data: the real ELMo fixtures in ../shared/fixtures, converted once per test session."""
 
-import atexit
 import contextlib
 import json
 import os
-import shutil
+import re
 import signal
 import site
 import subprocess
@@ -19,10 +18,18 @@ import numpy as np
 import pytest
 import torch
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+FIXTURES = REPO.parent / "shared" / "fixtures"
 # Where the exactness tests run: the CPU always, and a CUDA device where this machine has one (CI has none;
 # the GPU check of benchmarks/gpu.sh runs them there).
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def readme_python_block(after: str) -> str:
+    """The code of the README's first ```python block after the text `after`."""
+    section = README.read_text(encoding="utf-8").split(after)[1]
+    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
 
 
 @dataclass(frozen=True)
@@ -64,9 +71,8 @@ MULTILINGUAL_FR = FIXTURES / "allennlp-elmo" / "v0.9.0" / "elmo_multilingual" / 
 # user's (whose choices could change what a test exercises) nor writing into it. Set when this file is imported, so
 # that test modules that copy the environment for their subprocesses at import time give them the same file: a run
 # resumed in another process is compared bit for bit with one in this process, so both must take the same kernels.
-_KERNEL_CHOICES = tempfile.mkdtemp(prefix="hf-elmo-test-kernels-")
-atexit.register(shutil.rmtree, _KERNEL_CHOICES, True)
-os.environ["HF_ELMO_KERNEL_CHOICES"] = str(Path(_KERNEL_CHOICES) / "kernels.json")
+_KERNEL_CHOICES = tempfile.TemporaryDirectory(prefix="hf-elmo-test-kernels-")  # (removed when the tests end)
+os.environ["HF_ELMO_KERNEL_CHOICES"] = str(Path(_KERNEL_CHOICES.name) / "kernels.json")
 
 
 # Tiny models in ELMoForManyLangs' format, made with that package's own code, and its outputs

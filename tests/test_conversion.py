@@ -241,12 +241,14 @@ def test_failed_verification_leaves_nothing(original, tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["original"]
 
 
-@pytest.mark.parametrize("damage", ["weight", "config"])
-def test_verification_refuses_a_saved_folder_that_does_not_reproduce_the_model(original, tmp_path, monkeypatch, damage):
+@pytest.mark.parametrize("damage, expected", [
+    ("weight", "reloaded weight char_encoder.projection.weight differs from the converted one"),
+    ("config", "reloaded model differs at output 1 by"),
+])
+def test_verification_refuses_a_saved_folder_that_does_not_reproduce_the_model(original, tmp_path, monkeypatch, damage,
+                                                                               expected):
     """The reload check itself: a saved folder whose weights, or whose config, would give another model than the
     converted one is refused with what differs, and nothing is left behind."""
-    import conversion.convert_original_elmo as converter
-
     save = ElmoModel.save_pretrained
 
     def damaged_save(self, folder, **kwargs):
@@ -257,15 +259,11 @@ def test_verification_refuses_a_saved_folder_that_does_not_reproduce_the_model(o
             state["char_encoder.projection.weight"] += 1e-3
             save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
         else:  # the same weights, read with a much tighter projection clip
-            config = json.loads((folder / "config.json").read_text())
-            config["proj_clip"] = 0.01
-            (folder / "config.json").write_text(json.dumps(config))
+            edit_config(folder, proj_clip=0.01)
 
     monkeypatch.setattr(ElmoModel, "save_pretrained", damaged_save)
-    expected = {"weight": "reloaded weight char_encoder.projection.weight differs from the converted one",
-                "config": "reloaded model differs at output 1 by"}[damage]
     with pytest.raises(ConversionError, match=expected):
-        converter.convert_original_to_hf(original / "options.json", original / "weights.hdf5", tmp_path / "out")
+        convert_original_to_hf(original / "options.json", original / "weights.hdf5", tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["original"]
 
 
@@ -280,8 +278,8 @@ def test_converted_folders_have_the_modes_of_a_plain_folder(original, tmp_path):
         os.umask(umask)
     for top in (folder, back):
         assert stat.S_IMODE(top.stat().st_mode) == 0o750
-        assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in top.iterdir()} == dict.fromkeys(
-            (path.name for path in top.iterdir()), 0o640)
+        modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in top.iterdir()}
+        assert modes == dict.fromkeys(modes, 0o640)
 
 
 def test_model_id_names_the_model_in_its_card(original, tmp_path, capsys):

@@ -3,6 +3,7 @@
 import io
 import json
 import re
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -13,10 +14,12 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from conftest import README
+
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
 from hf_elmo.default_model import DEFAULT_MODEL_DIR, default_model_path
-from hf_elmo.demo import SENSE_EXAMPLES, run_demo
+from hf_elmo.demo import SENSE_EXAMPLES, load_default, run_demo, sense_vectors
 import modeling.default_corpus as default_corpus
 from modeling.default_corpus import (HOLD_OUT_EVERY, SOURCES, brown_tagged_documents, build, simplify_brown_tag,
                                      split_chinese_sentences, split_sentences, write_brown_pos)
@@ -37,8 +40,7 @@ def test_default_model_loads_offline_through_automodel(monkeypatch):
 
 def test_embedder_and_embed_command_use_the_default_model(tmp_path):
     """ElmoEmbedder() and `hf-elmo embed` without --model give the default model's vectors."""
-    model = ElmoModel.from_pretrained(default_model_path()).eval()
-    tokenizer = ElmoTokenizer.from_pretrained(default_model_path())
+    model, tokenizer, _ = load_default(None)
     with torch.no_grad():
         layers = model(**tokenizer([["I", "eat", "an", "apple", "."]], is_split_into_words=True, return_tensors="pt"))
     expected = torch.stack(layers.hidden_states)[:, 0].numpy()  # [3, 5, 2P]
@@ -67,7 +69,7 @@ def test_demo_separates_the_senses_with_the_default_model(tmp_path, capsys):
     # The biLSTM layers tell the senses apart from their contexts well above chance (a coin would get half).
     assert max(scores["layer 1"][0], scores["layer 2"][0]) >= 0.6 * occurrences
     # The README shows this output: its figures are this model's.
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = README.read_text(encoding="utf-8")
     block = readme.split("into `build/elmo-senses.png`. With the default model:\n\n```\n")[1].split("```")[0]
     for label, values in cosines.items():
         line = next(line for line in block.splitlines() if line.startswith(label))
@@ -151,16 +153,7 @@ def test_brown_validation_and_test_come_from_the_files_held_out_of_pretraining(t
 
 def test_demo_without_matplotlib_says_how_to_get_the_picture(tmp_path, capsys, monkeypatch):
     """The figures still print; the picture needs matplotlib, and the demo says so instead of failing."""
-    import builtins
-
-    real_import = builtins.__import__
-
-    def without_matplotlib(name, *args, **kwargs):
-        if name == "matplotlib" or name.startswith("matplotlib."):
-            raise ImportError(f"No module named {name!r}")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", without_matplotlib)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # (importing it then raises ImportError)
     results = run_demo(None, str(tmp_path / "senses.png"))
     out = capsys.readouterr().out
     assert "(matplotlib is not installed: `pip install matplotlib` to draw the picture)" in out
@@ -168,8 +161,6 @@ def test_demo_without_matplotlib_says_how_to_get_the_picture(tmp_path, capsys, m
 
 
 def test_sense_examples_must_hold_their_word_once():
-    from hf_elmo.demo import load_default, sense_vectors
-
     model, tokenizer, _ = load_default(None)
     examples = {"bank": {"river": ["The bank of the bank ."], "money": ["The bank closed ."]}}
     with pytest.raises(ValueError, match=r"^'The bank of the bank \.' must contain 'bank' exactly once as a word$"):

@@ -17,7 +17,7 @@ import torch
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.lexicon import read_dictionary
 
-from conftest import DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS
+from conftest import DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, README, readme_python_block
 from conversion.convert_elmoformanylangs import convert_hf_to_elmoformanylangs, main
 
 SENTENCES = json.loads((ELMOFORMANYLANGS / "sentences.json").read_text(encoding="utf-8"))
@@ -423,9 +423,9 @@ def test_bilm_tf_format_refuses_a_character_vocabulary(converted_elmoformanylang
 def test_the_readmes_tian_example(converted_elmoformanylangs, tmp_path, monkeypatch):
     """The 天 example of "Converting ELMoForManyLangs models" runs as written on the tests' model with word input,
     with the shapes and similarities the README gives."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("the 天 example of the introduction reads:")[1]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    marker = "the 天 example of the introduction reads:"
+    section = README.read_text(encoding="utf-8").split(marker)[1]
+    code = readme_python_block(marker)
     code = code.replace("\n[torch.cosine_similarity", "\nsimilarities = [torch.cosine_similarity")
     code = code.replace('"elmo-zhs"', repr(str(converted_elmoformanylangs["with_words"])))
     monkeypatch.chdir(tmp_path)
@@ -438,4 +438,3 @@ def test_the_readmes_tian_example(converted_elmoformanylangs, tmp_path, monkeypa
     segmented = tokenizer([["天气", "不错", "！", "小天", "你", "说", "是", "吗", "？"]], is_split_into_words=True,
                           return_tensors="pt")
     assert list(segmented["input_ids"].shape) == [1, 9, 50]
-

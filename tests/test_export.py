@@ -1,27 +1,19 @@
 """torch.export of ELMo for inference, as the README shows it: the README's example runs as written (on the fixture
 model), and the exported program gives the eager model's outputs on another batch, within 1e-5."""
 
-import re
-from pathlib import Path
-
 import pytest
 import torch
 from torch.export import Dim
 from transformers.exporters.utils import get_leaf_tensors
 
+from conftest import readme_python_block
+
 from hf_elmo import ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
-
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def readme_export_example() -> str:
-    section = README.read_text(encoding="utf-8").split("## Exporting with `torch.export`")[1]
-    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
 
 
 def test_the_readmes_export_example(converted, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code = readme_export_example().replace('"elmo-original"', repr(str(converted["allennlp-elmo"])))
+    code = readme_python_block("## Exporting with `torch.export`").replace('"elmo-original"', repr(str(converted["allennlp-elmo"])))
     namespace = {}
     exec(compile(code, "README.md", "exec"), namespace)
     assert (tmp_path / "elmo-16-words.pt2").exists()
@@ -61,8 +53,8 @@ def test_the_pretraining_model_exports_with_a_batch_axis(converted):
             states = model(**dict(tokenizer(previous, padding=True, return_tensors="pt"))).final_states
         return {**tokenizer(texts, padding="max_length", max_length=9, return_tensors="pt"), "initial_states": states}
 
-    batch = Dim("batch")
-    dynamic = {"input_ids": {0: batch}, "attention_mask": {0: batch}, "initial_states": ({1: batch},) * 2,
+    batch_dim = Dim("batch")
+    dynamic = {"input_ids": {0: batch_dim}, "attention_mask": {0: batch_dim}, "initial_states": ({1: batch_dim},) * 2,
                "output_hidden_states": None}
     example = encode(["I eat an apple .", "Hello"], ["<S> It is", "<S> Yes"])
     with torch.no_grad():

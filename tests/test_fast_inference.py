@@ -76,6 +76,13 @@ def test_fast_path_matches_plain_path_over_chained_batches(converted, name, devi
     assert len(model.char_encoder.token_cache) > 0  # the fast path really ran
 
 
+def count_steps(layer) -> list[int]:
+    """The LSTM steps (positions of the step mask) that each later call of the biLSTM layer `layer` runs."""
+    steps_run = []
+    layer.register_forward_pre_hook(lambda layer, args: steps_run.append(int(args[1].sum())))
+    return steps_run
+
+
 @pytest.mark.parametrize("do_layer_norm", [False, True])
 @pytest.mark.parametrize("fast", [True, False])
 def test_without_final_states_the_last_step_is_skipped_and_no_output_changes(fixture_model, fast, do_layer_norm):
@@ -83,8 +90,7 @@ def test_without_final_states_the_last_step_is_skipped_and_no_output_changes(fix
     model = copy.deepcopy(model) if fast else plain(model)
     for mix in model.scalar_mixes:
         mix.do_layer_norm = do_layer_norm
-    steps_run = []
-    model.layers[0].register_forward_pre_hook(lambda layer, args: steps_run.append(int(args[1].sum())))
+    steps_run = count_steps(model.layers[0])
     sentences = FIXTURE_SETS["allennlp-elmo"].batches()[2]
     batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -123,8 +129,7 @@ def test_heads_embedder_and_pipelines_skip_the_last_step(converted, user):
         embedder = ElmoEmbedder(folder, stateful=user == "stateful embedder")
         run = lambda: list(embedder.embed_sentences(words, batch_size=2))
         layer = embedder.model.layers[0]
-    steps_run = []
-    layer.register_forward_pre_hook(lambda layer, args: steps_run.append(int(args[1].sum())))
+    steps_run = count_steps(layer)
     with torch.no_grad():
         run()
     # <S> words </S> per row; without final states each direction stops before its row's last position.
@@ -247,18 +252,19 @@ def test_kernel_choices_are_this_machines_and_survive_a_damaged_file(kernel_choi
     does not read (cut short, say) is measured afresh and written whole again, atomically."""
     monkeypatch.setattr(fast_linear, "_FASTEST", {})
     kernels = {"blas": fast_linear.blas_linear}
+    machine = f"{fast_linear.cpu_name()}; torch {torch.__version__}"
     key = json.dumps([["blas"], [9, 5], False, torch.get_num_threads(), 4])
     other = {"Another CPU; torch 0.0": {key: "onednn"}}
     kernel_choices.write_text(json.dumps(other))
     FastLinear(torch.randn(9, 5), kernels=kernels)(torch.randn(3, 5))
     stored = json.loads(kernel_choices.read_text())
     assert stored["Another CPU; torch 0.0"] == other["Another CPU; torch 0.0"]
-    assert stored[f"{fast_linear.cpu_name()}; torch {torch.__version__}"] == {key: "blas"}
+    assert stored[machine] == {key: "blas"}
     monkeypatch.setattr(fast_linear, "_FASTEST", {})
     kernel_choices.write_text('{"half a fi')
     FastLinear(torch.randn(9, 5), kernels=kernels)(torch.randn(3, 5))
-    assert json.loads(kernel_choices.read_text()) == {f"{fast_linear.cpu_name()}; torch {torch.__version__}": {key: "blas"}}
-    assert sorted(p.name for p in kernel_choices.parent.iterdir() if p.name.startswith(".kernels")) == []
+    assert json.loads(kernel_choices.read_text()) == {machine: {key: "blas"}}
+    assert not [p.name for p in kernel_choices.parent.iterdir() if p.name.startswith(".kernels")]
 
 
 @pytest.mark.parametrize("kernel", fast_linear.float32_kernels())
@@ -690,4 +696,3 @@ def test_under_autocast_inference_runs_the_plain_path_without_caches(fixture_mod
         exact = outputs(model(**batch))
     assert fast_calls and len(model.char_encoder.token_cache) > 0  # (without autocast, both are used)
     assert 0 < largest_difference([m.float() for m in mixed], exact) < 0.5
-

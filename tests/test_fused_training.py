@@ -442,8 +442,8 @@ def test_which_options_fall_back_to_the_plain_path(monkeypatch):
     inputs, h, c = torch.zeros(2, 2, 3, 16), torch.zeros(2, 2, 16), torch.zeros(2, 2, 64)
     assert fused_training_fallback(layer, inputs, h, c) is None
     assert "dtype" in fused_training_fallback(layer, inputs.double(), h, c)
-    half = tiny_model().to(torch.float16).layers[0]
-    assert fused_training_fallback(half, inputs.half(), h.half(), c.half()) == f"{torch.float16} weights (float32 and float64 are covered)"
+    half_layer = tiny_model().to(torch.float16).layers[0]
+    assert fused_training_fallback(half_layer, inputs.half(), h.half(), c.half()) == f"{torch.float16} weights (float32 and float64 are covered)"
     assert "no rows or no steps" == fused_training_fallback(layer, inputs[:, :, :0], h, c)
     assert fused_char_encoder_fallback(tiny_model().char_encoder) is None
 

@@ -13,6 +13,8 @@ import torch
 from huggingface_hub.errors import OfflineModeIsEnabled
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
 
+from conftest import REPO
+
 from hf_elmo import (
     ELMO_AUTO_MAP,
     ElmoConfig,
@@ -21,7 +23,7 @@ from hf_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
-from hf_elmo.model_card import render_model_card
+from hf_elmo.model_card import default_model_card, render_model_card
 
 PROBE = [["EU", "rejects", "German", "call", "."], ["Peter", "Blackburn"], ["天", "气"]]  # as in remote_code_probe.py
 HUB_ID = "hf-elmo-test/elmo-tagger"
@@ -176,7 +178,7 @@ def test_push_to_hub_uploads_one_folder_with_the_card_and_the_tokenizer(head_fol
     from huggingface_hub import RepoUrl
     from transformers.utils import hub
 
-    class Hub:  # the two calls of the hub client that push_to_hub makes
+    class Hub:  # the hub client's repository call that push_to_hub makes (the upload is patched on the model class)
         def create_repo(self, repo_id, **options):
             return RepoUrl(f"https://huggingface.co/{repo_id}")
 
@@ -234,8 +236,6 @@ def test_the_card_describes_the_model_it_is_for(layers):
 def test_the_default_card_names_a_hub_base_model_but_not_a_local_folder(head_folders):
     """push_to_hub's card without one given: a model loaded from a Hub id names it (and, for a head, as
     base_model); one loaded from a folder on this machine names only its class."""
-    from hf_elmo.model_card import default_model_card
-
     model = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
     local = default_model_card(model, "someone/tagger")
     assert "base_model" not in local and str(head_folders["AutoModelForTokenClassification"]) not in local
@@ -247,6 +247,6 @@ def test_the_default_card_names_a_hub_base_model_but_not_a_local_folder(head_fol
 
 def test_the_packaged_card_template_is_the_repositorys():
     """hf_elmo/model_card.md is a link to the model_card.md at the root, so the two cannot drift apart."""
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     assert (root / "hf_elmo" / "model_card.md").is_symlink()
     assert (root / "hf_elmo" / "model_card.md").read_text() == (root / "model_card.md").read_text()

@@ -4,7 +4,7 @@ gradients reach each of them), `output_hidden_states` on ElmoForPreTraining, a 0
 import pytest
 import torch
 
-from hf_elmo import ElmoForPreTraining, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
 
 SENTENCES = [["I", "eat", "an", "apple", "."], ["Apple", "is", "big"]]
 
@@ -67,8 +67,6 @@ def test_pretraining_returns_the_hidden_states_it_used(base_path):
 def test_highway_layers_use_relu_whatever_the_char_cnn_activation():
     """bilm-tf and AllenNLP hard-code ReLU in the highway layers; `char_cnn_activation` (tanh here) is the CNN's only.
     On every path: the inference fast path, the plain one, and the fused training path."""
-    from hf_elmo import ElmoConfig
-
     torch.manual_seed(0)
     model = ElmoModel(ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4], [2, 8]],
                                  num_highway_layers=2, char_cnn_activation="tanh"))
@@ -77,7 +75,7 @@ def test_highway_layers_use_relu_whatever_the_char_cnn_activation():
             layer.transform.weight.normal_(0.0, 2.0)
             layer.transform.bias.normal_(0.0, 1.0)
     encoder = model.char_encoder
-    char_ids = ElmoTokenizer()([["I", "eat", "an", "apple", "."]], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+    char_ids = ElmoTokenizer()(SENTENCES[:1], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
 
     def by_hand(highway_activation):
         chars = encoder.char_embedding(char_ids).transpose(1, 2)

@@ -141,8 +141,8 @@ def tiny_bert_folder(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("strategy", ["none", "simple", "first"])
 def test_other_models_run_exactly_as_before(tiny_bert_folder, strategy):
-    """With hf_elmo imported, pipeline() builds its own classes for both tasks: a BERT gives in them what
-    transformers' own classes give, entities and features."""
+    """With hf_elmo imported, pipeline() builds its own class for word tagging: a BERT gives in it what
+    transformers' own class gives, entities made of word pieces."""
     model = BertForTokenClassification.from_pretrained(tiny_bert_folder).eval()
     tokenizer = BertTokenizerFast.from_pretrained(tiny_bert_folder)
     tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy=strategy)
@@ -154,6 +154,11 @@ def test_other_models_run_exactly_as_before(tiny_bert_folder, strategy):
     assert tagger(TEXTS) == expected and tagger(TEXTS, batch_size=2) == stock(TEXTS, batch_size=2)
     assert tagger(WORDS, is_split_into_words=True) == stock(WORDS, is_split_into_words=True)
 
+
+def test_other_models_extract_features_exactly_as_before(tiny_bert_folder):
+    """The same for feature extraction: a BERT's features in hf_elmo's pipeline class are transformers' own."""
+    model = BertForTokenClassification.from_pretrained(tiny_bert_folder).eval()
+    tokenizer = BertTokenizerFast.from_pretrained(tiny_bert_folder)
     extractor = pipeline("feature-extraction", model=model.bert, tokenizer=tokenizer)
     assert type(extractor) is ElmoFeatureExtractionPipeline
     stock = FeatureExtractionPipeline(model=model.bert, tokenizer=tokenizer)

@@ -1,12 +1,12 @@
 """ElmoTokenizer: the reference character ids, word splitting, padding/truncation, and the transformers tooling."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 from datasets import Dataset
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
+
+from conftest import FIXTURES
 
 from hf_elmo.tokenization_elmo import (
     BOS_CHAR_ID,
@@ -18,11 +18,6 @@ from hf_elmo.tokenization_elmo import (
     char_ids_to_word,
     word_to_char_ids,
 )
-
-
-def fixtures_dir() -> Path:
-    """shared/fixtures, which CI places next to the repository (../shared from the repository root)."""
-    return Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +87,7 @@ def test_max_characters_per_token():
 
 
 def test_fixture_vocabulary_round_trips(tok):
-    words = (fixtures_dir() / "allennlp-elmo" / "vocab_test.txt").read_text(encoding="utf-8").splitlines()
+    words = (FIXTURES / "allennlp-elmo" / "vocab_test.txt").read_text(encoding="utf-8").splitlines()
     assert len(words) > 400 and {"<S>", "</S>", "•"} <= set(words)
     encoding = tok(words, is_split_into_words=True, return_tensors="np")
     ids = encoding["input_ids"][0]
