@@ -1,14 +1,17 @@
-"""The GPU benchmark scripts run on CPU too (`--device cpu`), so that code which only a lent GPU would otherwise run
-is exercised here: benchmarks/gpu_train_bench.py's smoke run checks the fused training path and writes only where
-it is told to."""
+"""The benchmark scripts that `make test` does not otherwise run: the GPU training benchmark on CPU
+(`--device cpu`), so that code which only a lent GPU would run is exercised here (its smoke run checks the fused
+training path and writes only where it is told to), and the memory rates the README's Speed section quotes."""
 
 import subprocess
 import sys
 
 from conftest import REPO
 
+from hf_elmo.fast_linear import float32_kernels
+
 GPU_TRAIN_BENCH = REPO / "benchmarks" / "gpu_train_bench.py"
 GPU_RESULTS = REPO / "benchmarks" / "GPU_RESULTS.md"
+MEMORY_RATES = REPO / "benchmarks" / "memory_rates.py"
 
 
 def smoke_run(*args: str) -> str:
@@ -31,3 +34,16 @@ def test_gpu_training_benchmark_smoke_run_writes_no_results_unless_told(tmp_path
     printed = smoke_run("--output", str(output))
     written = output.read_text()
     assert written.startswith("earlier\n") and written.removeprefix("earlier\n") == printed
+
+
+def test_memory_rates_measures_every_kernel_from_memory_and_from_the_cache():
+    result = subprocess.run([sys.executable, MEMORY_RATES, "--repeats", "1", "--threads", "1"], cwd=REPO,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("CPU: ") and "1 threads" in lines[0]
+    kernels = list(float32_kernels())  # (every exact kernel this build of torch has)
+    steps = [line for line in lines if line.startswith("one step of one direction")]
+    once = [line for line in lines if "main memory" in line and "cache" in line]
+    assert [line.split(", ")[3].split(":")[0] for line in steps] == kernels, lines
+    assert len(once) == 3 * len(kernels) and all("GB/s" in line for line in lines[1:]), lines
