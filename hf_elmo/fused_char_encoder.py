@@ -111,11 +111,17 @@ class _CharFilters(torch.autograd.Function):
             )
         char_ids, winners, embedding, *filters = ctx.saved_tensors
         vocabulary, dim = embedding.shape
-        grad_embedding = torch.zeros_like(embedding)
+        # Only the gradients asked for (a frozen embedding or filter gets none, and costs nothing).
+        embedding_needed, filters_needed = ctx.needs_input_grad[3], ctx.needs_input_grad[4:]
+        grad_embedding = torch.zeros_like(embedding) if embedding_needed else None
         grad_filters = []
         column = 0
-        for weight in filters:
+        for weight, filter_needed in zip(filters, filters_needed, strict=True):
             count, _, width = weight.shape
+            if not (embedding_needed or filter_needed):
+                grad_filters.append(None)
+                column += count
+                continue
             grad = grad_pooled[:, column : column + count].to(embedding.dtype)
             start = winners[:, column : column + count]
             # The id of the character at each offset of each winning window: [N, w, n].
@@ -127,7 +133,8 @@ class _CharFilters(torch.autograd.Function):
             received.scatter_add_(0, index, grad.unsqueeze(1).expand(-1, width, -1).flatten(0, 1))
             received = received.view(width, vocabulary, count)
             # d weight[f, d, o] = sum_v received[o, v, f] embedding[v, d]; d embedding = sum_o received[o] weight[:, :, o]
-            grad_filters.append(torch.einsum("ovf,vd->fdo", received, embedding))
-            grad_embedding += torch.einsum("ovf,fdo->vd", received, weight)
+            grad_filters.append(torch.einsum("ovf,vd->fdo", received, embedding) if filter_needed else None)
+            if embedding_needed:
+                grad_embedding += torch.einsum("ovf,fdo->vd", received, weight)
             column += count
         return (None, None, None, grad_embedding, *grad_filters)

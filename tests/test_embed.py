@@ -193,14 +193,22 @@ def trained_mix_path(model_path, tmp_path_factory):
     return folder
 
 
+FLAG_LINES = ["EU rejects German call .", "Peter Blackburn"]
+
+
+@pytest.fixture(scope="module")
+def trained_mix_layers(trained_mix_path) -> list[np.ndarray]:
+    """Every layer of FLAG_LINES from the trained-mix model, [3, words, 32] a sentence."""
+    return list(ElmoEmbedder(trained_mix_path).embed_sentences(FLAG_LINES))
+
+
 @pytest.mark.parametrize("flag", ["--all", "--top", "--average", "--mix", "--use-sentence-keys", "--forget-sentences"])
-def test_each_command_line_flag_reaches_the_output(trained_mix_path, tmp_path, flag):
+def test_each_command_line_flag_reaches_the_output(trained_mix_path, trained_mix_layers, tmp_path, flag):
     """`hf-elmo embed FLAG`: --mix is the model's own mix (gamma * softmax-weighted layers), not the average."""
-    lines = ["EU rejects German call .", "Peter Blackburn"]
+    lines, layers = FLAG_LINES, trained_mix_layers
     source = write_lines(tmp_path / "in.txt", lines)
     assert main(["embed", str(source), str(tmp_path / "out.hdf5"), flag, "--model", str(trained_mix_path)]) == 0
     output = read_all(tmp_path / "out.hdf5")
-    layers = list(ElmoEmbedder(trained_mix_path).embed_sentences(lines))  # [3, words, 32] each
     weights = torch.softmax(torch.tensor(MIX_WEIGHTS), dim=0).numpy()
     expected = {
         "--all": layers, "--top": [every[-1] for every in layers], "--average": [every.mean(0) for every in layers],

@@ -219,6 +219,33 @@ def test_char_filters_gradcheck():
                                     (embedding, *filters), eps=1e-6, atol=1e-6)
 
 
+def test_char_filters_compute_only_the_gradients_asked_for(monkeypatch):
+    """A frozen embedding or filter gets no gradient computed (one einsum per gradient asked for), and the others
+    are the same as with everything training."""
+    torch.manual_seed(0)
+    char_ids = torch.tensor([ElmoTokenizer().word_to_char_ids(w)[:12] for w in ["a", "tree", "trees", "<S>"]])
+    embedding = torch.randn(262, 3, dtype=torch.float64)
+    filters = [torch.randn(count, 3, width, dtype=torch.float64) for width, count in [(1, 2), (3, 4), (2, 3)]]
+    blocks = ((0, 4, 12),)
+    real_einsum, einsums = torch.einsum, []
+    monkeypatch.setattr(torch, "einsum", lambda equation, *operands: einsums.append(equation) or real_einsum(equation, *operands))
+
+    def gradients(trained: list[bool]) -> list:
+        weights = [tensor.clone().requires_grad_(train) for tensor, train in zip([embedding, *filters], trained)]
+        pooled = _CharFilters.apply(char_ids, blocks, torch.float64, *weights)
+        einsums.clear()
+        pooled.pow(2).sum().backward()
+        return [weight.grad for weight in weights]
+
+    everything = gradients([True] * 4)
+    assert len(einsums) == 6
+    for trained in ([False, True, False, True], [True, False, False, False], [False, False, True, False]):
+        found = gradients(trained)
+        assert len(einsums) == trained[0] * len(filters) + sum(trained[1:]), (trained, einsums)
+        for grad, expected, train in zip(found, everything, trained):
+            assert (grad is None) if not train else torch.equal(grad, expected)
+
+
 def test_sampled_softmax_gradcheck_and_hits():
     torch.manual_seed(0)
     hidden = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)

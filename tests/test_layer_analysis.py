@@ -10,6 +10,12 @@ from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START
 from modeling.layer_analysis import INPUTS, Features, LayerInput, LinearProbe, fit, main, pos_accuracy, pos_losses
 
 
+def save_with_fixture_tokenizer(model: ElmoModel, folder, converted):
+    """`model` saved into `folder` with the fixture model's tokenizer, a folder that --model reads."""
+    model.save_pretrained(folder)
+    ElmoTokenizer.from_pretrained(converted["allennlp-elmo"]).save_pretrained(folder)
+
+
 def test_scalar_mix_input_starts_as_the_average_and_single_layers_pick_their_layer():
     features = torch.randn(7, 3, 10)
     mix = LayerInput("mix", 3)
@@ -23,8 +29,7 @@ def test_scalar_mix_input_starts_as_the_average_and_single_layers_pick_their_lay
 def test_the_second_lstm_alone_is_left_out_for_a_model_without_skip_connections(converted, tmp_path):
     config = ElmoModel.from_pretrained(converted["allennlp-elmo"]).config
     config.use_skip_connections = False
-    ElmoModel(config).save_pretrained(tmp_path / "no-skip")
-    ElmoTokenizer.from_pretrained(converted["allennlp-elmo"]).save_pretrained(tmp_path / "no-skip")
+    save_with_fixture_tokenizer(ElmoModel(config), tmp_path / "no-skip", converted)
     results = main(["--model", str(tmp_path / "no-skip"), "--output-dir", str(tmp_path / "run"), "--max-sentences", "10",
                     "--ner-epochs", "1", "--pos-epochs", "1", "--inputs", "layer0", "lstm2_own"])
     assert list(results["inputs"]) == ["layer0"]
@@ -93,8 +98,7 @@ def test_layer_analysis_trains_every_input_caches_features_and_fills_the_card(co
     model = ElmoModel.from_pretrained(converted["allennlp-elmo"])
     with torch.no_grad():
         model.char_encoder.projection.bias[0] += 1.0
-    model.save_pretrained(tmp_path / "changed")
-    ElmoTokenizer.from_pretrained(converted["allennlp-elmo"]).save_pretrained(tmp_path / "changed")
+    save_with_fixture_tokenizer(model, tmp_path / "changed", converted)
     main([*args[:1], str(tmp_path / "changed"), *args[2:], "--inputs", "layer0"])
     assert [path.stat().st_mtime_ns for path in caches] == stamps
     new_caches = sorted(set((tmp_path / "run").glob("features-*.pt")) - set(caches))

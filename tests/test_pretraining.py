@@ -41,8 +41,21 @@ def tiny_config(**overrides) -> ElmoConfig:
     return ElmoConfig(**{**TINY_MODEL, "lm_vocab_size": 32, **overrides})
 
 
+def fixture_text() -> tuple[EncodedText, WordTable, Vocabulary]:
+    """The fixture's training text encoded with its vocabulary (50 characters a word), the table and the vocabulary."""
+    vocabulary, table = Vocabulary.from_file(TRAIN / "vocab.txt"), WordTable(50)
+    lines = (TRAIN / "data.txt").read_text().splitlines()
+    return EncodedText.encode(sentences_dataset(lines), table, vocabulary), table, vocabulary
+
+
 def words_of(char_ids: torch.Tensor) -> list[str]:
     return [char_ids_to_word(word) for word in char_ids.tolist()]
+
+
+@pytest.fixture(autouse=True)
+def datasets_cache(tmp_path, monkeypatch):
+    """Every test's in-process `datasets` cache in a folder of its own, never the user's."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
 
 
 def script_env(tmp_path: Path) -> dict:
@@ -114,9 +127,8 @@ def test_sampled_softmax_loss_by_hand():
 def test_as_many_negatives_as_words_is_the_full_softmax():
     """bilm-tf's 8192 negatives are the full softmax for vocabularies up to that size (here 32 words), in training too;
     fewer negatives than words train the sampled loss."""
-    vocabulary, table = Vocabulary.from_file(TRAIN / "vocab.txt"), WordTable(50)
+    text, table, vocabulary = fixture_text()
     assert len(vocabulary) == tiny_config().lm_vocab_size == 32
-    text = EncodedText.encode(sentences_dataset((TRAIN / "data.txt").read_text().splitlines()), table, vocabulary)
     batch = StreamBatches(text, table, vocabulary, batch_size=2, unroll_steps=6, seed=0).batch(0)
     torch.manual_seed(0)
     full = ElmoForPreTraining(tiny_config(lm_negative_samples=0, lm_dropout=0.0)).train()
@@ -204,10 +216,7 @@ def test_carried_state_continues_the_stream_exactly():
     """Two windows with the state carried give the loss of the two windows read at once."""
     torch.manual_seed(0)
     model = ElmoForPreTraining(tiny_config()).eval()
-    vocabulary = Vocabulary.from_file(TRAIN / "vocab.txt")
-    table = WordTable(50)
-    lines = (TRAIN / "data.txt").read_text().splitlines()
-    text = EncodedText.encode(sentences_dataset(lines), table, vocabulary)
+    text, table, vocabulary = fixture_text()
     short = StreamBatches(text, table, vocabulary, batch_size=2, unroll_steps=5, seed=3)
     long = StreamBatches(text, table, vocabulary, batch_size=2, unroll_steps=10, seed=3)
     first, second, both = short.batch(0), short.batch(1), long.batch(0)
@@ -277,10 +286,9 @@ def test_vocabulary_from_corpus_is_frequency_sorted():
         Vocabulary.from_counts(counts, max_size=2)
 
 
-def test_corpora_from_text_files_and_saved_datasets(tmp_path, monkeypatch):
+def test_corpora_from_text_files_and_saved_datasets(tmp_path):
     import datasets
 
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     (tmp_path / "raw.txt").write_text("Don't stop, U.S. friends!\n\nok\n")
     assert load_sentences([str(tmp_path / "raw.txt")])["words"] == [["Don't", "stop,", "U.S.", "friends!"], ["ok"]]
     split = load_sentences([str(tmp_path / "raw.txt")], word_splitting="tokenizer")["words"]
@@ -319,9 +327,7 @@ def test_stream_batches_are_bilm_tf_streams():
 def test_held_out_perplexity_does_not_depend_on_the_window():
     torch.manual_seed(0)
     model = ElmoForPreTraining(tiny_config()).eval()
-    vocabulary = Vocabulary.from_file(TRAIN / "vocab.txt")
-    table = WordTable(50)
-    text = EncodedText.encode(sentences_dataset((TRAIN / "data.txt").read_text().splitlines()), table, vocabulary)
+    text, table, vocabulary = fixture_text()
     results = [perplexity(model, EvaluationStream(text, table, vocabulary, rows=2, unroll_steps=unroll), "cpu") for unroll in (3, 7, 200)]
     assert results[0]["target_words"] == results[2]["target_words"] == text.num_predictions == 139
     for other in results[1:]:
@@ -345,9 +351,8 @@ def reference_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def reference_copy(reference_run, tmp_path, monkeypatch) -> Path:
-    """A copy of the reference run to resume or damage, with a datasets cache of the test's own."""
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+def reference_copy(reference_run, tmp_path) -> Path:
+    """A copy of the reference run to resume or damage."""
     folder = tmp_path / "run"
     shutil.copytree(reference_run, folder)
     return folder
@@ -378,7 +383,6 @@ def test_pretrain_takes_the_fast_path_and_plain_path_gives_the_same_run(referenc
     """The fused layers are pretrain.py's default and --plain-path trains without them, to the same losses."""
     import hf_elmo.modeling_elmo as modeling
 
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     calls = {"layer": 0}
     fused = modeling.fused_bilstm_layer
 
@@ -593,11 +597,10 @@ def test_domain_adaptation_from_a_converted_model(converted, tmp_path):
     assert after["eval_backward_perplexity"] < 0.8 * before["eval_backward_perplexity"]
 
 
-def test_sentence_batches_with_gradient_accumulation(tmp_path, monkeypatch):
+def test_sentence_batches_with_gradient_accumulation(tmp_path):
     """The stateless mode: padded whole sentences, here 2 x 2 per optimizer step."""
     from modeling import pretrain
 
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     arguments = [*map(str, TRAIN_ARGS), "--batching", "sentence", "--batch-size", "2", "--gradient-accumulation-steps", "2",
                  "--max-steps", "4", "--output-dir", str(tmp_path / "run")]
     assert pretrain.main(arguments) == 0
@@ -643,7 +646,7 @@ def test_bf16_mixed_precision_trains_near_the_float32_run(reference_run, tmp_pat
     assert math.isfinite(json.loads((folder / "eval_results.json").read_text())["forward_perplexity"])
 
 
-def test_epochs_replace_a_presets_time_budget(tmp_path, capsys, monkeypatch):
+def test_epochs_replace_a_presets_time_budget(tmp_path, capsys):
     """`make ptb-cpu PTB_ARGS="--epochs 14"`: --epochs turns the preset's 56 minutes off and counts epochs instead;
     the tiny preset's --epochs 2 trains two epochs' steps."""
     from modeling.pretrain import parse_args, resolve_settings
@@ -654,11 +657,9 @@ def test_epochs_replace_a_presets_time_budget(tmp_path, capsys, monkeypatch):
     counted = resolve_settings(parse_args(["--preset", "ptb-cpu", "--epochs", "1", *files]), 1)
     assert (counted["max_train_minutes"], counted["epochs"]) == (0.0, 1.0)
 
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     code, _, err = run_main(capsys, *TRAIN_ARGS, "--epochs", 2, "--save-steps", 0, "--eval-steps", 0, "--output-dir", tmp_path / "run")
     assert code == 0, err
-    vocabulary, table = Vocabulary.from_file(TRAIN / "vocab.txt"), WordTable(50)
-    text = EncodedText.encode(sentences_dataset((TRAIN / "data.txt").read_text().splitlines()), table, vocabulary)
+    text, table, vocabulary = fixture_text()
     per_epoch = StreamBatches(text, table, vocabulary, batch_size=4, unroll_steps=10, seed=7).steps_per_epoch
     steps = [record for record in read_log(tmp_path / "run") if "loss" in record]
     assert per_epoch > 1 and [record["step"] for record in steps] == list(range(1, 2 * per_epoch + 1))
@@ -679,10 +680,9 @@ def test_without_a_preset_the_training_options_are_bilm_tfs(tmp_path):
         assert {name: settings[name] for name in bilm_tf} == bilm_tf, choice
 
 
-def test_unigram_softmax_init_starts_at_the_unigram_perplexity(tmp_path, capsys, monkeypatch):
+def test_unigram_softmax_init_starts_at_the_unigram_perplexity(tmp_path, capsys):
     """--softmax-init unigram: the new model's held-out perplexity at step 0 is the unigram model's of the training
     text (add-one smoothed; here the held-out text is the training text), whatever the biLM reads."""
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     code, _, err = run_main(capsys, *TRAIN_ARGS, "--softmax-init", "unigram", "--max-steps", 0, "--output-dir", tmp_path / "run")
     assert code == 0, err
     vocabulary = Vocabulary.from_file(TRAIN / "vocab.txt")
@@ -737,10 +737,9 @@ def test_parameter_counts_in_the_readme_are_the_presets():
         assert f"{count(name) / 1e6:.1f}" == described, name
 
 
-def test_command_line_errors_name_the_problem(tmp_path, capsys, monkeypatch):
+def test_command_line_errors_name_the_problem(tmp_path, capsys):
     from modeling import pretrain
 
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     assert pretrain.main(["--preset", "tiny", "--train-file", str(tmp_path / "nothing.txt"), "--output-dir", str(tmp_path / "out")]) == 2
     assert "error: --train-file " in capsys.readouterr().err
     (tmp_path / "out" / "checkpoint-5").mkdir(parents=True)
@@ -774,10 +773,9 @@ def assert_one_error(code: int, err: str, *must_mention: str) -> None:
         assert text in message, (text, message)
 
 
-def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, capsys, monkeypatch):
+def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, capsys):
     from modeling import evaluate
 
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "latin1.txt").write_bytes("the curse\nof caf\xe9 words\n".encode("latin-1"))
     (tmp_path / "vocab-latin1.txt").write_bytes("<S>\n</S>\n<UNK>\ncaf\xe9\n".encode("latin-1"))
@@ -849,8 +847,7 @@ def test_the_learning_curve_is_drawn_from_a_runs_log(reference_run, tmp_path, ca
         assert_one_error(plot_learning_curve.main([str(log), str(output)]), capsys.readouterr().err, message)
 
 
-def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path):
     (tmp_path / "train.txt").write_bytes(b"\xef\xbb\xbfthe curse of\nthe end\n")
     assert load_sentences([str(tmp_path / "train.txt")])["words"] == [["the", "curse", "of"], ["the", "end"]]
     (tmp_path / "vocab.txt").write_bytes(b"\xef\xbb\xbf" + (TRAIN / "vocab.txt").read_bytes())
@@ -906,7 +903,6 @@ def test_trackers_log_into_the_output_folder(tmp_path, capsys, monkeypatch):
             made.append(self)
 
     monkeypatch.setattr(pretrain, "Accelerator", Recorded)
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 1, "--eval-steps", 0, "--output-dir", tmp_path / "out")
     assert code == 0, err
     assert len(made) == 1 and Path(made[0].logging_dir) == tmp_path / "out"
