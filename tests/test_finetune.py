@@ -12,9 +12,11 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
-from modeling.finetune import encode, main
+from modeling.finetune import encode, finetune, main, parse_args
 from modeling.metrics import entity_scores, entity_spans
 from modeling.task_data import NER_TAGS, load_conll2003, load_rotten_tomatoes
+
+from test_pretraining import assert_one_error
 
 
 @pytest.fixture(autouse=True)
@@ -24,6 +26,11 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def run_finetune(*args) -> dict:
+    """finetune.py's run in this process: its results."""
+    return finetune(parse_args([str(arg) for arg in args]))
 
 
 def test_entity_spans_read_iob1_and_iob2_as_conlleval_does():
@@ -59,20 +66,23 @@ def test_task_data_splits():
 
 def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path):
     output = tmp_path / "ner"
-    results = main([
-        "--task", "ner", "--model", str(converted["allennlp-elmo"]), "--output-dir", str(output), "--finetune-bilm",
-        "--max-train-examples", "600", "--max-eval-examples", "200", "--max-steps", "60", "--batch-size", "16",
-        "--learning-rate", "1e-2", "--warmup-steps", "0", "--logging-steps", "5",
-    ])
+    results = run_finetune(
+        "--task", "ner", "--model", converted["allennlp-elmo"], "--output-dir", output, "--finetune-bilm",
+        "--max-train-examples", 600, "--max-eval-examples", 200, "--max-steps", 60, "--batch-size", 16,
+        "--learning-rate", 1e-2, "--warmup-steps", 0, "--logging-steps", 5,
+    )
     losses = results["logged_losses"]
     assert np.mean(losses[-3:]) < 0.8 * np.mean(losses[:2]), losses
     # Held-out sentences: entities found (predicting "O" everywhere finds none) and more words right.
     assert results["test"]["f1"] > 5.0
     assert results["test"]["token_accuracy"] > results["majority_baseline_test"]["token_accuracy"] + 0.5
     assert json.loads((output / "results.json").read_text())["test"] == results["test"]
+    # What was trained: 60 steps of the 38 batches of 16 in 600 examples (not the 3 epochs --epochs defaults to).
+    assert results["steps"] == 60 and results["epochs"] == pytest.approx(60 / 38)
 
     card = (output / "README.md").read_text()
     assert "pipeline_tag: token-classification" in card and "- elmo" in card and "custom_code" in card
+    assert "1.58 epochs (60 steps), 600 training examples" in card
     assert f"| test | {results['test']['f1']:.2f} |" in card and "${" not in card
     model = AutoModelForTokenClassification.from_pretrained(output)
     assert type(model) is ElmoForTokenClassification and model.config.id2label[1] == "B-PER"
@@ -99,13 +109,13 @@ def test_a_folder_that_does_not_reload_as_trained_is_refused_and_nothing_is_writ
     arguments = ["--task", "ner", "--model", str(converted["allennlp-elmo"]), "--max-train-examples", "16",
                  "--max-eval-examples", "8", "--max-steps", "1", "--batch-size", "8", "--logging-steps", "1"]
     with pytest.raises(RuntimeError, match=r"the reloaded model differs from the trained one by 1"):
-        main([*arguments, "--output-dir", str(tmp_path / "ner")])
+        run_finetune(*arguments, "--output-dir", tmp_path / "ner")
     assert list(tmp_path.iterdir()) == []
     older = tmp_path / "older"
     older.mkdir()
     (older / "results.json").write_text("{}")
     with pytest.raises(RuntimeError, match=r"the reloaded model differs"):
-        main([*arguments, "--output-dir", str(older), "--overwrite"])
+        run_finetune(*arguments, "--output-dir", older, "--overwrite")
     assert list(tmp_path.iterdir()) == [older] and [p.name for p in older.iterdir()] == ["results.json"]
 
 
@@ -113,10 +123,11 @@ def test_feature_based_by_default_with_validation_after_each_epoch(converted, tm
     """Without --finetune-bilm the biLM stays as it was (only the task's mix and classifier learn), and results.json
     holds the validation after each epoch and the majority-class baseline of the test slice."""
     source = converted["allennlp-elmo"]
-    returned = main(["--task", "ner", "--model", str(source), "--max-train-examples", "16", "--max-eval-examples", "8",
-                     "--epochs", "2", "--batch-size", "8", "--logging-steps", "1", "--output-dir", str(tmp_path / "ner")])
+    returned = run_finetune("--task", "ner", "--model", source, "--max-train-examples", 16, "--max-eval-examples", 8,
+                            "--epochs", 2, "--batch-size", 8, "--logging-steps", 1, "--output-dir", tmp_path / "ner")
     results = json.loads((tmp_path / "ner" / "results.json").read_text())
     assert results == json.loads(json.dumps(returned))
+    assert (results["epochs"], results["steps"]) == (2.0, 4)
     assert [entry["epoch"] for entry in results["validation_per_epoch"]] == [1.0, 2.0]
     assert all("f1" in entry and "token_accuracy" in entry for entry in results["validation_per_epoch"])
     assert not results["finetune_bilm"]
@@ -132,11 +143,11 @@ def test_feature_based_by_default_with_validation_after_each_epoch(converted, tm
 def test_sentiment_finetuning_fits_its_slice(converted, tmp_path):
     """On the 64 reviews it trained on, the classifier ends far above always answering the majority class."""
     output = tmp_path / "sentiment"
-    results = main([
-        "--task", "sentiment", "--model", str(converted["allennlp-elmo"]), "--output-dir", str(output),
-        "--finetune-bilm", "--max-train-examples", "64", "--max-eval-examples", "64", "--max-steps", "60",
-        "--batch-size", "16", "--learning-rate", "1e-2", "--warmup-steps", "0", "--logging-steps", "6",
-    ])
+    results = run_finetune(
+        "--task", "sentiment", "--model", converted["allennlp-elmo"], "--output-dir", output,
+        "--finetune-bilm", "--max-train-examples", 64, "--max-eval-examples", 64, "--max-steps", 60,
+        "--batch-size", 16, "--learning-rate", 1e-2, "--warmup-steps", 0, "--logging-steps", 6,
+    )
     losses = results["logged_losses"]
     assert np.mean(losses[-2:]) < 0.5 * np.mean(losses[:2]), losses
     model = AutoModelForSequenceClassification.from_pretrained(output).eval()
@@ -150,3 +161,25 @@ def test_sentiment_finetuning_fits_its_slice(converted, tmp_path):
     assert accuracy > majority + 0.15, (accuracy, majority)
     assert "pipeline_tag: text-classification" in (output / "README.md").read_text()
     assert encode("sentiment", train.select(range(2)), tokenizer)["length"] == [len(tokenizer.split_words(t)) for t in train["text"][:2]]
+
+
+def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsys):
+    """A missing model, data or output problem was a traceback (a ConversionError, an OSError from the Hub client)."""
+    model = converted["allennlp-elmo"]
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "results.json").write_text("{}")
+    output = tmp_path / "out"
+    for arguments, message in [
+        (["--model", "/nonexistent"], "--model /nonexistent: no such folder"),
+        (["--model", tmp_path / "file.txt"], f"--model {tmp_path / 'file.txt'}: is a file, not a model folder"),
+        (["--model", tmp_path], f"--model {tmp_path}: no config.json, not a model folder"),
+        (["--model", model, "--output-dir", tmp_path / "used"],
+         f"--output-dir {tmp_path / 'used'}: output folder exists and is not empty (pass --overwrite to replace it)"),
+        (["--model", model, "--batch-size", 0], "--batch-size must be at least 1, got 0"),
+        (["--model", model, "--data-dir", tmp_path / "no-data"],
+         f"--data-dir {tmp_path / 'no-data'}: {tmp_path / 'no-data' / 'conll2003' / 'train.txt'}: missing; `make data` downloads"),
+    ]:
+        code = main([str(argument) for argument in ["--task", "ner", "--output-dir", output, *arguments]])
+        assert_one_error(code, capsys.readouterr().err, message)
+    assert not output.exists() and [p.name for p in (tmp_path / "used").iterdir()] == ["results.json"]

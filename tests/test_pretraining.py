@@ -1,6 +1,8 @@
 """Pretraining: the biLM loss, sampled softmax, perplexity, the batches, and modeling/pretrain.py end to end
 (loss falls, kill -9 and resume, two processes, AutoModel loading, export, domain adaptation)."""
 
+import errno
+import gzip
 import json
 import math
 import os
@@ -293,6 +295,8 @@ def test_corpora_from_text_files_and_saved_datasets(tmp_path):
     assert load_sentences([str(tmp_path / "raw.txt")])["words"] == [["Don't", "stop,", "U.S.", "friends!"], ["ok"]]
     split = load_sentences([str(tmp_path / "raw.txt")], word_splitting="tokenizer")["words"]
     assert split[0] == ["Do", "n't", "stop", ",", "U.S", ".", "friends", "!"]
+    (tmp_path / "raw.txt.gz").write_bytes(gzip.compress((tmp_path / "raw.txt").read_bytes()))
+    assert load_sentences([str(tmp_path / "raw.txt.gz")])["words"] == [["Don't", "stop,", "U.S.", "friends!"], ["ok"]]
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"sentence": ["a b", "c"]})}).save_to_disk(tmp_path / "saved")
     assert load_sentences([str(tmp_path / "saved")], text_column="sentence")["words"] == [["a", "b"], ["c"]]
     with pytest.raises(DataError, match="no column 'text'"):
@@ -356,6 +360,19 @@ def reference_copy(reference_run, tmp_path) -> Path:
     folder = tmp_path / "run"
     shutil.copytree(reference_run, folder)
     return folder
+
+
+# A short run whose logging steps (3) divide neither its checkpoint steps (2) nor its evaluation steps (4).
+EVERY_THREE_ARGS = [*TRAIN_ARGS, "--max-steps", 9, "--save-steps", 2, "--logging-steps", 3, "--eval-steps", 4,
+                    "--save-total-limit", 3]
+
+
+@pytest.fixture(scope="module")
+def every_three_run(tmp_path_factory) -> Path:
+    """9 steps of the tiny preset: the loss logged every 3, held-out perplexity every 4, checkpoints every 2 (3 kept)."""
+    folder = tmp_path_factory.mktemp("every-three")
+    run_pretrain(folder, *EVERY_THREE_ARGS, "--output-dir", folder / "run")
+    return folder / "run"
 
 
 def test_training_loss_falls_and_the_final_model_is_complete(reference_run):
@@ -479,6 +496,27 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
             f"{results['average_perplexity']:.1f} | {results['target_words']:,} |") in card
 
 
+def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path, capsys):
+    """export_default.py: a missing run folder or sources file was a traceback."""
+    from modeling import export_default
+
+    sources, output = tmp_path / "sources.json", tmp_path / "default-model"
+    sources.write_text("{}")
+    (tmp_path / "cut.json").write_text('{"fixture": ')
+    (tmp_path / "file.txt").write_text("x")
+    for arguments, message in [
+        (["--run-dir", tmp_path / "missing", "--sources", sources], f"--run-dir {tmp_path / 'missing'}: no such folder; train first"),
+        (["--run-dir", tmp_path, "--sources", sources], f"--run-dir {tmp_path}: no model.safetensors; train first"),
+        (["--run-dir", reference_run, "--sources", tmp_path / "missing.json"], f"--sources {tmp_path / 'missing.json'}: sources file not found"),
+        (["--run-dir", reference_run, "--sources", tmp_path / "cut.json"], f"--sources {tmp_path / 'cut.json'}: the sources file is not JSON"),
+        (["--run-dir", reference_run, "--sources", sources, "--output", tmp_path / "file.txt"],
+         f"--output {tmp_path / 'file.txt'}: is a file, not a folder"),
+    ]:
+        code = export_default.main([str(argument) for argument in ["--output", output, *arguments]])  # (the last --output counts)
+        assert_one_error(code, capsys.readouterr().err, message)
+    assert not output.exists()
+
+
 def test_resume_after_kill_9_ends_exactly_like_the_uninterrupted_run(reference_run, tmp_path):
     folder = tmp_path / "run"
     command = [sys.executable, str(PRETRAIN), *map(str, TRAIN_ARGS), "--max-steps", "60", "--save-steps", "5",
@@ -516,6 +554,73 @@ def test_resume_after_kill_9_ends_exactly_like_the_uninterrupted_run(reference_r
     reference_weights, resumed_weights = load_file(reference_run / "model.safetensors"), load_file(folder / "model.safetensors")
     for name, tensor in reference_weights.items():
         assert torch.allclose(resumed_weights[name], tensor, atol=1e-6), name
+
+
+def test_a_resume_between_logged_steps_logs_what_the_uninterrupted_run_logged(every_three_run, reference_run, tmp_path,
+                                                                             capsys):
+    """A checkpoint keeps the losses summed since the last logged step: resumed at step 4, the record of step 6 still
+    averages steps 4 to 6 (it averaged 5 and 6 only), as the uninterrupted run's does."""
+    folder = tmp_path / "run"
+    shutil.copytree(every_three_run, folder)
+    code, _, err = run_main(capsys, *EVERY_THREE_ARGS, "--output-dir", folder, "--resume", folder / "checkpoint-4")
+    assert code == 0, err
+    expected, found = read_log(every_three_run), read_log(folder)
+    assert [record["step"] for record in found] == [record["step"] for record in expected] == [3, 4, 6, 8, 9, 9]
+    for want, got in zip(expected, found):
+        assert want.keys() == got.keys()
+        for key in want.keys() - {"words_per_second"}:
+            assert got[key] == pytest.approx(want[key], abs=1e-6), (want["step"], key)
+    # Each record averages its 3 steps' losses, which the reference run (the same training) logged one by one.
+    every_step = losses(reference_run)
+    assert losses(every_three_run) == pytest.approx(
+        {end: np.mean([every_step[step] for step in range(end - 2, end + 1)]) for end in (3, 6, 9)}, abs=1e-6)
+
+
+def test_save_total_limit_keeps_the_latest_checkpoints(every_three_run):
+    assert sorted(p.name for p in every_three_run.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6", "checkpoint-8"]
+
+
+def test_evaluate_on_a_checkpoint_folder_gives_the_runs_evaluation_at_its_step(every_three_run, tmp_path, capsys):
+    from modeling import evaluate
+
+    output = tmp_path / "results.json"
+    code = evaluate.main(["--model-dir", str(every_three_run / "checkpoint-8"), "--file", str(TRAIN / "data.txt"),
+                          "--output-json", str(output)])
+    assert code == 0, capsys.readouterr().err
+    (logged,) = [record for record in read_log(every_three_run) if record["step"] == 8]
+    expected = {name.removeprefix("eval_"): value for name, value in logged.items() if name != "step"}
+    assert json.loads(output.read_text()) == pytest.approx(expected, rel=1e-9)
+
+
+def test_overwrite_output_dir_starts_afresh_in_a_folder_with_checkpoints(every_three_run, tmp_path, capsys):
+    folder = tmp_path / "run"
+    shutil.copytree(every_three_run, folder)
+    code, _, err = run_main(capsys, *EVERY_THREE_ARGS, "--max-steps", 3, "--output-dir", folder, "--overwrite-output-dir")
+    assert code == 0, err
+    assert sorted(p.name for p in folder.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert [record["step"] for record in read_log(folder)] == [3, 3]  # the loss and the final evaluation
+    assert losses(folder) == pytest.approx({3: losses(every_three_run)[3]}, abs=1e-6)
+    assert json.loads((folder / "trainer_state.json").read_text())["step"] == 3
+
+
+def test_a_failure_while_the_final_model_is_written_publishes_none_of_it(tmp_path, capsys, monkeypatch):
+    """trainer_state.json and eval_results.json are written into the final model's hidden folder and moved into
+    OUTPUT_DIR with it: a disk that fills up while they are written leaves none of the final files, never a cut one
+    (they were written in place, after the model had been moved there)."""
+    write_text = Path.write_text
+
+    def disk_full_for_the_results(self, data, *args, **kwargs):
+        if self.name in ("trainer_state.json", "eval_results.json"):
+            write_text(self, data[: len(data) // 2], *args, **kwargs)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write_text(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", disk_full_for_the_results)
+    folder = tmp_path / "run"
+    with pytest.raises(OSError, match=os.strerror(errno.ENOSPC)):
+        run_main(capsys, *TRAIN_ARGS, "--max-steps", 1, "--save-steps", 0, "--eval-steps", 0, "--output-dir", folder)
+    published = {path.name for path in folder.iterdir()}
+    assert not published & {"model.safetensors", "config.json", "README.md", "trainer_state.json", "eval_results.json"}, published
 
 
 def test_what_a_crash_inside_a_save_leaves_is_cleaned_up(reference_copy, reference_run, capsys):
@@ -646,6 +751,15 @@ def test_bf16_mixed_precision_trains_near_the_float32_run(reference_run, tmp_pat
     assert math.isfinite(json.loads((folder / "eval_results.json").read_text())["forward_perplexity"])
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 trains on a GPU")
+def test_fp16_on_the_cpu_is_refused(tmp_path):
+    """Accelerate has no fp16 autocast on the CPU: such a run trained in float32 and recorded fp16."""
+    result = run_pretrain(tmp_path, *TRAIN_ARGS, "--mixed-precision", "fp16", "--max-steps", 1, "--output-dir",
+                          tmp_path / "run", check=False)
+    assert_one_error(result.returncode, result.stderr, "--mixed-precision fp16 (or Accelerate's configuration) needs a GPU")
+    assert not (tmp_path / "run").exists()
+
+
 def test_epochs_replace_a_presets_time_budget(tmp_path, capsys):
     """`make ptb-cpu PTB_ARGS="--epochs 14"`: --epochs turns the preset's 56 minutes off and counts epochs instead;
     the tiny preset's --epochs 2 trains two epochs' steps."""
@@ -757,6 +871,40 @@ def test_command_line_errors_name_the_problem(tmp_path, capsys):
 # ---- bad input: one clear error before the work, and a resume that would not continue the run is refused ----------
 
 
+def test_options_out_of_range_and_unusable_init_from_folders_are_refused_before_the_work(reference_run, tmp_path, capsys):
+    """A negative --max-grad-norm trained uphill (clip_grad_norm_ flips the gradients), --epochs -3 printed "-9 steps",
+    --eval-batch-size 0 gave a NaN perplexity and --eval-unroll-steps 0 a ZeroDivisionError (evaluate.py's
+    --batch-size 0 printed nan), --init-from a missing folder a traceback from the Hub client."""
+    from modeling import evaluate
+
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "no-config").mkdir()
+    (tmp_path / "cut-config").mkdir()
+    (tmp_path / "cut-config" / "config.json").write_text('{"cell_size": ')
+    output = tmp_path / "out"
+    for arguments, message in [
+        (["--max-grad-norm", -1], "--max-grad-norm must be 0 or more, got -1.0"),
+        (["--epochs", -3], "--epochs must be 0 or more, got -3.0"),
+        (["--eval-batch-size", 0], "--eval-batch-size must be at least 1, got 0"),
+        (["--eval-batch-size", -1], "--eval-batch-size must be at least 1, got -1"),
+        (["--eval-unroll-steps", 0], "--eval-unroll-steps must be at least 1, got 0"),
+        (["--init-from", tmp_path / "missing"], f"--init-from {tmp_path / 'missing'}: no such folder"),
+        (["--init-from", tmp_path / "file.txt"], f"--init-from {tmp_path / 'file.txt'}: is a file, not a model folder"),
+        (["--init-from", tmp_path / "no-config"], f"--init-from {tmp_path / 'no-config'}: no config.json; convert original weights first"),
+        (["--init-from", tmp_path / "cut-config"], f"--init-from {tmp_path / 'cut-config' / 'config.json'}: "),
+    ]:
+        code, _, err = run_main(capsys, *TRAIN_ARGS, *arguments, "--output-dir", output)
+        assert_one_error(code, err, message)
+        assert not output.exists()
+    for option in ("--batch-size", "--unroll-steps"):
+        code = evaluate.main(["--model-dir", str(reference_run), "--file", str(TRAIN / "data.txt"), option, "0"])
+        assert_one_error(code, capsys.readouterr().err, f"error: {option} must be at least 1, got 0")
+    # --max-grad-norm 0 is no clipping (and no gradient norm logged).
+    code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-grad-norm", 0, "--max-steps", 1, "--save-steps", 0, "--output-dir", output)
+    assert code == 0, err
+    assert "grad_norm" in read_log(reference_run)[0] and not any("grad_norm" in record for record in read_log(output))
+
+
 def run_main(capsys, *args) -> tuple[int, str, str]:
     """pretrain.py's command line in this process: its exit code, stdout and stderr."""
     from modeling import pretrain
@@ -778,6 +926,8 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
 
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "latin1.txt").write_bytes("the curse\nof caf\xe9 words\n".encode("latin-1"))
+    (tmp_path / "latin1.txt.gz").write_bytes(gzip.compress((tmp_path / "latin1.txt").read_bytes()))
+    (tmp_path / "plain.txt.gz").write_bytes((TRAIN / "data.txt").read_bytes())
     (tmp_path / "vocab-latin1.txt").write_bytes("<S>\n</S>\n<UNK>\ncaf\xe9\n".encode("latin-1"))
     (tmp_path / "vocab-empty.txt").write_bytes(b"\n\n")
     (tmp_path / "vocab-twice.txt").write_text("<S>\n</S>\n<UNK>\nthe\nof\nthe\n")
@@ -800,6 +950,11 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
          f"--train-file {tmp_path}: a folder can only be given alone, as a saved datasets dataset", ""),
         (["--train-file", tmp_path, "--vocab-file", TRAIN / "vocab.txt"],
          f"--train-file {tmp_path}: not a dataset saved with save_to_disk", ""),
+        # datasets decompresses these: its error named no file
+        (["--train-file", tmp_path / "latin1.txt.gz", "--vocab-file", TRAIN / "vocab.txt"],
+         f"--train-file {tmp_path / 'latin1.txt.gz'}: cannot be read as compressed UTF-8 text (UnicodeDecodeError: ", ""),
+        ([*data, "--validation-file", tmp_path / "plain.txt.gz"],
+         f"--validation-file {tmp_path / 'plain.txt.gz'}: cannot be read as compressed UTF-8 text (BadGzipFile: ", ""),
     ]
     for arguments, *expected in cases:
         code, _, err = run_main(capsys, "--preset", "tiny", *arguments, "--max-steps", 1, "--output-dir", tmp_path / "out")
