@@ -27,12 +27,13 @@ from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.lexicon import read_dictionary  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
-from conversion.convert_original_elmo import _verify_reload, atomic_output_dir  # noqa: E402
+from conversion.convert_original_elmo import _verify_reload, atomic_output_dir, load_checkpoint  # noqa: E402
 from conversion.elmoformanylangs_format import (  # noqa: E402
     WEIGHT_FILES,
     architecture_from_config,
+    architecture_options,
     check_convertible,
-    config_from_architecture,
+    config_from_options,
     package_to_state_dict,
     read_architecture,
     read_tokenizer,
@@ -60,12 +61,13 @@ def convert_elmoformanylangs_to_hf(
     """Write a complete, verified Hugging Face checkpoint of an ELMoForManyLangs model to `output_dir`."""
     model_dir = Path(model_dir)
     architecture, source = read_architecture(model_dir)
-    tokenizer = read_tokenizer(model_dir, architecture, source)
+    options = architecture_options(architecture, source)
+    tokenizer = read_tokenizer(model_dir, options)
     lexicon = tokenizer.lexicon
     _check_dense_ids(lexicon.chars, model_dir / "char.dic")
     if lexicon.words is not None:
         _check_dense_ids(lexicon.words, model_dir / "word.dic")
-    config = config_from_architecture(architecture, tokenizer, source)
+    config = config_from_options(options, tokenizer, source)
     state = package_to_state_dict(read_weights(model_dir, config, len(lexicon.chars)), config)
     model = ElmoModel(config)
     model.load_state_dict(state, strict=True)
@@ -79,20 +81,24 @@ def convert_elmoformanylangs_to_hf(
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card, encoding="utf-8")
-        _verify_reload(staging, model, tokenizer)
+        _verify_reload(staging, model, tokenizer, output_dir)
     return Path(output_dir)
 
 
 def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path, overwrite: bool = False) -> Path:
     """Write the package's files (config.json, architecture.json, char.dic, word.dic, token_embedder.pkl,
     encoder.pkl) for a checkpoint with a character vocabulary; `Embedder(output_dir)` loads them."""
-    model = ElmoModel.from_pretrained(model_dir)
-    tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+    model = load_checkpoint(model_dir)
     config = model.config
     check_convertible(config)
-    if tokenizer.lexicon is None:
-        raise ConversionError(f"{model_dir}: its tokenizer has no char.dic")
+    # A folder saved before the tokenizer recorded its alphabet would load without char.dic as a byte tokenizer.
+    for name in ("char.dic", "word.dic") if config.word_vocab_size else ("char.dic",):
+        if not (path := Path(model_dir, name)).is_file():
+            problem = "is a folder, not a dictionary file" if path.is_dir() else "not found"
+            raise ConversionError(f"{path}: {problem}; the model's tokenizer reads it")
+    tokenizer = ElmoTokenizer.from_pretrained(model_dir)
     tensors = state_dict_to_package(model.state_dict(), config)
+    output_dir = Path(output_dir)
     with atomic_output_dir(output_dir, overwrite) as staging:
         (staging / "config.json").write_text(json.dumps({"config_path": ARCHITECTURE_FILE}), encoding="utf-8")
         architecture = architecture_from_config(config)
@@ -100,17 +106,18 @@ def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path
         tokenizer.lexicon.save(staging / "char.dic", staging / "word.dic")
         for file_name, state in tensors.items():
             torch.save(state, staging / file_name)
-        # Read back the way the conversion reads a model: the same dictionaries, tensors and config.
+        # Read back the way the conversion reads a model: the same dictionaries, tensors and config. The messages
+        # name the output folder, where the user looks (the staging folder is gone by then).
         if read_dictionary(staging / "char.dic") != tokenizer.lexicon.chars or (
             tokenizer.lexicon.words is not None and read_dictionary(staging / "word.dic") != tokenizer.lexicon.words
         ):
-            raise ConversionError(f"{staging}: the dictionaries did not read back identically")
+            raise ConversionError(f"{output_dir}: the dictionaries did not read back identically")
         reread = read_weights(staging, config, len(tokenizer.lexicon.chars))
         for file_name, state in tensors.items():
             for name, tensor in state.items():
                 if not torch.equal(tensor, reread[file_name][name]):
-                    raise ConversionError(f"{staging / file_name}: tensor {name} did not read back identically")
-    return Path(output_dir)
+                    raise ConversionError(f"{output_dir / file_name}: tensor {name} did not read back identically")
+    return output_dir
 
 
 def _read_model_type(config_file: Path) -> str | None:
@@ -143,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.model_dir, args.output_dir, model_id=args.model_id, language=args.language, overwrite=args.overwrite
             )
             print(f"wrote and verified a Hugging Face checkpoint in {args.output_dir}")
-    except ValueError as error:  # ConversionError, LexiconError and the config's own checks
+    except (ValueError, OSError) as error:  # ConversionError, LexiconError, the config's own checks, a full disk
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

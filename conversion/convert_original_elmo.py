@@ -146,24 +146,25 @@ def _probe_outputs(model: ElmoModel, tokenizer: ElmoTokenizer) -> list[torch.Ten
     return [t.detach() for t in list(output.hidden_states) + list(output.elmo_representations)]
 
 
-def _verify_reload(folder: Path, model: ElmoModel, tokenizer: ElmoTokenizer) -> None:
-    """The saved folder must load through the Auto classes and reproduce `model` exactly."""
+def _verify_reload(folder: Path, model: ElmoModel, tokenizer: ElmoTokenizer, output_dir: str | os.PathLike) -> None:
+    """The saved folder must load through the Auto classes and reproduce `model` exactly. The errors name
+    `output_dir`, the folder that `folder` (its staging folder, removed when the conversion fails) was to become."""
     from transformers import AutoModel, AutoTokenizer
 
     reloaded = AutoModel.from_pretrained(folder).eval()
     reloaded_tokenizer = AutoTokenizer.from_pretrained(folder)
     expected_state, found_state = model.state_dict(), reloaded.state_dict()
     if expected_state.keys() != found_state.keys():
-        raise ConversionError(f"{folder}: reloaded weights differ in names from the converted ones")
+        raise ConversionError(f"{output_dir}: reloaded weights differ in names from the converted ones")
     for name, tensor in expected_state.items():
         if not torch.equal(tensor, found_state[name]):
-            raise ConversionError(f"{folder}: reloaded weight {name} differs from the converted one")
+            raise ConversionError(f"{output_dir}: reloaded weight {name} differs from the converted one")
     for layer, (expected, found) in enumerate(
         zip(_probe_outputs(model, tokenizer), _probe_outputs(reloaded, reloaded_tokenizer))
     ):
         if not torch.equal(expected, found):
             difference = (expected - found).abs().max().item()
-            raise ConversionError(f"{folder}: reloaded model differs at output {layer} by {difference:.3g}")
+            raise ConversionError(f"{output_dir}: reloaded model differs at output {layer} by {difference:.3g}")
 
 
 def convert_original_to_hf(
@@ -189,7 +190,7 @@ def convert_original_to_hf(
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card, encoding="utf-8")
-        _verify_reload(staging, model, tokenizer)
+        _verify_reload(staging, model, tokenizer, output_dir)
     return Path(output_dir)
 
 
@@ -207,7 +208,10 @@ def convert_hf_to_original(
         reread = read_original_weights(staging / "weights.hdf5", ElmoConfig.from_original_options(staging / "options.json"))
         for name, value in arrays.items():
             if not np.array_equal(value, reread[name]):
-                raise ConversionError(f"{staging / 'weights.hdf5'}: dataset {name} did not read back identically")
+                # (named in the output folder: the staging folder is gone when the user reads this)
+                raise ConversionError(
+                    f"{Path(output_dir) / 'weights.hdf5'}: dataset {name} did not read back identically"
+                )
     return Path(output_dir)
 
 

@@ -13,7 +13,8 @@ A model folder of the package holds:
 The released models' config.json names `cnn_50_100_512_4096_sample.json`, a file of the package (its `configs/`
 folder), not of the model folder; that architecture is known here. Every mapping is a copy, a split of the highway
 weights, a negation, or the padding row of the character embedding, so converting there and back gives every tensor
-bit for bit.
+bit for bit. The model is float32: a tensor of another float type converts only where float32 holds every one of its
+values (and comes back as float32).
 """
 
 import json
@@ -24,9 +25,10 @@ from typing import Any
 import torch
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
+from hf_elmo.configuration_elmo import REQUIRED, VALUE_RULES, check_type, check_value
 from hf_elmo.lexicon import LexiconError
 
-from conversion.original_format import ConversionError, check_weight_names
+from conversion.original_format import ConversionError, check_weight_names, exact_float32
 
 # The architecture of every released model: the package's configs/cnn_50_100_512_4096_sample.json (and its
 # identical cnn_0_100_512_4096_sample.json), for folders whose config.json names that file of the package.
@@ -81,53 +83,70 @@ def read_architecture(model_dir: str | os.PathLike) -> tuple[dict, str]:
     )
 
 
-def _section(architecture: dict, name: str, source: str) -> dict:
-    section = architecture.get(name)
-    if not isinstance(section, dict):
-        raise ConversionError(f"{source}: no '{name}' section")
-    return section
+# Where the architecture json keeps each ElmoConfig field, and the value a missing or null option means (the
+# package reads word_dim, cell_clip and proj_clip with defaults); REQUIRED ones must be there.
+ARCHITECTURE_OPTIONS = {
+    "word_embedding_dim": (("token_embedder", "word_dim"), 0),
+    "char_embedding_dim": (("token_embedder", "char_dim"), REQUIRED),
+    "char_cnn_filters": (("token_embedder", "filters"), REQUIRED),
+    "num_highway_layers": (("token_embedder", "n_highway"), REQUIRED),
+    "char_cnn_activation": (("token_embedder", "activation"), "relu"),
+    "max_characters_per_token": (("token_embedder", "max_characters_per_token"), REQUIRED),
+    "cell_size": (("encoder", "dim"), REQUIRED),
+    "projection_dim": (("encoder", "projection_dim"), REQUIRED),
+    "num_lstm_layers": (("encoder", "n_layers"), REQUIRED),
+    "cell_clip": (("encoder", "cell_clip"), None),
+    "proj_clip": (("encoder", "proj_clip"), None),
+}
+# The only encoder and token embedder that convert (the package also has "lstm" ones).
+ARCHITECTURE_NAMES = {"encoder": ("elmo", "ELMo's biLM"), "token_embedder": ("cnn", "the char CNN")}
 
 
-def _option(section: dict, section_name: str, key: str, source: str):
-    if key not in section:
-        raise ConversionError(f"{source}: missing option '{section_name}.{key}'")
-    return section[key]
-
-
-def config_from_architecture(architecture: dict, tokenizer: ElmoTokenizer, source: str, **kwargs) -> ElmoConfig:
-    """The ElmoConfig of a model with this architecture, spelled by `tokenizer` (its char.dic and word.dic)."""
-    encoder, embedder = _section(architecture, "encoder", source), _section(architecture, "token_embedder", source)
-    if encoder.get("name", "").lower() != "elmo":
+def architecture_options(architecture: dict, source: str) -> dict[str, Any]:
+    """The ElmoConfig fields that the architecture json gives, every option type- and value-checked, with an error
+    naming `source` (the file) and the option."""
+    for section, (name, meaning) in ARCHITECTURE_NAMES.items():
+        if not isinstance(architecture.get(section), dict):
+            raise ConversionError(f"{source}: no '{section}' section")
+        found = architecture[section].get("name")
+        if not isinstance(found, str) or found.lower() != name:
+            raise ConversionError(
+                f"{source}: {section} {found!r} is not {meaning} ({name!r}); only ELMo models with a char CNN convert"
+            )
+    if architecture["token_embedder"].get("char_dim") == 0:
         raise ConversionError(
-            f"{source}: encoder {encoder.get('name')!r} is not ELMo's biLM ('elmo'); only ELMo models convert"
+            f"{source}: token_embedder.char_dim is 0 (words only); only models that read characters convert"
         )
-    if embedder.get("name", "").lower() != "cnn":
-        raise ConversionError(
-            f"{source}: token_embedder {embedder.get('name')!r} is not the char CNN ('cnn'); only those convert"
-        )
-    if not _option(embedder, "token_embedder", "char_dim", source):
-        raise ConversionError(f"{source}: token_embedder.char_dim is 0 (words only); only models that read characters convert")
-    word_dim = embedder.get("word_dim", 0) or 0
+    options = {}
+    for field, ((section, key), default) in ARCHITECTURE_OPTIONS.items():
+        option = f"{section}.{key}"
+        value = architecture[section].get(key)
+        if value is None:
+            if default is REQUIRED:
+                raise ConversionError(f"{source}: missing option '{option}'")
+            value = default
+        try:
+            check_type(f"{source}: option '{option}'", value, ElmoConfig.__annotations__[field])
+            check_value(f"{source}: option '{option}'", value, *VALUE_RULES[field])
+        except ValueError as error:
+            raise ConversionError(str(error)) from None
+        options[field] = value
+    return options
+
+
+def config_from_options(options: dict[str, Any], tokenizer: ElmoTokenizer, source: str, **kwargs) -> ElmoConfig:
+    """The ElmoConfig of a model with these `architecture_options`, spelled by `tokenizer` (its char.dic and
+    word.dic)."""
     try:
         return ElmoConfig(
-            **tokenizer.lexicon.config_options(word_input=word_dim > 0),
-            word_embedding_dim=word_dim,
-            char_embedding_dim=embedder["char_dim"],
-            char_cnn_filters=_option(embedder, "token_embedder", "filters", source),
-            num_highway_layers=_option(embedder, "token_embedder", "n_highway", source),
-            char_cnn_activation=embedder.get("activation", "relu"),
-            max_characters_per_token=_option(embedder, "token_embedder", "max_characters_per_token", source),
-            cell_size=_option(encoder, "encoder", "dim", source),
-            projection_dim=_option(encoder, "encoder", "projection_dim", source),
-            num_lstm_layers=_option(encoder, "encoder", "n_layers", source),
-            cell_clip=encoder.get("cell_clip"),
-            proj_clip=encoder.get("proj_clip"),
+            **tokenizer.lexicon.config_options(word_input=options["word_embedding_dim"] > 0),
+            **options,
             use_skip_connections=True,  # ElmobiLm adds every layer's input to its output but the first's
             forget_bias=0.0,  # AllenNLP's cell: the stored bias already includes bilm-tf's +1
             always_project=True,  # the token projection and the cell projection are always built
             **kwargs,
         )
-    except (TypeError, ValueError) as error:
+    except ValueError as error:  # what only the options together contradict
         raise ConversionError(f"{source}: {error}") from None
 
 
@@ -217,8 +236,14 @@ def read_weights(model_dir: str | os.PathLike, config: ElmoConfig, num_chars: in
                 )
             if not state[name].is_floating_point():
                 raise ConversionError(f"{path}: tensor {name} has type {state[name].dtype}, expected float32")
-        tensors[file_name] = {name: state[name].to(torch.float32) for name in expected}
+        tensors[file_name] = {name: _exact_float32(state[name], f"{path}: tensor {name}") for name in expected}
     return tensors
+
+
+def _exact_float32(tensor: torch.Tensor, where: str) -> torch.Tensor:
+    """`exact_float32` for a tensor (numpy has no bfloat16, whose float32 values are exact anyway)."""
+    values = (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
+    return torch.from_numpy(exact_float32(values, where))
 
 
 def package_to_state_dict(tensors: dict[str, dict[str, torch.Tensor]], config: ElmoConfig) -> dict[str, torch.Tensor]:
@@ -287,18 +312,18 @@ def state_dict_to_package(state: dict[str, torch.Tensor], config: ElmoConfig) ->
     return {"token_embedder.pkl": clone, "encoder.pkl": {name: value.clone().contiguous() for name, value in encoder.items()}}
 
 
-def read_tokenizer(model_dir: str | os.PathLike, architecture: dict, source: str) -> ElmoTokenizer:
-    """The tokenizer of the folder's char.dic and word.dic; word ids are model inputs only with word input."""
+def read_tokenizer(model_dir: str | os.PathLike, options: dict[str, Any]) -> ElmoTokenizer:
+    """The tokenizer of the folder's char.dic and word.dic (for a model with these `architecture_options`); word ids
+    are model inputs only with word input."""
     model_dir = Path(model_dir)
-    embedder = _section(architecture, "token_embedder", source)
-    word_input = (embedder.get("word_dim", 0) or 0) > 0
+    word_input = options["word_embedding_dim"] > 0
     word_file = model_dir / "word.dic"
     if word_input and not word_file.is_file():
         raise ConversionError(f"{word_file}: dictionary file not found (the architecture has word input)")
     input_names = ["input_ids", "input_word_ids", "attention_mask"] if word_input else ["input_ids", "attention_mask"]
     try:
         return ElmoTokenizer(
-            max_characters_per_token=_option(embedder, "token_embedder", "max_characters_per_token", source),
+            max_characters_per_token=options["max_characters_per_token"],
             char_vocab_file=str(model_dir / "char.dic"),
             word_vocab_file=str(word_file) if word_file.is_file() else None,
             model_input_names=input_names,

@@ -1,7 +1,8 @@
 """The original ELMo weight file (bilm-tf's `dump_weights` HDF5) <-> `ElmoModel` state dict, exactly.
 
 Every mapping is a transpose, a reordering of the LSTM gate blocks, or the padding row of the character
-embedding, so converting there and back reproduces every dataset bit for bit.
+embedding, so converting there and back reproduces every dataset bit for bit. The model is float32: a dataset of
+another float type converts only where float32 holds every one of its values (and comes back as float32).
 """
 
 import os
@@ -20,6 +21,22 @@ GATE_ORDER = [0, 2, 1, 3]
 
 class ConversionError(ValueError):
     """The original files do not describe a model we can convert; the message says what and where."""
+
+
+def exact_float32(values: np.ndarray, where: str) -> np.ndarray:
+    """`values` as float32, which the model is, only where nothing changes: every value finite, and an array of
+    another float type (float64) only if each of its values is a float32 too, as float16's always are. `where`
+    ("FILE: dataset NAME") begins the error."""
+    if not np.isfinite(values).all():
+        count = values.size - np.count_nonzero(np.isfinite(values))
+        raise ConversionError(f"{where} holds {count} non-finite value{'s' if count > 1 else ''} (NaN or infinity)")
+    converted = values.astype(np.float32, copy=False)
+    if converted.dtype != values.dtype and not np.array_equal(converted, values):
+        raise ConversionError(
+            f"{where} has type {values.dtype}, with values that float32 cannot hold exactly: the model is float32, "
+            "and a conversion keeps every value"
+        )
+    return converted
 
 
 def _lstm_prefix(direction: int, layer: int) -> str:
@@ -100,7 +117,11 @@ def read_original_weights(weight_file: str | os.PathLike, config: ElmoConfig) ->
                     )
                 if not np.issubdtype(dataset.dtype, np.floating):
                     raise ConversionError(f"{path}: dataset {name} has type {dataset.dtype}, expected float32")
-                arrays[name] = dataset[...].astype(np.float32, copy=False)
+                try:
+                    values = dataset[...]
+                except OSError as error:  # a damaged chunk, a filter h5py does not have: h5py names neither
+                    raise ConversionError(f"{path}: cannot read dataset {name} ({str(error).strip()})") from None
+                arrays[name] = exact_float32(values, f"{path}: dataset {name}")
                 bar.update(dataset.size * 4)
     return arrays
 

@@ -7,11 +7,15 @@ subclass, `error=`).
 """
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import tempfile
 from pathlib import Path
+
+try:  # lexicon.py's atomic writes make this file Hub remote code too, which must import where fcntl does not exist
+    import fcntl
+except ImportError:  # (Windows: no OutputLock there)
+    fcntl = None
 
 # A byte-order mark that some editors put at the start of UTF-8 files: not part of the first word.
 BYTE_ORDER_MARK = "\ufeff"

@@ -9,22 +9,26 @@ writes them exactly as the package does, and spells words as it spells them:
 * the package's code takes the begin-of-word marker from the `<eow>` entry and the end-of-word marker from `<bow>`
   (the names the other way round); models were trained that way, so that is what the ids here are;
 * `<bos>` and `<eos>` are words: one character each, `[begin, <bos>, end, <pad> ..]`, and word ids of their own; a
-  text holding the word `<bos>` reads it as the sentence boundary, as the package does.
+  pre-split word `<bos>` reads as the sentence boundary, as the package reads it (its users pass words, not text;
+  raw text is split as for every ELMo, `<bos>` into `<`, `bos`, `>`).
 
 Every character id is the package's id + 1, so that 0 stays the all-zero padding word of `ElmoTokenizer` (the
 model's character embedding has one more row in front, as the byte alphabet's has). Word ids are the package's.
 
-This file is copied into saved model folders as Hub remote code: it imports only the standard library.
+This file is copied into saved model folders as Hub remote code: it imports only the standard library and
+files.py (copied with it).
 """
 
 import os
-import tempfile
+
+from .files import atomic_file
 
 BOS, EOS, OOV, PAD = "<bos>", "<eos>", "<oov>", "<pad>"
 BOW, EOW = "<bow>", "<eow>"
 CHAR_SPECIALS = (BOS, EOS, OOV, PAD, BOW, EOW)  # every one must be in char.dic
 # Their names among the tokenizer's character ids (the byte alphabet's are <S>, </S>, <bow>, <eow>, <char_pad>).
 SPECIAL_CHAR_NAMES = {BOS: "<bos_char>", EOS: "<eos_char>", OOV: "<oov_char>", PAD: "<char_pad>", BOW: "<bow>", EOW: "<eow>"}
+WORD_ENTRIES = (OOV, BOS, EOS, PAD)  # the first entries of a word.dic that the package's training builds
 WORD_SPECIALS = (OOV, PAD)  # the package asserts these two; <bos>/<eos> fall back to <oov> if missing
 # The package writes a dictionary line as token<TAB>id and reads it back with line.strip().split("\t"): a token that
 # strip() removes (whitespace, such as the ideographic space U+3000) leaves one field, which it reads as U+3000.
@@ -35,6 +39,17 @@ class LexiconError(ValueError):
     """A char.dic or word.dic that the package could not read either; the message names the file and line."""
 
 
+def _parse_line(line: str) -> tuple[str, int] | None:
+    """A dictionary line's `(token, id)` as the package reads it (`line.strip().split("\t")`), or None if it
+    cannot: the id must be ASCII digits (`str.isdigit` also takes "²", which `int` refuses)."""
+    fields = line.strip().split("\t")
+    if len(fields) == 1:
+        fields.insert(0, STRIPPED_TOKEN)
+    if len(fields) != 2 or not (fields[1].isascii() and fields[1].isdigit()):
+        return None
+    return fields[0], int(fields[1])
+
+
 def read_dictionary(path: str | os.PathLike) -> dict[str, int]:
     """`token -> id` of a char.dic or word.dic, read as the package reads it (a later line wins a repeated token)."""
     path = os.fspath(path)
@@ -42,27 +57,42 @@ def read_dictionary(path: str | os.PathLike) -> dict[str, int]:
     try:
         with open(path, encoding="utf-8") as handle:
             for number, line in enumerate(handle, 1):
-                fields = line.strip().split("\t")
-                if len(fields) == 1:
-                    fields.insert(0, STRIPPED_TOKEN)
-                if len(fields) != 2 or not fields[1].isdigit():
+                entry = _parse_line(line)
+                if entry is None:
                     raise LexiconError(f"{path}: line {number} is not token<TAB>id: {line.rstrip(chr(10))!r}")
-                entries[fields[0]] = int(fields[1])
+                entries[entry[0]] = entry[1]
     except FileNotFoundError:
         raise LexiconError(f"{path}: dictionary file not found") from None
+    except IsADirectoryError:
+        raise LexiconError(f"{path}: is a folder, not a dictionary file") from None
+    except OSError as error:
+        raise LexiconError(f"{path}: cannot read the dictionary file ({error.strerror})") from None
     except UnicodeDecodeError as error:
         raise LexiconError(f"{path}: not UTF-8 text ({error})") from None
     return entries
 
 
+def unreadable_entry(entries: dict[str, int]) -> str | None:
+    """The first token whose `token<TAB>id` line would not read back as written, here or in the package (which
+    reads lines with codecs, split where str.splitlines splits: also at U+2028, U+001C ...); None if all do."""
+    for token, index in entries.items():
+        line = f"{token}\t{index}"
+        if len(line.splitlines()) != 1 or _parse_line(line) != (token, index):
+            return token
+    return None
+
+
+UNREADABLE = ("it would read back as another (an entry must not be empty, begin with whitespace other than "
+              "U+3000 alone, or hold a tab or line break; an id is an integer >= 0)")
+
+
 def write_dictionary(entries: dict[str, int], path: str | os.PathLike) -> None:
-    """Write `token<TAB>id` lines in the order of `entries`, as the package does, atomically."""
-    path = os.fspath(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(path) or ".")
-    with os.fdopen(handle, "w", encoding="utf-8") as f:
-        f.writelines(f"{token}\t{index}\n" for token, index in entries.items())
-    os.chmod(temporary, 0o644)  # mkstemp's file is private; a dictionary is not
-    os.replace(temporary, path)
+    """Write `token<TAB>id` lines in the order of `entries`, as the package does, atomically; an entry that would
+    not read back as written is refused, and nothing is written."""
+    if (token := unreadable_entry(entries)) is not None:
+        raise LexiconError(f"{os.fspath(path)}: cannot hold the entry {token!r} (id {entries[token]!r}): {UNREADABLE}")
+    with atomic_file(path) as out:
+        out.writelines(f"{token}\t{index}\n" for token, index in entries.items())
 
 
 def _check_specials(entries: dict[str, int], specials: tuple[str, ...], source: str) -> None:
@@ -184,7 +214,11 @@ class ElmoLexicon:
         out as the package's training lays one out: char.dic holds the characters in order of first appearance,
         then `<bos> <eos> <oov> <pad> <bow> <eow>`; word.dic (`with_words`) holds `<oov> <bos> <eos> <pad>`, then
         the words (cut to K - 2 characters) seen at least `min_count` times, most frequent first (ties
-        alphabetically), at most `max_words` entries in all."""
+        alphabetically), at most `max_words` entries in all (at least 5: the four special entries and a word).
+        A word that a dictionary line would not give back as written (see `write_dictionary`) is refused."""
+        if max_words is not None and max_words < len(WORD_ENTRIES) + 1:
+            raise LexiconError(f"max_words must be at least {len(WORD_ENTRIES) + 1} (word.dic's {len(WORD_ENTRIES)} "
+                               f"special entries and one word), got {max_words}")
         cut_counts: dict[str, int] = {}
         for word, count in word_counts.items():
             word = word[: max_characters_per_token - 2]
@@ -197,9 +231,16 @@ class ElmoLexicon:
             chars.setdefault(token, len(chars))
         words = None
         if with_words:
-            words = {token: index for index, token in enumerate((OOV, BOS, EOS, PAD))}
+            words = {token: index for index, token in enumerate(WORD_ENTRIES)}
             ranked = sorted((w for w, n in cut_counts.items() if n >= min_count and w not in words),
                             key=lambda w: (-cut_counts[w], w))
-            for word in ranked[: None if max_words is None else max(0, max_words - len(words))]:
+            for word in ranked[: None if max_words is None else max_words - len(words)]:
                 words[word] = len(words)
+        # Refused now, not when saved: a word or character that the saved dictionaries would give back as another.
+        if words is not None and (word := unreadable_entry(words)) is not None:
+            raise LexiconError(f"the word {word!r} cannot be an entry of word.dic: {UNREADABLE}")
+        if (character := unreadable_entry(chars)) is not None:
+            word = next(w for w in cut_counts if character in w)
+            raise LexiconError(f"the word {word!r} has the character {character!r}, which cannot be an entry of "
+                               f"char.dic: {UNREADABLE}")
         return cls(chars, words, max_characters_per_token)

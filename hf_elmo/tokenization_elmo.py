@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from tokenizers import Regex, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizer
+from transformers.tokenization_python import Trie
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy, to_py_obj
 
@@ -202,7 +203,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
     `add_tokens` and `add_special_tokens` add words that raw text is split around, never inside (`tokenizer.add_tokens(
     ["don't", "<URL>"])` keeps them whole); they are spelled as every word is, so the model needs no new embedding.
     Added special tokens are marked in `special_tokens_mask` and dropped by `decode(..., skip_special_tokens=True)`.
-    The padding word is always id 0, the all-zero word; `pad_token` only names it.
+    The padding word is always id 0, the all-zero word; `pad_token` only names it: a word of that name in the text is
+    a word as any other (raw text splits `<pad>` into `<`, `pad`, `>`; a pre-split `"<pad>"` is spelled, kept by
+    `decode` and 0 in `special_tokens_mask`), though `convert_tokens_to_ids(pad_token)` is `pad_token_id`, 0, as
+    transformers needs.
 
     Args:
         max_characters_per_token (`int`, defaults to 50): characters per word, begin/end-of-word included. Must
@@ -212,6 +216,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         word_vocab_file (`str`, *optional*): with `char_vocab_file`, its word.dic. Word ids are returned as
             `input_word_ids` when that name is in `model_input_names` (the default with a word.dic; the converter
             leaves it out for models that read characters only, whose word.dic is their language model's vocabulary).
+        alphabet (`str`, *optional*): `"bytes"` or `"vocabulary"` (char.dic's), as the model's config says; by
+            default, `"vocabulary"` exactly when a `char_vocab_file` is given. It is saved in tokenizer_config.json,
+            so that a saved tokenizer of a character vocabulary whose char.dic is missing fails to load, naming the
+            file, rather than spelling UTF-8 bytes (folders saved before it was recorded load as before).
     """
 
     model_input_names = ["input_ids", "attention_mask"]
@@ -222,14 +230,30 @@ class ElmoTokenizer(PreTrainedTokenizer):
         max_characters_per_token: int = 50,
         char_vocab_file: str | None = None,
         word_vocab_file: str | None = None,
+        alphabet: str | None = None,
         **kwargs,
     ):
+        if isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int):
+            raise ValueError(f"max_characters_per_token must be an integer, got {max_characters_per_token!r}.")
         if max_characters_per_token < 3:
             raise ValueError(
                 f"max_characters_per_token must be at least 3 (begin, one byte, end), got {max_characters_per_token}."
             )
+        alphabet = alphabet or ("bytes" if char_vocab_file is None else "vocabulary")
+        if alphabet not in ("bytes", "vocabulary"):
+            raise ValueError(f"alphabet must be 'bytes' or 'vocabulary', got {alphabet!r}.")
+        if alphabet == "vocabulary" and char_vocab_file is None:
+            # from_pretrained passes the files it found in the folder (name_or_path): char.dic is not there.
+            folder = kwargs.get("name_or_path")
+            missing = os.path.join(folder, self.vocab_files_names["char_vocab_file"]) if folder else "char.dic"
+            raise ValueError(f"{missing}: not found; this tokenizer spells words with that character vocabulary "
+                             "(alphabet 'vocabulary'), without it the ids would be wrong.")
+        if alphabet == "bytes" and char_vocab_file is not None:
+            raise ValueError(f"{char_vocab_file}: a character vocabulary, for a tokenizer of alphabet 'bytes' (UTF-8 "
+                             "bytes); pass alphabet='vocabulary', or remove the file.")
         if word_vocab_file is not None and char_vocab_file is None:
-            raise ValueError("word_vocab_file (word.dic) needs char_vocab_file (char.dic): words are always spelled too.")
+            raise ValueError(f"{word_vocab_file} (word_vocab_file) needs a char.dic (char_vocab_file), which was not "
+                             "given or found: words are always spelled too.")
         self.max_characters_per_token = max_characters_per_token
         self._word_splitter = _build_word_splitter()
         self.lexicon = None
@@ -256,7 +280,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         self._id_to_name = character_names
         super().__init__(
             max_characters_per_token=max_characters_per_token, char_vocab_file=char_vocab_file,
-            word_vocab_file=word_vocab_file, **kwargs,
+            word_vocab_file=word_vocab_file, alphabet=alphabet, **kwargs,
         )
         if self.returns_word_ids and (self.lexicon is None or self.lexicon.words is None):
             raise ValueError("model_input_names names input_word_ids, which need a word.dic (word_vocab_file).")
@@ -307,7 +331,18 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def _special_words(self) -> set[str]:
         """The added special tokens: words that `special_tokens_mask` marks and `skip_special_tokens` drops."""
-        return {token.content for token in self._added_tokens_decoder.values() if token.special}
+        return {token.content for token in self._words_kept_whole().values() if token.special}
+
+    def _words_kept_whole(self) -> dict:
+        """The added tokens (id -> AddedToken), which raw text is split around. Not `pad_token` (id 0): it names the
+        all-zero padding word, which no text holds, so a word of that name in the text is spelled as any other."""
+        return {index: token for index, token in self._added_tokens_decoder.items() if index != PAD_WORD_CHAR_ID}
+
+    def _update_trie(self, unique_no_split_tokens: list[str] | None = None):
+        """The base class's trie of the words that raw text is split around, without `pad_token`."""
+        self.tokens_trie = Trie()
+        for token in [*(added.content for added in self._words_kept_whole().values()), *(unique_no_split_tokens or [])]:
+            self.tokens_trie.add(token)
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         # The byte alphabet is fixed; everything configurable lives in tokenizer_config.json.
@@ -334,10 +369,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """The words of raw text with their character spans in it."""
         _check_encodable(text, "the text")
         start = 1 if text.startswith(_BYTE_ORDER_MARK) else 0  # a byte-order mark is not part of the first word
-        segments = self.tokens_trie.split(text[start:]) if self._added_tokens_encoder else [text[start:]]
+        kept_whole = {token.content for token in self._words_kept_whole().values()}
+        segments = self.tokens_trie.split(text[start:]) if kept_whole else [text[start:]]
         words = []
         for segment in segments:
-            if segment in self._added_tokens_encoder:
+            if segment in kept_whole:
                 words.append((segment, (start, start + len(segment))))
             else:
                 pieces = self._word_splitter.pre_tokenize_str(segment)

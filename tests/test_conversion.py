@@ -152,6 +152,21 @@ def edit_weights(folder: Path, change):
         change(handle)
 
 
+def replace_dataset(handle, name: str, data: np.ndarray, **options) -> None:
+    del handle[name]
+    handle.create_dataset(name, data=data, **options)
+
+
+def damage_compressed_chunk(folder: Path, name: str) -> None:
+    """Store dataset `name` gzip-compressed, then overwrite bytes of its chunk, as a bad disk or copy would."""
+    edit_weights(folder, lambda h: replace_dataset(h, name, h[name][...], compression="gzip", chunks=h[name].shape))
+    with h5py.File(folder / "weights.hdf5", "r") as handle:
+        offset = handle[name].id.get_chunk_info(0).byte_offset
+    with open(folder / "weights.hdf5", "r+b") as handle:
+        handle.seek(offset + 10)
+        handle.write(b"\xff" * 20)
+
+
 def edit_options(folder: Path, change):
     options = json.loads((folder / "options.json").read_text())
     change(options)
@@ -195,6 +210,18 @@ BAD_INPUTS = {
         lambda f: edit_weights(f, lambda h: (h.__delitem__(f"{PREFIX}/B"), h.create_dataset(f"{PREFIX}/B", data=np.zeros(96, np.int32)))),
         ["weights.hdf5", f"{PREFIX}/B", "has type int32, expected float32"],
     ),
+    # A float64 dataset converts only if float32 holds every value: the model is float32 and nothing is rounded.
+    "float64 values that float32 would round": (
+        lambda f: edit_weights(f, lambda h: replace_dataset(h, f"{PREFIX}/B", h[f"{PREFIX}/B"][...].astype(np.float64) + 1e-12)),
+        ["weights.hdf5: dataset " + f"{PREFIX}/B", "has type float64, with values that float32 cannot hold exactly"],
+    ),
+    "a NaN": (lambda f: edit_weights(f, lambda h: h[f"{PREFIX}/B"].__setitem__(3, np.nan)),
+              ["weights.hdf5: dataset " + f"{PREFIX}/B holds 1 non-finite value (NaN or infinity)"]),
+    "an infinity": (lambda f: edit_weights(f, lambda h: h["char_embed"].__setitem__((0, 1), -np.inf)),
+                    ["weights.hdf5: dataset char_embed holds 1 non-finite value (NaN or infinity)"]),
+    # h5py's own message names neither the file nor the dataset.
+    "a damaged compressed chunk": (lambda f: damage_compressed_chunk(f, f"{PREFIX}/W_0"),
+                                   ["weights.hdf5: cannot read dataset " + f"{PREFIX}/W_0", "filter returned failure"]),
 }
 
 
@@ -214,6 +241,20 @@ def test_bad_input_fails_clearly_and_writes_nothing(original, tmp_path, capsys, 
     assert not [path for path in tmp_path.iterdir() if path.name.startswith(".out")]
 
 
+def test_float16_and_float64_datasets_that_float32_holds_convert_exactly(original, tmp_path):
+    """bilm-tf writes float32; a float16 dataset, or a float64 one whose values are all float32 values, converts with
+    every value as it was (converting there and back gives them again, as float32)."""
+    edit_weights(original, lambda h: (replace_dataset(h, f"{PREFIX}/W_0", h[f"{PREFIX}/W_0"][...].astype(np.float64)),
+                                      replace_dataset(h, f"{PREFIX}/B", h[f"{PREFIX}/B"][...].astype(np.float16))))
+    expected = read_datasets(original / "weights.hdf5")
+    assert (expected[f"{PREFIX}/W_0"].dtype, expected[f"{PREFIX}/B"].dtype) == (np.float64, np.float16)
+    out = convert_original_to_hf(original / "options.json", original / "weights.hdf5", tmp_path / "hf")
+    back = read_datasets(convert_hf_to_original(out, tmp_path / "back") / "weights.hdf5")
+    assert back.keys() == expected.keys()
+    for name, values in expected.items():
+        assert back[name].dtype == np.float32 and np.array_equal(back[name], values), name
+
+
 def test_existing_output_is_kept_unless_overwrite(original, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
@@ -231,8 +272,8 @@ def test_failed_verification_leaves_nothing(original, tmp_path, monkeypatch):
     """A crash after the files are written but before they are verified leaves no output folder."""
     import conversion.convert_original_elmo as converter
 
-    def broken_verify(folder, model, tokenizer):
-        raise ConversionError(f"{folder}: simulated failure")
+    def broken_verify(folder, model, tokenizer, output_dir):
+        raise ConversionError(f"{output_dir}: simulated failure")
 
     monkeypatch.setattr(converter, "_verify_reload", broken_verify)
     with pytest.raises(ConversionError):
@@ -262,9 +303,27 @@ def test_verification_refuses_a_saved_folder_that_does_not_reproduce_the_model(o
             edit_config(folder, proj_clip=0.01)
 
     monkeypatch.setattr(ElmoModel, "save_pretrained", damaged_save)
-    with pytest.raises(ConversionError, match=expected):
+    with pytest.raises(ConversionError, match=expected) as raised:
         convert_original_to_hf(original / "options.json", original / "weights.hdf5", tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["original"]
+    # The message names the output folder, not the staging folder beside it, which is gone when the user reads it.
+    assert str(raised.value).startswith(f"{tmp_path / 'out'}: "), str(raised.value)
+
+
+def test_way_back_read_back_check_names_the_output_folder(converted, tmp_path, monkeypatch):
+    """--to-original reads weights.hdf5 back before it reports success; a dataset that does not read back as written
+    is named in the output folder (the staging folder beside it is gone when the user reads the message)."""
+    import conversion.convert_original_elmo as converter
+
+    def damaged_write(arrays, weight_file):
+        write_original_weights(arrays, weight_file)
+        edit_weights(Path(weight_file).parent, lambda h: h["CNN_proj/b_proj"].__setitem__(0, 1.5))
+
+    monkeypatch.setattr(converter, "write_original_weights", damaged_write)
+    with pytest.raises(ConversionError) as raised:
+        convert_hf_to_original(converted["allennlp-elmo"], tmp_path / "back")
+    assert str(raised.value) == f"{tmp_path / 'back' / 'weights.hdf5'}: dataset CNN_proj/b_proj did not read back identically"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_converted_folders_have_the_modes_of_a_plain_folder(original, tmp_path):

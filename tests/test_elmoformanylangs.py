@@ -18,7 +18,7 @@ from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.lexicon import read_dictionary
 
 from conftest import DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, README, readme_python_block
-from conversion.convert_elmoformanylangs import convert_hf_to_elmoformanylangs, main
+from conversion.convert_elmoformanylangs import convert_elmoformanylangs_to_hf, convert_hf_to_elmoformanylangs, main
 
 SENTENCES = json.loads((ELMOFORMANYLANGS / "sentences.json").read_text(encoding="utf-8"))
 TOLERANCE = 2e-5
@@ -149,9 +149,14 @@ def test_tokenizer_spells_words_as_the_package_does(loaded):
     long_word = "天" * 60
     assert tokenizer.word_to_char_ids(long_word) == [chars["<eow>"] + 1] + [chars["天"] + 1] * 48 + [chars["<bow>"] + 1]
     assert tokenizer.word_to_id("天气") == words["天气"] and tokenizer.word_to_id("天气很好") == words["<oov>"]
-    # <bos> and <eos> in the text are the sentence boundaries, as the model adds them.
+    # <bos> and <eos> given as words are the sentence boundaries, as the model adds them; raw text splits them as
+    # any punctuation (the package's users pass words, not text).
     assert tokenizer.word_to_char_ids("<bos>")[:3] == [chars["<eow>"] + 1, chars["<bos>"] + 1, chars["<bow>"] + 1]
     assert tokenizer.word_to_id("<eos>") == words["<eos>"]
+    boundary = tokenizer([["<bos>", "天气"]], is_split_into_words=True)
+    assert boundary["input_ids"][0][0] == tokenizer.word_to_char_ids("<bos>")
+    assert boundary["input_word_ids"][0][0] == words["<bos>"]
+    assert tokenizer.tokenize("<bos> 天气") == ["<", "bos", ">", "天", "气"]
     # Segmented words stay whole; raw text is split as for any ELMo (each Chinese character a word).
     batch = tokenizer([["天气", "不错"]], is_split_into_words=True)
     assert batch["input_word_ids"] == [[words["天气"], words["不错"]]]
@@ -343,6 +348,40 @@ BAD_INPUTS = {
     "missing word.dic": (lambda f: (f / "word.dic").unlink(), ["word.dic", "not found"]),
     "weights that are not a state dict": (lambda f: torch.save([torch.zeros(2)], f / "encoder.pkl"),
                                           ["encoder.pkl: not a state dict (a mapping of tensor names to tensors)"]),
+    # Every option of the architecture is type-checked, named with its file.
+    "encoder without a name": (
+        lambda f: _edit_json(f / "architecture.json", lambda a: a["encoder"].update(name=None)),
+        ["architecture.json: encoder None is not ELMo's biLM"],
+    ),
+    "word_dim a string": (
+        lambda f: _edit_json(f / "architecture.json", lambda a: a["token_embedder"].update(word_dim="6")),
+        ["architecture.json: option 'token_embedder.word_dim' must be an integer, got '6'"],
+    ),
+    "max_characters_per_token a string": (
+        lambda f: _edit_json(f / "architecture.json", lambda a: a["token_embedder"].update(max_characters_per_token="50")),
+        ["architecture.json: option 'token_embedder.max_characters_per_token' must be an integer, got '50'"],
+    ),
+    "max_characters_per_token too small": (
+        lambda f: _edit_json(f / "architecture.json", lambda a: a["token_embedder"].update(max_characters_per_token=2)),
+        ["architecture.json: option 'token_embedder.max_characters_per_token' must be at least 3"],
+    ),
+    "a cell clip as a string": (
+        lambda f: _edit_json(f / "architecture.json", lambda a: a["encoder"].update(cell_clip="3")),
+        ["architecture.json: option 'encoder.cell_clip' must be a number or null, got '3'"],
+    ),
+    "char.dic a folder": (lambda f: ((f / "char.dic").unlink(), (f / "char.dic").mkdir()), ["char.dic: is a folder"]),
+    # "²".isdigit() is true, but int() refuses it.
+    "an id of non-ASCII digits": (lambda f: (f / "word.dic").write_text((f / "word.dic").read_text() + "<zz>\t\u00b2\n"),
+                                  ["word.dic: line 52 is not token<TAB>id: '<zz>\\t\u00b2'"]),
+    "float64 values that float32 would round": (
+        lambda f: _edit_state(f / "encoder.pkl", lambda s: s.update(
+            {"forward_layer_0.state_linearity.bias": s["forward_layer_0.state_linearity.bias"].double() + 1e-12})),
+        ["encoder.pkl: tensor forward_layer_0.state_linearity.bias has type float64, with values that float32 cannot hold exactly"],
+    ),
+    "a NaN": (
+        lambda f: _edit_state(f / "token_embedder.pkl", lambda s: s["projection.bias"].__setitem__(2, float("nan"))),
+        ["token_embedder.pkl: tensor projection.bias holds 1 non-finite value (NaN or infinity)"],
+    ),
 }
 
 
@@ -360,6 +399,79 @@ def test_bad_input_fails_clearly_and_writes_nothing(tmp_path, capsys, case):
         assert text in message, (text, message)
     assert not (tmp_path / "out").exists() and not (folder / "ran").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ([] if case == "no model folder" else ["model"])
+
+
+def test_tensors_of_other_float_types_that_float32_holds_convert_exactly(converted_elmoformanylangs, tmp_path):
+    """float16, bfloat16 and float64 tensors whose values are all float32 values convert to the same model."""
+    folder = tmp_path / "model"
+    shutil.copytree(ELMOFORMANYLANGS / "with_words", folder)
+    _edit_state(folder / "encoder.pkl", lambda s: s.update({name: t.double() for name, t in s.items()}))
+    _edit_state(folder / "token_embedder.pkl", lambda s: s.update({
+        "projection.bias": s["projection.bias"].half(), "convolutions.0.bias": s["convolutions.0.bias"].bfloat16()}))
+    expected = ElmoModel.from_pretrained(converted_elmoformanylangs["with_words"]).state_dict()
+    found = ElmoModel.from_pretrained(convert_elmoformanylangs_to_hf(folder, tmp_path / "out")).state_dict()
+    reduced = {"char_encoder.projection.bias": torch.float16, "char_encoder.char_cnn.0.bias": torch.bfloat16}
+    for name, tensor in expected.items():
+        tensor = tensor.to(reduced[name]).float() if name in reduced else tensor
+        assert found[name].dtype == torch.float32 and torch.equal(found[name], tensor), name
+
+
+def _drop_alphabet(folder: Path) -> None:
+    """A folder as saved before the tokenizer recorded its alphabet."""
+    _edit_json(folder / "tokenizer_config.json", lambda c: c.pop("alphabet"))
+
+
+WAY_BACK_BAD_INPUTS = {
+    "no model.safetensors": (lambda f: (f / "model.safetensors").unlink(), ["model: no model.safetensors"]),
+    "truncated model.safetensors": (
+        lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:20000]),
+        ["model.safetensors: not a readable safetensors file"],
+    ),
+    "a config value of the wrong type": (
+        lambda f: _edit_json(f / "config.json", lambda c: c.update(cell_size="abc")),
+        ["config.json: ElmoConfig.cell_size must be an integer, got 'abc'"],
+    ),
+    "no char.dic": (lambda f: (f / "char.dic").unlink(), ["model/char.dic: not found"]),
+    "no char.dic, saved before the alphabet was recorded": (
+        lambda f: ((f / "char.dic").unlink(), _drop_alphabet(f)), ["model/char.dic: not found"],
+    ),
+    "char.dic a folder": (lambda f: ((f / "char.dic").unlink(), (f / "char.dic").mkdir()), ["model/char.dic: is a folder"]),
+    "no word.dic": (lambda f: (f / "word.dic").unlink(), ["model/word.dic: not found"]),
+    "a bad char.dic line": (lambda f: (f / "char.dic").write_text((f / "char.dic").read_text() + "x\ty\n"),
+                            ["char.dic: line 62 is not token<TAB>id"]),
+}
+
+
+@pytest.mark.parametrize("case", WAY_BACK_BAD_INPUTS)
+def test_way_back_refuses_a_broken_checkpoint(converted_elmoformanylangs, tmp_path, capsys, case):
+    damage, must_mention = WAY_BACK_BAD_INPUTS[case]
+    folder = tmp_path / "model"
+    shutil.copytree(converted_elmoformanylangs["with_words"], folder)
+    damage(folder)
+    code = main(["--to-elmoformanylangs", "--model-dir", str(folder), "--output-dir", str(tmp_path / "out")])
+    message = capsys.readouterr().err.strip()
+    assert code == 2 and message.startswith("error: ") and len(message.splitlines()) == 1, message
+    for text in must_mention:
+        assert text in message, (text, message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_way_back_read_back_errors_name_the_output_folder(converted_elmoformanylangs, tmp_path, monkeypatch):
+    """The read-back check refuses dictionaries that do not read back as the tokenizer's, naming the output folder
+    (the staging folder beside it is gone when the user reads the message)."""
+    from hf_elmo.lexicon import ElmoLexicon
+
+    save = ElmoLexicon.save
+
+    def damaged_save(self, char_file, word_file):
+        save(self, char_file, word_file)
+        Path(char_file).write_text(Path(char_file).read_text(encoding="utf-8") + "新\t61\n", encoding="utf-8")
+
+    monkeypatch.setattr(ElmoLexicon, "save", damaged_save)
+    with pytest.raises(ValueError) as raised:
+        convert_hf_to_elmoformanylangs(converted_elmoformanylangs["with_words"], tmp_path / "out")
+    assert str(raised.value) == f"{tmp_path / 'out'}: the dictionaries did not read back identically"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, capsys):

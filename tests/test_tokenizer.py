@@ -1,13 +1,19 @@
 """ElmoTokenizer: the reference character ids, word splitting, padding/truncation, and the transformers tooling."""
 
+import json
+import os
+import re
+import stat
+
 import numpy as np
 import pytest
 import torch
 from datasets import Dataset
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
-from conftest import FIXTURES
+from conftest import ELMOFORMANYLANGS, FIXTURES
 
+from hf_elmo.lexicon import ElmoLexicon, LexiconError, read_dictionary, write_dictionary
 from hf_elmo.tokenization_elmo import (
     BOS_CHAR_ID,
     BOW_CHAR_ID,
@@ -84,6 +90,9 @@ def test_max_characters_per_token():
     assert tok.word_to_char_ids("<S>") == [259, 257, 260] + [261] * 17
     with pytest.raises(ValueError, match="max_characters_per_token"):
         ElmoTokenizer(max_characters_per_token=2)
+    # A number as a string (a hand-edited tokenizer_config.json) is named, not compared with 3 deep inside.
+    with pytest.raises(ValueError, match=r"^max_characters_per_token must be an integer, got '50'\.$"):
+        ElmoTokenizer(max_characters_per_token="50")
 
 
 def test_fixture_vocabulary_round_trips(tok):
@@ -247,6 +256,25 @@ def test_decode(tok):
     assert char_ids_to_word([0] * 50) is None
 
 
+def test_a_word_named_like_the_padding_word_is_spelled_as_any_word(tok):
+    """`pad_token` only names id 0, the all-zero padding word: a word of that name in the input is a word. Raw text
+    splits `<pad>` as any punctuation, a pre-split `<pad>` is spelled, kept by decode and not a special token; only
+    `convert_tokens_to_ids("<pad>")` is 0, `pad_token_id`, as transformers needs."""
+    text = "a <pad> b"
+    encoding = tok(text, return_special_tokens_mask=True)
+    assert tok.tokenize(text) == ["a", "<", "pad", ">", "b"]
+    assert tok.convert_tokens_to_ids(tok.tokenize(text)) == encoding["input_ids"] == tok.encode(text)
+    assert encoding["special_tokens_mask"] == [0] * 5
+    assert tok.decode(encoding["input_ids"], skip_special_tokens=True) == "a < pad > b"
+    words = tok(["a", "<pad>", "b"], is_split_into_words=True, return_special_tokens_mask=True)
+    assert words["input_ids"][1] == word_to_char_ids("<pad>") and words["special_tokens_mask"] == [0, 0, 0]
+    assert tok.decode(words["input_ids"], skip_special_tokens=True) == "a <pad> b"
+    assert tok.convert_tokens_to_ids(tok.pad_token) == tok.pad_token_id == 0
+    # A padding word is still marked and dropped.
+    padded = tok([["a"], ["b", "c"]], is_split_into_words=True, padding=True, return_special_tokens_mask=True)
+    assert padded["special_tokens_mask"][0] == [0, 1] and tok.decode(padded["input_ids"][0]) == "a"
+
+
 def test_vocabulary(tok):
     vocab = tok.get_vocab()
     assert len(tok) == len(vocab) == tok.vocab_size == 262
@@ -268,6 +296,89 @@ def test_save_and_load(tmp_path):
     assert ids[0, 1].tolist() == [259] + [ord("x") + 1] * 18 + [260]
     padded = loaded(["a", "b c"], padding=True, return_tensors="pt")["input_ids"]
     assert padded.shape == (2, 2, 20) and (padded[0, 1] == 0).all()
+
+
+def test_a_saved_tokenizer_records_its_alphabet(tmp_path):
+    """A tokenizer of char.dic reloaded from a folder without its char.dic fails, naming the file, instead of
+    spelling UTF-8 bytes (ids the model reads as other characters); a folder saved before the alphabet was recorded
+    loads as it did."""
+    folder = ELMOFORMANYLANGS / "with_words"
+    ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic")).save_pretrained(tmp_path / "chars")
+    ElmoTokenizer().save_pretrained(tmp_path / "bytes")
+    config = json.loads((tmp_path / "chars" / "tokenizer_config.json").read_text())
+    assert config["alphabet"] == "vocabulary"
+    assert json.loads((tmp_path / "bytes" / "tokenizer_config.json").read_text())["alphabet"] == "bytes"
+    assert ElmoTokenizer.from_pretrained(tmp_path / "chars").lexicon.chars == read_dictionary(folder / "char.dic")
+    (tmp_path / "chars" / "char.dic").unlink()
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'chars' / 'char.dic'))}: not found; this tokenizer"):
+        ElmoTokenizer.from_pretrained(tmp_path / "chars")
+    # Saved before the key existed: as before, the files that are there say what the tokenizer reads (a word.dic
+    # without its char.dic is refused, naming both).
+    del config["alphabet"]
+    (tmp_path / "chars" / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'chars' / 'word.dic'))} \\(word_vocab_file\\) needs a char"):
+        ElmoTokenizer.from_pretrained(tmp_path / "chars")
+    (tmp_path / "chars" / "word.dic").unlink()
+    config["model_input_names"] = ["input_ids", "attention_mask"]
+    (tmp_path / "chars" / "tokenizer_config.json").write_text(json.dumps(config))
+    assert ElmoTokenizer.from_pretrained(tmp_path / "chars").lexicon is None
+    # What contradicts itself is refused.
+    with pytest.raises(ValueError, match="alphabet must be 'bytes' or 'vocabulary', got 'unicode'"):
+        ElmoTokenizer(alphabet="unicode")
+    with pytest.raises(ValueError, match="char.dic: a character vocabulary, for a tokenizer of alphabet 'bytes'"):
+        ElmoTokenizer(alphabet="bytes", char_vocab_file=str(folder / "char.dic"))
+
+
+# ---- the character vocabulary's files (lexicon.py) -------------------------------------------------------------
+
+
+def test_dictionaries_are_written_atomically_with_plain_modes(tmp_path):
+    """write_dictionary goes through a temporary file that a failure removes, and gives the file the mode a plain
+    open would (not a fixed 0644)."""
+    entries = read_dictionary(ELMOFORMANYLANGS / "with_words" / "char.dic")
+    umask = os.umask(0o027)
+    try:
+        write_dictionary(entries, tmp_path / "char.dic")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "char.dic").stat().st_mode) == 0o640
+    assert read_dictionary(tmp_path / "char.dic") == entries
+    (tmp_path / "taken").mkdir()  # a folder where the file belongs: the final rename fails
+    with pytest.raises(OSError):
+        write_dictionary(entries, tmp_path / "taken")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["char.dic", "taken"]
+
+
+def test_entries_that_would_not_read_back_are_refused(tmp_path):
+    """The package reads `line.strip().split("\\t")` from lines split as str.splitlines splits: an entry with a tab or
+    line break, or that begins with whitespace (a lone U+001F becomes U+3000), would read back as another."""
+    with pytest.raises(LexiconError, match=r"^the word 'a\\x1fb' has the character '\\x1f', which cannot be an entry of char.dic"):
+        ElmoLexicon.build({"a\x1fb": 3}, 50, with_words=True)
+    with pytest.raises(LexiconError, match=r"^the word ' a' cannot be an entry of word.dic"):
+        ElmoLexicon.build({" a": 3}, 50, with_words=True)
+    with pytest.raises(LexiconError, match=r"^the word '' cannot be an entry of word.dic"):
+        ElmoLexicon.build({"": 3, "b": 1}, 50, with_words=True)
+    lexicon = ElmoLexicon.build({"ab": 3}, 50, with_words=True)
+    for token in ("x\u2028y", "x\ty", "x\ny", "\u00a0"):
+        with pytest.raises(LexiconError, match=f"^{re.escape(str(tmp_path / 'word.dic'))}: cannot hold the entry"):
+            write_dictionary({**lexicon.words, token: len(lexicon.words)}, tmp_path / "word.dic")
+    assert list(tmp_path.iterdir()) == []
+    # What reads back is kept: an ideographic space alone (the package's stand-in for a stripped token), a space
+    # inside or at the end of a word.
+    lexicon = ElmoLexicon.build({"天气": 2, "\u3000": 1}, 50, with_words=True)
+    lexicon.save(tmp_path / "char.dic", tmp_path / "word.dic")
+    assert read_dictionary(tmp_path / "char.dic") == lexicon.chars and read_dictionary(tmp_path / "word.dic") == lexicon.words
+    words = {**lexicon.words, "New York": len(lexicon.words), "x ": len(lexicon.words) + 1}
+    write_dictionary(words, tmp_path / "word.dic")
+    assert read_dictionary(tmp_path / "word.dic") == words
+
+
+def test_build_counts_every_entry_in_max_words():
+    """`max_words` entries in all, the four special ones included; fewer than those and a word is refused."""
+    counts = {"a": 5, "b": 4, "c": 3, "d": 2}
+    assert list(ElmoLexicon.build(counts, 50, with_words=True, max_words=6).words) == ["<oov>", "<bos>", "<eos>", "<pad>", "a", "b"]
+    with pytest.raises(LexiconError, match=r"^max_words must be at least 5 \(word.dic's 4 special entries and one word\), got 2$"):
+        ElmoLexicon.build(counts, 50, with_words=True, max_words=2)
 
 
 # ---- transformers and datasets tooling ---------------------------------------------------------------------------
