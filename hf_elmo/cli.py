@@ -77,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import run_demo
 
-        run_demo(args.model, args.plot)
+        try:
+            run_demo(args.model, args.plot)
+        except (ValueError, OSError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     elif args.command == "embed":
         return embed(args)
     return 0

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from .default_model import default_model_path
-from .files import atomic_file
+from .files import atomic_file, check_output_location
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 
@@ -212,10 +212,13 @@ def plot_senses(vectors: SenseVectors, path: str) -> None:
 
 
 def run_demo(model_path: str | None = None, plot_path: str | None = "elmo-senses.png") -> dict:
-    """Print the seed examples' cosines and the nearest-sense scores, draw the picture; return the figures."""
+    """Print the seed examples' cosines and the nearest-sense scores, draw the picture; return the figures. A
+    `plot_path` that cannot be written is refused (ValueError) before the model loads."""
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # the demo's own output is the point
+    if plot_path:
+        check_output_location(plot_path, "file")  # before the model loads and the figures are computed
     model, tokenizer, path = load_default(model_path)
     layers = model.config.num_lstm_layers + 1
     names = [f"layer {j}" for j in range(layers)] + ["mix"]

@@ -44,7 +44,7 @@ from accelerate import PartialState
 from accelerate.utils import broadcast_object_list, parse_flag_from_env
 from tqdm.auto import tqdm
 
-from .embedder import OUTPUT_FORMATS, ElmoEmbedder, length_sorted_batches
+from .embedder import ElmoEmbedder, check_output_format, length_sorted_batches
 from .files import OutputLock, check_output_location, read_text_file, sha256_file
 
 logger = logging.getLogger(__name__)
@@ -107,9 +107,10 @@ def pin_frequent_words(embedder: ElmoEmbedder, sentences: list[str]) -> None:
 
     with torch.inference_mode():
         words = [*tokenizer.sentence_boundaries, *ranked[: max(token_cache.max_words - 2, 0)]]
-        chunk_words = min(PIN_CHUNK_WORDS, token_cache.max_words)  # (a call with more rows than it holds keeps none)
-        for start in range(0, len(words) if token_cache.max_words >= 2 else 0, chunk_words):
-            encode(words[start : start + chunk_words])
+        if token_cache.max_words >= 2:  # (0 is off; a call with more rows than the cache holds keeps none)
+            chunk_words = min(PIN_CHUNK_WORDS, token_cache.max_words)
+            for start in range(0, len(words), chunk_words):
+                encode(words[start : start + chunk_words])
         token_cache.add_new = False
         # The first biLSTM layer's cache of input gates (used on CPU) is filled by that layer, run on the vectors of
         # the words that it holds room for, as sequences of one word (so the layer computes little else).
@@ -127,6 +128,13 @@ def unpin_words(embedder: ElmoEmbedder) -> None:
     """The caches fill as they go again (their words stay)."""
     embedder.model.char_encoder.token_cache.add_new = True
     embedder.model.layers[0].input_gate_cache.add_new = True
+
+
+def _model_location(model_name_or_path: str) -> str:
+    """A model folder by its resolved path, however it was spelled (`elmo-original`, `./elmo-original`), so that
+    the same folder resumes its run; a Hub id as it is."""
+    path = Path(model_name_or_path)
+    return str(path.resolve()) if path.is_dir() else model_name_or_path
 
 
 def _model_fingerprint(model: torch.nn.Module) -> str:
@@ -235,8 +243,7 @@ def embed_file(
     earlier run had finished), `seconds`, `output`.
     """
     started = time.perf_counter()
-    if output_format not in OUTPUT_FORMATS:
-        raise ValueError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
+    check_output_format(output_format)
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     state = process_state()
@@ -253,7 +260,7 @@ def embed_file(
     manifest = {
         "input": str(input_file.resolve()),
         "input_sha256": sha256_file(input_file),
-        "model": embedder.model_name_or_path,
+        "model": _model_location(embedder.model_name_or_path),
         "model_sha256": _model_fingerprint(embedder.model),
         "output_format": output_format,
         "batch_size": batch_size,
@@ -269,6 +276,7 @@ def embed_file(
         failure, finished_before = None, None
         if state.is_main_process:
             try:
+                output_file.parent.mkdir(parents=True, exist_ok=True)  # (check_paths let a missing folder pass)
                 held.enter_context(OutputLock(lock, output_file))
                 finished_before = _finished_manifest(output_file) == manifest and _read_manifest(partial) in (None, manifest)
                 if not finished_before:
@@ -417,7 +425,6 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
                 logger.warning(f"{path}: {problem}; computing that batch again")
                 path.unlink()
         return
-    partial.parent.mkdir(parents=True, exist_ok=True)
     partial.mkdir()
     (partial / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 

@@ -24,6 +24,18 @@ SORT_WINDOW_BATCHES = 64
 Sentence = str | list[str]
 
 
+def check_output_format(output_format: str) -> None:
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
+
+
+def check_sentences(sentences) -> None:
+    """A str is one sentence, not a list of them (iterating it would give one sentence per character)."""
+    if isinstance(sentences, str):
+        raise TypeError(f"sentences must be a list of sentences, got a str ({sentences[:40]!r}): pass [sentence], "
+                        "or use embed_sentence")
+
+
 def split_sentence(sentence: Sentence) -> list[str]:
     """A sentence as words: a str is split on whitespace (as `allennlp elmo` did), a list is used as it is."""
     return sentence.split() if isinstance(sentence, str) else list(sentence)
@@ -104,6 +116,7 @@ class ElmoEmbedder:
 
     def empty_embedding(self, output_format: str = "all") -> np.ndarray:
         """The embedding of a sentence without words: [L + 1, 0, 2P], or [0, 2P] for a single-layer format."""
+        check_output_format(output_format)
         shape = (self.num_layers, 0, self.hidden_size) if output_format == "all" else (0, self.hidden_size)
         return np.zeros(shape, dtype=np.float32)
 
@@ -120,6 +133,7 @@ class ElmoEmbedder:
     def tokenize_batch(self, sentences: list[Sentence]) -> tuple[list[list[str]], BatchEncoding | None]:
         """The words of each sentence and their character ids on the CPU (None for no sentences): the part of
         `embed_batch` that needs no model, so that it can run ahead of it (`hf-elmo embed` on a GPU does)."""
+        check_sentences(sentences)
         words = [split_sentence(sentence) for sentence in sentences]
         if not words:
             return words, None
@@ -129,8 +143,7 @@ class ElmoEmbedder:
     def embed_tokenized(self, tokenized: tuple[list[list[str]], BatchEncoding | None], output_format: str = "all"
                         ) -> list[np.ndarray]:
         """`embed_batch` of what `tokenize_batch` returned."""
-        if output_format not in OUTPUT_FORMATS:
-            raise ValueError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
+        check_output_format(output_format)
         words, batch = tokenized
         if not words:
             return []
@@ -158,10 +171,17 @@ class ElmoEmbedder:
     ) -> Iterator[np.ndarray]:
         """
         Embed any number of sentences, yielding one array per sentence in the input's order. Stateless, they run in
-        batches of similar length; stateful, in batches of `batch_size` consecutive sentences.
+        batches of similar length; stateful, in batches of `batch_size` consecutive sentences. The arguments are
+        checked at the call, before the first sentence is asked for.
         """
+        check_sentences(sentences)
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        check_output_format(output_format)
+        return self._embed_sentences(sentences, batch_size, output_format)
+
+    def _embed_sentences(self, sentences: Iterable[Sentence], batch_size: int, output_format: str
+                         ) -> Iterator[np.ndarray]:
         pending = []
         for sentence in sentences:
             pending.append(split_sentence(sentence))

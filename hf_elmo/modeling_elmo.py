@@ -58,10 +58,8 @@ def _check_character_ids(input_ids, config: ElmoConfig, name: str = "input_ids")
     outside the alphabet (a word vocabulary's ids, say)."""
     chars = config.max_characters_per_token
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 3 or input_ids.shape[-1] != chars:
-        shape = list(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-        raise ValueError(f"{name} must be [batch, words, {chars}] character ids, got {shape}")
-    if input_ids.dtype not in (torch.long, torch.int):
-        raise ValueError(f"{name} must hold integer character ids (torch.long or torch.int), got {input_ids.dtype}")
+        raise ValueError(f"{name} must be [batch, words, {chars}] character ids, got {_shape_of(input_ids)}")
+    _check_integer_ids(input_ids, name, "character")
     if input_ids.numel() and not _is_exporting():  # (an exported program does not check its inputs' values)
         low, high = torch.aminmax(input_ids)
         if low < 0 or high >= config.n_characters:
@@ -70,6 +68,61 @@ def _check_character_ids(input_ids, config: ElmoConfig, name: str = "input_ids")
                 f"{name} holds {outside}, outside the character alphabet [0, {config.n_characters}): character ids "
                 f"come from ElmoTokenizer (a word's spelling), not from a word vocabulary"
             )
+
+
+def _shape_of(value) -> list[int] | str:
+    """A tensor's shape, or the type of what is not a tensor (a list, say), for an error message."""
+    return list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def _check_integer_ids(ids: torch.Tensor, name: str, what: str) -> None:
+    """Ids index a table: a float (12.7 would be read as 12) or a bool is refused rather than truncated."""
+    if ids.dtype not in (torch.long, torch.int):
+        raise ValueError(f"{name} must hold integer {what} ids (torch.long or torch.int), got {ids.dtype}")
+
+
+def _word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, right_padded: bool = False
+               ) -> torch.Tensor:
+    """[B, T] bool, True at the words the model reads: `attention_mask`, or by default the words that are not all
+    zeros. A mask that is 1 at an all-zero word (an all-ones mask over a padded batch) would make the model read
+    padding as a word and change the real words' vectors: refused. `right_padded`: the words must be a prefix of
+    each row (ElmoForPreTraining)."""
+    words = (input_ids > 0).any(-1)
+    mask = words
+    if attention_mask is not None:
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != words.shape:
+            raise ValueError(f"attention_mask must be {list(words.shape)}, got {_shape_of(attention_mask)}")
+        mask = attention_mask.to(words.device).bool()
+    if _is_exporting():  # (an exported program does not check its inputs' values)
+        return mask
+    if right_padded:
+        prefix = torch.arange(mask.shape[1], device=mask.device) < mask.sum(1, keepdim=True)
+        if not torch.equal(mask, prefix):
+            raise ValueError("ElmoForPreTraining reads right-padded rows: attention_mask must be 1 on a prefix of each row")
+    padding = (mask & ~words).nonzero() if attention_mask is not None else ()
+    if len(padding):
+        row, position = padding[0].tolist()
+        raise ValueError(
+            f"attention_mask is 1 at row {row}, position {position}, an all-zero (padding) word: it must be 0 at "
+            "padding (pass the tokenizer's attention_mask, or none)"
+        )
+    return mask
+
+
+def _check_class_ids(labels, shape, num_classes: int, name: str = "labels", classes: str = "the label ids",
+                     padding: torch.Tensor | None = None) -> None:
+    """Targets of a cross-entropy: integer ids [shape] in [0, num_classes), -100 = no target. One clear error for
+    another shape, a dtype that is not an integer (a float would be truncated) or an id outside the classes.
+    `padding` [shape] bool: positions whose label is not read."""
+    if not isinstance(labels, torch.Tensor) or labels.shape != shape:
+        raise ValueError(f"{name} must be {list(shape)}, got {_shape_of(labels)}")
+    _check_integer_ids(labels, name, "class")
+    if _is_exporting():  # (an exported program does not check its inputs' values)
+        return
+    read = labels if padding is None else labels[~padding.to(labels.device)]
+    outside = read[((read < 0) & (read != -100)) | (read >= num_classes)]
+    if len(outside):
+        raise ValueError(f"{name} holds {outside[0].item()}, outside {classes} [0, {num_classes}) (-100 = no target)")
 
 
 def _is_exporting() -> bool:
@@ -133,6 +186,8 @@ class ElmoCharacterEncoder(nn.Module):
                 if word_ids is None
                 else "this model has no word input: it reads characters only, not input_word_ids"
             )
+        if word_ids is not None:
+            _check_integer_ids(word_ids, "word_ids", "word")
         # One row per word, everything the vectors depend on: [N, K] or [N, K + 1] (the word id last).
         rows = char_ids if word_ids is None else torch.cat([char_ids, word_ids.unsqueeze(1).to(char_ids.dtype)], 1)
         if _is_exporting():
@@ -400,6 +455,24 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init.zeros_(module.scalar_parameters)
             init.ones_(module.gamma)
 
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """Refused, before anything changes: ELMo spells every word in a fixed character alphabet, so there is no
+        word vocabulary to resize (and transformers' resize would leave a broken model: `config.vocab_size` is the
+        alphabet's size, read-only). Words added with `tokenizer.add_tokens` are spelled in that alphabet and need
+        no new embedding. Without a new size, or with the alphabet's own, returns the character embedding, as
+        transformers does."""
+        embedding = self.get_input_embeddings()
+        if pad_to_multiple_of is None and new_num_tokens in (None, embedding.num_embeddings):
+            return embedding
+        raise ValueError(
+            f"{type(self).__name__} cannot resize its token embeddings to {new_num_tokens}: it reads each word as "
+            f"characters, and its character embedding holds the fixed alphabet of {embedding.num_embeddings} ids, "
+            "not a vocabulary. Words added with tokenizer.add_tokens([...]) are spelled in that alphabet and need no "
+            "new embedding: do not resize"
+        )
+
     def set_fast_path(self, enabled: bool) -> None:
         """Run the fast paths (`use_fast_path` of the character encoder, of every biLSTM layer and of the pretraining
         softmax: for inference, and the fused training paths under autograd) or, with False, the plain definition
@@ -526,17 +599,16 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def clear_caches(self) -> None:
         """Empty the inference caches of per-word results: the token cache (word vectors) and the first biLSTM
-        layer's input gates. They empty themselves when their weights change (see `train`); this is for timing a
-        cold start or freeing their memory."""
+        layer's input gates. They empty themselves when their weights change (see `token_cache.py`); this is for
+        timing a cold start, freeing their memory, or after writing weights through `.data`."""
         self.char_encoder.token_cache.clear()
         for layer in self.layers:
             layer.input_gate_cache.clear()
 
     def train(self, mode: bool = True) -> "ElmoModel":
         """Training (`mode=True`) or evaluation mode. A change of mode also drops the caches and the copies of the
-        weights that the fast inference paths derive: these notice a weight changed in place by its version
-        counter, which a fused optimizer step (torch's fused AdamW, Trainer's default optimizer) leaves as it was.
-        Weights changed by such a step while the model stays in evaluation mode would go unnoticed."""
+        weights that the fast inference paths derive. (These also notice, in either mode, a weight changed in place
+        or by an optimizer step, fused ones included: see `token_cache.weights_fingerprint`.)"""
         if mode != self.training:
             self.clear_caches()
             for module in self.modules():
@@ -564,10 +636,11 @@ class ElmoModel(ElmoPreTrainedModel):
             Character ids of each word from `ElmoTokenizer`, without `<S>`/`</S>`: the model adds them.
             An all-zero word is padding, on either side.
         attention_mask (`torch.Tensor` [B, T], *optional*):
-            1 for words, 0 for padding. Defaults to the words that are not all zeros.
+            1 for words, 0 for padding. Defaults to the words that are not all zeros. A 1 at an all-zero (padding)
+            word is refused: the model would read the padding as a word.
         input_word_ids (`torch.LongTensor` [B, T], *optional*):
             Each word's id in word.dic, for a model with word input (`config.word_vocab_size`; its tokenizer
-            returns them); ignored at padding.
+            returns them), integers (torch.long or torch.int); ignored at padding.
         initial_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C]), *optional*):
             LSTM state to start from, usually the `final_states` of the previous batch. Zeros when omitted, so
             the same sentence always gets the same vectors.
@@ -577,10 +650,7 @@ class ElmoModel(ElmoPreTrainedModel):
             is unchanged. (With `do_layer_norm` the scalar mixes' statistics include `<S>`/`</S>`: nothing is skipped.)
         """
         _check_character_ids(input_ids, self.config)
-        batch, words, _ = input_ids.shape
-        word_mask = (input_ids > 0).any(-1) if attention_mask is None else attention_mask.bool()
-        if word_mask.shape != (batch, words):
-            raise ValueError(f"attention_mask must be [{batch}, {words}], got {list(word_mask.shape)}")
+        word_mask = _word_mask(input_ids, attention_mask)
         self._check_word_ids(input_word_ids, word_mask, "input_word_ids")
 
         # Move each row's words to the front (this also handles left padding), in their order.
@@ -625,8 +695,9 @@ class ElmoModel(ElmoPreTrainedModel):
             )
         if word_ids is None:
             return
-        if word_ids.shape != mask.shape:
-            raise ValueError(f"{name} must be [{mask.shape[0]}, {mask.shape[1]}], got {list(word_ids.shape)}")
+        if not isinstance(word_ids, torch.Tensor) or word_ids.shape != mask.shape:
+            raise ValueError(f"{name} must be [{mask.shape[0]}, {mask.shape[1]}], got {_shape_of(word_ids)}")
+        _check_integer_ids(word_ids, name, "word")
         real = word_ids[mask.to(word_ids.device)]
         if bool(((real < 0) | (real >= vocab_size)).any()):
             raise ValueError(f"{name} holds ids outside word.dic [0, {vocab_size}) at words that are not padding")
@@ -860,8 +931,9 @@ class ElmoForSequenceClassification(ElmoTaskModel):
         input_ids (`torch.LongTensor` [B, T, K]), attention_mask ([B, T], *optional*) and input_word_ids ([B, T],
             for a model with word input): as for `ElmoModel`.
         labels (`torch.Tensor`, *optional*):
-            [B] class ids (-100 = ignore) for `num_labels > 1`, [B] floats for regression (`num_labels == 1`), or
-            [B, num_labels] 0/1 floats for multi-label classification (`problem_type` decides, as in transformers).
+            [B] integer class ids in [0, num_labels) (-100 = ignore) for `num_labels > 1`, [B] numbers for
+            regression (`num_labels == 1`), or [B, num_labels] 0/1 floats for multi-label classification
+            (`problem_type` decides, as in transformers). Labels of another shape, dtype or range are refused.
         Returns logits [B, num_labels].
         """
         outputs = self.elmo(
@@ -895,20 +967,40 @@ class ElmoForSequenceClassification(ElmoTaskModel):
 
     def _summed_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss summed over the batch's labels, and how many labels counted (what Trainer counts, too)."""
-        labels = labels.to(logits.device)
-        if self.config.problem_type is None:
+        if not isinstance(labels, torch.Tensor):
+            raise ValueError(f"labels must be a tensor, got {type(labels).__name__}")
+        batch, problem_type = logits.shape[0], self.config.problem_type
+        if problem_type is None:  # as transformers decides it; kept in the config once the labels pass the checks
             if self.num_labels == 1:
-                self.config.problem_type = "regression"
+                problem_type = "regression"
             elif labels.dtype in (torch.long, torch.int):
-                self.config.problem_type = "single_label_classification"
+                problem_type = "single_label_classification"
             else:
-                self.config.problem_type = "multi_label_classification"
-        logits = logits.float()
-        if self.config.problem_type == "single_label_classification":
-            summed = F.cross_entropy(logits, labels.view(-1).long(), ignore_index=-100, reduction="sum")
+                problem_type = "multi_label_classification"
+        labels, logits = labels.to(logits.device), logits.float()
+        if problem_type == "single_label_classification":
+            labels = labels.view(batch) if labels.shape == (batch, 1) else labels  # transformers reads [B, 1] as [B]
+            _check_class_ids(labels, (batch,), self.num_labels)
+        else:  # a number per logit
+            shapes = [(batch, self.num_labels)]
+            if problem_type == "regression" and self.num_labels == 1:
+                shapes.insert(0, (batch,))
+            if labels.shape not in shapes:
+                what = "numbers for regression" if problem_type == "regression" else (
+                    "0/1 floats for multi-label classification (single-label class ids are integers)")
+                expected = " or ".join(str(list(shape)) for shape in shapes)
+                raise ValueError(f"labels must be {expected} {what}, got {labels.dtype} {list(labels.shape)}")
+            if problem_type != "regression" and labels.numel() and not _is_exporting():
+                low, high = torch.aminmax(labels.float())
+                if low < 0 or high > 1:
+                    raise ValueError(f"labels holds {(low if low < 0 else high).item()}: multi-label classification "
+                                     "reads a 0/1 (or a probability in [0, 1]) per label")
+        self.config.problem_type = problem_type
+        if problem_type == "single_label_classification":
+            summed = F.cross_entropy(logits, labels.long(), ignore_index=-100, reduction="sum")
             return summed, labels.ne(-100).sum()
-        if self.config.problem_type == "regression":
-            summed = F.mse_loss(logits.view(labels.shape[0], -1), labels.float().view(labels.shape[0], -1), reduction="sum")
+        if problem_type == "regression":
+            summed = F.mse_loss(logits.view(batch, -1), labels.float().view(batch, -1), reduction="sum")
         else:
             summed = F.binary_cross_entropy_with_logits(logits, labels.float(), reduction="sum")
         return summed, torch.tensor(labels.numel(), device=logits.device)
@@ -940,7 +1032,8 @@ class ElmoForTokenClassification(ElmoTaskModel):
         input_ids (`torch.LongTensor` [B, T, K]), attention_mask ([B, T], *optional*) and input_word_ids ([B, T],
             for a model with word input): as for `ElmoModel`.
         labels (`torch.LongTensor` [B, T], *optional*):
-            A label id per word; -100 is ignored, and so is every padding position.
+            A label id in [0, num_labels) per word; -100 is ignored, and so is every padding position. Labels of
+            another shape (one row for the whole batch, say), a float dtype or ids out of range are refused.
         Returns logits [B, T, num_labels].
         """
         outputs = self.elmo(
@@ -949,7 +1042,9 @@ class ElmoForTokenClassification(ElmoTaskModel):
         logits = self.classifier(outputs.elmo_representations[0])
         loss = None
         if labels is not None:
-            labels = labels.to(logits.device).masked_fill(outputs.attention_mask == 0, -100)
+            padding = outputs.attention_mask == 0
+            _check_class_ids(labels, logits.shape[:2], self.num_labels, padding=padding)
+            labels = labels.to(logits.device).masked_fill(padding, -100)
             summed_loss = F.cross_entropy(
                 logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
             )
@@ -1150,14 +1245,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                     f"backward_input_ids must have the shape of input_ids {list(input_ids.shape)}, "
                     f"got {list(backward_input_ids.shape)}"
                 )
-        mask = (input_ids > 0).any(-1) if attention_mask is None else attention_mask.bool()
-        batch, steps = input_ids.shape[:2]
-        if mask.shape != (batch, steps):
-            raise ValueError(f"attention_mask must be [{batch}, {steps}], got {list(mask.shape)}")
-        positions = torch.arange(steps, device=mask.device)
-        # (An exported program does not check its inputs: the check depends on their values.)
-        if not _is_exporting() and not torch.equal(mask, positions < mask.sum(1, keepdim=True)):
-            raise ValueError("ElmoForPreTraining reads right-padded rows: attention_mask must be 1 on a prefix of each row")
+        mask = _word_mask(input_ids, attention_mask, right_padded=True)
         if (labels is None) != (backward_labels is None):
             raise ValueError("pass both labels (forward targets) and backward_labels, or neither")
         self.elmo._check_word_ids(input_word_ids, mask, "input_word_ids")
@@ -1235,15 +1323,12 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
 
     def _language_model_loss(self, hidden: torch.Tensor, labels: torch.Tensor, name: str) -> torch.Tensor:
         """Mean negative log-likelihood of one direction: hidden [B, S, P], labels [B, S] -> []."""
-        if labels.shape != hidden.shape[:2]:
-            raise ValueError(f"{name} must be [{hidden.shape[0]}, {hidden.shape[1]}], got {list(labels.shape)}")
+        vocab_size = self.config.lm_vocab_size
+        _check_class_ids(labels, hidden.shape[:2], vocab_size, name, "the vocabulary")
         keep = labels != -100
         # every position has a target (stream batching): a view, not a gather
         every = not _is_exporting() and bool(keep.all())
         targets = labels.flatten() if every else labels[keep]
-        vocab_size = self.config.lm_vocab_size
-        if bool(((targets < 0) | (targets >= vocab_size)).any()):
-            raise ValueError(f"{name} holds ids outside the vocabulary [0, {vocab_size}) other than -100")
         hidden = hidden.flatten(0, 1) if every else hidden[keep]
         if self.dropout is not None:
             hidden = self.dropout(hidden)

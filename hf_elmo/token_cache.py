@@ -5,8 +5,10 @@ keyed by its character ids; the first biLSTM layer, whose inputs are those vecto
 half of the gates, keyed by the vector. So inference computes each distinct row of a batch once (exact) and
 keeps the results of the most recently used `max_words` rows for later batches. A cache serves inference only
 (no autograd, eval mode) and empties itself when a weight it depends on changes: it remembers each
-parameter's storage and version counter, which every in-place update (optimizer steps, `load_state_dict`,
-`.to()`) changes. Writes through `.data` bypass that counter: call `clear()` after them.
+parameter's storage, its version counter, which every in-place update (`load_state_dict`, `.to()`, most optimizer
+steps) advances, and the number of optimizer steps taken on it, for the fused steps (torch's fused AdamW, Trainer's
+default optimizer) that write without advancing the counter. Writes through `.data` bypass both: call `clear()`
+after them.
 """
 
 from collections import OrderedDict
@@ -14,6 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils.weak import WeakIdKeyDictionary
 
 # 20,000 words cover most running text; at P = 512 their vectors take 41 MB.
 DEFAULT_MAX_WORDS = 20_000
@@ -23,10 +27,27 @@ DEFAULT_MAX_WORDS = 20_000
 DEFAULT_GATE_CACHE_BYTES = 128 * 2**20
 
 
+# The optimizer steps taken on each parameter (by any torch.optim optimizer): a fused step writes the weights without
+# advancing their version counters, so the fingerprint counts steps as well.
+_OPTIMIZER_STEPS = WeakIdKeyDictionary()
+
+
+def _count_optimizer_step(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            _OPTIMIZER_STEPS[parameter] = _OPTIMIZER_STEPS.get(parameter, 0) + 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_step)
+
+
 def weights_fingerprint(parameters) -> tuple:
-    """Changes whenever one of `parameters` is replaced, moved or modified in place by an operation that advances
-    its version counter (a fused optimizer step does not: `ElmoModel.train` covers it)."""
-    return tuple(None if p is None else (p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
+    """Changes whenever one of `parameters` is replaced, moved, modified in place by an operation that advances its
+    version counter, or updated by an optimizer step (fused ones included)."""
+    return tuple(
+        None if p is None else (p.data_ptr(), p._version, p.dtype, p.device, _OPTIMIZER_STEPS.get(p, 0))
+        for p in parameters
+    )
 
 
 class ElmoTokenCache:

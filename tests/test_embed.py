@@ -142,6 +142,39 @@ def test_bad_arguments_are_refused_before_any_work(embedder, model_path, tmp_pat
     assert not list(tmp_path.glob("o.hdf5*"))
 
 
+def test_a_str_where_sentences_belong_and_a_bad_format_are_refused_at_the_call(embedder):
+    """A str is one sentence (iterating it would give a sentence per character); the format is checked even when no
+    sentence has a word (none reaches the model)."""
+    for call in (embedder.embed_sentences, embedder.embed_batch):
+        with pytest.raises(TypeError, match=r"^sentences must be a list of sentences, got a str \('hello world'\)"):
+            call("hello world")
+    with pytest.raises(ValueError, match="^output_format must be one of all, top, average, mix, got 'best'$"):
+        embedder.embed_sentences(["", ""], output_format="best")  # (not even iterated)
+    with pytest.raises(ValueError, match="^batch_size must be at least 1, got 0$"):
+        embedder.embed_sentences(["a"], batch_size=0)
+
+
+def test_the_token_cache_turned_off_embeds_the_same(model_path, embedder, tmp_path):
+    """`token_cache.max_words = 0` is "off": nothing is pinned, every word is computed with its batch."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:8])
+    uncached = ElmoEmbedder(model_path)
+    uncached.model.char_encoder.token_cache.max_words = 0
+    uncached.embed_file(source, tmp_path / "off.hdf5", batch_size=3, progress=False)
+    assert len(uncached.model.char_encoder.token_cache) == 0
+    embedder.embed_file(source, tmp_path / "on.hdf5", batch_size=3, progress=False)
+    off, on = read_all(tmp_path / "off.hdf5"), read_all(tmp_path / "on.hdf5")
+    assert off.keys() == on.keys()
+    assert all(np.allclose(off[key], on[key], atol=1e-6) for key in on if key != "sentence_to_index")
+
+
+def test_the_output_folder_is_made_when_missing(model_path, tmp_path):
+    source = write_lines(tmp_path / "in.txt", ["a b", "c"])
+    output = tmp_path / "new" / "sub" / "out.hdf5"
+    assert main(["embed", str(source), str(output), "--top", "--model", str(model_path)]) == 0
+    assert sorted(path.name for path in output.parent.iterdir()) == ["out.hdf5"]  # no lock, no batch folder left
+    assert read_all(output)["0"].shape == (2, 32)
+
+
 def test_output_formats_and_keys(embedder, tmp_path):
     lines = ["EU rejects German call .", "", "Peter Blackburn", "EU rejects German call ."]
     source = write_lines(tmp_path / "in.txt", lines)
@@ -468,6 +501,14 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
     assert str(raised.value) == (f"{partial}: holds batches of an interrupted run with different batch_size; rerun "
                                  "that command to finish it, or delete the folder to start again")
     assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+
+
+def test_a_run_resumes_with_the_model_folder_spelled_another_way(model_path, tmp_path, monkeypatch):
+    """The manifest names the model folder by its resolved path: `--model elmo` and `--model ./elmo` are one model."""
+    _, source, output, partial = interrupted_run(model_path, tmp_path, 3)
+    monkeypatch.chdir(model_path.parent)
+    summary = ElmoEmbedder(f"./{model_path.name}").embed_file(source, output, batch_size=2, progress=False)
+    assert (summary["computed"], summary["resumed"]) == (7, 3) and not partial.exists()
 
 
 KILL_DURING_FINAL_WRITE = """

@@ -505,8 +505,9 @@ def test_cache_is_dropped_when_the_weights_change(fixture_model):
 
 
 def test_a_fused_optimizer_step_between_evaluations_is_seen(fixture_model):
-    """torch's fused AdamW (Trainer's default) updates the weights without advancing their version counters, which
-    the caches and derived weights are keyed by: the switch to training mode and back must drop them."""
+    """torch's fused AdamW (Trainer's default) updates the weights without advancing their version counters: the
+    caches and derived weights must still drop what they kept, here across the switch to training mode and back
+    (test_model's test_caches_see_an_optimizer_step_taken_in_evaluation_mode takes the step in evaluation mode)."""
     model, tokenizer = fixture_model
     model = copy.deepcopy(model)
     batch = tokenizer([["the", "weights", "change"], ["in", "place"]], is_split_into_words=True, padding=True,

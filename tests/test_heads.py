@@ -108,12 +108,49 @@ def test_token_loss_ignores_minus_100_and_padding(base_path, tokenizer):
     with torch.no_grad():
         output = model(**batch, labels=labels)
         # A label under a padding position must not count either.
-        garbage = labels.masked_fill(batch["attention_mask"] == 0, 4)
+        garbage = labels.masked_fill(batch["attention_mask"] == 0, 99)  # (not even a label id: never read)
         assert torch.equal(model(**batch, labels=garbage).loss, output.loss)
     valid = labels != -100
     expected = F.cross_entropy(output.logits[valid], labels[valid])
     assert torch.allclose(output.loss, expected, atol=1e-6)
     assert output.logits.shape == (4, 9, 9)
+
+
+def test_labels_of_another_shape_dtype_or_range_are_refused(base_path, tokenizer):
+    """One line naming `labels`, never a broadcast across the batch nor an error from inside torch; a refused call
+    leaves `problem_type` as it was."""
+    batch, tags = encode(tokenizer), padded_tags()  # 4 sentences of up to 9 words
+    token_model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9).eval()
+    for labels, message in [
+        (tags[0], r"labels must be \[4, 9\], got \[9\]"),  # one row for every sentence
+        (tags[:, :1], r"labels must be \[4, 9\], got \[4, 1\]"),
+        (tags[:2, :5], r"labels must be \[4, 9\], got \[2, 5\]"),
+        (tags.tolist(), r"labels must be \[4, 9\], got list"),
+        (tags.float(), r"labels must hold integer class ids \(torch.long or torch.int\), got torch.float32"),
+        (tags.masked_fill(tags == 7, 9), r"labels holds 9, outside the label ids \[0, 9\) \(-100 = no target\)"),
+        (tags.masked_fill(tags == 7, -1), r"labels holds -1, outside the label ids \[0, 9\) \(-100 = no target\)"),
+    ]:
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            token_model(**batch, labels=labels)
+
+    classifier = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3).eval()
+    for labels, message in [
+        (torch.tensor([1, 0, 2]), r"labels must be \[4\], got \[3\]"),
+        (torch.tensor([1, 0, 3, 1]), r"labels holds 3, outside the label ids \[0, 3\)"),
+        (torch.tensor([1.0, 0.0, 2.0, 1.0]), r"labels must be \[4, 3\] 0/1 floats for multi-label classification "
+         r"\(single-label class ids are integers\), got torch.float32 \[4\]"),
+        (torch.full((4, 3), 2.0), r"labels holds 2.0: multi-label classification reads a 0/1"),
+    ]:
+        with pytest.raises(ValueError, match=f"^{message}"):
+            classifier(**batch, labels=labels)
+        assert classifier.config.problem_type is None
+    with torch.no_grad():  # [B, 1] class ids are read as [B], as transformers reads them
+        column = classifier(**batch, labels=torch.tensor([[1], [0], [2], [1]])).loss
+        assert torch.equal(column, classifier(**batch, labels=torch.tensor([1, 0, 2, 1])).loss)
+    regression = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=1).eval()
+    with pytest.raises(ValueError, match=r"^labels must be \[4\] or \[4, 1\] numbers for regression, got "
+                       r"torch.float32 \[3\]$"):
+        regression(**batch, labels=torch.tensor([0.5, 1.0, 2.0]))
 
 
 @pytest.mark.parametrize("pooling", ["mean", "max", "mean_max"])

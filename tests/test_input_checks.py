@@ -37,6 +37,19 @@ def test_character_ids_outside_the_alphabet_or_not_integers_are_refused(model_cl
 
 
 @pytest.mark.parametrize("model_class", MODEL_CLASSES)
+def test_an_attention_mask_that_reads_padding_is_refused(model_class, tokenizer):
+    """All ones over a padded batch (a common habit) would run the padding as words: refused, naming where."""
+    model = model_class(ElmoConfig(**TINY)).eval()
+    batch = tokenizer(["a big word", "a"], padding=True, return_tensors="pt")
+    with pytest.raises(ValueError, match=r"^attention_mask is 1 at row 1, position 1, an all-zero \(padding\) word"):
+        model(input_ids=batch["input_ids"], attention_mask=torch.ones_like(batch["attention_mask"]))
+    if model_class is ElmoForPreTraining:  # its labels are read as the heads' are: integer ids
+        labels = torch.zeros(2, 3, dtype=torch.long)
+        with pytest.raises(ValueError, match=r"^labels must hold integer class ids .*got torch.float32$"):
+            model(**batch, labels=labels.float(), backward_labels=labels)
+
+
+@pytest.mark.parametrize("model_class", MODEL_CLASSES)
 def test_a_batch_of_no_sentences_gives_empty_outputs(model_class, tokenizer):
     config = ElmoConfig(**TINY)
     model = model_class(config).eval()

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
 
 SEEDS = [["I", "eat", "an", "apple", "."], ["Apple", "is", "a", "company", "."]]
 
@@ -151,3 +151,85 @@ def test_config_round_trips_and_maps_standard_names(tmp_path):
     assert config.cell_clip is None and config.proj_clip is None
     config.save_pretrained(tmp_path)
     assert ElmoConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()
+
+
+@pytest.mark.parametrize("model_class", [ElmoModel, ElmoForPreTraining])
+def test_resizing_the_token_embeddings_is_refused_and_changes_nothing(converted, model_class):
+    """The character alphabet is fixed: transformers' resize would swap the embedding, then fail on the read-only
+    `config.vocab_size`, leaving a broken model. Refused before anything changes."""
+    model = model_class.from_pretrained(converted["allennlp-elmo"], lm_vocab_size=10).eval()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    embedding = model.get_input_embeddings()
+    with pytest.raises(ValueError, match=rf"^{model_class.__name__} cannot resize its token embeddings to 300: it "
+                       r"reads each word as characters.*262 ids.*tokenizer\.add_tokens"):
+        model.resize_token_embeddings(300)
+    with pytest.raises(ValueError, match="cannot resize"):
+        model.resize_token_embeddings(pad_to_multiple_of=64)
+    assert model.get_input_embeddings() is embedding and model.config.vocab_size == 262
+    assert model.state_dict().keys() == before.keys()
+    assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())
+    # Without a new size (or with the alphabet's own), transformers' no-op: the embedding itself.
+    assert model.resize_token_embeddings() is embedding and model.resize_token_embeddings(262) is embedding
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+    batch = tokenizer(SEEDS, is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        assert model(**batch).last_hidden_state.shape == (2, 5, 32)
+
+
+def test_an_attention_mask_that_reads_padding_is_refused(fixture_model):
+    """An all-ones mask over a padded batch would run the padding as words and change the real words' vectors."""
+    model, tokenizer = fixture_model
+    batch = tokenizer([SEEDS[0], ["short", "one"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    with pytest.raises(ValueError, match=r"^attention_mask is 1 at row 1, position 2, an all-zero \(padding\) word"):
+        model(batch["input_ids"], attention_mask=torch.ones_like(batch["attention_mask"]))
+    with pytest.raises(ValueError, match=r"^attention_mask must be \[2, 5\], got list$"):
+        model(batch["input_ids"], attention_mask=batch["attention_mask"].tolist())
+    # Masking out a real word is allowed: it is read as padding, as if the sentence lacked it.
+    mask = batch["attention_mask"].clone()
+    mask[0, 4] = 0
+    with torch.no_grad():
+        masked = model(batch["input_ids"], attention_mask=mask)
+        shorter = model(**tokenizer([SEEDS[0][:4]], is_split_into_words=True, return_tensors="pt"))
+    assert torch.allclose(masked.last_hidden_state[0, :4], shorter.last_hidden_state[0], atol=1e-6)
+
+
+def test_caches_see_an_optimizer_step_taken_in_evaluation_mode(converted):
+    """A fused AdamW step writes the weights without advancing their version counters; from_pretrained returns the
+    model in evaluation mode, where the caches and the fast paths' derived weights are used."""
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"])
+    assert not model.training
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        before = model(**batch)  # fills the caches
+    assert len(model.char_encoder.token_cache) > 0
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    model(**batch).last_hidden_state.sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        after = model(**batch)
+    fresh = ElmoModel(model.config).eval()
+    fresh.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        expected = fresh(**batch)
+    for found, want, old in zip(after.hidden_states, expected.hidden_states, before.hidden_states):
+        assert not torch.allclose(want, old, atol=1e-3)  # (the step changed every layer)
+        assert torch.allclose(found, want, atol=1e-6)
+
+
+def test_word_ids_must_be_an_integer_tensor(converted_elmoformanylangs):
+    """Float word ids would be truncated (12.7 read as 12), bools read as ids 0 and 1: refused, as for input_ids."""
+    folder = converted_elmoformanylangs["with_words"]
+    model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer(["天气不错", "你"], padding=True, return_tensors="pt")
+    word_ids = batch["input_word_ids"]
+    for wrong in (word_ids.float() + 0.7, word_ids.bool()):
+        with pytest.raises(ValueError, match=rf"^input_word_ids must hold integer word ids .*got {wrong.dtype}$"):
+            model(batch["input_ids"], attention_mask=batch["attention_mask"], input_word_ids=wrong)
+    with pytest.raises(ValueError, match=r"^input_word_ids must be \[2, 4\], got list$"):
+        model(batch["input_ids"], attention_mask=batch["attention_mask"], input_word_ids=word_ids.tolist())
+    with pytest.raises(ValueError, match=r"^word_ids must hold integer word ids"):
+        model.char_encoder(batch["input_ids"][0], word_ids[0].float())
+    with torch.no_grad():
+        as_int32 = model(batch["input_ids"], attention_mask=batch["attention_mask"], input_word_ids=word_ids.int())
+        assert torch.equal(as_int32.last_hidden_state, model(**batch).last_hidden_state)
