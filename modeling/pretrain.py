@@ -49,7 +49,7 @@ from transformers import get_scheduler  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location, sha256_file  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
-from hf_elmo.lexicon import ElmoLexicon  # noqa: E402
+from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from modeling.data import (  # noqa: E402
@@ -427,8 +427,11 @@ def choose_tokenizer(args, settings: dict, output_dir: Path, checkpoint: Path | 
         if settings["alphabet"] == "bytes":
             tokenizer = ElmoTokenizer(max_characters_per_token=characters)
         else:
-            lexicon = ElmoLexicon.build(count_words(train_sentences), characters, with_words=True,
-                                        max_words=args.vocab_size, min_count=args.min_count)
+            try:
+                lexicon = ElmoLexicon.build(count_words(train_sentences), characters, with_words=True,
+                                            max_words=args.vocab_size, min_count=args.min_count)
+            except LexiconError as error:  # (a --vocab-size below word.dic's special entries and one word)
+                raise PretrainError(f"--alphabet vocabulary --vocab-size {args.vocab_size}: {error}") from None
             lexicon.save(output_dir / "char.dic", output_dir / "word.dic")
             names = ["input_ids", "input_word_ids", "attention_mask"] if settings["word_embedding_dim"] else None
             tokenizer = ElmoTokenizer(max_characters_per_token=characters, char_vocab_file=str(output_dir / "char.dic"),

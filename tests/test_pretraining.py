@@ -899,6 +899,10 @@ def test_options_out_of_range_and_unusable_init_from_folders_are_refused_before_
     for option in ("--batch-size", "--unroll-steps"):
         code = evaluate.main(["--model-dir", str(reference_run), "--file", str(TRAIN / "data.txt"), option, "0"])
         assert_one_error(code, capsys.readouterr().err, f"error: {option} must be at least 1, got 0")
+    # With --alphabet vocabulary, word.dic's special entries count in --vocab-size (this was a LexiconError traceback).
+    code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", TRAIN / "data.txt", "--alphabet", "vocabulary",
+                            "--vocab-size", 3, "--output-dir", tmp_path / "small-vocabulary")
+    assert_one_error(code, err, "--alphabet vocabulary --vocab-size 3: max_words must be at least 5")
     # --max-grad-norm 0 is no clipping (and no gradient norm logged).
     code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-grad-norm", 0, "--max-steps", 1, "--save-steps", 0, "--output-dir", output)
     assert code == 0, err
