@@ -87,7 +87,7 @@ def convert_elmoformanylangs_to_hf(
 
 def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path, overwrite: bool = False) -> Path:
     """Write the package's files (config.json, architecture.json, char.dic, word.dic, token_embedder.pkl,
-    encoder.pkl) for a checkpoint with a character vocabulary; `Embedder(output_dir)` loads them."""
+    encoder.pkl) for a checkpoint folder (local) with a character vocabulary; `Embedder(output_dir)` loads them."""
     model = load_checkpoint(model_dir)
     config = model.config
     check_convertible(config)

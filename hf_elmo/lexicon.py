@@ -51,16 +51,13 @@ def _parse_line(line: str) -> tuple[str, int] | None:
 
 
 def read_dictionary(path: str | os.PathLike) -> dict[str, int]:
-    """`token -> id` of a char.dic or word.dic, read as the package reads it (a later line wins a repeated token)."""
+    """`token -> id` of a char.dic or word.dic, read as the package reads it (a later line wins a repeated token),
+    its lines split as codecs splits them (`str.splitlines`: at U+2028 and U+001C too, not only at line ends)."""
     path = os.fspath(path)
     entries = {}
     try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                entry = _parse_line(line)
-                if entry is None:
-                    raise LexiconError(f"{path}: line {number} is not token<TAB>id: {line.rstrip(chr(10))!r}")
-                entries[entry[0]] = entry[1]
+        with open(path, encoding="utf-8", newline="") as handle:
+            text = handle.read()
     except FileNotFoundError:
         raise LexiconError(f"{path}: dictionary file not found") from None
     except IsADirectoryError:
@@ -69,6 +66,11 @@ def read_dictionary(path: str | os.PathLike) -> dict[str, int]:
         raise LexiconError(f"{path}: cannot read the dictionary file ({error.strerror})") from None
     except UnicodeDecodeError as error:
         raise LexiconError(f"{path}: not UTF-8 text ({error})") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        entry = _parse_line(line)
+        if entry is None:
+            raise LexiconError(f"{path}: line {number} is not token<TAB>id: {line!r}")
+        entries[entry[0]] = entry[1]
     return entries
 
 

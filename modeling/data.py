@@ -76,9 +76,9 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
             dataset = datasets.load_dataset("text", data_files=files, split="train", encoding="utf-8-sig")
         except datasets.exceptions.DatasetGenerationError as error:  # (the other files were checked above)
             cause = _root_cause(error)
-            compressed = [file for file in files if file.endswith(COMPRESSED_SUFFIXES)] or files
-            raise DataError(f"{option} {' '.join(compressed)}: cannot be read as compressed UTF-8 text "
-                            f"({type(cause).__name__}: {cause})") from None
+            compressed = [file for file in files if file.endswith(COMPRESSED_SUFFIXES)]
+            what = "cannot be read as compressed UTF-8 text" if compressed else "cannot be read"
+            raise DataError(f"{option} {' '.join(compressed or files)}: {what} ({type(cause).__name__}: {cause})") from None
     if text_column not in dataset.column_names:
         raise DataError(f"{option} {paths[0]}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}); pass --text-column")
     if word_splitting == "whitespace":

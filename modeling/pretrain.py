@@ -437,6 +437,10 @@ def choose_tokenizer(args, settings: dict, output_dir: Path, checkpoint: Path | 
             tokenizer = ElmoTokenizer(max_characters_per_token=characters, char_vocab_file=str(output_dir / "char.dic"),
                                       word_vocab_file=str(output_dir / "word.dic"),
                                       model_input_names=names or ["input_ids", "attention_mask"])
+    # An earlier run's char.dic or word.dic that this tokenizer does not write would be read with it from OUTPUT_DIR.
+    written = [] if tokenizer.lexicon is None else ["char.dic"] + (["word.dic"] if tokenizer.lexicon.words else [])
+    for name in {"char.dic", "word.dic"} - set(written):
+        (output_dir / name).unlink(missing_ok=True)
     tokenizer.save_pretrained(output_dir)
     return tokenizer
 

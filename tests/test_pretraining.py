@@ -1126,3 +1126,18 @@ def test_resume_refuses_a_checkpoint_with_a_missing_or_damaged_file(reference_co
     assert code == 0, err
     expected, found = losses(reference_run), losses(folder)
     assert found.keys() == expected.keys() and all(found[s] == pytest.approx(expected[s], abs=1e-6) for s in expected)
+
+
+def test_a_bytes_run_after_a_vocabulary_run_in_the_same_folder_leaves_no_dictionaries(tmp_path, capsys):
+    """A run with --alphabet vocabulary writes char.dic and word.dic; a later run of the byte alphabet into the same
+    folder must not leave them there, where the folder's tokenizer would read them (and refuse to load)."""
+    output = tmp_path / "run"
+    common = ["--preset", "tiny", "--train-file", TRAIN / "data.txt", "--max-steps", 1, "--save-steps", 0,
+              "--eval-steps", 0, "--output-dir", output]
+    code, _, err = run_main(capsys, *common, "--alphabet", "vocabulary")
+    assert code == 0, err
+    assert ElmoTokenizer.from_pretrained(output).lexicon is not None and (output / "char.dic").is_file()
+    code, _, err = run_main(capsys, *common, "--overwrite-output-dir")
+    assert code == 0, err
+    assert not (output / "char.dic").exists() and not (output / "word.dic").exists()
+    assert ElmoTokenizer.from_pretrained(output).lexicon is None

@@ -371,6 +371,10 @@ def test_entries_that_would_not_read_back_are_refused(tmp_path):
     words = {**lexicon.words, "New York": len(lexicon.words), "x ": len(lexicon.words) + 1}
     write_dictionary(words, tmp_path / "word.dic")
     assert read_dictionary(tmp_path / "word.dic") == words
+    # Lines are read as the package splits them, so what loads also saves: U+001C ends a line there too.
+    (tmp_path / "split.dic").write_text("<oov>\t0\na\x1cb\t1\n", encoding="utf-8")
+    with pytest.raises(LexiconError, match=r"split.dic: line 2 is not token<TAB>id: 'a'$"):
+        read_dictionary(tmp_path / "split.dic")
 
 
 def test_build_counts_every_entry_in_max_words():
