@@ -1,6 +1,6 @@
 """Approximate biLSTM modes: faster, but they change the numbers. Off by default; opt in per model with
-`ElmoModel.set_lstm_approximation(kind)`, inference only. `benchmarks/RESULTS.md` gives each one's measured
-speed-up and deviation.
+`model.set_lstm_approximation(kind)` (an `ElmoModel` or a head), inference only. `benchmarks/RESULTS.md` gives each
+one's measured speed-up and deviation.
 
 * `"bf16"`: the three multiplies of every cell in bfloat16 with float32 accumulation, the weights stored in
   bfloat16 (a copy beside the float32 parameters); the gates, the cell and its state stay float32. On CPU
@@ -8,6 +8,8 @@ speed-up and deviation.
   slower than the exact model, so it is refused. On a GPU, the CUDA graphs of `cuda_graphs.py`.
 * `"int8"`: the three multiplies of every cell with int8 weights (per output row) and dynamically quantised
   int8 activations (fbgemm / oneDNN on CPU). Everything else stays float32.
+* `"bf16"` and `"int8"` derive their weights from a float32 model: on a model in another dtype (bfloat16,
+  float16, float64) they are refused.
 * `"nn_lstm"`: `torch.nn.LSTM(proj_size=P)` (cuDNN on GPU, the fused ATen kernel on CPU). It cannot clip the
   cell or the projected state, so wherever the original clips (|c| > cell_clip, |h| > proj_clip) the
   numbers diverge; on the trained fixture model that reaches about 1 absolute.
@@ -124,8 +126,15 @@ def native_bfloat16_extension() -> str | None:
     return None
 
 
-def check_approximation(kind: str | None, device: torch.device) -> None:
-    """Refuse an approximation that `device` would run slower than the exact model, with the reason."""
+def check_approximation(kind: str | None, device: torch.device, dtype: torch.dtype = torch.float32) -> None:
+    """Refuse, with the reason, an approximation that cannot run on a model of `dtype` (the 'bf16' and 'int8'
+    modes read float32 weights), or that `device` would run slower than the exact model."""
+    if kind in ("bf16", "int8") and dtype != torch.float32:
+        raise ValueError(
+            f"the {kind!r} approximation needs a float32 model, and this one is {dtype}: convert it with "
+            "model.float() first, or use 'nn_lstm' (which runs in the model's dtype) or the exact model "
+            "(set_lstm_approximation(None))"
+        )
     if kind == "bf16" and device.type == "cpu" and native_bfloat16_extension() is None:
         raise ValueError(
             "the 'bf16' approximation needs a CPU that computes bfloat16 natively, with AVX512-BF16 or AMX-BF16; "
@@ -174,7 +183,6 @@ class Bf16Multiplies(ExactMultiplies):
 
 def bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False, use_cache: bool = True):
     """`ElmoBiLstmLayer.forward` with bfloat16 multiplies (the fast path's organisation of the work)."""
-    check_approximation("bf16", inputs.device)
     if inputs.is_cuda:
         return graphed_bilstm_layer(layer, inputs, step_mask, h, c, dtype=torch.bfloat16)
     multiplies = derived_weights(layer, "bf16", Bf16Multiplies)
@@ -186,6 +194,8 @@ def bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False, use_
 def approximate_bilstm_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False):
     if layer.approximation == "nn_lstm":
         return nn_lstm_layer(layer, inputs, step_mask, h, c)
+    # (again here: the model may have been moved or converted since it opted in)
+    check_approximation(layer.approximation, inputs.device, layer.input_weight.dtype)
     if layer.approximation == "bf16":
         return bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat, use_cache=not layer.training)
     return int8_layer(layer, inputs, step_mask, h, c)
@@ -193,13 +203,16 @@ def approximate_bilstm_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool
 
 def approximation_deviation(model, inputs: dict, kind: str) -> list[float]:
     """Largest |approximate - exact| of each layer of `hidden_states` on `inputs` (a tokenizer batch), for
-    `kind` in `APPROXIMATIONS`. The model is left exact."""
+    `kind` in `APPROXIMATIONS`. `model`: an `ElmoModel` or a head, whose biLM (`model.elmo`) is measured. The
+    model is left exact."""
     if kind not in APPROXIMATIONS:
         raise ValueError(f"unknown approximation {kind!r}: choose one of {APPROXIMATIONS}")
+    model = model.base_model  # (a head's ElmoModel; an ElmoModel is its own)
+    model.set_lstm_approximation(kind)  # refused here, before any work, where it cannot run
+    model.set_lstm_approximation(None)
     device = next(model.parameters()).device
     inputs = {name: value.to(device) for name, value in inputs.items()}
     with torch.no_grad():
-        model.set_lstm_approximation(None)
         exact = model(**inputs).hidden_states
         try:
             model.set_lstm_approximation(kind)

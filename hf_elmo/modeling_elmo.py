@@ -62,7 +62,7 @@ def _check_character_ids(input_ids, config: ElmoConfig, name: str = "input_ids")
     _check_integer_ids(input_ids, name, "character")
     if input_ids.numel() and not _is_exporting():  # (an exported program does not check its inputs' values)
         low, high = torch.aminmax(input_ids)
-        if low < 0 or high >= config.n_characters:
+        if bool((low < 0) | (high >= config.n_characters)):  # (one read of the device's result)
             outside = (low if low < 0 else high).item()
             raise ValueError(
                 f"{name} holds {outside}, outside the character alphabet [0, {config.n_characters}): character ids "
@@ -99,9 +99,9 @@ def _word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, rig
         prefix = torch.arange(mask.shape[1], device=mask.device) < mask.sum(1, keepdim=True)
         if not torch.equal(mask, prefix):
             raise ValueError("ElmoForPreTraining reads right-padded rows: attention_mask must be 1 on a prefix of each row")
-    padding = (mask & ~words).nonzero() if attention_mask is not None else ()
-    if len(padding):
-        row, position = padding[0].tolist()
+    # One read of the device's result per call; the first such position is looked up only for the message.
+    if attention_mask is not None and bool((mask & ~words).any()):
+        row, position = (mask & ~words).nonzero()[0].tolist()
         raise ValueError(
             f"attention_mask is 1 at row {row}, position {position}, an all-zero (padding) word: it must be 0 at "
             "padding (pass the tokenizer's attention_mask, or none)"
@@ -119,10 +119,15 @@ def _check_class_ids(labels, shape, num_classes: int, name: str = "labels", clas
     _check_integer_ids(labels, name, "class")
     if _is_exporting():  # (an exported program does not check its inputs' values)
         return
-    read = labels if padding is None else labels[~padding.to(labels.device)]
-    outside = read[((read < 0) & (read != -100)) | (read >= num_classes)]
-    if len(outside):
-        raise ValueError(f"{name} holds {outside[0].item()}, outside {classes} [0, {num_classes}) (-100 = no target)")
+    # One read of the device's result (no boolean indexing, whose result's size the host must wait for); the first
+    # wrong id is looked up only for the message.
+    outside = ((labels < 0) & (labels != -100)) | (labels >= num_classes)
+    if padding is not None:
+        outside &= ~padding.to(labels.device)
+    if bool(outside.any()):
+        raise ValueError(
+            f"{name} holds {labels[outside][0].item()}, outside {classes} [0, {num_classes}) (-100 = no target)"
+        )
 
 
 def _is_exporting() -> bool:
@@ -260,7 +265,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         # The first layer's input gates per word, for inference (see fast_bilstm.py); `.max_words = 0` is off.
         gate_bytes = 2 * 4 * cell * 4  # both directions, float32
         self.input_gate_cache = ElmoTokenCache(min(DEFAULT_MAX_WORDS, DEFAULT_GATE_CACHE_BYTES // gate_bytes))
-        self.approximation: str | None = None  # see ElmoModel.set_lstm_approximation
+        self.approximation: str | None = None  # see ElmoPreTrainedModel.set_lstm_approximation
 
     def forward(
         self, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
@@ -473,6 +478,22 @@ class ElmoPreTrainedModel(PreTrainedModel):
             "new embedding: do not resize"
         )
 
+    def set_lstm_approximation(self, kind: str | None) -> None:
+        """Opt in to an approximate, faster biLSTM for inference, or back to the exact one with `None`: every
+        biLSTM layer of the model (of its biLM `.elmo` in a head).
+
+        `"bf16"` multiplies in bfloat16 (on a CPU with AVX512-BF16 or AMX-BF16, or a GPU); `"int8"` in int8 on
+        CPU; both need a float32 model. `"nn_lstm"` runs `torch.nn.LSTM` (cuDNN on GPU) without the original's
+        clipping, in the model's dtype. All change the numbers (see `approximate.py` and benchmarks/RESULTS.md).
+        """
+        if kind is not None and kind not in APPROXIMATIONS:
+            raise ValueError(f"unknown biLSTM approximation {kind!r}: choose one of {APPROXIMATIONS} or None (exact)")
+        layers = [module for module in self.modules() if isinstance(module, ElmoBiLstmLayer)]
+        if layers:
+            check_approximation(kind, layers[0].input_weight.device, layers[0].input_weight.dtype)
+        for layer in layers:
+            layer.approximation = kind
+
     def set_fast_path(self, enabled: bool) -> None:
         """Run the fast paths (`use_fast_path` of the character encoder, of every biLSTM layer and of the pretraining
         softmax: for inference, and the fused training paths under autograd) or, with False, the plain definition
@@ -584,19 +605,6 @@ class ElmoModel(ElmoPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def set_lstm_approximation(self, kind: str | None) -> None:
-        """Opt in to an approximate, faster biLSTM for inference, or back to the exact one with `None`.
-
-        `"bf16"` multiplies in bfloat16 (on a CPU with AVX512-BF16 or AMX-BF16, or a GPU); `"int8"` in int8 on
-        CPU; `"nn_lstm"` runs `torch.nn.LSTM` (cuDNN on GPU) without the original's clipping. All change the
-        numbers (see `approximate.py` and benchmarks/RESULTS.md).
-        """
-        if kind is not None and kind not in APPROXIMATIONS:
-            raise ValueError(f"unknown biLSTM approximation {kind!r}: choose one of {APPROXIMATIONS} or None (exact)")
-        check_approximation(kind, self.device)
-        for layer in self.layers:
-            layer.approximation = kind
-
     def clear_caches(self) -> None:
         """Empty the inference caches of per-word results: the token cache (word vectors) and the first biLSTM
         layer's input gates. They empty themselves when their weights change (see `token_cache.py`); this is for
@@ -698,8 +706,7 @@ class ElmoModel(ElmoPreTrainedModel):
         if not isinstance(word_ids, torch.Tensor) or word_ids.shape != mask.shape:
             raise ValueError(f"{name} must be [{mask.shape[0]}, {mask.shape[1]}], got {_shape_of(word_ids)}")
         _check_integer_ids(word_ids, name, "word")
-        real = word_ids[mask.to(word_ids.device)]
-        if bool(((real < 0) | (real >= vocab_size)).any()):
+        if bool((((word_ids < 0) | (word_ids >= vocab_size)) & mask.to(word_ids.device)).any()):
             raise ValueError(f"{name} holds ids outside word.dic [0, {vocab_size}) at words that are not padding")
 
     def boundary_words(self, chars: int) -> torch.Tensor:
@@ -1044,7 +1051,7 @@ class ElmoForTokenClassification(ElmoTaskModel):
         if labels is not None:
             padding = outputs.attention_mask == 0
             _check_class_ids(labels, logits.shape[:2], self.num_labels, padding=padding)
-            labels = labels.to(logits.device).masked_fill(padding, -100)
+            labels = labels.to(logits.device, torch.long).masked_fill(padding, -100)  # (cross_entropy: long ids)
             summed_loss = F.cross_entropy(
                 logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
             )
@@ -1325,6 +1332,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         """Mean negative log-likelihood of one direction: hidden [B, S, P], labels [B, S] -> []."""
         vocab_size = self.config.lm_vocab_size
         _check_class_ids(labels, hidden.shape[:2], vocab_size, name, "the vocabulary")
+        labels = labels.to(hidden.device, torch.long)  # (torch.int is accepted; the losses index with long ids)
         keep = labels != -100
         # every position has a target (stream batching): a view, not a gather
         every = not _is_exporting() and bool(keep.all())

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+import torch.optim.optimizer as optimizer_module
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -27,25 +28,69 @@ DEFAULT_MAX_WORDS = 20_000
 DEFAULT_GATE_CACHE_BYTES = 128 * 2**20
 
 
-# The optimizer steps taken on each parameter (by any torch.optim optimizer): a fused step writes the weights without
-# advancing their version counters, so the fingerprint counts steps as well.
-_OPTIMIZER_STEPS = WeakIdKeyDictionary()
+class _OptimizerSteps:
+    """The optimizer steps (of any torch.optim optimizer) taken on each parameter that a fingerprint has seen: a fused
+    step writes the weights without advancing their version counters, so the fingerprint counts steps as well.
+
+    One per process, kept on `torch.optim.optimizer` and counted by one global step hook: every copy of this file
+    (the Hub's remote code loads one per model folder and revision) finds and shares it, so its interface (`watch`,
+    `count`, `len`, `in`) stays as it is. A step costs in proportion to the watched parameters it holds, plus one look
+    at each param group: which of an optimizer's parameters are watched is worked out once, and again only when a
+    parameter is watched for the first time or the optimizer's groups change (a group added or removed, a list of
+    params that grows or shrinks; an element of a group's list replaced in place goes unseen).
+    """
+
+    def __init__(self):
+        self.steps = WeakIdKeyDictionary()  # watched parameter -> optimizer steps taken on it since then
+        self.watched = 0  # parameters watched so far: a change makes the optimizers' lists below stale
+        self._per_optimizer = WeakIdKeyDictionary()  # optimizer -> (its groups' layout, watched, its watched params)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __contains__(self, parameter) -> bool:
+        return parameter in self.steps
+
+    def watch(self, parameter: torch.Tensor) -> int:
+        """The steps taken on `parameter` since it was first watched (0 the first time)."""
+        steps = self.steps.get(parameter)
+        if steps is None:
+            self.steps[parameter] = steps = 0
+            self.watched += 1
+        return steps
+
+    def count(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+        """The post-step hook: one step more on each watched parameter of `optimizer`."""
+        if not self.steps:
+            return
+        groups = optimizer.param_groups
+        layout = tuple((id(group), id(group["params"]), len(group["params"])) for group in groups)
+        known = self._per_optimizer.get(optimizer)
+        if known is None or known[0] != layout or known[1] != self.watched:
+            watched = [parameter for group in groups for parameter in group["params"] if parameter in self.steps]
+            known = self._per_optimizer[optimizer] = (layout, self.watched, watched)
+        for parameter in known[2]:
+            self.steps[parameter] += 1
 
 
-def _count_optimizer_step(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
-    for group in optimizer.param_groups:
-        for parameter in group["params"]:
-            _OPTIMIZER_STEPS[parameter] = _OPTIMIZER_STEPS.get(parameter, 0) + 1
+def _shared_optimizer_steps() -> _OptimizerSteps:
+    """The process's one step counter, registered as an optimizer step hook by the first copy of this file."""
+    shared = getattr(optimizer_module, "_hf_elmo_optimizer_steps", None)
+    if shared is None:
+        shared = _OptimizerSteps()
+        register_optimizer_step_post_hook(shared.count)
+        optimizer_module._hf_elmo_optimizer_steps = shared
+    return shared
 
 
-register_optimizer_step_post_hook(_count_optimizer_step)
+_OPTIMIZER_STEPS = _shared_optimizer_steps()
 
 
 def weights_fingerprint(parameters) -> tuple:
     """Changes whenever one of `parameters` is replaced, moved, modified in place by an operation that advances its
     version counter, or updated by an optimizer step (fused ones included)."""
     return tuple(
-        None if p is None else (p.data_ptr(), p._version, p.dtype, p.device, _OPTIMIZER_STEPS.get(p, 0))
+        None if p is None else (p.data_ptr(), p._version, p.dtype, p.device, _OPTIMIZER_STEPS.watch(p))
         for p in parameters
     )
 

@@ -19,6 +19,7 @@ from conftest import DEVICES, FIXTURE_SETS, FIXTURES
 from hf_elmo import (
     ElmoConfig,
     ElmoEmbedder,
+    ElmoForPreTraining,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -265,6 +266,34 @@ def test_kernel_choices_are_this_machines_and_survive_a_damaged_file(kernel_choi
     FastLinear(torch.randn(9, 5), kernels=kernels)(torch.randn(3, 5))
     assert json.loads(kernel_choices.read_text()) == {machine: {key: "blas"}}
     assert not [p.name for p in kernel_choices.parent.iterdir() if p.name.startswith(".kernels")]
+
+
+@pytest.mark.parametrize("entry", [None, [], "blas", 3])
+def test_kernel_choices_of_this_machine_that_are_no_dict_count_as_none(kernel_choices, monkeypatch, entry):
+    """A file whose entry for this machine is null (or a list, a string...) is measured afresh, and the entry
+    written again as a dict; the other machines' entries stay."""
+    monkeypatch.setattr(fast_linear, "_FASTEST", {})
+    machine = fast_linear._this_machine()
+    kernel_choices.write_text(json.dumps({machine: entry, "Another CPU; torch 0.0": None}))
+    x = torch.randn(3, 5)
+    linear = FastLinear(torch.randn(9, 5), kernels={"blas": fast_linear.blas_linear})
+    assert torch.allclose(linear(x), x @ linear.weight.t())
+    key = json.dumps([["blas"], [9, 5], False, torch.get_num_threads(), 4])
+    assert json.loads(kernel_choices.read_text()) == {machine: {key: "blas"}, "Another CPU; torch 0.0": None}
+
+
+def test_a_kernel_choices_path_that_is_a_folder_leaves_no_temporary_files(tmp_path, monkeypatch):
+    """The choices then stay in the process; every measurement's temporary file is removed again."""
+    monkeypatch.setattr(fast_linear, "_FASTEST", {})
+    folder = tmp_path / "choices"
+    folder.mkdir()
+    monkeypatch.setenv("HF_ELMO_KERNEL_CHOICES", str(folder))
+    for rows in (1, 3, 9):
+        x = torch.randn(rows, 5)
+        linear = FastLinear(torch.randn(9 + rows, 5), kernels={"blas": fast_linear.blas_linear})
+        assert torch.allclose(linear(x), x @ linear.weight.t())
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["choices", "choices.lock"]
+    assert not list(folder.iterdir())
 
 
 @pytest.mark.parametrize("kernel", fast_linear.float32_kernels())
@@ -628,6 +657,62 @@ def test_bf16_mode_is_refused_where_the_cpu_would_emulate_bfloat16(fixture_model
     with pytest.raises(ValueError, match="AVX512-BF16 or AMX-BF16"):
         model.set_lstm_approximation("bf16")
     assert all(layer.approximation is None for layer in model.layers)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_bf16_and_int8_are_refused_on_a_model_that_is_not_float32(fixture_model, dtype):
+    """Both derive their weights from float32 ones: one error naming the dtype, when opting in, when measuring, and
+    at the next forward of a model converted after opting in. nn_lstm runs in the model's dtype."""
+    model, tokenizer = fixture_model
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    converted = copy.deepcopy(model).to(dtype)
+    for kind in ("bf16", "int8"):
+        message = rf"^the '{kind}' approximation needs a float32 model, and this one is {dtype}: convert it with "
+        with pytest.raises(ValueError, match=message + r"model.float\(\) first, or use 'nn_lstm'"):
+            converted.set_lstm_approximation(kind)
+        assert all(layer.approximation is None for layer in converted.layers)
+        with pytest.raises(ValueError, match=message):
+            approximation_deviation(converted, batch, kind)
+        opted_in = copy.deepcopy(model)
+        opted_in.set_lstm_approximation(kind)
+        opted_in.to(dtype)
+        with pytest.raises(ValueError, match=message), torch.no_grad():
+            opted_in(**batch)
+    converted.set_lstm_approximation("nn_lstm")
+    with torch.no_grad():
+        approximate = converted(**batch).hidden_states
+    converted.set_lstm_approximation(None)
+    with torch.no_grad():
+        exact = converted(**batch).hidden_states
+    assert all(layer.dtype == dtype for layer in approximate)
+    assert 0 < largest_difference(approximate, exact) < 5  # (the fixture clips: nn.LSTM does not)
+    assert all(0 <= value < 5 for value in approximation_deviation(converted, batch, "nn_lstm"))
+
+
+@pytest.mark.parametrize("head", [ElmoForTokenClassification, ElmoForSequenceClassification, ElmoForPreTraining])
+def test_the_heads_opt_in_to_an_approximation_of_their_bilm(converted, head, kernel_choices, monkeypatch):
+    """set_lstm_approximation and approximation_deviation work on a head as on ElmoModel: its biLM's every layer."""
+    folder = converted["allennlp-elmo"]
+    model = head.from_pretrained(folder, num_labels=3, lm_vocab_size=10).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    force_bfloat16_products(monkeypatch)
+    with torch.no_grad():
+        exact = model(**batch)[0]
+        model.set_lstm_approximation("nn_lstm")
+        assert [layer.approximation for layer in model.elmo.layers] == ["nn_lstm"] * 2
+        approximate = model(**batch)[0]
+        model.set_lstm_approximation(None)
+        again = model(**batch)[0]
+    assert (exact - approximate).abs().max() > 1e-5 and torch.equal(exact, again)
+    bare = ElmoModel.from_pretrained(folder).eval()
+    for kind in ("nn_lstm", "int8", "bf16"):
+        assert approximation_deviation(model, batch, kind) == approximation_deviation(bare, batch, kind), kind
+        assert all(layer.approximation is None for layer in model.elmo.layers)
+    with pytest.raises(ValueError, match="unknown biLSTM approximation 'fp8'"):
+        model.set_lstm_approximation("fp8")
 
 
 def test_nn_lstm_mode_equals_exact_where_nothing_is_clipped():

@@ -15,6 +15,7 @@ from transformers import (
 
 from hf_elmo import (
     ElmoConfig,
+    ElmoForPreTraining,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -129,14 +130,22 @@ def test_labels_of_another_shape_dtype_or_range_are_refused(base_path, tokenizer
         (tags.float(), r"labels must hold integer class ids \(torch.long or torch.int\), got torch.float32"),
         (tags.masked_fill(tags == 7, 9), r"labels holds 9, outside the label ids \[0, 9\) \(-100 = no target\)"),
         (tags.masked_fill(tags == 7, -1), r"labels holds -1, outside the label ids \[0, 9\) \(-100 = no target\)"),
+        (tags.int()[:, :1], r"labels must be \[4, 9\], got \[4, 1\]"),
+        (tags.int().masked_fill(tags == 7, 9), r"labels holds 9, outside the label ids \[0, 9\) \(-100 = no target\)"),
+        (tags.int().masked_fill(tags == 7, -1), r"labels holds -1, outside the label ids \[0, 9\) \(-100 = no "
+         r"target\)"),
+        (tags.short(), r"labels must hold integer class ids \(torch.long or torch.int\), got torch.int16"),
     ]:
         with pytest.raises(ValueError, match=f"^{message}$"):
             token_model(**batch, labels=labels)
+    with torch.no_grad():  # torch.int labels are read as torch.long ones
+        assert torch.equal(token_model(**batch, labels=tags.int()).loss, token_model(**batch, labels=tags).loss)
 
     classifier = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3).eval()
     for labels, message in [
         (torch.tensor([1, 0, 2]), r"labels must be \[4\], got \[3\]"),
         (torch.tensor([1, 0, 3, 1]), r"labels holds 3, outside the label ids \[0, 3\)"),
+        (torch.tensor([1, 0, 3, 1], dtype=torch.int), r"labels holds 3, outside the label ids \[0, 3\)"),
         (torch.tensor([1.0, 0.0, 2.0, 1.0]), r"labels must be \[4, 3\] 0/1 floats for multi-label classification "
          r"\(single-label class ids are integers\), got torch.float32 \[4\]"),
         (torch.full((4, 3), 2.0), r"labels holds 2.0: multi-label classification reads a 0/1"),
@@ -144,13 +153,33 @@ def test_labels_of_another_shape_dtype_or_range_are_refused(base_path, tokenizer
         with pytest.raises(ValueError, match=f"^{message}"):
             classifier(**batch, labels=labels)
         assert classifier.config.problem_type is None
-    with torch.no_grad():  # [B, 1] class ids are read as [B], as transformers reads them
+    with torch.no_grad():  # [B, 1] class ids are read as [B], as transformers reads them; torch.int as torch.long
         column = classifier(**batch, labels=torch.tensor([[1], [0], [2], [1]])).loss
         assert torch.equal(column, classifier(**batch, labels=torch.tensor([1, 0, 2, 1])).loss)
+        assert torch.equal(column, classifier(**batch, labels=torch.tensor([1, 0, 2, 1], dtype=torch.int)).loss)
     regression = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=1).eval()
     with pytest.raises(ValueError, match=r"^labels must be \[4\] or \[4, 1\] numbers for regression, got "
                        r"torch.float32 \[3\]$"):
         regression(**batch, labels=torch.tensor([0.5, 1.0, 2.0]))
+
+
+def test_pretraining_reads_int32_labels_as_long_ones(base_path, tokenizer):
+    """The full softmax (evaluation) and the sampled one (training, plain and fused), and the same refusals."""
+    model = ElmoForPreTraining.from_pretrained(base_path, lm_vocab_size=10, lm_negative_samples=4)
+    batch = encode(tokenizer)
+    targets = padded_tags().clamp(max=8)  # (vocabulary ids, -100 at padding)
+    backward_targets = targets.flip(1).masked_fill(targets == -100, -100)
+    for mode, fused in (("eval", True), ("train", True), ("train", False)):
+        model.train(mode == "train")
+        model.set_fast_path(fused)
+        losses = []
+        for dtype in (torch.long, torch.int):
+            torch.manual_seed(0)  # (the same negatives in training)
+            losses.append(model(**batch, labels=targets.to(dtype), backward_labels=backward_targets.to(dtype)).loss)
+        assert torch.isfinite(losses[0]) and torch.equal(losses[0], losses[1]), (mode, fused)
+    wrong = backward_targets.int().masked_fill(backward_targets == 7, 10)
+    with pytest.raises(ValueError, match=r"^backward_labels holds 10, outside the vocabulary \[0, 10\)"):
+        model(**batch, labels=targets.int(), backward_labels=wrong)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "max", "mean_max"])

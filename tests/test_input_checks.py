@@ -3,10 +3,14 @@ transformers' tokenizer API where it means something for ELMo."""
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification
 from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.modeling_elmo import _check_character_ids, _check_class_ids, _word_mask
 from hf_elmo.tokenization_elmo import word_to_char_ids
+
+aten = torch.ops.aten
 
 MODEL_CLASSES = (ElmoModel, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForPreTraining)
 TINY = dict(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1, cell_size=16,
@@ -71,6 +75,56 @@ def test_a_batch_of_no_sentences_gives_empty_outputs(model_class, tokenizer):
     if model_class is ElmoForTokenClassification:  # training on an empty batch: a zero loss, not an error
         loss = model.train()(input_ids=words, labels=torch.zeros(0, 4, dtype=torch.long)).loss
         assert loss.item() == 0.0
+
+
+class HostReads(TorchDispatchMode):
+    """The operations run inside the block that make the host wait for the device on a GPU: a tensor read as a
+    Python value (`bool()`, `.item()`), and those whose result's size depends on the values (nonzero, boolean
+    indexing)."""
+
+    WAITS = (aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default, aten.equal.default)
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        boolean_index = func is aten.index.Tensor and any(i is not None and i.dtype == torch.bool for i in args[1])
+        if func in self.WAITS or boolean_index:
+            self.reads.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_each_input_check_reads_the_device_once(tokenizer):
+    """Every forward checks its inputs, and on a GPU each read of a result by the host waits for the device: a check
+    of a valid input reads one boolean (no nonzero, no boolean indexing), and looks for where a value is wrong only
+    to name it in the error."""
+    config = ElmoConfig(**TINY)
+    batch = tokenizer(["a big word", "a"], padding=True, return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    padding = mask == 0  # row 1, positions 1 and 2
+    labels = torch.tensor([[0, 2, 1], [1, 7, -5]])  # (the padding's labels are not read)
+    words = ElmoModel(ElmoConfig(**TINY, word_vocab_size=20, word_embedding_dim=4, bos_word_id=1, eos_word_id=2))
+    word_ids = torch.tensor([[4, 19, 3], [2, 25, -1]])
+    for name, check in [
+        ("character ids", lambda: _check_character_ids(ids, config)),
+        ("attention mask", lambda: _word_mask(ids, mask)),
+        ("token labels", lambda: _check_class_ids(labels, (2, 3), 3, padding=padding)),
+        ("labels without padding", lambda: _check_class_ids(labels.masked_fill(padding, -100), (2, 3), 3)),
+        ("word ids", lambda: words._check_word_ids(word_ids, ~padding, "input_word_ids")),
+    ]:
+        with HostReads() as host:
+            check()
+        assert host.reads == ["aten._local_scalar_dense.default"], name
+    # Wrong values are still found, the first one (in reading order) named, wherever padding is.
+    with pytest.raises(ValueError, match=r"^labels holds 5, outside the label ids \[0, 3\)"):
+        _check_class_ids(torch.tensor([[0, 5, 1], [9, 7, -5]]), (2, 3), 3, padding=padding)
+    with pytest.raises(ValueError, match=r"^labels holds 7, outside the label ids \[0, 3\)"):
+        _check_class_ids(labels, (2, 3), 3)
+    with pytest.raises(ValueError, match=r"^input_word_ids holds ids outside word.dic \[0, 20\)"):
+        words._check_word_ids(word_ids.masked_fill(word_ids == 19, 20), ~padding, "input_word_ids")
+    with pytest.raises(ValueError, match=r"^attention_mask is 1 at row 1, position 2, an all-zero"):
+        _word_mask(ids, mask.masked_fill(torch.tensor([[False, False, False], [False, False, True]]), 1))
 
 
 def test_convert_tokens_to_ids_gives_what_encode_gives(tokenizer):

@@ -1,10 +1,16 @@
 """ElmoModel's outputs, scalar mix, states and input checks, on the converted fixture model."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
+from hf_elmo.token_cache import _OPTIMIZER_STEPS
 
 SEEDS = [["I", "eat", "an", "apple", "."], ["Apple", "is", "a", "company", "."]]
 
@@ -215,6 +221,95 @@ def test_caches_see_an_optimizer_step_taken_in_evaluation_mode(converted):
     for found, want, old in zip(after.hidden_states, expected.hidden_states, before.hidden_states):
         assert not torch.allclose(want, old, atol=1e-3)  # (the step changed every layer)
         assert torch.allclose(found, want, atol=1e-6)
+
+
+def outputs_of_a_fresh_copy(model, batch):
+    """What `model`'s weights give now, computed by a new model (no cache, no derived weights)."""
+    fresh = type(model)(model.config).eval()
+    fresh.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        return fresh(**batch)
+
+
+def test_an_optimizer_over_other_parameters_leaves_the_step_counter_alone(converted):
+    """Every torch optimizer's step runs the caches' step hook, which counts only the parameters that a cache has
+    seen: an optimizer of other parameters adds none, and a group of ELMo weights added to it later is counted."""
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"])
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        before = model(**batch)  # fills the caches, which watch their weights
+    watched = len(_OPTIMIZER_STEPS)
+    others = [torch.nn.Parameter(torch.randn(3)) for _ in range(2000)]
+    for parameter in others:
+        parameter.grad = torch.ones(3)
+    optimizer = torch.optim.AdamW(others, lr=0.05, fused=True)
+    optimizer.step()
+    optimizer.step()
+    assert len(_OPTIMIZER_STEPS) == watched and not any(parameter in _OPTIMIZER_STEPS for parameter in others)
+    assert all(parameter in _OPTIMIZER_STEPS for parameter in model.char_encoder.parameters())
+    optimizer.add_param_group({"params": list(model.parameters())})
+    model(**batch).last_hidden_state.sum().backward()
+    optimizer.step()  # fused: no version counter advances
+    with torch.no_grad():
+        after = model(**batch)
+    expected = outputs_of_a_fresh_copy(model, batch)
+    for found, want, old in zip(after.hidden_states, expected.hidden_states, before.hidden_states):
+        assert not torch.allclose(want, old, atol=1e-3)
+        assert torch.allclose(found, want, atol=1e-6)
+
+
+REMOTE_COPIES = """
+import json, sys
+import torch
+import torch.optim.optimizer as optimizer_module
+import transformers
+
+results = {"hooks": [len(optimizer_module._global_optimizer_post_hooks)], "copies": [], "seen": []}
+counters = []
+for folder in sys.argv[1:]:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    batch = tokenizer([["I", "eat", "an", "apple", "."]], is_split_into_words=True, return_tensors="pt")
+    model = transformers.AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    copy = sys.modules[type(model).__module__.rpartition(".")[0] + ".token_cache"]
+    results["hooks"].append(len(optimizer_module._global_optimizer_post_hooks))
+    results["copies"].append(copy.__name__)
+    counters.append(copy._OPTIMIZER_STEPS)
+    with torch.no_grad():
+        model(**batch)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    model(**batch).last_hidden_state.sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        after = model(**batch).last_hidden_state
+    fresh = type(model)(model.config).eval()
+    fresh.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        results["seen"].append(torch.allclose(after, fresh(**batch).last_hidden_state, atol=1e-6))
+results["shared"] = counters[0] is counters[1]
+print(json.dumps(results))
+"""
+
+
+def test_copies_of_the_code_share_one_optimizer_step_hook(converted, python_without_hf_elmo, tmp_path):
+    """Each model folder (and revision) loaded with trust_remote_code imports a copy of token_cache.py: the first
+    registers the step hook, every later copy uses its counter, and each copy's caches see a fused step."""
+    folders = [tmp_path / "first", tmp_path / "revised"]
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"])
+    for folder in folders:
+        model.save_pretrained(folder)
+        ElmoTokenizer.from_pretrained(converted["allennlp-elmo"]).save_pretrained(folder)
+    with open(folders[1] / "token_cache.py", "a", encoding="utf-8") as code:
+        code.write("\n# a later revision\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
+    result = subprocess.run([python_without_hf_elmo, "-c", REMOTE_COPIES, *map(str, folders)], cwd=tmp_path, env=env,
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(set(found["copies"])) == 2 and all(name.startswith("transformers_modules.") for name in found["copies"])
+    first = found["hooks"][0]
+    assert found["hooks"] == [first, first + 1, first + 1]
+    assert found["shared"] and found["seen"] == [True, True]
 
 
 def test_word_ids_must_be_an_integer_tensor(converted_elmoformanylangs):
