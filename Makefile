@@ -1,9 +1,13 @@
 # The two commands a new user runs: `make demo` and `make test`. Each sets itself up from nothing.
 PYTHON ?= python3
 VENV ?= .venv
-# The CPU build that this project's machines keep on disk; GPU users choose their own, e.g.
+# The torch build: by default the CPU build that this project's machines keep on disk, or, once a venv exists, the
+# one it was set up with (kept in TORCH_STAMP). GPU users choose their own once, e.g.
 #   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
-TORCH_SPEC ?= torch==2.13.0
+# and later calls without TORCH_SPEC keep it.
+TORCH_STAMP := $(VENV)/.torch-spec
+INSTALLED_TORCH := $(strip $(shell cat $(TORCH_STAMP) 2>/dev/null))
+TORCH_SPEC ?= $(or $(INSTALLED_TORCH),torch==2.13.0)
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 
@@ -11,12 +15,12 @@ PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 
 setup: $(VENV)/.installed
 
-# The TORCH_SPEC the venv's torch came from, rewritten only when it changes (a changed TORCH_SPEC, or a venv made
-# before this file existed, makes the stamp phony), so that a new TORCH_SPEC reinstalls torch: by force, since pip
-# takes the CPU build 2.13.0+cpu as satisfying `torch==2.13.0` from any index.
-TORCH_STAMP := $(VENV)/.torch-spec
-ifneq ($(strip $(shell cat $(TORCH_STAMP) 2>/dev/null)),$(strip $(TORCH_SPEC)))
+# A TORCH_SPEC other than the venv's rewrites the stamp, which makes the set-up run again and reinstall torch: by
+# force, since pip takes the CPU build 2.13.0+cpu as satisfying `torch==2.13.0` from any index. (A venv made before
+# the stamp existed gets one written, and torch installed as before, not by force.)
+ifneq ($(INSTALLED_TORCH),$(strip $(TORCH_SPEC)))
 .PHONY: $(TORCH_STAMP)
+REINSTALL_TORCH := $(if $(INSTALLED_TORCH),yes)
 endif
 
 $(TORCH_STAMP):
@@ -25,7 +29,7 @@ $(TORCH_STAMP):
 
 $(VENV)/.installed: pyproject.toml $(TORCH_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(if $(and $(wildcard $@),$(filter $(TORCH_STAMP),$?)),$(PIP) install --force-reinstall --no-deps $(TORCH_SPEC))
+	$(if $(REINSTALL_TORCH),$(PIP) install --force-reinstall --no-deps $(TORCH_SPEC))
 	$(PIP) install $(TORCH_SPEC)
 	$(PIP) install -e ".[dev]"
 	touch $@

@@ -10,8 +10,9 @@
 # transformers, tokenizers, safetensors and huggingface_hub must be importable; if they are not installed,
 # `make gpu-deps` (on a machine with network) puts them in build/gpu-deps, which this script adds to the path.
 # Writes benchmarks/GPU_RESULTS.md (or $OUT/GPU_RESULTS.md when OUT is set); benchmarks/gpu_train_bench.py then
-# writes its training section into it (the fused training path's checks and speed) in one step at its end, replacing
-# an earlier one; stopped by the timeout, it writes what it measured, marked STOPPED. Takes under 10 minutes.
+# writes its training section into it (the fused training path's checks and speed), replacing an earlier one: the
+# file is rewritten after each part, so a timeout leaves the parts measured so far, marked as cut short. Takes under
+# 10 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -21,7 +22,7 @@ fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 OUTPUT="${OUT:-benchmarks}/GPU_RESULTS.md"
 status=0
-timeout 290 "$PYTHON" benchmarks/gpu_bench.py --output "$OUTPUT" "$@" || status=$?
+timeout -k 20 290 "$PYTHON" benchmarks/gpu_bench.py --output "$OUTPUT" "$@" || status=$?
 # Training: the fused path's gradients on CUDA, the ptb-gpu and original sizes' words/s, bf16's loss drift.
-timeout 300 "$PYTHON" benchmarks/gpu_train_bench.py --output "$OUTPUT" || status=$?
+timeout -k 20 300 "$PYTHON" benchmarks/gpu_train_bench.py --output "$OUTPUT" || status=$?
 exit "$status"

@@ -21,7 +21,6 @@ import argparse
 import copy
 import json
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -219,26 +218,29 @@ def pretrain_speed() -> list[str]:
 HEADING = "## Training"
 
 
-class Stopped(BaseException):
-    """A SIGTERM arrived (gpu.sh's `timeout`): the parts still to come are left out. (Not an Exception, so that the
-    `except Exception` around each part lets it through.)"""
-
-
-def _stop(signum, frame):
-    raise Stopped
+# The last line of a section that a run is still writing (the file is rewritten after each part, so that a timeout
+# or a crash leaves the parts measured so far, marked as cut short); the finished section ends with its time instead.
+RUNNING = "- (cut short: the parts above were measured, the run stopped before the others finished)"
 
 
 def with_section(text: str, section: str) -> str:
-    """`text` (a results file) with `section` (starting with a blank line, then HEADING) in place of its section of
-    that heading (up to the next `## ` heading), or at its end."""
+    """`text` (a results file) with `section` (starting with a blank line, then HEADING) in place of its sections of
+    that heading (each up to the next `## ` heading; earlier versions of this script appended one a run), where the
+    first of them was, or at its end."""
     lines = text.splitlines(keepends=True)
-    start = next((k for k, line in enumerate(lines) if line.rstrip("\n") == HEADING), None)
-    if start is None:
-        head, tail = text, ""
-    else:
-        end = next((k for k in range(start + 1, len(lines)) if lines[k].startswith("## ")), len(lines))
-        head, tail = "".join(lines[:start]), "".join(lines[end:])
+    kept, first, inside = [], None, False
+    for line in lines:
+        if line.startswith("## "):
+            inside = line.rstrip("\n") == HEADING
+            if inside and first is None:
+                first = len(kept)
+        if not inside:
+            kept.append(line)
+    if first is None:
+        first = len(kept)
+    head, tail = "".join(kept[:first]), "".join(kept[first:])
     head = head.rstrip("\n") + "\n" if head.strip() else ""
+    tail = tail.rstrip("\n") + "\n" if tail.strip() else ""
     return head + section + ("\n" + tail if tail else "")
 
 
@@ -279,38 +281,33 @@ def main() -> int:
         section.append(line)
         print(line, flush=True)
 
-    previous_handler, stopped = signal.signal(signal.SIGTERM, _stop), False
-    try:
-        for line in ["", HEADING, "", f"On {where}, torch {torch.__version__} (`benchmarks/gpu_train_bench.py`"
-                     f"{smoke}).", ""]:
-            report(line)
-        small = SMOKE or DEVICE != "cuda"
-        parts = [lambda: [layer_check(*((32, 16, 4, 6) if small else (650, 650, 20, 35)))],
-                 lambda: [layer_check(*((16, 16, 4, 6) if small else (256, 64, 16, 20)))], lambda: [model_check()]]
-        if (PTB / "train.txt").is_file():
-            parts += [pretrain_speed, step_speed]
-        else:
-            report(f"- Speed: not measured, no {PTB}/train.txt (`make ptb-data`).")
-        if DEVICE == "cuda":
-            parts.append(lambda: [pytest_on_cuda()])
-        for part in parts:
-            try:
-                found = part()
-            except Exception:
-                found = [f"FAIL: {traceback.format_exc()[-1500:]}"]
-            for line in found:
-                report(f"- {line}")
-    except Stopped:
-        stopped = True
-        report(f"- STOPPED: a SIGTERM (a timeout?) after {time.time() - start:.0f} s; the parts after those above "
-               "were not run.")
-    finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+    def save(finished: bool) -> None:
+        if args.output:
+            write_section(Path(args.output), "\n".join(section if finished else [*section, RUNNING]) + "\n")
+
+    for line in ["", HEADING, "", f"On {where}, torch {torch.__version__} (`benchmarks/gpu_train_bench.py`{smoke}).", ""]:
+        report(line)
+    small = SMOKE or DEVICE != "cuda"
+    parts = [lambda: [layer_check(*((32, 16, 4, 6) if small else (650, 650, 20, 35)))],
+             lambda: [layer_check(*((16, 16, 4, 6) if small else (256, 64, 16, 20)))], lambda: [model_check()]]
+    if (PTB / "train.txt").is_file():
+        parts += [pretrain_speed, step_speed]
+    else:
+        report(f"- Speed: not measured, no {PTB}/train.txt (`make ptb-data`).")
+    if DEVICE == "cuda":
+        parts.append(lambda: [pytest_on_cuda()])
+    for part in parts:
+        try:
+            found = part()
+        except Exception:
+            found = [f"FAIL: {traceback.format_exc()[-1500:]}"]
+        for line in found:
+            report(f"- {line}")
+        save(finished=False)
     report("")
     report(f"Training section: {time.time() - start:.0f} s.")
-    if args.output:
-        write_section(Path(args.output), "\n".join(section) + "\n")
-    return 128 + signal.SIGTERM if stopped else 0
+    save(finished=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -208,9 +208,9 @@ def approximation_deviation(model, inputs: dict, kind: str) -> list[float]:
     if kind not in APPROXIMATIONS:
         raise ValueError(f"unknown approximation {kind!r}: choose one of {APPROXIMATIONS}")
     model = model.base_model  # (a head's ElmoModel; an ElmoModel is its own)
-    model.set_lstm_approximation(kind)  # refused here, before any work, where it cannot run
-    model.set_lstm_approximation(None)
-    device = next(model.parameters()).device
+    weight = next(model.parameters())
+    check_approximation(kind, weight.device, weight.dtype)  # refused here, before any work, where it cannot run
+    device = weight.device
     inputs = {name: value.to(device) for name, value in inputs.items()}
     with torch.no_grad():
         exact = model(**inputs).hidden_states

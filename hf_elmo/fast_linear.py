@@ -23,12 +23,13 @@ import contextlib
 import json
 import os
 import platform
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from .files import write_text_atomically
 
 try:
     import fcntl
@@ -108,25 +109,8 @@ def _shared_choices():
             _HELD = None
         if choices != mine:
             stored[machine] = choices
-            _write_json_atomically(path, stored)
-
-
-def _write_json_atomically(path: Path, document: dict) -> None:
-    """`document` into the file `path` by a temporary file renamed over it; where that fails (`path` a folder, a
-    read-only place), nothing is written and the temporary file is removed."""
-    try:
-        handle, partial = tempfile.mkstemp(dir=path.parent, prefix=".kernels.")
-    except OSError:
-        return
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(document, out, indent=1, sort_keys=True)
-        os.replace(partial, path)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(partial)
-        if not isinstance(error, OSError):
-            raise
+            with contextlib.suppress(OSError):  # (a folder in its place, a read-only place: they stay in memory)
+                write_text_atomically(path, json.dumps(stored, indent=1, sort_keys=True))
 
 
 def two_rows(product: Callable, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:

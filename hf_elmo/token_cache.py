@@ -34,7 +34,8 @@ class _OptimizerSteps:
 
     One per process, kept on `torch.optim.optimizer` and counted by one global step hook: every copy of this file
     (the Hub's remote code loads one per model folder and revision) finds and shares it, so its interface (`watch`,
-    `count`, `len`, `in`) stays as it is. A step costs in proportion to the watched parameters it holds, plus one look
+    `count`, `len`, `in`) stays as it is; the attribute's name carries a version (`_v1`), to be raised with any change
+    of behaviour, so that a copy with other behaviour keeps a counter of its own. A step costs in proportion to the watched parameters it holds, plus one look
     at each param group: which of an optimizer's parameters are watched is worked out once, and again only when a
     parameter is watched for the first time or the optimizer's groups change (a group added or removed, a list of
     params that grows or shrinks; an element of a group's list replaced in place goes unseen).
@@ -75,11 +76,11 @@ class _OptimizerSteps:
 
 def _shared_optimizer_steps() -> _OptimizerSteps:
     """The process's one step counter, registered as an optimizer step hook by the first copy of this file."""
-    shared = getattr(optimizer_module, "_hf_elmo_optimizer_steps", None)
+    shared = getattr(optimizer_module, "_hf_elmo_optimizer_steps_v1", None)
     if shared is None:
         shared = _OptimizerSteps()
         register_optimizer_step_post_hook(shared.count)
-        optimizer_module._hf_elmo_optimizer_steps = shared
+        optimizer_module._hf_elmo_optimizer_steps_v1 = shared
     return shared
 
 

@@ -334,6 +334,10 @@ def argument_problem(args) -> str | None:
             return f"--{option.replace('_', '-')} must be at least 1, not {getattr(args, option)}"
     if args.max_sentences is not None and args.max_sentences < 1:
         return f"--max-sentences must be at least 1, not {args.max_sentences}"
+    if not 0 <= args.dropout < 1:
+        return f"--dropout must be at least 0 and below 1, not {args.dropout}"
+    if not args.learning_rate > 0:
+        return f"--learning-rate must be above 0, not {args.learning_rate}"
     if args.model and not (Path(args.model) / "config.json").is_file():
         return f"--model {args.model}: not an ELMo folder (no config.json there)"
     needed = [Path(args.conll_dir) / "conll2003" / f"{split}.txt" for split in ("train", "valid", "test")]

@@ -41,6 +41,8 @@ def task_data(folder):
                       r".*empty/conll2003/test\.txt; `make data` downloads it$"),
     ("no brown test", r"^error: task data missing: .*brown-pos/test\.jsonl; `make data` downloads it$"),
     ("model folder", r"^error: --model .*nowhere: not an ELMo folder \(no config\.json there\)$"),
+    ("dropout 1", r"^error: --dropout must be at least 0 and below 1, not 1\.0$"),
+    ("learning rate 0", r"^error: --learning-rate must be above 0, not 0\.0$"),
 ])
 def test_unusable_arguments_are_one_error_line_and_exit_code_2_before_anything_is_loaded(case, message, tmp_path,
                                                                                           capsys):
@@ -59,6 +61,7 @@ def test_unusable_arguments_are_one_error_line_and_exit_code_2_before_anything_i
             "--ner-epochs", "0" if case == "ner epochs 0" else "1", "--pos-epochs", "-1" if case == "pos epochs -1" else "1"]
     if case == "model folder":
         args += ["--model", str(tmp_path / "nowhere")]
+    args += {"dropout 1": ["--dropout", "1"], "learning rate 0": ["--learning-rate", "0"]}.get(case, [])
     assert main(args) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and captured.err.startswith("error: "), captured.err
