@@ -9,11 +9,11 @@
    without them, and of the plain path.
 4. `pytest -k cuda tests/test_fused_training.py`.
 
-Each part reports its own failure instead of stopping the others. Each line is printed as it comes; the section
-is written into the output once, at the end, in one step (a temporary file renamed into place), replacing an earlier
-"Training" section there, so that the file never holds half a section or two. A SIGTERM (`gpu.sh`'s `timeout`)
-ends the run early with what was measured, and says so in the section. Needs torch with CUDA, transformers, datasets and accelerate, and
-data/ptb (`make ptb-data`) for parts 2 and 3. `--smoke --device cpu` runs every part on the CPU with the tiny preset
+Each part reports its own failure instead of stopping the others. Each line is printed as it comes; after each
+part the section is written into the output in one step (a temporary file renamed into place), replacing every
+earlier "Training" section there, so that the file never holds half a section or two, and a run stopped early
+(`gpu.sh`'s `timeout`) leaves what it measured, marked as cut short. Needs torch with CUDA, transformers, datasets
+and accelerate, and data/ptb (`make ptb-data`) for parts 2 and 3. `--smoke --device cpu` runs every part on the CPU with the tiny preset
 and a few steps, to check the script itself where there is no GPU (its figures mean nothing).
 """
 
