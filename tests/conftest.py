@@ -137,6 +137,15 @@ def python_without_hf_elmo(tmp_path_factory) -> Path:
     return python
 
 
+def assert_one_error(code: int, err: str, *must_mention: str) -> None:
+    """A command line's failure: exit code 2, no traceback, its last line `error: ...` mentioning each of
+    `must_mention`."""
+    message = err.strip().splitlines()[-1] if err.strip() else ""
+    assert code == 2 and message.startswith("error: ") and "Traceback" not in err, err
+    for text in must_mention:
+        assert text in message, (text, message)
+
+
 def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc_per_node 2 ARGUMENTS` on CPU (gloo).
 

@@ -65,3 +65,16 @@ def test_a_gpu_training_benchmark_cut_short_leaves_the_parts_it_measured(tmp_pat
     lines = written.rstrip("\n").splitlines()
     assert written.count("## Training") == 1 and any(line.startswith("- ") and "biLSTM layer" in line for line in lines), written
     assert lines[-1] == RUNNING or lines[-1].startswith("Training section:"), written
+
+
+def test_memory_rates_measures_every_kernel_from_memory_and_from_the_cache():
+    result = subprocess.run([sys.executable, MEMORY_RATES, "--repeats", "1", "--threads", "1"], cwd=REPO,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("CPU: ") and "1 threads" in lines[0]
+    kernels = list(float32_kernels())  # (every exact kernel this build of torch has)
+    steps = [line for line in lines if line.startswith("one step of one direction")]
+    once = [line for line in lines if "main memory" in line and "cache" in line]
+    assert [line.split(", ")[3].split(":")[0] for line in steps] == kernels, lines
+    assert len(once) == 3 * len(kernels) and all("GB/s" in line for line in lines[1:]), lines

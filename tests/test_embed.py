@@ -137,7 +137,7 @@ def test_bad_arguments_are_refused_before_any_work(embedder, model_path, tmp_pat
         with pytest.raises(ValueError) as raised:
             call()
         assert str(raised.value) == message
-    assert_one_error(*run_cli(capsys, "embed", source, tmp_path / "o.hdf5", "--batch-size", 0, "--model", model_path),
+    assert_only_an_error_line(*run_cli(capsys, "embed", source, tmp_path / "o.hdf5", "--batch-size", 0, "--model", model_path),
                      "error: --batch-size must be at least 1, got 0")
     assert not list(tmp_path.glob("o.hdf5*"))
 
@@ -381,7 +381,7 @@ def run_cli(capsys, *args) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def assert_one_error(code: int, err: str, *must_mention: str) -> None:
+def assert_only_an_error_line(code: int, err: str, *must_mention: str) -> None:
     message = err.strip()
     assert code == 2 and message.startswith("error: ") and len(message.splitlines()) == 1, err
     for text in must_mention:
@@ -396,11 +396,11 @@ def test_the_input_is_never_the_output(model_path, tmp_path, capsys):
     os.link(source, tmp_path / "hardlink.hdf5")
     for output in (source, tmp_path / "symlink.hdf5", tmp_path / "hardlink.hdf5", Path(os.path.relpath(source))):
         code, err = run_cli(capsys, "embed", source, output, "--model", model_path)
-        assert_one_error(code, err, "is the input file", "give another output file")
+        assert_only_an_error_line(code, err, "is the input file", "give another output file")
     # Nor may the output's lock file be the input (it would be emptied).
     lock_named_input = write_lines(tmp_path / "out.hdf5.lock", ["a b"])
     code, err = run_cli(capsys, "embed", lock_named_input, tmp_path / "out.hdf5", "--model", model_path)
-    assert_one_error(code, err, "is the input file")
+    assert_only_an_error_line(code, err, "is the input file")
     assert source.read_bytes() == text and lock_named_input.read_text() == "a b\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["hardlink.hdf5", "in.txt", "out.hdf5.lock", "symlink.hdf5"]
 
@@ -420,9 +420,9 @@ def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp
     }
     for output, message in cases.items():
         code, err = run_cli(capsys, "embed", source, output, "--model", tmp_path / "no-such-model")
-        assert_one_error(code, err, message)
+        assert_only_an_error_line(code, err, message)
     write_lines(tmp_path / "out.hdf5.partial", ["in the way"])
-    assert_one_error(*run_cli(capsys, "embed", source, tmp_path / "out.hdf5", "--model", tmp_path / "no-such-model"),
+    assert_only_an_error_line(*run_cli(capsys, "embed", source, tmp_path / "out.hdf5", "--model", tmp_path / "no-such-model"),
                      "out.hdf5.partial: is a file, where the batches")
 
 
@@ -435,7 +435,7 @@ def test_devices_that_this_machine_lacks_fail_clearly(tmp_path, capsys):
     for device in devices:
         code, err = run_cli(capsys, "embed", source, tmp_path / "out.hdf5", "--device", device,
                             "--model", tmp_path / "no-such-model")
-        assert_one_error(code, err, f"device '{device}' cannot be used here", "this machine has cpu")
+        assert_only_an_error_line(code, err, f"device '{device}' cannot be used here", "this machine has cpu")
     assert not (tmp_path / "out.hdf5").exists()
 
 

@@ -16,7 +16,8 @@ from modeling.finetune import encode, finetune, main, parse_args
 from modeling.metrics import entity_scores, entity_spans
 from modeling.task_data import NER_TAGS, load_conll2003, load_rotten_tomatoes
 
-from test_pretraining import assert_one_error
+from conftest import assert_one_error
+
 
 
 @pytest.fixture(autouse=True)

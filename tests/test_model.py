@@ -199,6 +199,21 @@ def test_an_attention_mask_that_reads_padding_is_refused(fixture_model):
     assert torch.allclose(masked.last_hidden_state[0, :4], shorter.last_hidden_state[0], atol=1e-6)
 
 
+def outputs_of_a_fresh_copy(model, batch):
+    """What `model`'s weights give now, computed by a new model (no cache, no derived weights)."""
+    fresh = type(model)(model.config).eval()
+    fresh.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        return fresh(**batch)
+
+
+def assert_the_step_is_seen(after, expected, before) -> None:
+    """Every layer after the step (`after`) is what a fresh copy gives (`expected`), which differs from `before`."""
+    for found, want, old in zip(after.hidden_states, expected.hidden_states, before.hidden_states):
+        assert not torch.allclose(want, old, atol=1e-3)  # (the step changed every layer)
+        assert torch.allclose(found, want, atol=1e-6)
+
+
 def test_caches_see_an_optimizer_step_taken_in_evaluation_mode(converted):
     """A fused AdamW step writes the weights without advancing their version counters; from_pretrained returns the
     model in evaluation mode, where the caches and the fast paths' derived weights are used."""
@@ -214,21 +229,7 @@ def test_caches_see_an_optimizer_step_taken_in_evaluation_mode(converted):
     optimizer.step()
     with torch.no_grad():
         after = model(**batch)
-    fresh = ElmoModel(model.config).eval()
-    fresh.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        expected = fresh(**batch)
-    for found, want, old in zip(after.hidden_states, expected.hidden_states, before.hidden_states):
-        assert not torch.allclose(want, old, atol=1e-3)  # (the step changed every layer)
-        assert torch.allclose(found, want, atol=1e-6)
-
-
-def outputs_of_a_fresh_copy(model, batch):
-    """What `model`'s weights give now, computed by a new model (no cache, no derived weights)."""
-    fresh = type(model)(model.config).eval()
-    fresh.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        return fresh(**batch)
+    assert_the_step_is_seen(after, outputs_of_a_fresh_copy(model, batch), before)
 
 
 def test_an_optimizer_over_other_parameters_leaves_the_step_counter_alone(converted):
@@ -253,10 +254,7 @@ def test_an_optimizer_over_other_parameters_leaves_the_step_counter_alone(conver
     optimizer.step()  # fused: no version counter advances
     with torch.no_grad():
         after = model(**batch)
-    expected = outputs_of_a_fresh_copy(model, batch)
-    for found, want, old in zip(after.hidden_states, expected.hidden_states, before.hidden_states):
-        assert not torch.allclose(want, old, atol=1e-3)
-        assert torch.allclose(found, want, atol=1e-6)
+    assert_the_step_is_seen(after, outputs_of_a_fresh_copy(model, batch), before)
 
 
 REMOTE_COPIES = """

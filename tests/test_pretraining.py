@@ -31,7 +31,7 @@ from modeling.evaluate import perplexity
 from modeling.presets import TINY_MODEL
 from modeling.vocabulary import Vocabulary, VocabularyError
 
-from conftest import FIXTURES, README, REPO, run_two_processes, unwritable_folder
+from conftest import FIXTURES, README, REPO, assert_one_error, run_two_processes, unwritable_folder
 
 PRETRAIN = REPO / "modeling" / "pretrain.py"
 TRAIN = FIXTURES / "bilm-tf" / "train"
@@ -519,8 +519,7 @@ def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path
 
 def test_resume_after_kill_9_ends_exactly_like_the_uninterrupted_run(reference_run, tmp_path):
     folder = tmp_path / "run"
-    command = [sys.executable, str(PRETRAIN), *map(str, TRAIN_ARGS), "--max-steps", "60", "--save-steps", "5",
-               "--eval-steps", "20", "--output-dir", str(folder)]
+    command = [sys.executable, str(PRETRAIN), *map(str, REFERENCE_ARGS), "--output-dir", str(folder)]
     process = subprocess.Popen(command, env=script_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     log = folder / "log.jsonl"
@@ -916,13 +915,6 @@ def run_main(capsys, *args) -> tuple[int, str, str]:
     code = pretrain.main([str(arg) for arg in args])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
-
-
-def assert_one_error(code: int, err: str, *must_mention: str) -> None:
-    message = err.strip().splitlines()[-1] if err.strip() else ""
-    assert code == 2 and message.startswith("error: ") and "Traceback" not in err, err
-    for text in must_mention:
-        assert text in message, (text, message)
 
 
 def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, capsys):
