@@ -117,10 +117,11 @@ def render(summary: dict) -> tuple[list[str], list[tuple[str, str, bool]]]:
     worst = max(max(values) for values in summary["agreement"].values())
     ours, theirs = weight_bytes_per_step()
     lines += ["", f"Ratios within single rounds: {'; '.join(spread)}.", "",
-              f"One sentence is bound by memory bandwidth: every step must read the recurrent and projection weights "
-              f"of each layer and direction, {ours / 2**20:.0f} MiB, and the package's cell also reads the input "
-              f"weights at every step, {theirs / 2**20:.0f} MiB; where both stream them at the memory's rate, "
-              f"the ratio cannot pass {theirs / ours:.2f}x (plus what the package spends beside its steps).", "",
+              f"One sentence at a time, every step must read the recurrent and projection weights of each layer "
+              f"and direction, {ours / 2**20:.0f} MiB, and the package's cell also reads the input weights at every "
+              f"step, {theirs / 2**20:.0f} MiB; where both stream them at the memory's rate, the ratio cannot pass "
+              f"{theirs / ours:.2f}x (plus what the package spends beside its steps). It passes that only where the "
+              "package's steps run below the memory's rate (their many small operations bound by the clock).", "",
               "Largest |difference| between the two libraries' outputs, per layer (token layer, biLSTM layers): "
               + "; ".join(f"{case}: " + ", ".join(f"{v:.2g}" for v in values)
                           for case, values in summary["agreement"].items()) + ".", ""]

@@ -345,7 +345,9 @@ def summarise(size_result: dict, inputs: dict) -> dict:
     char_flops, lstm_flops = flops_per_position(config)
     ceiling = median([r["gflops"] for r in runs["ceiling"]]) * 1e9
     bandwidth = median([r["bandwidth_gbs"] for r in runs["ceiling"]]) * 1e9
-    out = {"ceiling_gflops": ceiling / 1e9, "bandwidth_gbs": bandwidth / 1e9}
+    kernels = [r.get("ceiling_kernel", "torch.mm") for r in runs["ceiling"]]
+    out = {"ceiling_gflops": ceiling / 1e9, "bandwidth_gbs": bandwidth / 1e9,
+           "ceiling_kernel": max(set(kernels), key=kernels.count)}
     for case in ("batch", "single"):
         sentences = [s for batch in inputs[case] for s in batch]
         positions, steps = needed_positions(sentences)
@@ -436,14 +438,17 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
              "char CNN and the first layer's input multiply once); \"warm\": the same batches ran once before, so "
              "every word is cached. Both libraries were warmed up before timing.",
              "- Ceilings, measured between rounds in the same run: fp32 matrix multiply = best 2048x2048x2048 "
-             "`torch.mm`; memory bandwidth = best vector x 256 MiB matrix product (`vector @ matrix`, input-major).",
+             "product of `torch.mm` and of each float32 kernel hf_elmo chooses among (MKL's packed weights, oneDNN's "
+             "reordered weights, plain BLAS); memory bandwidth = best vector x 256 MiB matrix product "
+             "(`vector @ matrix`, input-major).",
              ""]
     targets = []
     for name, summary in summaries.items():
         result = results[name]
         memory = summary["memory"]
         lines += [f"### {result['label']}", "",
-                  f"Ceilings: {summary['ceiling_gflops']:.0f} GFLOP/s fp32 matrix multiply, "
+                  f"Ceilings: {summary['ceiling_gflops']:.0f} GFLOP/s fp32 matrix multiply (fastest: "
+                  f"{summary['ceiling_kernel']}), "
                   f"{summary['bandwidth_gbs']:.1f} GB/s memory bandwidth. Model FLOPs per token: "
                   f"{(result['config']['char_flops'] + result['config']['lstm_flops']) / 1e6:.0f}M "
                   f"(char CNN + highway + projection {result['config']['char_flops'] / 1e6:.0f}M, biLSTM "
@@ -562,10 +567,9 @@ def section_heading(cpu: dict) -> str:
     return f"## CPU: {cpu['model']} ({cpu['vendor']})"
 
 
-def assemble(previous: str, section: str, gpu_results: Path) -> str:
-    """RESULTS.md: the header, `section` (this run's CPU kind) first, then every other CPU kind's section kept
-    from `previous` (the file as it was), then the GPU results."""
-    heading = section.split("\n", 1)[0]
+def other_cpu_sections(previous: str, heading: str) -> list[str]:
+    """The sections of a results file (`previous`, as it was) for every CPU kind but `heading`'s: each a
+    "## CPU: " line and what follows it up to the next "## " line, in their order."""
     kept, current = [], None
     for line in previous.splitlines():
         if line.startswith("## "):
@@ -574,14 +578,20 @@ def assemble(previous: str, section: str, gpu_results: Path) -> str:
                 kept.append(current)
         if current is not None:
             current.append(line)
-    kind = heading.removeprefix("## CPU: ")
+    return ["\n".join(section).rstrip() for section in kept]
+
+
+def assemble(previous: str, section: str, gpu_results: Path) -> str:
+    """RESULTS.md: the header, `section` (this run's CPU kind) first, then every other CPU kind's section kept
+    from `previous` (the file as it was), then the GPU results."""
+    heading = section.split("\n", 1)[0]
     lines = ["# hf_elmo against AllenNLP 2.10.1: CPU benchmark", "",
              "Written by `make bench` (`benchmarks/run.py`): one section per kind of CPU it has run on, each from one "
-             "run of it (a run replaces the section of its own CPU kind and keeps the others). The targets are the same "
-             f"on every kind. The README's figures come from the first section, the latest run ({kind}).", "",
+             "run of it (a run replaces the section of its own CPU kind and keeps the others), the latest first. The "
+             "targets are the same on every kind; the README quotes each section.", "",
              section.rstrip(), ""]
-    for other in kept:
-        lines += ["\n".join(other).rstrip(), ""]
+    for other in other_cpu_sections(previous, heading):
+        lines += [other, ""]
     lines += ["## GPU", "",
               "`benchmarks/gpu.sh` measures the GPU path on a CUDA machine with torch installed and no network, "
               "and runs the checks that need a GPU. This machine has no GPU; the last run of `gpu.sh` on one wrote "

@@ -24,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from run import ROOT, SIZES, benchmark_parser, cpu_summary, library_workers, make_models, settings
+from run import (ROOT, SIZES, benchmark_parser, cpu_summary, library_workers, make_models, other_cpu_sections,
+                 section_heading, settings)
 
 TARGETS = {"small_vs_allennlp": 3.0, "ptb_fast_vs_plain": 2.5}
 
@@ -124,9 +125,11 @@ def bench_pretrain(args, work: Path, env: dict) -> dict:
 
 
 def render(steps: dict, pretrain: dict, setup: dict, seconds: float) -> str:
+    """This run's section of TRAINING.md, under the heading of its CPU kind."""
     small_ratio = steps["small"]["ratio"][("fast", "allennlp")] if "small" in steps else None
-    lines = ["# Training speed: hf_elmo against AllenNLP, and the fast path against the plain one", "",
-             f"Written by `make bench-train` (`benchmarks/train_bench.py`) in {seconds / 60:.1f} minutes.", "",
+    lines = [section_heading(setup["cpu"]), "",
+             f"From one run of `make bench-train` on {time.strftime('%Y-%m-%d', time.gmtime())}, "
+             f"{seconds / 60:.1f} minutes.", "", "### Targets", "",
              "| target | measured | met |", "|---|---|---|"]
     if small_ratio is not None:
         lines.append(f"| Small size, training step >= {TARGETS['small_vs_allennlp']:g}x AllenNLP | {small_ratio:.2f}x | "
@@ -134,7 +137,7 @@ def render(steps: dict, pretrain: dict, setup: dict, seconds: float) -> str:
     if pretrain:
         lines.append(f"| `ptb-cpu` pretraining, fast path >= {TARGETS['ptb_fast_vs_plain']:g}x the plain path | "
                      f"{pretrain['ratio']:.2f}x | {'yes' if pretrain['ratio'] >= TARGETS['ptb_fast_vs_plain'] else 'no'} |")
-    lines += ["", "## Settings", "",
+    lines += ["", "### Settings", "",
               f"- CPU: {cpu_summary(setup['cpu'])}; {setup['threads']} threads (`torch.set_num_threads`, OMP_NUM_THREADS, "
               f"MKL_NUM_THREADS); {setup['platform']}; Python {setup['python']}; {setup['allocator']}.",
               f"- Load average at the start {setup['load_average_start'][0]:.2f}, at the end "
@@ -152,7 +155,7 @@ def render(steps: dict, pretrain: dict, setup: dict, seconds: float) -> str:
               "library (hf_elmo runs both of its paths in one), alternating; the first step of each is a warm-up, "
               "whose losses and gradients are compared.", ""]
     if steps:
-        lines += ["## One training step", "",
+        lines += ["### One training step", "",
                   "| size | AllenNLP words/s | hf_elmo plain words/s | hf_elmo fast words/s | fast / AllenNLP | "
                   "fast / plain | plain / AllenNLP | peak memory AllenNLP, hf_elmo (MiB) |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -174,7 +177,7 @@ def render(steps: dict, pretrain: dict, setup: dict, seconds: float) -> str:
                       f"plain {r['grad_difference']['fast vs plain']:.1e}" for name, r in steps.items()) + ".", ""]
     if pretrain:
         rate = pretrain["words_per_second"]
-        lines += ["## `modeling/pretrain.py --preset ptb-cpu`", "",
+        lines += ["### `modeling/pretrain.py --preset ptb-cpu`", "",
                   "| path | words/s |", "|---|---|",
                   f"| fast (the default) | {rate['fast']:.0f} |", f"| plain (`--plain-path`) | {rate['plain']:.0f} |",
                   f"| fast / plain | **{pretrain['ratio']:.2f}x** |", "",
@@ -187,6 +190,18 @@ def render(steps: dict, pretrain: dict, setup: dict, seconds: float) -> str:
                   f"batches with the same dropout: their logged losses differ by {pretrain['loss_difference']:.1e} "
                   f"at most (loss {pretrain['loss_first']:.3f} after 10 steps, {pretrain['loss_last']:.3f} after "
                   f"{pretrain['steps']}).", ""]
+    return "\n".join(lines)
+
+
+def assemble(previous: str, section: str) -> str:
+    """TRAINING.md: the header, `section` (this run's CPU kind) first, then every other CPU kind's section kept
+    from `previous` (the file as it was)."""
+    lines = ["# Training speed: hf_elmo against AllenNLP, and the fast path against the plain one", "",
+             "Written by `make bench-train` (`benchmarks/train_bench.py`): one section per kind of CPU it has run on, "
+             "each from one run of it (a run replaces the section of its own CPU kind and keeps the others). The "
+             "targets are the same on every kind.", "", section.rstrip(), ""]
+    for other in other_cpu_sections(previous, section.split("\n", 1)[0]):
+        lines += [other, ""]
     return "\n".join(lines)
 
 
@@ -223,10 +238,11 @@ def main(argv=None) -> int:
              for size in sorted(SIZES, key=lambda s: s.name != "small") if size.name in args.sizes.split(",")}
     pretrain = bench_pretrain(args, work, env) if args.ptb_steps else {}
     setup["load_average_end"] = os.getloadavg()
-    report = render(steps, pretrain, setup, time.time() - start)
     output = Path(args.output)
+    previous = output.read_text(encoding="utf-8") if output.is_file() else ""
+    report = assemble(previous, render(steps, pretrain, setup, time.time() - start))
     partial = output.with_suffix(".md.partial")
-    partial.write_text(report + "\n", encoding="utf-8")
+    partial.write_text(report, encoding="utf-8")
     os.replace(partial, output)
     raw = {name: {k: (v if k not in ("ratio", "spread") else {"/".join(p): x for p, x in v.items()})
                   for k, v in r.items()} for name, r in steps.items()}

@@ -78,3 +78,22 @@ def test_memory_rates_measures_every_kernel_from_memory_and_from_the_cache():
     once = [line for line in lines if "main memory" in line and "cache" in line]
     assert [line.split(", ")[3].split(":")[0] for line in steps] == kernels, lines
     assert len(once) == 3 * len(kernels) and all("GB/s" in line for line in lines[1:]), lines
+
+
+def test_a_benchmark_run_replaces_the_section_of_its_cpu_kind_and_keeps_the_others(tmp_path):
+    """RESULTS.md (`make bench`) and TRAINING.md (`make bench-train`) hold one section per CPU kind: a run's own
+    section comes first, in place of the earlier one of its kind, and every other kind's section is kept whole."""
+    import run
+    import train_bench
+
+    previous = ("# Title\n\nWhat the file is.\n\n## CPU: A (VendorA)\n\nold figures of A\n\n### Targets\n\nold\n\n"
+                "## CPU: B (VendorB)\n\nfigures of B\n\n### Settings\n\n- B's settings\n\n## GPU\n\nold GPU text\n")
+    section = "## CPU: A (VendorA)\n\nnew figures of A\n"
+    for report in (run.assemble(previous, section, tmp_path / "no-gpu-results.md"),
+                   train_bench.assemble(previous, section)):
+        assert report.count("## CPU: A (VendorA)") == 1 and "new figures of A" in report, report
+        assert "old figures of A" not in report and "\nold\n" not in report, report
+        assert "## CPU: B (VendorB)\n\nfigures of B\n\n### Settings\n\n- B's settings\n" in report, report
+        assert report.index("## CPU: A") < report.index("## CPU: B"), report
+        assert "old GPU text" not in report, report
+    assert run.assemble("", section, tmp_path / "no-gpu-results.md").count("## CPU: ") == 1
