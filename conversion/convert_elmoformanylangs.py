@@ -9,7 +9,8 @@ encoder.pkl (the architecture json that config.json names may be there, or be th
 cnn_50_100_512_4096_sample.json, which every released model uses). The Hugging Face folder holds the config,
 safetensors weights, the tokenizer with char.dic and word.dic, a model card and the model code with an `auto_map`,
 so it can be pushed to the Hub as it is; it loads through the same classes as every other ELMo. Before reporting
-success, the folder is reloaded and must give exactly the outputs of the converted model. An output folder is
+success, the folder is reloaded: its tokenizer's char.dic and word.dic must read back as the source's, entry for
+entry, and it must give exactly the weights and outputs of the converted model. An output folder is
 written completely or not at all; the way back writes the package's files, every tensor and dictionary as they were.
 """
 
@@ -51,6 +52,32 @@ def _check_dense_ids(entries: dict[str, int], path: Path) -> None:
         raise ConversionError(f"{path}: its ids must be 0 .. {len(entries) - 1}, one per entry, as the package's embedding rows are")
 
 
+def _verify_dictionaries(folder: Path, model_dir: Path, output_dir: str | Path) -> None:
+    """The tokenizer saved in `folder` must spell with the source's char.dic and word.dic, entry for entry: the
+    probe sentences of `_verify_reload` meet only a few of their entries. The error names `output_dir`, the folder
+    that `folder` (its staging folder, removed when the conversion fails) was to become."""
+    from transformers import AutoTokenizer
+
+    lexicon = getattr(AutoTokenizer.from_pretrained(folder), "lexicon", None)
+    saved = {"char.dic": None if lexicon is None else lexicon.chars,
+             "word.dic": None if lexicon is None else lexicon.words}
+    for name, found in saved.items():
+        source = model_dir / name
+        expected = read_dictionary(source) if source.is_file() else None
+        if found == expected:
+            continue
+        if found is None:
+            difference = "the saved tokenizer has none"
+        elif expected is None:
+            difference = "the saved tokenizer has one, the source none"
+        else:
+            token = next(t for t in [*expected, *found] if expected.get(t) != found.get(t))
+            ids = (f"id {entries[token]}" if token in entries else "no entry" for entries in (found, expected))
+            difference = "{!r}: {} saved, {} in the source".format(token, *ids)
+        raise ConversionError(f"{output_dir}: the saved tokenizer's {name} did not read back as {source} "
+                              f"({difference})")
+
+
 def convert_elmoformanylangs_to_hf(
     model_dir: str | Path,
     output_dir: str | Path,
@@ -81,6 +108,7 @@ def convert_elmoformanylangs_to_hf(
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card, encoding="utf-8")
+        _verify_dictionaries(staging, model_dir, output_dir)
         _verify_reload(staging, model, tokenizer, output_dir)
     return Path(output_dir)
 
@@ -138,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to-elmoformanylangs", action="store_true", help="convert a Hugging Face checkpoint back")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     args = parser.parse_args(argv)
+    # What the command prints is its one line of success or `error: ...`, not transformers' progress bars of the
+    # saving and reloading that come before it.
+    from transformers.utils import logging as transformers_logging
+
+    progress_bars = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
     try:
         if args.to_elmoformanylangs:
             config_file = Path(args.model_dir, "config.json")
@@ -153,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as error:  # ConversionError, LexiconError, the config's own checks, a full disk
         print(f"error: {error}", file=sys.stderr)
         return 2
+    finally:
+        if progress_bars:
+            transformers_logging.enable_progress_bar()
     return 0
 
 

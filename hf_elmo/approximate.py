@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .cuda_graphs import graphed_bilstm_layer
-from .fast_bilstm import ExactMultiplies, derived_weights, fast_bilstm_layer, forget_biased
+from .fast_bilstm import ExactMultiplies, built_derived_weights, derived_weights, fast_bilstm_layer, forget_biased
 from .fast_linear import FastLinear, cpu_name, onednn_bfloat16
 from .token_cache import ElmoTokenCache
 
@@ -150,7 +150,8 @@ class Bf16Multiplies(ExactMultiplies):
     with AVX512-BF16 alone a CPU multiplies bfloat16 at the float32 rate and only reads half the bytes, which
     wins for a few rows (one sentence) but not for a batch; with AMX-BF16 it computes bfloat16 several times
     faster. The first layer's input gates of recent words are kept in a cache of their own (`gate_cache`),
-    apart from the exact ones."""
+    apart from the exact ones (so that the exact model never reads a bfloat16 result), which follows the settings
+    of the layer's `input_gate_cache` (`max_words`, `add_new`) at every call and is emptied by `clear_caches()`."""
 
     def __init__(self, layer):
         super().__init__(layer)
@@ -186,9 +187,19 @@ def bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False, use_
     if inputs.is_cuda:
         return graphed_bilstm_layer(layer, inputs, step_mask, h, c, dtype=torch.bfloat16)
     multiplies = derived_weights(layer, "bf16", Bf16Multiplies)
-    gate_cache = multiplies.gate_cache if inputs_repeat and inputs.device.type == "cpu" else None
+    gate_cache = None
+    if inputs_repeat and inputs.device.type == "cpu":
+        gate_cache, settings = multiplies.gate_cache, layer.input_gate_cache
+        gate_cache.max_words, gate_cache.add_new = settings.max_words, settings.add_new  # (as set now, not at opt-in)
     return fast_bilstm_layer(layer, inputs.float(), step_mask, h.float(), c.float(), multiplies=multiplies,
                              gate_cache=gate_cache, use_cache=use_cache)
+
+
+def clear_approximation_caches(layer) -> None:
+    """Empty what the approximate modes keep per word for `layer` (the bf16 mode's gate cache)."""
+    multiplies = built_derived_weights(layer, "bf16")
+    if multiplies is not None:
+        multiplies.gate_cache.clear()
 
 
 def approximate_bilstm_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False):

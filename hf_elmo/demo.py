@@ -113,6 +113,7 @@ class SenseVectors:
 
     words: list[str]  # [occurrences]
     senses: list[str]  # [occurrences]
+    sentences: list[str]  # [occurrences]
     layers: list[torch.Tensor]  # per layer (the mix last): [occurrences, 2P]
     layer_names: list[str]
 
@@ -147,7 +148,40 @@ def sense_vectors(model: ElmoModel, tokenizer: ElmoTokenizer, examples: dict = S
                 senses.append(sense)
     layers = embed_words(model, tokenizer, sentences, positions)
     names = [f"layer {j}" for j in range(len(layers) - 1)] + ["mix"]
-    return SenseVectors(words, senses, layers, names)
+    return SenseVectors(words, senses, sentences, layers, names)
+
+
+@dataclass
+class NearestSense:
+    """One layer's nearest-sense check, per occurrence (in the order of `SenseVectors`)."""
+
+    same: list[float]  # mean cosine similarity to the other occurrences of the word in the same sense
+    other: list[float]  # ... and to its occurrences in the other sense
+    right: list[bool]  # same > other (a tie, as at layer 0, is not right)
+
+    @property
+    def margins(self) -> list[float]:
+        return [same - other for same, other in zip(self.same, self.other)]
+
+
+def nearest_sense(vectors: SenseVectors) -> list[NearestSense]:
+    """Per layer (the mix last), each occurrence's mean cosine similarity to the other occurrences of the same word
+    in the same sense and to those in the other sense, and whether the first is higher."""
+    checks = []
+    words, senses = vectors.words, vectors.senses
+    for layer in vectors.layers:
+        unit = torch.nn.functional.normalize(layer.double(), dim=-1)
+        cosine = unit @ unit.T
+        check = NearestSense([], [], [])
+        for k in range(len(words)):
+            same = [m for m in range(len(words)) if m != k and words[m] == words[k] and senses[m] == senses[k]]
+            other = [m for m in range(len(words)) if words[m] == words[k] and senses[m] != senses[k]]
+            # Round away the last bits, so that identical vectors give an exact tie.
+            check.same.append(round(cosine[k, same].mean().item(), 9))
+            check.other.append(round(cosine[k, other].mean().item(), 9))
+            check.right.append(check.same[-1] > check.other[-1])
+        checks.append(check)
+    return checks
 
 
 def nearest_sense_scores(vectors: SenseVectors) -> list[tuple[int, int]]:
@@ -156,19 +190,7 @@ def nearest_sense_scores(vectors: SenseVectors) -> list[tuple[int, int]]:
     the same word in the same sense is higher than to the occurrences in the other sense. A tie (as at layer 0,
     where every occurrence of a word has one vector) is not right.
     """
-    scores = []
-    words, senses = vectors.words, vectors.senses
-    for layer in vectors.layers:
-        unit = torch.nn.functional.normalize(layer.double(), dim=-1)
-        cosine = unit @ unit.T
-        right = 0
-        for k in range(len(words)):
-            same = [m for m in range(len(words)) if m != k and words[m] == words[k] and senses[m] == senses[k]]
-            other = [m for m in range(len(words)) if words[m] == words[k] and senses[m] != senses[k]]
-            # Round away the last bits, so that identical vectors give an exact tie.
-            right += round(cosine[k, same].mean().item(), 9) > round(cosine[k, other].mean().item(), 9)
-        scores.append((right, len(words)))
-    return scores
+    return [(sum(check.right), len(check.right)) for check in nearest_sense(vectors)]
 
 
 def plot_senses(vectors: SenseVectors, path: str) -> None:
@@ -212,7 +234,8 @@ def plot_senses(vectors: SenseVectors, path: str) -> None:
 
 
 def run_demo(model_path: str | None = None, plot_path: str | None = "elmo-senses.png") -> dict:
-    """Print the seed examples' cosines and the nearest-sense scores, draw the picture; return the figures. A
+    """Print the seed examples' cosines and the nearest-sense scores, draw the picture; return the figures (also
+    the nearest-sense check per word, its mean cosines and margins, and the sentences it gets wrong, per layer). A
     `plot_path` that cannot be written is refused (ValueError) before the model loads."""
     from transformers.utils import logging as transformers_logging
 
@@ -237,7 +260,8 @@ def run_demo(model_path: str | None = None, plot_path: str | None = "elmo-senses
         "Apple are different spellings). The biLSTM layers see the sentence, so the vectors part.\n"
     )
     vectors = sense_vectors(model, tokenizer)
-    scores = nearest_sense_scores(vectors)
+    checks = nearest_sense(vectors)
+    scores = [(sum(check.right), len(check.right)) for check in checks]
     words = list(SENSE_EXAMPLES)
     print(f"nearest sense: {len(vectors.words)} occurrences of {len(words)} ambiguous words ({', '.join(words)}), "
           "each closer to the same sense in other sentences than to the other sense?")
@@ -250,4 +274,21 @@ def run_demo(model_path: str | None = None, plot_path: str | None = "elmo-senses
             print(f"\npicture of the senses, one panel per layer: {os.path.abspath(plot_path)}")
         except ImportError:
             print("\n(matplotlib is not installed: `pip install matplotlib` to draw the picture)")
-    return {"seed_cosines": seed_cosines, "nearest_sense": dict(zip(names, scores))}
+    return {
+        "seed_cosines": seed_cosines,
+        "nearest_sense": dict(zip(names, scores)),
+        # Per layer: each word's (right, occurrences); the mean over the occurrences of their mean cosine to the
+        # same sense and to the other; each occurrence's margin (same - other); the sentences it gets wrong.
+        "nearest_sense_by_word": {
+            name: {word: (sum(r for r, w in zip(check.right, vectors.words) if w == word), vectors.words.count(word))
+                   for word in words}
+            for name, check in zip(names, checks)
+        },
+        "mean_cosines": {
+            name: (sum(check.same) / len(check.same), sum(check.other) / len(check.other))
+            for name, check in zip(names, checks)
+        },
+        "margins": {name: check.margins for name, check in zip(names, checks)},
+        "misses": {name: [sentence for sentence, right in zip(vectors.sentences, check.right) if not right]
+                   for name, check in zip(names, checks)},
+    }

@@ -51,6 +51,12 @@ def derived_weights(module, kind: str, build, parameters=None) -> object:
     return cached[1]
 
 
+def built_derived_weights(module, kind: str) -> object | None:
+    """What `derived_weights(module, kind, ...)` last built for `module`, or None; builds nothing."""
+    cached = _DERIVED.get(module, {}).get(kind)
+    return None if cached is None else cached[1]
+
+
 def clear_derived_weights(module) -> None:
     """Drop every derived copy of the weights of `module` (they are rebuilt when next needed)."""
     _DERIVED.pop(module, None)

@@ -76,6 +76,16 @@ def check_text_file(path, what: str = "text file", error: type[ValueError] = Val
         raise error(f"{path}: the {what} is empty")
 
 
+def model_folder_problem(path) -> str | None:
+    """Why `path` is not a model folder (a folder with a config.json), in a few words, or None where it is one."""
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return None
+    if not path.exists():
+        return "no such folder"
+    return "no config.json, not a model folder" if path.is_dir() else "is a file, not a model folder"
+
+
 def check_output_location(path, kind: str, error: type[ValueError] = ValueError, writes_inside: bool = False) -> None:
     """Fail unless a `kind` ("file" or "folder") can be written at `path`, before any work is done.
 

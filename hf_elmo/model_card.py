@@ -8,17 +8,34 @@ from torch import nn
 
 from .configuration_elmo import ElmoConfig
 
-# What each class is for on the Hub: its pipeline tag, the Auto class that loads it and what its output holds.
+# The base model carries the LSTM state across batches if asked to (`initial_states`, `final_states`); the heads read
+# each sentence on its own (their outputs have no `final_states`, and their forward takes no `initial_states`).
+_STATEFUL = """Outputs are stateless by default (the same sentence always gets the same vectors). The original model
+carried the LSTM state from batch to batch; to do the same, pass the previous output's `final_states` as the
+next call's `initial_states` (the next batch has as many sentences, row i continuing row i):
+
+```python
+next_batch = tokenizer(["It was red .", "It makes phones ."], padding=True, return_tensors="pt")
+next_output = model(**next_batch, initial_states=output.final_states)
+```"""
+_STATELESS = ("Predictions are stateless: each sentence is read on its own, so the same sentence always gets the same "
+              "logits.")
+
+# What each class is for on the Hub: its pipeline tag, the Auto class that loads it, what its output holds and
+# whether it can carry the LSTM state. Other classes (ElmoModel, ElmoForPreTraining) get the base card: AutoModel
+# loads their biLM as an ElmoModel.
 _CLASS_CARDS = {
     "ElmoForSequenceClassification": (
         "text-classification",
         "AutoModelForSequenceClassification",
         "output.logits                 # [batch, {num_labels}]: {labels}",
+        _STATELESS,
     ),
     "ElmoForTokenClassification": (
         "token-classification",
         "AutoModelForTokenClassification",
         "output.logits                 # [batch, words, {num_labels}]: {labels}",
+        _STATELESS,
     ),
 }
 _BASE_CARD = (
@@ -26,6 +43,7 @@ _BASE_CARD = (
     "AutoModel",
     "output.hidden_states          # every layer, each [batch, words, {hidden_size}]\n"
     "output.elmo_representations   # the learned scalar mix(es)",
+    _STATEFUL,
 )
 
 
@@ -45,7 +63,7 @@ def render_model_card(
     fine-tuned from.
     """
     config: ElmoConfig = model.config
-    class_pipeline_tag, auto_class, outputs = _CLASS_CARDS.get(type(model).__name__, _BASE_CARD)
+    class_pipeline_tag, auto_class, outputs, state = _CLASS_CARDS.get(type(model).__name__, _BASE_CARD)
     labels = ", ".join(str(label) for _, label in sorted(config.id2label.items()))
     template = Template(resources.files("hf_elmo").joinpath("model_card.md").read_text(encoding="utf-8"))
     return template.substitute(
@@ -73,6 +91,7 @@ def render_model_card(
         results=results.strip(),
         auto_class=auto_class,
         outputs=outputs.format(hidden_size=config.hidden_size, num_labels=config.num_labels, labels=labels),
+        state=state,
     )
 
 

@@ -20,7 +20,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple
 
-from .approximate import APPROXIMATIONS, approximate_bilstm_layer, check_approximation
+from .approximate import APPROXIMATIONS, approximate_bilstm_layer, check_approximation, clear_approximation_caches
 from .configuration_elmo import ElmoConfig
 from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
@@ -282,7 +282,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         Returns the outputs [2, B, S, P] (exactly 0 at masked steps) and the state after each row's last step.
 
         When nothing needs a gradient and autocast is off, the same computation runs reorganised for speed
-        (`fast_bilstm.py`), or an opted-in approximation (`approximate.py`); when something needs one, the fused
+        (`fast_bilstm.py`), or an opted-in approximation (`approximate.py`, in eval mode only: in training mode the
+        exact computation runs, so that training never sees an approximation); when something needs one, the fused
         training path (`fused_bilstm.py`: the same gradients, one autograd Function), where it covers the case. With
         `use_fast_path = False`, under `torch.export`, or where neither covers it, the plain loop below runs. It is
         the definition.
@@ -297,7 +298,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             if fused_training_fallback(self, inputs, h, c) is None:
                 return fused_bilstm_layer(self, inputs, step_mask, h, c)
         elif not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0:
-            if self.approximation is not None:
+            if self.approximation is not None and not self.training:
                 return approximate_bilstm_layer(self, inputs, step_mask, h, c, inputs_repeat)
             if self.use_fast_path and bool(step_mask[:, 0].all()):
                 # On a GPU the input multiply is cheap and the cache's lookup (keys on the host) is not.
@@ -611,10 +612,22 @@ class ElmoModel(ElmoPreTrainedModel):
     def clear_caches(self) -> None:
         """Empty the inference caches of per-word results: the token cache (word vectors) and the first biLSTM
         layer's input gates. They empty themselves when their weights change (see `token_cache.py`); this is for
-        timing a cold start, freeing their memory, or after writing weights through `.data`."""
+        timing a cold start, freeing their memory, or after writing weights through `.data`. The bf16 approximation's
+        own cache of input gates (`approximate.py`) is emptied too."""
         self.char_encoder.token_cache.clear()
         for layer in self.layers:
             layer.input_gate_cache.clear()
+            clear_approximation_caches(layer)
+
+    def _apply(self, fn, *args, **kwargs):
+        """`.to()`, `.half()`, `.float()`, `.double()`, `.cuda()`... (and a head's, which reach this module): the
+        caches and the derived copies of the weights are dropped. Their fingerprints would see the new storage too,
+        but not where the allocator hands a converted weight the very address of the old one (`.half().float()`)."""
+        result = super()._apply(fn, *args, **kwargs)
+        self.clear_caches()
+        for module in self.modules():
+            clear_derived_weights(module)
+        return result
 
     def train(self, mode: bool = True) -> "ElmoModel":
         """Training (`mode=True`) or evaluation mode. A change of mode also drops the caches and the copies of the
@@ -892,6 +905,25 @@ class ElmoTaskModel(ElmoPreTrainedModel):
             init.normal_(module.weight, std=self.config.initializer_range)
             init.zeros_(module.bias)
 
+    # What transformers passes a head besides its inputs: Trainer's count of the labels of the optimizer step (the
+    # heads accept loss kwargs, above). (`return_dict` is taken by `can_return_tuple` before `forward` sees it.)
+    extra_keywords = ("num_items_in_batch",)
+
+    def _check_keywords(self, kwargs: dict) -> None:
+        """One clear error for a keyword argument that the head does not read (a misspelt one, or `initial_states`,
+        which only the biLM takes), rather than silently ignoring it."""
+        unknown = [name for name in kwargs if name not in self.extra_keywords]
+        if unknown:
+            hint = ""
+            if "initial_states" in unknown:
+                hint = (" (a head starts every batch from the zero state; to carry the LSTM state, run its biLM, "
+                        "model.elmo(..., initial_states=...), and apply the head yourself)")
+            raise ValueError(
+                f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(map(repr, unknown))}{hint}: it "
+                "takes input_ids, attention_mask, labels, output_hidden_states, input_word_ids, return_dict and "
+                "Trainer's num_items_in_batch"
+            )
+
     def _task_loss(
         self, summed_loss: torch.Tensor, num_items: torch.Tensor, num_items_in_batch: torch.Tensor | int | None
     ) -> torch.Tensor:
@@ -944,8 +976,9 @@ class ElmoForSequenceClassification(ElmoTaskModel):
             [B] integer class ids in [0, num_labels) (-100 = ignore) for `num_labels > 1`, [B] numbers for
             regression (`num_labels == 1`), or [B, num_labels] 0/1 floats for multi-label classification
             (`problem_type` decides, as in transformers). Labels of another shape, dtype or range are refused.
-        Returns logits [B, num_labels].
+        Returns logits [B, num_labels]. Any other keyword argument is refused (Trainer's `num_items_in_batch` aside).
         """
+        self._check_keywords(kwargs)
         outputs = self.elmo(
             input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False
         )
@@ -1044,8 +1077,10 @@ class ElmoForTokenClassification(ElmoTaskModel):
         labels (`torch.LongTensor` [B, T], *optional*):
             A label id in [0, num_labels) per word; -100 is ignored, and so is every padding position. Labels of
             another shape (one row for the whole batch, say), a float dtype or ids out of range are refused.
-        Returns logits [B, T, num_labels].
+        Returns logits [B, T, num_labels]. Any other keyword argument is refused (Trainer's `num_items_in_batch`
+        aside).
         """
+        self._check_keywords(kwargs)
         outputs = self.elmo(
             input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False
         )

@@ -3,9 +3,10 @@
     python modeling/export_default.py --run-dir build/default-model --sources data/default/sources.json
 
 `make pretrain-default` runs it after training. The softmax is dropped (the package needs the biLM only); the
-folder is checked by reloading it and replaced in one step. The card's layer-analysis section is kept from the
-folder being replaced, and `modeling/layer_analysis.py --update-card` fills it. A run folder, sources file or
-output that cannot be used is one line `error: ...` and exit code 2.
+new folder is written beside the old one, checked by reloading it (a folder that does not reload to the same model
+is refused, the old one left as it was) and put in its place in one step. The card's layer-analysis section is kept
+from the folder being replaced, and `modeling/layer_analysis.py --update-card` fills it. A run folder (weights that
+are not finite included), sources file or output that cannot be used is one line `error: ...` and exit code 2.
 """
 
 import argparse
@@ -33,7 +34,8 @@ NO_LAYER_ANALYSIS = "Not measured yet: `make layer-analysis`."
 
 
 class ExportError(ValueError):
-    """A run folder, sources file or output that cannot be used, or a model too large; the message says which."""
+    """A run folder, sources file or output that cannot be used, a model too large or one whose written folder does
+    not reload to it; the message says which."""
 
 
 def read_json(path: Path, what: str, option: str):
@@ -154,6 +156,11 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
         raise ExportError(f"--output {error}") from None
     old_card = (output / "README.md").read_text(encoding="utf-8") if (output / "README.md").is_file() else ""
     model = ElmoModel.from_pretrained(run_dir).eval()
+    # (a diverged run: its outputs would be NaN, which no reloaded copy equals)
+    not_finite = [name for name, tensor in model.state_dict().items() if not torch.isfinite(tensor).all()]
+    if not_finite:
+        raise ExportError(f"--run-dir {run_dir}: the weight {not_finite[0]} holds NaN or infinite values (the training "
+                          "diverged); export a run whose weights are finite")
     parameters = sum(p.numel() for p in model.parameters())
     tokenizer = ElmoTokenizer.from_pretrained(run_dir)
 
@@ -176,7 +183,8 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     check = ElmoModel.from_pretrained(staging).eval()
     batch = tokenizer(["I eat an apple .", "天气不错！小天你说是吗？"], padding=True, return_tensors="pt")
     if not torch.equal(model(**batch).last_hidden_state, check(**batch).last_hidden_state):
-        raise RuntimeError(f"{staging} does not reload to the same model")
+        raise ExportError(f"{staging}: the written folder does not reload to the same model; {output} is left as it "
+                          "was (the written folder is kept to be examined)")
 
     retired = output.with_name(output.name + ".old")
     shutil.rmtree(retired, ignore_errors=True)

@@ -9,12 +9,15 @@ data comes from `make data` (modeling/task_data.py). The output folder is the tr
 `results.json` (validation after each epoch unless `--max-steps` is given, validation and test at the end, the
 majority-class baseline) and a model card (README.md) with those results. It is reloaded and must predict exactly
 as the trained model did before the script reports success; it is written completely or not at all. Bad input
-(a model, data or output folder that cannot be used, a size below 1) is one line `error: ...` and exit code 2,
-before the training.
+(a model, data or output folder that cannot be used, a size or count below 1, --epochs not above 0, a learning
+rate, warmup, dropout or L2 coefficient out of range) is one line `error: ...` and exit code 2, before the
+training. A model given by Hub id is named as the card's `base_model`; a local folder is not (it means nothing on
+the Hub).
 """
 
 import argparse
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -37,6 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from conversion.convert_original_elmo import atomic_output_dir, check_output_dir  # noqa: E402
 from conversion.original_format import ConversionError  # noqa: E402
 from hf_elmo import ElmoTokenizer  # noqa: E402
+from hf_elmo.files import model_folder_problem  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
 from modeling.task_data import NER_TAGS, SENTIMENT_LABELS, MissingTaskData, load_conll2003, load_rotten_tomatoes  # noqa: E402
@@ -63,11 +67,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     parser.add_argument("--data-dir", default="data", help="where `make data` put the task data (default: data)")
     parser.add_argument("--finetune-bilm", action="store_true", help="train the biLM too, not only the mix and head")
-    parser.add_argument("--epochs", type=float, default=3.0)
-    parser.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps (overrides --epochs)")
+    parser.add_argument("--epochs", type=float, default=3.0, help="epochs to train, more than 0 (default 3)")
+    parser.add_argument("--max-steps", type=int, help="stop after this many steps (overrides --epochs)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--warmup-steps", type=float, default=0.1, help="steps, or a fraction of them if below 1")
+    parser.add_argument("--warmup-steps", type=float, default=0.1,
+                        help="steps (a whole number), or a fraction of the training steps if below 1 (default 0.1)")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout on the mixed ELMo representation")
     parser.add_argument("--scalar-mix-l2-coef", type=float, default=0.0, help="L2 penalty on the mix weights")
     parser.add_argument("--sequence-pooling", default="mean_max", choices=["mean", "max", "mean_max"],
@@ -145,16 +150,32 @@ def is_hub_id(name: str) -> bool:
     return True
 
 
+# Options that count something: at least 1 where given (None: not given, e.g. --max-train-examples: all the data).
+COUNTS = ("batch_size", "logging_steps", "max_steps", "max_train_examples", "max_eval_examples")
+# Options that are real numbers: what each must be.
+NUMBERS = {
+    "epochs": (lambda value: 0 < value < math.inf, "a finite number above 0"),
+    "learning_rate": (lambda value: 0 < value < math.inf, "a finite number above 0"),
+    "warmup_steps": (lambda value: 0 <= value < 1 or (1 <= value < math.inf and value == int(value)),
+                     "a whole number of steps, or a fraction of the training steps in [0, 1)"),
+    "dropout": (lambda value: 0 <= value < 1, "in [0, 1)"),
+    "scalar_mix_l2_coef": (lambda value: 0 <= value < math.inf, "a finite number >= 0"),
+}
+
+
 def check_inputs(args: argparse.Namespace) -> None:
-    """Before any work: the sizes at least 1, --model a model folder (or a Hub id), --output-dir writable and empty
-    (or --overwrite)."""
-    for name in ("batch_size", "logging_steps"):
-        if getattr(args, name) < 1:
-            raise FinetuneError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    model = Path(args.model)
-    if not is_hub_id(args.model) and not (model / "config.json").is_file():
-        problem = ("no such folder" if not model.exists() else
-                   "no config.json, not a model folder" if model.is_dir() else "is a file, not a model folder")
+    """Before any work: the counts at least 1 and the other numbers in range, --model a model folder (or a Hub id),
+    --output-dir writable and empty (or --overwrite)."""
+    for name in COUNTS:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise FinetuneError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    for name, (valid, wanted) in NUMBERS.items():
+        value = getattr(args, name)
+        if not valid(value):  # (NaN fails every comparison: refused too)
+            raise FinetuneError(f"--{name.replace('_', '-')} must be {wanted}, got {value:g}")
+    problem = None if is_hub_id(args.model) else model_folder_problem(args.model)
+    if problem:
         raise FinetuneError(f"--model {args.model}: {problem}")
     try:
         check_output_dir(args.output_dir, args.overwrite)
@@ -184,9 +205,9 @@ def finetune(args: argparse.Namespace) -> dict:
     except MissingTaskData as error:
         raise FinetuneError(f"--data-dir {args.data_dir}: {error}") from None
     train, validation, test = data["train"], data["validation"], data["test"]
-    if args.max_train_examples:
+    if args.max_train_examples is not None:
         train = train.select(range(min(args.max_train_examples, len(train))))
-    if args.max_eval_examples:
+    if args.max_eval_examples is not None:
         validation = validation.select(range(min(args.max_eval_examples, len(validation))))
         test = test.select(range(min(args.max_eval_examples, len(test))))
     # Model: the biLM with a new classifier; the task mix starts as the checkpoint's mix
@@ -202,12 +223,13 @@ def finetune(args: argparse.Namespace) -> dict:
     encoded = {name: encode(args.task, split, tokenizer) for name, split in
                (("train", train), ("validation", validation), ("test", test))}
 
+    max_steps = -1 if args.max_steps is None else args.max_steps  # Trainer's -1: --epochs decides
     with atomic_output_dir(args.output_dir, args.overwrite) as staging:
         training_args = TrainingArguments(
             output_dir=str(staging / "trainer"), per_device_train_batch_size=args.batch_size,
             per_device_eval_batch_size=2 * args.batch_size, learning_rate=args.learning_rate,
-            num_train_epochs=args.epochs, max_steps=args.max_steps, warmup_steps=args.warmup_steps,
-            lr_scheduler_type="linear", weight_decay=0.0, eval_strategy="epoch" if args.max_steps < 0 else "no",
+            num_train_epochs=args.epochs, max_steps=max_steps, warmup_steps=args.warmup_steps,
+            lr_scheduler_type="linear", weight_decay=0.0, eval_strategy="epoch" if args.max_steps is None else "no",
             save_strategy="no", logging_steps=args.logging_steps, report_to="none", seed=args.seed,
             train_sampling_strategy="group_by_length", length_column_name="length",
             use_cpu=not torch.cuda.is_available(),
@@ -237,9 +259,12 @@ def finetune(args: argparse.Namespace) -> dict:
         trainer.save_model(str(staging))
         (staging / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
         model_id = args.model_id or Path(args.output_dir).resolve().name
+        # A Hub id names the base model (the Hub links the two); a local folder's path means nothing there.
+        from_hub = is_hub_id(args.model)
         card = render_model_card(
-            model, model_id, source=f"`{Path(args.model).name}`, fine-tuned on {TASKS[args.task][4]}",
-            results=results_table(args.task, results), base_model=args.model if is_hub_id(args.model) else None,
+            model, model_id, source=f"`{args.model if from_hub else Path(args.model).name}`, fine-tuned on "
+            f"{TASKS[args.task][4]}", results=results_table(args.task, results),
+            base_model=args.model if from_hub else None,
         )
         (staging / "README.md").write_text(card, encoding="utf-8")
         _check_reload(staging, auto_class, model, encoded["test"], collator)

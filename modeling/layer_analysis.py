@@ -36,11 +36,12 @@ if __package__ in (None, ""):
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import default_model_path  # noqa: E402
-from hf_elmo.files import atomic_file, check_output_location, read_text_file, write_text_atomically  # noqa: E402
+from hf_elmo.files import (atomic_file, check_output_location, model_folder_problem, read_text_file,  # noqa: E402
+                            write_text_atomically)
 
 from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, replace_layer_analysis  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
-from modeling.task_data import NER_TAGS, load_conll2003  # noqa: E402
+from modeling.task_data import NER_TAGS, conll2003_files, load_conll2003  # noqa: E402
 
 INPUTS = {
     "untrained": "(a) character CNN of an untrained model",
@@ -313,17 +314,15 @@ def results_markdown(results: dict, settings: dict) -> str:
 """
 
 
-def card_problem(card: Path) -> str | None:
-    """Why the model card `card` cannot take the table (`--update-card`), or None."""
-    try:
-        text = read_text_file(card, "model card")
-    except ValueError as error:
-        return str(error)
+def read_card(card: Path) -> str:
+    """The text of the model card `card` (`--update-card`); ValueError, naming it, where it cannot be read or has no
+    layer-analysis section to take the table."""
+    text = read_text_file(card, "model card")
     start = text.find(LAYER_ANALYSIS_START)
     if start < 0 or text.find(LAYER_ANALYSIS_END, start) < 0:
-        return (f"{card}: the model card has no layer-analysis section (a line {LAYER_ANALYSIS_START}, later a line "
-                f"{LAYER_ANALYSIS_END}) to write the table into")
-    return None
+        raise ValueError(f"{card}: the model card has no layer-analysis section (a line {LAYER_ANALYSIS_START}, later "
+                         f"a line {LAYER_ANALYSIS_END}) to write the table into")
+    return text
 
 
 def argument_problem(args) -> str | None:
@@ -338,9 +337,10 @@ def argument_problem(args) -> str | None:
         return f"--dropout must be at least 0 and below 1, not {args.dropout}"
     if not args.learning_rate > 0:
         return f"--learning-rate must be above 0, not {args.learning_rate}"
-    if args.model and not (Path(args.model) / "config.json").is_file():
-        return f"--model {args.model}: not an ELMo folder (no config.json there)"
-    needed = [Path(args.conll_dir) / "conll2003" / f"{split}.txt" for split in ("train", "valid", "test")]
+    problem = model_folder_problem(args.model) if args.model else None
+    if problem:
+        return f"--model {args.model}: {problem}"
+    needed = list(conll2003_files(args.conll_dir).values())
     needed += [Path(args.brown_dir) / f"{split}.jsonl" for split in ("train", "validation", "test")]
     missing = [str(path) for path in needed if not path.is_file()]
     if missing:
@@ -349,10 +349,9 @@ def argument_problem(args) -> str | None:
         check_output_location(args.output_dir, "folder", writes_inside=True)
         if args.update_card:
             check_output_location(args.update_card, "file")
+            read_card(args.update_card)
     except ValueError as error:
         return str(error)
-    if args.update_card:
-        return card_problem(args.update_card)
     return None
 
 
@@ -450,11 +449,11 @@ def main(argv=None) -> dict | int:
     write_text_atomically(output_dir / "results.md", markdown)
     print(f"\n{markdown}\nwritten: {output_dir / 'results.md'}")
     if args.update_card:
-        problem = card_problem(args.update_card)  # (checked before the run; it may have changed since)
-        if problem:
-            print(f"error: {problem}; the table is in {output_dir / 'results.md'}", file=sys.stderr)
+        try:
+            card = read_card(args.update_card)  # (checked before the run; it may have changed since)
+        except ValueError as error:
+            print(f"error: {error}; the table is in {output_dir / 'results.md'}", file=sys.stderr)
             return 2
-        card = read_text_file(args.update_card, "model card")
         write_text_atomically(args.update_card, replace_layer_analysis(card, markdown))
         print(f"updated: {args.update_card}")
     return results

@@ -17,7 +17,8 @@ Every `--save-steps` optimizer steps, the whole training state goes to OUTPUT_DI
 optimizer, scheduler, random generators, and each process's carried LSTM state. A checkpoint is written into a
 hidden folder and renamed when complete, so a crash at any moment (kill -9 included) leaves only complete ones,
 and `--resume` continues exactly as if nothing had happened. The final model is saved with save_pretrained at
-the top of OUTPUT_DIR (it loads as `ElmoModel` with AutoModel, and as `ElmoForPreTraining`), with log.jsonl
+the top of OUTPUT_DIR (it loads as `ElmoModel` with AutoModel, as `ElmoForPreTraining`, and through its config's
+auto_map, which names every ELMo class, as either head with only transformers), with log.jsonl
 (losses and held-out perplexities) and eval_results.json.
 """
 
@@ -47,7 +48,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
-from hf_elmo.files import check_output_location, sha256_file  # noqa: E402
+from hf_elmo.files import check_output_location, model_folder_problem, sha256_file  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
@@ -392,23 +393,24 @@ class TrainingLog:
 # ---- model and data ------------------------------------------------------------------------------------------
 
 
-def check_init_from(source: Path) -> None:
-    """--init-from, before any work: a model folder whose config reads (the tokenizer and the model come from it)."""
-    if not source.is_dir():
-        raise PretrainError(f"--init-from {source}: " + ("is a file, not a model folder" if source.exists() else "no such folder"))
-    if not (source / "config.json").is_file():
-        raise PretrainError(f"--init-from {source}: no config.json; convert original weights first (conversion/convert_original_elmo.py)")
+def check_init_from(source: Path) -> ElmoConfig:
+    """--init-from, before any work: a model folder whose config reads (the tokenizer and the model come from it).
+    Returns that config."""
+    problem = model_folder_problem(source)
+    if problem:
+        hint = "; convert original weights first (conversion/convert_original_elmo.py)" if source.is_dir() else ""
+        raise PretrainError(f"--init-from {source}: {problem}{hint}")
     try:
-        ElmoConfig.from_pretrained(source)
+        return ElmoConfig.from_pretrained(source)
     except (OSError, ValueError) as error:  # not JSON; a field of the wrong type or out of range
         raise PretrainError(f"--init-from {source / 'config.json'}: {error}") from None
 
 
 def choose_tokenizer(args, settings: dict, output_dir: Path, checkpoint: Path | None, train_sentences,
-                     main_process: bool) -> ElmoTokenizer:
-    """How the model spells words: a resumed run's own (kept in its checkpoint), --init-from's, or a new one (with
-    --alphabet vocabulary, a character vocabulary built from the training text). The main process saves a new one in
-    OUTPUT_DIR before training; the other processes read it there."""
+                     main_process: bool, source_config: ElmoConfig | None) -> ElmoTokenizer:
+    """How the model spells words: a resumed run's own (kept in its checkpoint), --init-from's (`source_config` is
+    its config), or a new one (with --alphabet vocabulary, a character vocabulary built from the training text). The
+    main process saves a new one in OUTPUT_DIR before training; the other processes read it there."""
     if checkpoint is not None:
         if (checkpoint / "tokenizer_config.json").is_file():
             return ElmoTokenizer.from_pretrained(checkpoint)
@@ -421,7 +423,7 @@ def choose_tokenizer(args, settings: dict, output_dir: Path, checkpoint: Path | 
         if (source / "tokenizer_config.json").is_file():
             tokenizer = ElmoTokenizer.from_pretrained(source)
         else:
-            tokenizer = ElmoTokenizer(max_characters_per_token=ElmoConfig.from_pretrained(source).max_characters_per_token)
+            tokenizer = ElmoTokenizer(max_characters_per_token=source_config.max_characters_per_token)
     else:
         characters = PRESETS[args.preset]["model"].get("max_characters_per_token", ElmoConfig().max_characters_per_token)
         if settings["alphabet"] == "bytes":
@@ -457,8 +459,10 @@ def choose_vocabulary(args, checkpoint: Path | None, train_sentences, tokenizer:
     return Vocabulary.from_counts(count_words(train_sentences), max_size=args.vocab_size, min_count=args.min_count)
 
 
-def build_model(args, settings: dict, vocabulary: Vocabulary, tokenizer: ElmoTokenizer) -> tuple[ElmoForPreTraining, bool]:
-    """The model to train, and whether its softmax is new."""
+def build_model(args, settings: dict, vocabulary: Vocabulary, tokenizer: ElmoTokenizer,
+                source_config: ElmoConfig | None) -> tuple[ElmoForPreTraining, bool]:
+    """The model to train (from --init-from, whose config is `source_config`, or new), and whether its softmax is
+    new."""
     lm_options = {
         "lm_vocab_size": len(vocabulary),
         "lm_dropout": settings["dropout"],
@@ -474,7 +478,6 @@ def build_model(args, settings: dict, vocabulary: Vocabulary, tokenizer: ElmoTok
                                  forget_bias=0.0, word_embedding_dim=settings["word_embedding_dim"])
         return ElmoForPreTraining(ElmoConfig(**model_options, **lm_options)), True
     source = Path(args.init_from)
-    source_config = ElmoConfig.from_pretrained(source)  # (read before, by check_init_from)
     source_vocabulary = Vocabulary.from_file(source / "vocab.txt") if (source / "vocab.txt").is_file() else None
     keep_softmax = source_config.lm_vocab_size is not None and source_vocabulary == vocabulary
     try:
@@ -514,11 +517,7 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
     OUTPUT_DIR (each replacement is atomic), trainer_state.json last: once it is there, the rest is too."""
     staging = output_dir / ".final.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    model.config.auto_map = {
-        "AutoConfig": "configuration_elmo.ElmoConfig",
-        "AutoModel": "modeling_elmo.ElmoModel",
-        "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
-    }
+    # (config.json keeps the config's full auto_map: the folder loads as every ELMo class, the heads included)
     model.save_pretrained(staging, state_dict=state_dict)
     tokenizer.save_pretrained(staging)
     vocabulary.save(staging / "vocab.txt")
@@ -651,8 +650,7 @@ def train(args: argparse.Namespace) -> dict:
     output_dir = Path(args.output_dir)
     main_process = accelerator.is_main_process
     check_output_location(output_dir, "folder", error=PretrainError, writes_inside=True)
-    if args.init_from:
-        check_init_from(Path(args.init_from))
+    source_config = check_init_from(Path(args.init_from)) if args.init_from else None
     if main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         clean_up_interrupted_saves(output_dir)
@@ -683,12 +681,13 @@ def train(args: argparse.Namespace) -> dict:
         if args.validation_file:
             validation_sentences = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
     with accelerator.main_process_first():  # the main process writes a new character vocabulary first
-        tokenizer = choose_tokenizer(args, settings, output_dir, checkpoint, train_sentences, main_process)
+        tokenizer = choose_tokenizer(args, settings, output_dir, checkpoint, train_sentences, main_process,
+                                     source_config)
     vocabulary = choose_vocabulary(args, checkpoint, train_sentences, tokenizer)
     if main_process and checkpoint is None:
         vocabulary.save(output_dir / "vocab.txt")
 
-    model, new_softmax = build_model(args, settings, vocabulary, tokenizer)
+    model, new_softmax = build_model(args, settings, vocabulary, tokenizer, source_config)
     model.set_fast_path(not args.plain_path)
     table = WordTable(model.config.max_characters_per_token, tokenizer)
     train_text = EncodedText.encode(train_sentences, table, vocabulary)

@@ -65,11 +65,15 @@ def _parse_conll_block(block: dict) -> dict:
     return {"words": words, "ner_tags": tags}
 
 
+def conll2003_files(data_dir: str | Path = "data") -> dict[str, Path]:
+    """Where `make data` puts CoNLL-2003, per split name: train, validation, test."""
+    folder = Path(data_dir) / "conll2003"
+    return {name: folder / f"{split}.txt" for name, split in (("train", "train"), ("validation", "valid"), ("test", "test"))}
+
+
 def load_conll2003(data_dir: str | Path = "data") -> DatasetDict:
     """CoNLL-2003 English: `words` and `ner_tags` (class ids of `NER_TAGS`) per sentence; 14,041 / 3,250 / 3,453."""
-    folder = Path(data_dir) / "conll2003"
-    files = {name: _require(folder / f"{split}.txt") for name, split in
-             (("train", "train"), ("validation", "valid"), ("test", "test"))}
+    files = {name: _require(path) for name, path in conll2003_files(data_dir).items()}
     # Sentences are separated by blank lines: one "paragraph" per sentence.
     raw = load_dataset("text", data_files=files, sample_by="paragraph")
     raw = raw.filter(lambda block: not block["text"].startswith("-DOCSTART-"))

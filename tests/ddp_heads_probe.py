@@ -4,7 +4,9 @@
 
 Trains each head for 2 steps with Trainer in DDP, feature-based and fine-tuned, with activation checkpointing on:
 Trainer then builds DDP with find_unused_parameters=False, which fails if a trainable parameter gets no
-gradient. Rank 0 writes the trained parameters' names and the final losses to OUTPUT_DIR/result.json.
+gradient. Each rank checks that the flag took effect (every biLSTM layer checkpointed; a rank where one is not exits
+with an error, so the run fails). Rank 0 writes the trained parameters' names, the layers' checkpointing and the
+final losses to OUTPUT_DIR/result.json.
 """
 
 import json
@@ -37,12 +39,17 @@ for head, labels, collator in (
         )
         trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=collator)
         output = trainer.train()
+        checkpointed = [layer.gradient_checkpointing for layer in model.elmo.layers]
+        if not all(checkpointed):
+            sys.exit(f"{head.__name__} finetune_bilm={finetune_bilm}: activation_checkpointing=True left biLSTM "
+                     f"layers without checkpointing: {checkpointed}")
         ddp = trainer.model_wrapped
         result[f"{head.__name__} finetune_bilm={finetune_bilm}"] = {
             "world_size": dist.get_world_size(),
             "wrapped": type(ddp).__name__,
             "find_unused_parameters": getattr(ddp, "find_unused_parameters", None),
             "trained": [name for name, p in model.named_parameters() if p.requires_grad],
+            "checkpointed": checkpointed,
             "loss": output.training_loss,
         }
 if dist.get_rank() == 0:

@@ -75,6 +75,54 @@ def test_demo_separates_the_senses_with_the_default_model(tmp_path, capsys):
         line = next(line for line in block.splitlines() if line.startswith(label))
         assert line.split()[-4:] == [f"{value:.4f}" for value in values], line
     assert block.strip().splitlines()[-1].split() == [f"{right}/{total}" for right, total in scores.values()]
+    check_the_readmes_account_of_the_senses(readme, results)
+
+
+def _words(listed: str) -> set[str]:
+    """'bank, interest, state and spring' -> its words."""
+    return set(re.split(r", | and ", listed))
+
+
+def check_the_readmes_account_of_the_senses(readme: str, results: dict) -> None:
+    """The paragraph after the demo's output: every figure it gives is one that `run_demo` returns."""
+    text = " ".join(readme.split("Layer 0 is the context-free character-CNN vector, so")[1].split("\n\n")[0].split())
+    scores, by_word = results["nearest_sense"], results["nearest_sense_by_word"]
+    # "They get 28 to 34 of the 48 cases right, where guessing would get 24": the biLSTM layers and the mix.
+    low, high, total, guess = map(int, re.search(
+        r"They get (\d+) to (\d+) of the (\d+) cases right, where guessing would get (\d+)", text).groups())
+    contextual = [right for name, (right, _) in scores.items() if name != "layer 0"]
+    assert (low, high) == (min(contextual), max(contextual)) and total == scores["layer 2"][1] == 2 * guess
+    # "Per word, out of 8, at layer 2: bank, ... and spring 6 each, plant 4; the first layer separates light (6) best
+    # and interest, state and spring (4) least."
+    found = re.search(r"Per word, out of (\d+), at layer 2: ([\w, ]+?) (\d+) each, (\w+) (\d+); the first layer "
+                      r"separates ([\w, ]+?) \((\d+)\) best and ([\w, ]+?) \((\d+)\) least", text)
+    assert found, text
+    per_word, alike, alike_score, single, single_score, best, best_score, least, least_score = found.groups()
+    layer_2 = {word: right for word, (right, occurrences) in by_word["layer 2"].items()}
+    assert {occurrences for _, occurrences in by_word["layer 2"].values()} == {int(per_word)}
+    assert layer_2 == {**dict.fromkeys(_words(alike), int(alike_score)), single: int(single_score)}
+    layer_1 = {word: right for word, (right, _) in by_word["layer 1"].items()}
+    for listed, score, extreme in ((best, best_score, max(layer_1.values())),
+                                   (least, least_score, min(layer_1.values()))):
+        assert int(score) == extreme and _words(listed) == {word for word, right in layer_1.items() if right == extreme}
+    # "at layer 2 an occurrence's mean cosine is 0.660 to the same sense and 0.619 to the other, and 15 of the 48
+    # margins are within 0.05"
+    same, other, close, of, within = re.search(
+        r"at layer 2 an occurrence's mean cosine is ([\d.]+) to the same sense and ([\d.]+) to the other, and (\d+) of "
+        r"the (\d+) margins are within ([\d.]+)", text).groups()
+    assert [f"{value:.3f}" for value in results["mean_cosines"]["layer 2"]] == [same, other]
+    margins = results["margins"]["layer 2"]
+    assert int(of) == len(margins) and int(close) == sum(abs(margin) < float(within) for margin in margins)
+    # "several misses end a sentence as the other sense's sentences do: "at the bank .", "from the spring ."": each is
+    # the end of a sentence that layer 2 gets wrong, and a sentence of the word's other sense ends with the word too.
+    endings = re.findall(r'"([^"]+ \.)"', text.split("several misses end a sentence")[1].split(")")[0])
+    assert endings, text
+    for ending in endings:
+        word = ending.split()[-2]
+        (missed,) = [sentence for sentence in results["misses"]["layer 2"] if sentence.endswith(" " + ending)]
+        (sense,) = [sense for sense, sentences in SENSE_EXAMPLES[word].items() if missed in sentences]
+        assert any(sentence.endswith(f" {word} .") for other_sense, sentences in SENSE_EXAMPLES[word].items()
+                   if other_sense != sense for sentence in sentences), ending
 
 
 def test_demo_command_prints_the_tables(tmp_path, capsys):

@@ -1,6 +1,7 @@
 """A converted ELMoForManyLangs model through everything else: the Auto classes with hf_elmo and as remote code
 without it, both heads with Trainer, the pipelines, `hf-elmo embed` and `hf-elmo demo`, pretraining from scratch
-with a character vocabulary, and adaptation with a softmax over the model's word.dic."""
+with a character vocabulary, and adaptation with a softmax over the model's word.dic (or, with --new-vocabulary, over
+the new text's words)."""
 
 import json
 import os
@@ -202,3 +203,30 @@ def test_adaptation_fits_a_softmax_over_the_models_word_dic(folder, corpus, tmp_
     # The adapted model is still in the package's form.
     convert_hf_to_elmoformanylangs(adapted, tmp_path / "package")
     assert (tmp_path / "package" / "word.dic").read_bytes() == (ELMOFORMANYLANGS / "with_words" / "word.dic").read_bytes()
+
+
+def test_new_vocabulary_builds_the_softmax_from_the_new_text(folder, tmp_path):
+    """--new-vocabulary: adaptation builds the softmax vocabulary from the new text (<S> </S> <UNK>, then its words by
+    frequency) instead of keeping the model's word.dic, with a new softmax over it; the model still reads its own
+    char.dic and word.dic."""
+    text = tmp_path / "new.txt"
+    text.write_text("zeta beta beta 天\nbeta 气 zeta\n", encoding="utf-8")
+    data = ["--train-file", text, "--batch-size", 2, "--unroll-steps", 3, "--max-steps", 1, "--save-steps", 0,
+            "--eval-steps", 0, "--seed", 3]
+    kept, new = tmp_path / "kept", tmp_path / "new"
+    run_pretrain(tmp_path, *data, "--init-from", folder, "--output-dir", kept)
+    run_pretrain(tmp_path, *data, "--init-from", folder, "--new-vocabulary", "--output-dir", new)
+    words = ElmoTokenizer.from_pretrained(folder).lexicon.words
+    assert Vocabulary.from_file(kept / "vocab.txt").words == sorted(words, key=words.get)
+    expected = ["<S>", "</S>", "<UNK>", "beta", "zeta", "天", "气"]
+    assert Vocabulary.from_file(new / "vocab.txt").words == expected
+    model = AutoModelForPreTraining.from_pretrained(new)
+    assert model.config.lm_vocab_size == len(expected) and model.softmax.weight.shape[0] == len(expected)
+    assert model.config.word_vocab_size == len(words)  # (the input's word.dic is the model's own)
+    assert (new / "word.dic").read_bytes() == (folder / "word.dic").read_bytes()
+    assert (new / "char.dic").read_bytes() == (folder / "char.dic").read_bytes()
+    # From a pretraining output, whose vocab.txt would be kept otherwise, too.
+    (tmp_path / "other.txt").write_text("气 气 beta\n天 气\n", encoding="utf-8")
+    data[1] = tmp_path / "other.txt"
+    run_pretrain(tmp_path, *data, "--init-from", new, "--new-vocabulary", "--output-dir", tmp_path / "again")
+    assert Vocabulary.from_file(tmp_path / "again" / "vocab.txt").words == ["<S>", "</S>", "<UNK>", "气", "beta", "天"]

@@ -602,6 +602,76 @@ def test_pinned_caches_make_a_batch_depend_on_the_file_and_the_batch_alone(embed
     assert token_cache.add_new and embedder.model.layers[0].input_gate_cache.add_new
 
 
+@pytest.mark.parametrize("gate_words", [None, 6])
+def test_pinning_fills_the_gate_cache_with_the_first_layers_gates_of_the_frequent_words(model_path, gate_words):
+    """README: `hf-elmo embed` fills both caches with the file's most frequent words and keeps exactly those: the first
+    biLSTM layer's gate cache holds the input gates of the pinned words' vectors (as many as it has room for, the most
+    frequent first: all of them at its default size), computed exactly, and adds no word while pinned."""
+    from collections import Counter
+
+    from hf_elmo.embed_file import pin_frequent_words, unpin_words
+    from hf_elmo.fast_bilstm import forget_biased
+
+    embedder = ElmoEmbedder(model_path)
+    model, tokenizer = embedder.model, embedder.tokenizer
+    token_cache, gate_cache, layer = model.char_encoder.token_cache, model.layers[0].input_gate_cache, model.layers[0]
+    if gate_words is not None:
+        gate_cache.max_words = gate_words
+    lines = fixture_lines()
+    counts = Counter(word for line in lines[:20] for word in line.split())
+    ranked = sorted(counts, key=lambda word: (-counts[word], word))
+    words = [*tokenizer.sentence_boundaries, *ranked][: gate_cache.max_words]
+    pin_frequent_words(embedder, lines[:20])
+    try:
+        assert not gate_cache.add_new and len(gate_cache) == (len(token_cache) if gate_words is None else gate_words)
+        assert len(gate_cache) == len(words)
+        with torch.inference_mode():  # the pinned words' vectors, from the (pinned) token cache
+            vectors = model.char_encoder(torch.tensor([tokenizer.word_to_char_ids(word) for word in words]))
+
+            def not_pinned(rows):
+                raise AssertionError(f"{rows.shape[0]} of the words are not in the gate cache")
+
+            table, index = gate_cache.lookup(not_pinned, vectors, [layer.input_weight, layer.bias])
+            gates = table.index_select(0, index)  # [words, 2 directions, 4C]
+            expected = torch.stack([vectors @ layer.input_weight[d].T + forget_biased(layer)[d] for d in range(2)], 1)
+        assert (gates - expected).abs().max().item() < 1e-5
+        # A batch of pinned words and 2 new ones (no more distinct words than the cache holds, which it would skip).
+        hits, misses = gate_cache.hits, gate_cache.misses
+        probe, new = words[2 : len(words) - 2], ["entirely", "novel"]
+        assert not set(new) & set(ranked)
+        embedder.embed_batch([" ".join(probe), " ".join(new)])
+        assert gate_cache.hits - hits == len(probe) + 2  # each pinned word (<S> and </S> included) once
+        assert gate_cache.misses - misses == 2  # the new ones computed ...
+        assert len(gate_cache) == len(words)  # ... and not kept
+    finally:
+        unpin_words(embedder)
+    assert gate_cache.add_new
+
+
+def spread(sentences: list[str], batches) -> int:
+    """The largest difference in words between two lines of one batch."""
+    lengths = [[len(sentences[line].split()) for line in batch] for batch in batches]
+    return max(max(batch) - min(batch) for batch in lengths)
+
+
+def test_batches_hold_lines_of_similar_length_or_consecutive_lines_when_stateful():
+    """README: stateless, lines of similar length are batched together (blank lines, which need no model, in none);
+    stateful, batches of `batch_size` consecutive lines in file order, blank lines included."""
+    lengths = [5, 1, 3, 5, 1, 3, 0, 5, 1, 3]
+    sentences = [" ".join(["word"] * length) for length in lengths]
+    stateless = plan_batches(sentences, 3, stateful=False)
+    assert sorted(sorted(batch) for batch in stateless) == [[0, 3, 7], [1, 4, 8], [2, 5, 9]]  # one length each
+    assert plan_batches(sentences, 3, stateful=True) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    many = [" ".join(["word"] * (line * 7 % 50 + 1)) for line in range(200)]
+    for batch_size in (1, 4, 64):
+        batches = plan_batches(many, batch_size, stateful=False)
+        assert sorted(line for batch in batches for line in batch) == list(range(200))
+        assert all(1 <= len(batch) <= batch_size for batch in batches)
+        in_file_order = [range(start, min(start + batch_size, 200)) for start in range(0, 200, batch_size)]
+        if batch_size > 1:  # the longest batch's spread of lengths, against batches in file order
+            assert spread(many, batches) < spread(many, in_file_order) / 2, (spread(many, batches), batch_size)
+
+
 @pytest.mark.parametrize("stateful", [False, True])
 def test_tokenising_ahead_in_a_thread_gives_the_same_bytes(model_path, tmp_path, stateful):
     """What `hf-elmo embed` does on a GPU (the next batch tokenised while the model computes this one), here on the

@@ -183,12 +183,13 @@ def test_original_size_layer_fast_path_matches_plain_with_every_kernel(
     assert all(isinstance(linear, FastLinear) for linear in linears) == (device == "cpu") and linears
     if kernel != "measured" and device == "cpu":
         assert all(set(linear._prepared) == {kernel} for linear in linears)
-    # Unit-scale random inputs drive outputs and states up to the clip (3): hold them to 1e-6 relative.
+    # Unit-scale random inputs drive outputs and states up to the clip (3): hold them to 1e-6 relative, 3e-6 absolute
+    # (sums of 4096 products in another order: MKL's packed kernel on AMD EPYC differs from the plain path by 2.5e-6).
     for a, b in zip(fast, slow):
-        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+        assert torch.allclose(a, b, rtol=1e-6, atol=3e-6)
     assert torch.all(fast[0][:, 1, 1:] == 0) and torch.all(fast[0][:, 2, 5:] == 0)
     for a, b in zip(alone, slow):
-        assert torch.allclose(a, b[:, 2:3], rtol=1e-6, atol=1e-6)
+        assert torch.allclose(a, b[:, 2:3], rtol=1e-6, atol=3e-6)
 
 
 @pytest.fixture
@@ -294,6 +295,32 @@ def test_a_kernel_choices_path_that_is_a_folder_leaves_no_temporary_files(tmp_pa
         assert torch.allclose(linear(x), x @ linear.weight.t())
     assert sorted(path.name for path in tmp_path.iterdir()) == ["choices", "choices.lock"]
     assert not list(folder.iterdir())
+
+
+def test_kernel_choices_are_kept_in_the_users_cache_folder_unless_a_file_is_named(tmp_path, monkeypatch):
+    """README: the choices are kept in ~/.cache/hf_elmo/kernels.json, in $XDG_CACHE_HOME/hf_elmo/kernels.json where that
+    is set, or in the file $HF_ELMO_KERNEL_CHOICES names, which wins over both (an empty variable counts as unset)."""
+    home, xdg, named = tmp_path / "home", tmp_path / "xdg", tmp_path / "named.json"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("HF_ELMO_KERNEL_CHOICES", raising=False)  # (conftest names a file of the tests' own)
+    default = home / ".cache" / "hf_elmo" / "kernels.json"
+    assert fast_linear.kernel_choices_path() == default
+    monkeypatch.setattr(fast_linear, "_FASTEST", {})  # a measurement, written where the choices are kept
+    linear = FastLinear(torch.randn(9, 5), kernels={"blas": fast_linear.blas_linear})
+    linear(torch.randn(3, 5))
+    assert list(json.loads(default.read_text())) == [fast_linear._this_machine()]
+    monkeypatch.setenv("XDG_CACHE_HOME", "")
+    assert fast_linear.kernel_choices_path() == default
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
+    assert fast_linear.kernel_choices_path() == xdg / "hf_elmo" / "kernels.json"
+    monkeypatch.setenv("HF_ELMO_KERNEL_CHOICES", "")
+    assert fast_linear.kernel_choices_path() == xdg / "hf_elmo" / "kernels.json"
+    monkeypatch.setenv("HF_ELMO_KERNEL_CHOICES", str(named))
+    assert fast_linear.kernel_choices_path() == named
+    monkeypatch.setattr(fast_linear, "_FASTEST", {})
+    FastLinear(torch.randn(9, 5), kernels={"blas": fast_linear.blas_linear})(torch.randn(3, 5))
+    assert named.is_file() and not xdg.exists()
 
 
 @pytest.mark.parametrize("kernel", fast_linear.float32_kernels())
@@ -533,6 +560,42 @@ def test_cache_is_dropped_when_the_weights_change(fixture_model):
     assert (reloaded - expected).abs().max().item() > 0.5
 
 
+def test_caches_are_dropped_when_the_model_is_converted(fixture_model, converted):
+    """README: the caches empty themselves when a weight changes through `.to()`: after `model.half().float()` (the
+    weights rounded to float16, in storage that may sit at the old addresses) and after `.double()`, every output
+    equals that of a fresh model holding the same weights; a head's conversion reaches its biLM's caches."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[3], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    caches = (model.char_encoder.token_cache, model.layers[0].input_gate_cache)
+
+    def fresh_like(model: ElmoModel) -> ElmoModel:
+        fresh = ElmoModel(model.config).to(model.dtype).eval()
+        fresh.load_state_dict({name: tensor.clone() for name, tensor in model.state_dict().items()})
+        return fresh
+
+    with torch.no_grad():
+        before = outputs(model(**batch))
+        assert all(len(cache) > 0 for cache in caches)
+        model.half().float()
+        assert all(len(cache) == 0 for cache in caches)
+        rounded = outputs(model(**batch))
+        assert largest_difference(before, rounded) > 1e-4  # (the rounding changed the numbers: what makes the case)
+        assert all(torch.equal(a, b) for a, b in zip(rounded, outputs(fresh_like(model)(**batch))))
+        model.double()
+        doubled = outputs(model(**batch))
+        assert all(tensor.dtype == torch.float64 for tensor in doubled) and len(caches[0]) > 0
+        assert all(torch.equal(a, b) for a, b in zip(doubled, outputs(fresh_like(model)(**batch))))
+        assert largest_difference(doubled, outputs(plain(model)(**batch))) < 1e-12
+        head = ElmoForTokenClassification.from_pretrained(converted["allennlp-elmo"], num_labels=3).eval()
+        head(**batch)
+        head_caches = (head.elmo.char_encoder.token_cache, head.elmo.layers[0].input_gate_cache)
+        assert all(len(cache) > 0 for cache in head_caches)
+        head.half().float()
+        assert all(len(cache) == 0 for cache in head_caches)
+
+
 def test_a_fused_optimizer_step_between_evaluations_is_seen(fixture_model):
     """torch's fused AdamW (Trainer's default) updates the weights without advancing their version counters: the
     caches and derived weights must still drop what they kept, here across the switch to training mode and back
@@ -649,6 +712,43 @@ def test_bf16_mode_multiplies_in_bfloat16_and_leaves_the_exact_caches_alone(fixt
     assert len(multiplies.gate_cache) > 0 and multiplies.gate_cache.hits > 0
 
 
+def test_bf16_mode_gate_cache_follows_the_layers_settings_and_clear_caches(fixture_model, kernel_choices, monkeypatch):
+    """README: `model.clear_caches()` empties both caches, `model.layers[0].input_gate_cache.max_words = 0` turns the
+    gate cache off, and with `add_new = False` it keeps exactly its words: in the bf16 mode too, whose gates go to a
+    cache of its own, whatever was set after opting in and after that cache was made."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    force_bfloat16_products(monkeypatch)
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[1], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    settings = model.layers[0].input_gate_cache
+    model.set_lstm_approximation("bf16")
+    with torch.no_grad():
+        cached = outputs(model(**batch))
+        bf16_gates = derived_weights(model.layers[0], "bf16", Bf16Multiplies).gate_cache
+        words = len(bf16_gates)
+        assert words > 0 and bf16_gates is not settings
+        model.clear_caches()
+        assert len(bf16_gates) == 0
+        settings.max_words = 0
+        off = outputs(model(**batch))
+        assert len(bf16_gates) == 0
+        settings.max_words, settings.add_new = words, False
+        kept = outputs(model(**batch))
+        assert len(bf16_gates) == 0  # (it held no words, and adds none)
+        settings.add_new = True
+        filled = outputs(model(**batch))
+        assert len(bf16_gates) == words
+        settings.max_words = words - 1  # (the batch alone would overflow it: computed, not kept)
+        model.clear_caches()
+        model(**batch)
+        assert len(bf16_gates) == 0
+    assert derived_weights(model.layers[0], "bf16", Bf16Multiplies).gate_cache is bf16_gates  # (the same cache)
+    assert len(settings) == 0  # the exact model's cache was never used
+    for found in (off, kept, filled):
+        assert all(torch.equal(a, b) for a, b in zip(found, cached))
+
+
 def test_bf16_mode_is_refused_where_the_cpu_would_emulate_bfloat16(fixture_model, monkeypatch):
     from hf_elmo import approximate
 
@@ -708,11 +808,45 @@ def test_the_heads_opt_in_to_an_approximation_of_their_bilm(converted, head, ker
         again = model(**batch)[0]
     assert (exact - approximate).abs().max() > 1e-5 and torch.equal(exact, again)
     bare = ElmoModel.from_pretrained(folder).eval()
+    # (the head's caches hold words computed with its own batches, the pretraining head's without <S> and </S>,
+    # whose float32 rounding differs in the last bit: both measure from empty caches)
+    model.elmo.clear_caches()
     for kind in ("nn_lstm", "int8", "bf16"):
         assert approximation_deviation(model, batch, kind) == approximation_deviation(bare, batch, kind), kind
         assert all(layer.approximation is None for layer in model.elmo.layers)
     with pytest.raises(ValueError, match="unknown biLSTM approximation 'fp8'"):
         model.set_lstm_approximation("fp8")
+
+
+@pytest.mark.parametrize("finetune_bilm", [False, True])
+@pytest.mark.parametrize("kind", ["nn_lstm", "int8", "bf16"])
+def test_approximations_are_inference_only_training_is_exact(converted, kind, finetune_bilm, kernel_choices,
+                                                             monkeypatch):
+    """README: the approximations are inference only. A head that opted in, in training mode, gets the loss and the
+    gradients of the same head without it, bit for bit: with its biLM frozen (the default), where nothing needs the
+    biLSTM's gradient, as with it fine-tuned. Back in eval mode it approximates again."""
+    folder = converted["allennlp-elmo"]
+    force_bfloat16_products(monkeypatch)
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[4], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    labels = (batch["input_ids"][..., 1] % 3).masked_fill(batch["attention_mask"] == 0, -100)
+    exact = ElmoForTokenClassification.from_pretrained(folder, num_labels=3, finetune_bilm=finetune_bilm, dropout=0.5)
+    approximate = copy.deepcopy(exact)
+    approximate.set_lstm_approximation(kind)
+    steps = []
+    for model in (exact, approximate):
+        model.train()
+        torch.manual_seed(0)  # (the same dropout masks)
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        steps.append((loss, {name: p.grad for name, p in model.named_parameters() if p.grad is not None}))
+    (exact_loss, exact_grads), (loss, grads) = steps
+    assert torch.equal(loss, exact_loss)
+    assert grads.keys() == exact_grads.keys() and ("elmo.layers.0.input_weight" in grads) == finetune_bilm
+    assert all(torch.equal(grads[name], exact_grads[name]) for name in grads)
+    with torch.no_grad():
+        assert (approximate.eval()(**batch).logits - exact.eval()(**batch).logits).abs().max() > 1e-6
 
 
 def test_nn_lstm_mode_equals_exact_where_nothing_is_clipped():

@@ -5,6 +5,10 @@ dozen steps; the README's full runs give the held-out numbers.
 """
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,12 +16,12 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
-from modeling.finetune import encode, finetune, main, parse_args
+from modeling.finetune import check_inputs, encode, finetune, main, parse_args
 from modeling.metrics import entity_scores, entity_spans
 from modeling.task_data import NER_TAGS, load_conll2003, load_rotten_tomatoes
 
-from conftest import assert_one_error
-
+from conftest import REPO, assert_one_error
+from test_hub import fake_hub_snapshot
 
 
 @pytest.fixture(autouse=True)
@@ -84,6 +88,7 @@ def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path)
     card = (output / "README.md").read_text()
     assert "pipeline_tag: token-classification" in card and "- elmo" in card and "custom_code" in card
     assert "1.58 epochs (60 steps), 600 training examples" in card
+    assert "base_model" not in card  # a local folder: nothing for the Hub to link to
     assert f"| test | {results['test']['f1']:.2f} |" in card and "${" not in card
     model = AutoModelForTokenClassification.from_pretrained(output)
     assert type(model) is ElmoForTokenClassification and model.config.id2label[1] == "B-PER"
@@ -165,22 +170,75 @@ def test_sentiment_finetuning_fits_its_slice(converted, tmp_path):
 
 
 def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsys):
-    """A missing model, data or output problem was a traceback (a ConversionError, an OSError from the Hub client)."""
+    """A missing model, data or output problem was a traceback (a ConversionError, an OSError from the Hub client);
+    --max-train-examples 0 used all the data, a negative one failed deep in Trainer, --epochs 0 trained nothing.
+    The numbers are checked before the data is read (the data folder of those rows does not exist)."""
     model = converted["allennlp-elmo"]
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "results.json").write_text("{}")
     output = tmp_path / "out"
+    no_data = ["--data-dir", tmp_path / "no-data"]
+    numbers = [
+        (["--batch-size", 0], "--batch-size must be at least 1, got 0"),
+        (["--logging-steps", 0], "--logging-steps must be at least 1, got 0"),
+        (["--max-steps", 0], "--max-steps must be at least 1, got 0"),
+        (["--max-steps", -1], "--max-steps must be at least 1, got -1"),
+        (["--max-train-examples", 0], "--max-train-examples must be at least 1, got 0"),
+        (["--max-train-examples", -5], "--max-train-examples must be at least 1, got -5"),
+        (["--max-eval-examples", 0], "--max-eval-examples must be at least 1, got 0"),
+        (["--epochs", 0], "--epochs must be a finite number above 0, got 0"),
+        (["--epochs", -1, "--max-steps", 5], "--epochs must be a finite number above 0, got -1"),
+        (["--epochs", "nan"], "--epochs must be a finite number above 0, got nan"),
+        (["--learning-rate", 0], "--learning-rate must be a finite number above 0, got 0"),
+        (["--warmup-steps", -1], "--warmup-steps must be a whole number of steps, or a fraction of the training "
+                                 "steps in [0, 1), got -1"),
+        (["--warmup-steps", 2.5], "--warmup-steps must be a whole number of steps, or a fraction of the training "
+                                  "steps in [0, 1), got 2.5"),
+        (["--dropout", 1], "--dropout must be in [0, 1), got 1"),
+        (["--scalar-mix-l2-coef", -0.1], "--scalar-mix-l2-coef must be a finite number >= 0, got -0.1"),
+    ]
     for arguments, message in [
         (["--model", "/nonexistent"], "--model /nonexistent: no such folder"),
         (["--model", tmp_path / "file.txt"], f"--model {tmp_path / 'file.txt'}: is a file, not a model folder"),
         (["--model", tmp_path], f"--model {tmp_path}: no config.json, not a model folder"),
         (["--model", model, "--output-dir", tmp_path / "used"],
          f"--output-dir {tmp_path / 'used'}: output folder exists and is not empty (pass --overwrite to replace it)"),
-        (["--model", model, "--batch-size", 0], "--batch-size must be at least 1, got 0"),
-        (["--model", model, "--data-dir", tmp_path / "no-data"],
+        *[(["--model", model, *no_data, *option], message) for option, message in numbers],
+        (["--model", model, *no_data],
          f"--data-dir {tmp_path / 'no-data'}: {tmp_path / 'no-data' / 'conll2003' / 'train.txt'}: missing; `make data` downloads"),
     ]:
         code = main([str(argument) for argument in ["--task", "ner", "--output-dir", output, *arguments]])
         assert_one_error(code, capsys.readouterr().err, message)
     assert not output.exists() and [p.name for p in (tmp_path / "used").iterdir()] == ["results.json"]
+    # The smallest sizes are accepted.
+    args = parse_args(["--task", "ner", "--model", str(model), "--output-dir", str(output), "--epochs", "0.5",
+                       "--max-train-examples", "1", "--max-eval-examples", "1", "--warmup-steps", "0",
+                       "--batch-size", "1", "--logging-steps", "1", "--max-steps", "1", "--dropout", "0"])
+    check_inputs(args)
+
+
+def test_a_hub_base_model_is_named_on_the_card_and_a_local_folder_is_not(converted, tmp_path, monkeypatch):
+    """--model OWNER/NAME, from the hub client's cache (the converted fixture laid out as its download, offline):
+    the card names it as base_model and as the source. A folder of that name where the script runs wins over the
+    Hub id, and its card names no base_model."""
+    hub_id = "hf-elmo-test/elmo-base"
+    hf_home = tmp_path / "hf_home"
+    fake_hub_snapshot(hf_home, hub_id, converted["allennlp-elmo"])
+    small = ["--task", "ner", "--model", hub_id, "--data-dir", REPO / "data", "--max-train-examples", 16,
+             "--max-eval-examples", 8, "--max-steps", 1, "--batch-size", 8, "--logging-steps", 1]
+    env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, REPO / "modeling" / "finetune.py", *map(str, small), "--output-dir", str(tmp_path / "hub")],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    card = (tmp_path / "hub" / "README.md").read_text()
+    assert f"\nbase_model: {hub_id}\n" in card.split("\n---\n")[0] + "\n"  # in the metadata block
+    assert f"`{hub_id}`, fine-tuned on CoNLL-2003" in card
+
+    shutil.copytree(converted["allennlp-elmo"], tmp_path / hub_id)
+    monkeypatch.chdir(tmp_path)
+    run_finetune(*small, "--output-dir", tmp_path / "local")
+    card = (tmp_path / "local" / "README.md").read_text()
+    assert "base_model" not in card and "`elmo-base`, fine-tuned on CoNLL-2003" in card

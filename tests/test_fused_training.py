@@ -528,16 +528,23 @@ def test_bf16_autocast_gradients_are_near_float32_as_the_plain_paths_are():
     assert sum(errors[True].values()) < 2 * sum(errors[False].values()), (errors[True], errors[False])
 
 
-def test_float32_training_turns_tf32_off():
-    """pretrain.py without mixed precision: exact float32, no TF32 in CUDA's multiplies or cuDNN's convolutions."""
-    from modeling.pretrain import set_float32_precision
+def test_float32_training_turns_tf32_off(tmp_path, monkeypatch):
+    """pretrain.py without mixed precision: exact float32, no TF32 in CUDA's multiplies or cuDNN's convolutions,
+    checked through a one-step run of pretrain.py's command line with both set on before (the settings are the
+    process's: restored afterwards). Under bf16 they are left as they were."""
+    from modeling import pretrain
 
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        set_float32_precision("bf16")
+        pretrain.set_float32_precision("bf16")
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
-        set_float32_precision("no")
+        # (one run per process here: Accelerate keeps the first run's mixed precision for the process)
+        arguments = ["--preset", "tiny", "--train-file", str(TRAIN_TEXT), "--max-steps", "1", "--save-steps", "0",
+                     "--eval-steps", "0", "--mixed-precision", "no", "--output-dir", str(tmp_path / "run")]
+        assert pretrain.main(arguments) == 0
+        assert (tmp_path / "run" / "model.safetensors").is_file()
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

@@ -303,6 +303,46 @@ def test_activation_checkpointing_per_bilstm_layer(base_path, tokenizer):
         assert torch.allclose(gradients[True][name], gradient, atol=1e-6), name
 
 
+def test_trainers_activation_checkpointing_recomputes_every_bilstm_layer(base_path, tokenizer, tmp_path, monkeypatch):
+    """The README's `activation_checkpointing=True` in TrainingArguments, one Trainer step: Trainer turns
+    checkpointing on in every biLSTM layer, each layer's forward runs again in backward (twice in the step, against
+    once without), and every parameter's gradient is the one of the step without checkpointing."""
+    from hf_elmo import modeling_elmo
+
+    fallback, calls = modeling_elmo.fused_training_fallback, []
+
+    def counted(layer, *args):  # a biLSTM layer's forward with autograd on asks this first, whichever path it takes
+        calls.append(layer)
+        return fallback(layer, *args)
+
+    monkeypatch.setattr(modeling_elmo, "fused_training_fallback", counted)
+    runs = {}
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, finetune_bilm=True)
+        gradients = {}
+        for name, parameter in model.named_parameters():  # the gradient backward computes, before any clipping
+            parameter.register_hook(lambda gradient, name=name: gradients.__setitem__(name, gradient.clone()))
+        args = TrainingArguments(
+            output_dir=str(tmp_path / f"checkpointing-{checkpointing}"), per_device_train_batch_size=4, max_steps=1,
+            activation_checkpointing=checkpointing, report_to="none", use_cpu=True, save_strategy="no", seed=0,
+        )
+        calls.clear()
+        Trainer(model=model, args=args, train_dataset=ner_dataset(tokenizer),
+                data_collator=DataCollatorForTokenClassification(tokenizer)).train()
+        layers = list(model.elmo.layers)
+        runs[checkpointing] = ([layer.gradient_checkpointing for layer in layers],
+                               [sum(call is layer for call in calls) for layer in layers], gradients)
+    count = len(model.elmo.layers)
+    assert count >= 2 and runs[False][:2] == ([False] * count, [1] * count), runs[False][:2]
+    assert runs[True][:2] == ([True] * count, [2] * count), runs[True][:2]
+    plain, checkpointed = runs[False][2], runs[True][2]
+    assert plain.keys() == checkpointed.keys() == {name for name, _ in model.named_parameters()}
+    for name, gradient in plain.items():
+        assert gradient.abs().max() > 0, name
+        assert torch.allclose(checkpointed[name], gradient, atol=1e-6), name
+
+
 def test_evaluation_keeps_only_the_logits(base_path, tokenizer, tmp_path):
     """keys_to_ignore_at_inference: even with output_hidden_states on, predict() gathers logits alone."""
     model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, output_hidden_states=True)

@@ -40,13 +40,61 @@ def test_character_ids_outside_the_alphabet_or_not_integers_are_refused(model_cl
             model(input_ids=ids, backward_input_ids=ids.masked_fill(ids == 98, 300))
 
 
+@pytest.mark.parametrize("name", ["with_words", "chars_only"])
+def test_character_ids_outside_a_character_vocabulary_are_refused(converted_elmoformanylangs, name):
+    """README: ids outside the alphabet of char.dic (an ELMoForManyLangs model: 61 characters and the padding id 0)
+    are refused, one line naming the value; 261, a byte alphabet's id, is one of them. Its last id is read."""
+    folder = converted_elmoformanylangs[name]
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    batch = dict(tokenizer([["天气", "不错"]], is_split_into_words=True, return_tensors="pt"))
+    for model in (ElmoModel.from_pretrained(folder).eval(), ElmoForTokenClassification.from_pretrained(folder).eval()):
+        alphabet = model.config.n_characters
+        assert alphabet == 62 and int(batch["input_ids"].max()) < alphabet
+        ids = batch["input_ids"]
+        for value in (alphabet, 261, -1):
+            message = rf"^input_ids holds {value}, outside the character alphabet \[0, 62\)"
+            with pytest.raises(ValueError, match=message):
+                model(**{**batch, "input_ids": ids.masked_fill(ids == ids[0, 0, 1], value)})
+        with torch.no_grad():
+            model(**{**batch, "input_ids": ids.masked_fill(ids == ids[0, 0, 1], alphabet - 1)})
+
+
+@pytest.mark.parametrize("head", [ElmoForSequenceClassification, ElmoForTokenClassification])
+def test_the_heads_refuse_keyword_arguments_they_do_not_read(head, tokenizer):
+    """A head took **kwargs and read only Trainer's num_items_in_batch: `initial_states` (which only the biLM takes)
+    or a misspelt argument was silently ignored. Now one error names them; what Trainer and transformers pass
+    (num_items_in_batch, return_dict) is still read."""
+    model = head(ElmoConfig(**TINY)).eval()
+    batch = tokenizer(["a big word", "a"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = model.elmo(**batch).final_states
+    name = head.__name__
+    with pytest.raises(ValueError, match=rf"^{name} got unexpected keyword argument\(s\) 'initial_states' \(a head "
+                                         r"starts every batch from the zero state; to carry the LSTM state, run"):
+        model(**batch, initial_states=states)
+    with pytest.raises(ValueError, match=rf"^{name} got unexpected keyword argument\(s\) 'atention_mask', 'lable': it "
+                                         "takes input_ids, attention_mask, labels"):
+        model(input_ids=batch["input_ids"], atention_mask=batch["attention_mask"], lable=torch.tensor([0, 1]))
+    if head is ElmoForSequenceClassification:
+        labels, counted = torch.tensor([0, 2]), 2
+    else:
+        labels, counted = torch.tensor([[0, 2, 1], [1, -100, -100]]), 4
+    with torch.no_grad():
+        loss, logits = model(**batch, labels=labels, num_items_in_batch=torch.tensor(2 * counted), return_dict=False)
+        mean = model(**batch, labels=labels).loss
+    assert torch.allclose(loss * 2, mean) and logits.shape[0] == 2  # (num_items_in_batch divides the summed loss)
+
+
 @pytest.mark.parametrize("model_class", MODEL_CLASSES)
 def test_an_attention_mask_that_reads_padding_is_refused(model_class, tokenizer):
-    """All ones over a padded batch (a common habit) would run the padding as words: refused, naming where."""
+    """All ones over a padded batch (a common habit) would run the padding as words and change the real words'
+    vectors: refused, naming where; a mask that is not a tensor of the batch's shape is refused too."""
     model = model_class(ElmoConfig(**TINY)).eval()
     batch = tokenizer(["a big word", "a"], padding=True, return_tensors="pt")
     with pytest.raises(ValueError, match=r"^attention_mask is 1 at row 1, position 1, an all-zero \(padding\) word"):
         model(input_ids=batch["input_ids"], attention_mask=torch.ones_like(batch["attention_mask"]))
+    with pytest.raises(ValueError, match=r"^attention_mask must be \[2, 3\], got list$"):
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"].tolist())
     if model_class is ElmoForPreTraining:  # its labels are read as the heads' are: integer ids
         labels = torch.zeros(2, 3, dtype=torch.long)
         with pytest.raises(ValueError, match=r"^labels must hold integer class ids .*got torch.float32$"):

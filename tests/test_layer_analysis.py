@@ -40,7 +40,7 @@ def task_data(folder):
     ("no conll data", r"^error: task data missing: .*empty/conll2003/train\.txt, .*empty/conll2003/valid\.txt, "
                       r".*empty/conll2003/test\.txt; `make data` downloads it$"),
     ("no brown test", r"^error: task data missing: .*brown-pos/test\.jsonl; `make data` downloads it$"),
-    ("model folder", r"^error: --model .*nowhere: not an ELMo folder \(no config\.json there\)$"),
+    ("model folder", r"^error: --model .*nowhere: no such folder$"),
     ("dropout 1", r"^error: --dropout must be at least 0 and below 1, not 1\.0$"),
     ("learning rate 0", r"^error: --learning-rate must be above 0, not 0\.0$"),
 ])

@@ -1,7 +1,9 @@
 """The wheel that `pip install .` builds: built here offline (no index, no build isolation) from a copy of the
-package's files, and checked for what the package needs at run time outside this checkout."""
+package's files, and checked for what the package needs at run time outside this checkout. And the torch build that
+the Makefile's set-up installs (TORCH_SPEC), seen in dry runs."""
 
 import importlib.metadata
+import os
 import re
 import shutil
 import stat
@@ -70,3 +72,74 @@ def test_the_wheel_declares_the_command_and_the_license(wheel):
     assert "hf-elmo = hf_elmo.cli:main" in wheel.read(entry_points).decode()
     (metadata,) = [name for name in wheel.namelist() if name.endswith(".dist-info/METADATA")]
     assert "License-Expression: Apache-2.0" in wheel.read(metadata).decode().splitlines()
+
+
+# ---- the Makefile's torch build (TORCH_SPEC, kept in VENV/.torch-spec) --------------------------------------------
+
+GPU_SPEC = "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
+DEFAULT_SPEC = "torch==2.13.0"
+
+
+def make_setup_dry_run(venv, torch_spec: str | None = None) -> list[str]:
+    """The commands `make setup VENV=venv [TORCH_SPEC=...]` would run (`make -n`: nothing runs, nothing installs)."""
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in ("TORCH_SPEC", "VENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    command = ["make", "-n", "--no-print-directory", "-C", str(REPO), "setup", f"VENV={venv}"]
+    if torch_spec is not None:
+        command.append(f"TORCH_SPEC={torch_spec}")
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.splitlines()
+
+
+def a_venv(folder, stamp: str | None, up_to_date: bool):
+    """A stand-in for a venv that `make setup` made (nothing in it but the Makefile's two marks): its
+    .torch-spec holding `stamp`, and .installed newer than pyproject.toml and the stamp, or older than both."""
+    folder.mkdir()
+    made = (REPO / "pyproject.toml").stat().st_mtime + (100 if up_to_date else -100)
+    if stamp is not None:
+        (folder / ".torch-spec").write_text(stamp + "\n", encoding="utf-8")
+        os.utime(folder / ".torch-spec", (made - 50, made - 50))
+    (folder / ".installed").touch()
+    os.utime(folder / ".installed", (made, made))
+    return folder
+
+
+def torch_installs(commands: list[str], venv) -> list[str]:
+    """The pip installs of torch among `commands`, each as what follows `pip ... install`."""
+    pip = f"{venv}/bin/python -m pip --quiet --disable-pip-version-check install "
+    return [line.removeprefix(pip) for line in commands if line.startswith(pip) and not line.startswith(pip + "-e ")]
+
+
+def stamp_written(commands: list[str], venv) -> list[str]:
+    return [line for line in commands if line.endswith(f"> {venv}/.torch-spec")]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_a_venvs_torch_build_is_kept_until_another_torch_spec_is_given(tmp_path):
+    """README, Quickstart: a venv made with another TORCH_SPEC keeps it in .venv/.torch-spec; later calls without
+    TORCH_SPEC keep it; a TORCH_SPEC other than the venv's reinstalls torch (by force), and only then."""
+    venv = a_venv(tmp_path / "gpu", GPU_SPEC, up_to_date=True)
+    assert torch_installs(make_setup_dry_run(venv), venv) == []  # without TORCH_SPEC: nothing to do
+    assert torch_installs(make_setup_dry_run(venv, f" {GPU_SPEC} "), venv) == []  # the same spec
+    commands = make_setup_dry_run(venv, DEFAULT_SPEC)  # another: the stamp is rewritten, torch reinstalled
+    assert stamp_written(commands, venv) == [f"printf '%s\\n' '{DEFAULT_SPEC}' > {venv}/.torch-spec"]
+    assert torch_installs(commands, venv) == [f"--force-reinstall --no-deps {DEFAULT_SPEC}", DEFAULT_SPEC]
+    # A venv that must be set up again (pyproject.toml changed) installs the stamp's build, not the default one.
+    stale = a_venv(tmp_path / "stale", GPU_SPEC, up_to_date=False)
+    commands = make_setup_dry_run(stale)
+    assert torch_installs(commands, stale) == [GPU_SPEC] and stamp_written(commands, stale) == []
+    commands = make_setup_dry_run(stale, DEFAULT_SPEC)
+    assert torch_installs(commands, stale) == [f"--force-reinstall --no-deps {DEFAULT_SPEC}", DEFAULT_SPEC]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_a_new_venv_gets_the_default_torch_or_the_one_given(tmp_path):
+    """Without a venv: torch==2.13.0, or TORCH_SPEC, installed plainly and written to the stamp. A venv made before
+    the stamp existed gets one written, and torch installed as before, not by force."""
+    for venv, spec, expected in ((tmp_path / "new", None, DEFAULT_SPEC), (tmp_path / "new-gpu", GPU_SPEC, GPU_SPEC),
+                                 (a_venv(tmp_path / "unstamped", None, up_to_date=True), None, DEFAULT_SPEC)):
+        commands = make_setup_dry_run(venv, spec)
+        assert stamp_written(commands, venv) == [f"printf '%s\\n' '{expected}' > {venv}/.torch-spec"], commands
+        assert torch_installs(commands, venv) == [expected], commands
+    assert not (tmp_path / "new").exists()  # a dry run

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForPreTraining
 
-from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
+from hf_elmo import ELMO_AUTO_MAP, ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from hf_elmo.modeling_elmo import log_uniform_probability, sample_log_uniform, sampled_softmax_loss
 from hf_elmo.tokenization_elmo import char_ids_to_word
 
@@ -392,29 +392,49 @@ def test_training_loss_falls_and_the_final_model_is_complete(reference_run):
     os.umask(umask)
     assert (reference_run / "vocab.txt").stat().st_mode & 0o777 == 0o666 & ~umask  # (not mkstemp's private 0600)
     config = json.loads((reference_run / "config.json").read_text())
-    assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForPreTraining"}
+    assert config["auto_map"] == json.loads(json.dumps(ELMO_AUTO_MAP))  # every class, the heads included
     assert (reference_run / "modeling_elmo.py").is_file() and (reference_run / "tokenizer_config.json").is_file()
+    # The model card: the Hub's metadata, the model's size and source, and the final held-out perplexity.
+    card = (reference_run / "README.md").read_text()
+    parameters = sum(p.numel() for p in ElmoForPreTraining.from_pretrained(reference_run).parameters())
+    assert card.startswith("---\nlibrary_name: transformers\n") and "\n# run\n" in card
+    assert f"| parameters | {parameters:,} |" in card
+    assert "| source | pretrained with `modeling/pretrain.py` `--preset tiny` |" in card
+    assert (f"Held-out perplexity after 60 steps: forward {results['forward_perplexity']:.2f}, backward "
+            f"{results['backward_perplexity']:.2f}, average {results['average_perplexity']:.2f} "
+            f"({results['target_words']:,} target words per direction).") in card
 
 
 def test_pretrain_takes_the_fast_path_and_plain_path_gives_the_same_run(reference_run, tmp_path, capsys, monkeypatch):
-    """The fused layers are pretrain.py's default and --plain-path trains without them, to the same losses."""
+    """The fused biLSTM layers, character CNN and sampled softmax are pretrain.py's default, and --plain-path trains
+    without any of them (the plain definition throughout), to the same losses."""
+    import hf_elmo.fused_char_encoder as fused_char_encoder
     import hf_elmo.modeling_elmo as modeling
 
-    calls = {"layer": 0}
-    fused = modeling.fused_bilstm_layer
+    calls = {}
 
-    def counted(*args, **kwargs):
-        calls["layer"] += 1
-        return fused(*args, **kwargs)
+    def count(owner, name, part):
+        original = getattr(owner, name)
 
-    monkeypatch.setattr(modeling, "fused_bilstm_layer", counted)
+        def counted(*args, **kwargs):
+            calls[part] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+
+    count(modeling, "fused_bilstm_layer", "biLSTM")
+    count(fused_char_encoder._CharFilters, "apply", "char CNN")
+    count(modeling, "fused_sampled_softmax_loss", "sampled softmax")  # (the tiny preset: 16 negatives of 32 words)
     logs = {}
     for path in ("fast", "plain"):
-        calls["layer"] = 0
+        calls.update(dict.fromkeys(["biLSTM", "char CNN", "sampled softmax"], 0))
         code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 30, "--save-steps", 0, "--eval-steps", 20,
                                 "--output-dir", tmp_path / path, *(["--plain-path"] if path == "plain" else []))
         assert code == 0, err
-        assert (calls["layer"] > 0) == (path == "fast"), (path, calls)
+        if path == "fast":  # (the sampled softmax: each direction, every step)
+            assert calls["biLSTM"] > 0 and calls["char CNN"] > 0 and calls["sampled softmax"] == 2 * 30, calls
+        else:
+            assert set(calls.values()) == {0}, calls
         logs[path] = losses(tmp_path / path)
     reference = losses(reference_run)
     assert len(logs["plain"]) == 30
@@ -517,6 +537,58 @@ def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path
     assert not output.exists()
 
 
+def test_default_model_export_refuses_a_folder_that_does_not_reload_and_keeps_the_old_one(reference_run, tmp_path,
+                                                                                          capsys, monkeypatch):
+    """export_default.py reloads what it wrote before it replaces the default model: a written weight that does not
+    read back as it was (here one value changed on its way to the disk) is one error line naming the written folder,
+    and the old default model stays as it was. A run whose weights are not finite (a diverged run, whose outputs no
+    reloaded copy equals) is refused up front, naming the weight."""
+    from safetensors.torch import save_file
+
+    from modeling import export_default
+
+    sources = tmp_path / "sources.json"
+    sources.write_text(json.dumps({"fixture": {"description": "the fixture text", "package": "tests", "license": "-",
+                                               "train_words": 1234, "valid_words": 56}}))
+    old = tmp_path / "default-model"
+    old.mkdir()
+    (old / "README.md").write_text("# the old card\n")
+    (old / "model.safetensors").write_bytes(b"the old model")
+    written = tmp_path / "default-model.partial"
+    save_pretrained = ElmoModel.save_pretrained
+
+    def a_value_changed_on_the_way(self, folder, *args, **kwargs):
+        save_pretrained(self, folder, *args, **kwargs)
+        weights = load_file(Path(folder) / "model.safetensors")
+        weights["layers.0.input_weight"][0, 0] += 1.0
+        save_file(weights, Path(folder) / "model.safetensors", metadata={"format": "pt"})
+
+    arguments = ["--run-dir", reference_run, "--sources", sources, "--output", old]
+    with monkeypatch.context() as patch:
+        patch.setattr(ElmoModel, "save_pretrained", a_value_changed_on_the_way)
+        code = export_default.main([str(argument) for argument in arguments])
+    assert_one_error(code, capsys.readouterr().err, f"{written}: the written folder does not reload to the same model; "
+                                                    f"{old} is left as it was")
+    assert sorted(path.name for path in old.iterdir()) == ["README.md", "model.safetensors"]
+    assert (old / "model.safetensors").read_bytes() == b"the old model" and (old / "README.md").read_text() == "# the old card\n"
+    assert not (tmp_path / "default-model.old").exists()
+    # The same export without the damage replaces it.
+    assert export_default.main([str(argument) for argument in arguments]) == 0
+    assert ElmoModel.from_pretrained(old) is not None and not written.exists()
+
+    diverged = tmp_path / "diverged"
+    shutil.copytree(reference_run, diverged)
+    weights = load_file(diverged / "model.safetensors")
+    name = next(name for name in sorted(weights) if name.startswith("elmo.char_encoder"))
+    weights[name].view(-1)[0] = float("nan")
+    save_file(weights, diverged / "model.safetensors", metadata={"format": "pt"})
+    kept = (old / "model.safetensors").read_bytes()
+    code = export_default.main([str(argument) for argument in ["--run-dir", diverged, "--sources", sources, "--output", old]])
+    assert_one_error(code, capsys.readouterr().err, f"--run-dir {diverged}: the weight {name.removeprefix('elmo.')} holds "
+                                                    "NaN or infinite values")
+    assert (old / "model.safetensors").read_bytes() == kept
+
+
 def test_resume_after_kill_9_ends_exactly_like_the_uninterrupted_run(reference_run, tmp_path):
     folder = tmp_path / "run"
     command = [sys.executable, str(PRETRAIN), *map(str, REFERENCE_ARGS), "--output-dir", str(folder)]
@@ -573,6 +645,44 @@ def test_a_resume_between_logged_steps_logs_what_the_uninterrupted_run_logged(ev
     every_step = losses(reference_run)
     assert losses(every_three_run) == pytest.approx(
         {end: np.mean([every_step[step] for step in range(end - 2, end + 1)]) for end in (3, 6, 9)}, abs=1e-6)
+
+
+def test_resume_in_a_folder_without_checkpoints_starts_from_the_beginning(every_three_run, tmp_path, capsys):
+    """The same command serves a first start: --resume where there is no checkpoint (a folder that does not exist
+    yet) says so and trains from step 0, to the log and weights of the run started without it."""
+    folder = tmp_path / "run"
+    code, out, err = run_main(capsys, *EVERY_THREE_ARGS, "--output-dir", folder, "--resume")
+    assert code == 0, err
+    assert f"no checkpoint in {folder}: starting from the beginning" in out and "resumed from" not in out
+    expected, found = read_log(every_three_run), read_log(folder)
+    assert [record["step"] for record in found] == [record["step"] for record in expected] == [3, 4, 6, 8, 9, 9]
+    for want, got in zip(expected, found):
+        for key in want.keys() - {"words_per_second"}:
+            assert got[key] == pytest.approx(want[key], abs=1e-6), (want["step"], key)
+    assert sorted(p.name for p in folder.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6", "checkpoint-8"]
+    weights, expected_weights = load_file(folder / "model.safetensors"), load_file(every_three_run / "model.safetensors")
+    assert all(torch.allclose(weights[name], tensor, atol=1e-6) for name, tensor in expected_weights.items())
+
+
+def test_seconds_after_a_resume_count_the_earlier_processes_up_to_the_checkpoint(every_three_run, tmp_path, capsys):
+    """trainer_state.json's `seconds` after a resume: the seconds the checkpoint recorded for the processes before
+    (here made a day, which no run of this test takes: trainer_state.json holds the other files' digests, not its
+    own, so the checkpoint still resumes) plus this process's own."""
+    folder = tmp_path / "run"
+    shutil.copytree(every_three_run, folder)
+    state_file = folder / "checkpoint-8" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert 0 < state["seconds"] < 300
+    state["seconds"] = earlier = 86_400.0
+    state_file.write_text(json.dumps(state, indent=2) + "\n")
+    started = time.perf_counter()
+    code, out, err = run_main(capsys, *EVERY_THREE_ARGS, "--output-dir", folder, "--resume")
+    took = time.perf_counter() - started
+    assert code == 0, err
+    assert f"resumed from {folder / 'checkpoint-8'} at step 8" in out
+    seconds = json.loads((folder / "trainer_state.json").read_text())["seconds"]
+    assert earlier < seconds <= earlier + took + 0.1, (seconds, took)
+    assert losses(folder) == pytest.approx(losses(every_three_run), abs=1e-6)
 
 
 def test_save_total_limit_keeps_the_latest_checkpoints(every_three_run):
@@ -654,6 +764,90 @@ def test_two_processes_train_one_model(tmp_path):
     two_weights, one_weights = load_file(tmp_path / "two" / "model.safetensors"), load_file(tmp_path / "one" / "model.safetensors")
     for name, tensor in one_weights.items():
         assert torch.allclose(two_weights[name], tensor, atol=1e-5), name
+
+
+CONFIGS = REPO / "modeling" / "configs"
+
+
+def test_accelerate_configurations_are_what_the_readme_says():
+    """modeling/configs/, read by Accelerate's own config loader: cpu.yaml one CPU process, gpu.yaml one GPU with bf16,
+    multi_gpu.yaml DDP, fsdp.yaml FSDP2 wrapping classes the model has, multi_cpu.yaml several processes (gloo, with
+    ACCELERATE_USE_CPU=1); each file's first line is the command that uses it."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.utils import DistributedType
+
+    import hf_elmo.modeling_elmo as modeling
+
+    readme = " ".join(README.read_text().split())
+    assert ("`gpu.yaml` is one GPU with bf16, `multi_gpu.yaml` DDP, `fsdp.yaml` FSDP2 (ELMo fits on one GPU, so DDP is "
+            "the better tool), `cpu.yaml` one CPU process, `multi_cpu.yaml` several CPU processes (with "
+            "`ACCELERATE_USE_CPU=1`).") in readme
+    assert sorted(path.name for path in CONFIGS.iterdir()) == ["cpu.yaml", "fsdp.yaml", "gpu.yaml", "multi_cpu.yaml",
+                                                               "multi_gpu.yaml"]
+    configs = {path.name: load_config_from_file(str(path)) for path in CONFIGS.glob("*.yaml")}
+    described = {  # distributed type, processes, mixed precision, on the CPU
+        "cpu.yaml": (DistributedType.NO, 1, "no", True),
+        "gpu.yaml": (DistributedType.NO, 1, "bf16", False),
+        "multi_gpu.yaml": (DistributedType.MULTI_GPU, 2, "bf16", False),
+        "fsdp.yaml": (DistributedType.FSDP, 2, "bf16", False),
+        "multi_cpu.yaml": (DistributedType.MULTI_GPU, 2, "no", False),  # (the CPU from ACCELERATE_USE_CPU=1)
+    }
+    for name, config in configs.items():
+        assert (config.distributed_type, config.num_processes, config.mixed_precision, config.use_cpu) == described[name], name
+        assert config.num_machines == 1, name
+        command = rf"accelerate launch --config_file modeling/configs/{re.escape(name)}( --num_processes \d+)? modeling/pretrain.py"
+        assert re.search(command, (CONFIGS / name).read_text()), name
+    assert str(configs["gpu.yaml"].gpu_ids) == "0" and configs["multi_gpu.yaml"].gpu_ids == "all"
+    fsdp = configs["fsdp.yaml"].fsdp_config
+    assert fsdp["fsdp_version"] == 2 and fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    wrapped = fsdp["fsdp_transformer_layer_cls_to_wrap"].split(",")
+    assert wrapped == ["ElmoBiLstmLayer", "ElmoCharacterEncoder"]
+    assert all(isinstance(getattr(modeling, name), type) for name in wrapped)
+    assert "ACCELERATE_USE_CPU=1 accelerate launch --config_file modeling/configs/multi_cpu.yaml" in (
+        CONFIGS / "multi_cpu.yaml").read_text()
+
+
+def test_accelerate_launch_with_cpu_yaml_trains_as_the_plain_command(reference_run, tmp_path):
+    """`accelerate launch --config_file modeling/configs/cpu.yaml modeling/pretrain.py ...`: one process in float32,
+    the same first steps as the reference run started with python."""
+    folder = tmp_path / "run"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", CONFIGS / "cpu.yaml", PRETRAIN,
+               *TRAIN_ARGS, "--max-steps", 2, "--save-steps", 0, "--eval-steps", 0, "--output-dir", folder]
+    result = subprocess.run([str(part) for part in command], capture_output=True, text=True, env=script_env(tmp_path),
+                            timeout=300, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    settings = json.loads((folder / "trainer_state.json").read_text())["settings"]
+    assert (settings["num_processes"], settings["mixed_precision"]) == (1, "no")
+    reference = losses(reference_run)
+    assert losses(folder) == pytest.approx({step: reference[step] for step in (1, 2)}, abs=1e-6)
+
+
+def test_a_pretraining_output_loads_as_every_head_through_its_auto_map(reference_run, python_without_hf_elmo, tmp_path):
+    """With only transformers, a run folder loads as a token classification head and as a sentence classifier
+    through its auto_map, from the folder's own code, the biLM the one the run trained. (That config.json names every
+    class itself: test_training_loss_falls_and_the_final_model_is_complete.)"""
+    specs = [f"{reference_run}:{auto_class}"
+             for auto_class in ("AutoModelForTokenClassification", "AutoModelForSequenceClassification")]
+    probe = Path(__file__).with_name("remote_code_probe.py")
+    result = subprocess.run([python_without_hf_elmo, probe, tmp_path / "outputs.pt", *specs], cwd=tmp_path,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PYTHONPATH": ""},
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote = torch.load(tmp_path / "outputs.pt")
+    tokenizer = ElmoTokenizer.from_pretrained(reference_run)
+    probe_words = [["EU", "rejects", "German", "call", "."], ["Peter", "Blackburn"], ["天", "气"]]  # remote_code_probe's
+    batch = tokenizer(probe_words, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = ElmoModel.from_pretrained(reference_run).eval()(**batch).last_hidden_state
+    for spec, (auto_class, head, shape) in zip(specs, [
+        ("AutoModelForTokenClassification", "ElmoForTokenClassification", (3, 5, 2)),
+        ("AutoModelForSequenceClassification", "ElmoForSequenceClassification", (3, 2)),
+    ]):
+        outputs = remote[spec]
+        assert outputs[f"{auto_class} class"] == head and outputs[f"{auto_class} module"].startswith("transformers_modules.")
+        assert outputs["AutoModel module"].startswith("transformers_modules.") and outputs["AutoModel class"] == "ElmoModel"
+        assert tuple(outputs[auto_class].shape) == shape, spec  # (a new classifier: 2 labels)
+        assert torch.allclose(outputs["AutoModel"], expected, atol=1e-6), spec
 
 
 def test_trained_model_loads_as_elmo_model_and_exports_to_the_original_format(reference_run, tmp_path):
@@ -820,7 +1014,8 @@ def test_unigram_softmax_init_starts_at_the_unigram_perplexity(tmp_path, capsys)
 
 def test_parameter_counts_in_the_readme_are_the_presets():
     """The README's presets table (rounded, in millions), the ptb-cpu run's exact count and the default model's, and the
-    presets' own descriptions, against each preset's model built on the meta device (no memory, no time)."""
+    presets' own descriptions, against each preset's model built on the meta device (no memory, no time). (The
+    table's sizes and recipes: test_the_readmes_presets_table_is_the_presets.)"""
     from modeling.presets import PRESETS
 
     def count(preset: str, vocab_size: int | None = None, body_only: bool = False) -> int:
@@ -848,6 +1043,78 @@ def test_parameter_counts_in_the_readme_are_the_presets():
     for name in ("small", "medium", "original"):
         described = re.search(r"([\d.]+)M parameters without softmax", PRESETS[name]["description"])[1]
         assert f"{count(name) / 1e6:.1f}" == described, name
+
+
+# What the README's presets table says of a recipe, and the training values each statement fixes.
+RECIPE_STATEMENTS = [
+    (r"\b(AdamW|Adagrad) (\d+(?:\.\d+)?(?:e-?\d+)?)\b", lambda m: {"optimizer": m[1].lower(), "learning_rate": float(m[2])}),
+    (r"\bwith (linear|cosine) decay\b", lambda m: {"lr_scheduler": m[1]}),
+    (r"\b(\d+) negatives\b", lambda m: {"negative_samples": int(m[1])}),
+    (r"\bfull softmax\b", lambda m: {"negative_samples": 0}),
+    (r"\bunigram-initialised softmax\b", lambda m: {"softmax_init": "unigram"}),
+    (r"\bdropout (\d+(?:\.\d+)?)\b", lambda m: {"dropout": float(m[1])}),
+    (r"\b(\d+(?:\.\d+)?) epochs\b", lambda m: {"epochs": float(m[1]), "max_train_minutes": 0.0}),
+    (r"\b(\d+) minutes of training\b", lambda m: {"max_train_minutes": float(m[1])}),
+    (r"\bclip (\d+(?:\.\d+)?)\b", lambda m: {"max_grad_norm": float(m[1])}),
+    (r"\b(\d+) rows x (\d+) words\b", lambda m: {"batch_size": int(m[1]), "unroll_steps": int(m[2])}),
+]
+# Parts of the recipe column that state no training value.
+RECIPE_PROSE = {"for tests and first tries", "Penn Treebank on one GPU"}
+
+
+def test_the_readmes_presets_table_is_the_presets():
+    """Each row of the README's presets table against modeling/presets.py: the model column's layers, cell and
+    projection sizes and character CNN (Kim et al.'s small or large filters, the released models' 2048 filters), and
+    every value the recipe column states (optimizer and learning rate, schedule, negatives or full softmax, softmax
+    initialisation, dropout, epochs or minutes, rows x words, clipping). Every comma-separated part of a recipe must
+    state something this test reads (or be known prose), so that a value written another way is not skipped."""
+    from hf_elmo.configuration_elmo import ORIGINAL_CHAR_CNN_FILTERS
+    from modeling.presets import PRESETS, TINY_MODEL, training_settings
+
+    # Kim et al. (2016), table 2: the small model's 25 w filters of each width w up to 6 and one highway layer, the
+    # large one's min(200, 50 w) up to 7 and two.
+    kim = {"small": ([(w, 25 * w) for w in range(1, 7)], 1), "large": ([(w, min(200, 50 * w)) for w in range(1, 8)], 2)}
+
+    readme = README.read_text()
+    table = readme.split("| preset | model | recipe |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    rows = [row.strip("|").split(" | ") for row in table.splitlines()]
+    named = {}
+    for names, model_column, recipe in rows:
+        for name in re.findall(r"`([\w-]+)`", names):
+            named[name] = (model_column.strip(), recipe.strip())
+    assert named.keys() == PRESETS.keys(), named.keys()
+    checked = 0
+    for name, (model_column, recipe) in named.items():
+        model = {**ElmoConfig().to_dict(), **PRESETS[name]["model"]}
+        filters = [tuple(f) for f in model["char_cnn_filters"]]
+        if name == "tiny":
+            assert model_column.startswith("the fixtures' 32-wide biLM") and PRESETS[name]["model"] == TINY_MODEL
+            assert 2 * model["projection_dim"] == 32
+        elif model_column.startswith("the released ELMo sizes"):
+            released = re.search(r"\((\d+)x(\d+)_(\d+)_(\d+)cnn_(\d+)xhighway", PRESETS[name]["description"])
+            found = (model["num_lstm_layers"], model["cell_size"], model["projection_dim"], sum(n for _, n in filters),
+                     model["num_highway_layers"])
+            assert tuple(map(int, released.groups())) == found, name
+            assert filters == list(ORIGINAL_CHAR_CNN_FILTERS), name
+        else:
+            size = re.fullmatch(r"(\d+) x (\d+) LSTM(?: with (\d+)-wide projections)?, Kim et al.'s (small|large) char "
+                                r"CNN(?: \(.*\))?", model_column)
+            assert size, (name, model_column)
+            layers, cell, projection, kim_size = size.groups()
+            assert (model["num_lstm_layers"], model["cell_size"]) == (int(layers), int(cell)), name
+            assert model["projection_dim"] == int(projection or cell), name
+            assert (filters, model["num_highway_layers"]) == kim[kim_size], name
+        settings = training_settings(name)
+        stated = {}
+        for part in recipe.split(", "):
+            found = [statement(match) for pattern, statement in RECIPE_STATEMENTS for match in re.finditer(pattern, part)]
+            assert found or part in RECIPE_PROSE, f"{name}: the README's recipe part {part!r} states nothing this test reads"
+            for values in found:
+                stated.update(values)
+        for key, value in stated.items():
+            assert settings[key] == (pytest.approx(value) if isinstance(value, float) else value), (name, key, value)
+            checked += 1
+    assert checked >= 42, checked  # ptb-cpu's 7 values, default's 7, ptb-gpu's 1, 9 for each released size
 
 
 def test_command_line_errors_name_the_problem(tmp_path, capsys):
@@ -889,7 +1156,7 @@ def test_options_out_of_range_and_unusable_init_from_folders_are_refused_before_
         (["--eval-unroll-steps", 0], "--eval-unroll-steps must be at least 1, got 0"),
         (["--init-from", tmp_path / "missing"], f"--init-from {tmp_path / 'missing'}: no such folder"),
         (["--init-from", tmp_path / "file.txt"], f"--init-from {tmp_path / 'file.txt'}: is a file, not a model folder"),
-        (["--init-from", tmp_path / "no-config"], f"--init-from {tmp_path / 'no-config'}: no config.json; convert original weights first"),
+        (["--init-from", tmp_path / "no-config"], f"--init-from {tmp_path / 'no-config'}: no config.json, not a model folder; convert original weights first"),
         (["--init-from", tmp_path / "cut-config"], f"--init-from {tmp_path / 'cut-config' / 'config.json'}: "),
     ]:
         code, _, err = run_main(capsys, *TRAIN_ARGS, *arguments, "--output-dir", output)
@@ -1118,6 +1385,59 @@ def test_resume_refuses_a_checkpoint_with_a_missing_or_damaged_file(reference_co
     assert code == 0, err
     expected, found = losses(reference_run), losses(folder)
     assert found.keys() == expected.keys() and all(found[s] == pytest.approx(expected[s], abs=1e-6) for s in expected)
+
+
+def test_vocabulary_and_text_options_through_the_command_line(tmp_path, capsys):
+    """--vocab-size and --min-count limit the vocabulary built from the text (<S> </S> <UNK>, then the words by
+    frequency, ties alphabetically), for the softmax's vocab.txt and, with --alphabet vocabulary, for word.dic (<oov>
+    <bos> <eos> <pad> first), which is then the softmax's; --word-splitting tokenizer splits raw text with
+    ElmoTokenizer; --text-column names a saved dataset's column, for the training and the held-out text."""
+    import datasets
+
+    # beta 12 times, zeta 6, alpha, delta and gamma 3 each: neither the order of first appearance nor alphabetical.
+    (tmp_path / "train.txt").write_text("zeta beta beta alpha\nbeta gamma zeta\nbeta delta\n" * 3)
+    one_step = ["--preset", "tiny", "--batch-size", 1, "--unroll-steps", 2, "--max-steps", 1, "--save-steps", 0,
+                "--eval-steps", 0]
+
+    def run(name, *arguments, train=tmp_path / "train.txt") -> Path:
+        code, _, err = run_main(capsys, *one_step, "--train-file", train, *arguments, "--output-dir", tmp_path / name)
+        assert code == 0, (name, err)
+        return tmp_path / name
+
+    def softmax_words(folder: Path) -> list[str]:
+        words = Vocabulary.from_file(folder / "vocab.txt").words
+        assert ElmoForPreTraining.from_pretrained(folder).config.lm_vocab_size == len(words)
+        return words
+
+    specials, ranked = ["<S>", "</S>", "<UNK>"], ["beta", "zeta", "alpha", "delta", "gamma"]
+    assert softmax_words(run("all")) == specials + ranked
+    assert softmax_words(run("six", "--vocab-size", 6)) == specials + ranked[:3]
+    assert softmax_words(run("four-times", "--min-count", 4)) == specials + ranked[:2]
+    entries = ["<oov>", "<bos>", "<eos>", "<pad>"]
+    for name, options, expected in [("dic-seven", ["--vocab-size", 7], ranked[:3]),
+                                    ("dic-four-times", ["--min-count", 4], ranked[:2])]:
+        folder = run(name, "--alphabet", "vocabulary", *options)
+        words = ElmoTokenizer.from_pretrained(folder).lexicon.words
+        assert sorted(words, key=words.get) == entries + expected, name
+        assert softmax_words(folder) == entries + expected, name  # the softmax predicts word.dic
+
+    (tmp_path / "raw.txt").write_text("Don't stop, U.S. friends!\nDon't.\n")
+    assert softmax_words(run("whitespace", train=tmp_path / "raw.txt")) == specials + [
+        "Don't", "Don't.", "U.S.", "friends!", "stop,"]
+    assert softmax_words(run("tokenizer", "--word-splitting", "tokenizer", train=tmp_path / "raw.txt")) == specials + [
+        ".", "Do", "n't", "!", ",", "U.S", "friends", "stop"]
+
+    datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict({"sentence": ["beta beta gamma", "alpha beta"], "text": ["unused"] * 2}),
+        "validation": datasets.Dataset.from_dict({"sentence": ["gamma beta", "delta"], "text": ["unused"] * 2}),
+    }).save_to_disk(tmp_path / "saved")
+    folder = run("column", "--text-column", "sentence", "--validation-file", tmp_path / "saved", train=tmp_path / "saved")
+    assert softmax_words(folder) == specials + ["beta", "alpha", "gamma"]
+    results = json.loads((folder / "eval_results.json").read_text())
+    assert results["target_words"] == 3 + 2  # the validation split's sentence column: 3 words and 2 sentence ends
+    datasets.Dataset.from_dict({"sentence": ["a b"]}).save_to_disk(tmp_path / "no-text-column")
+    code, _, err = run_main(capsys, *one_step, "--train-file", tmp_path / "no-text-column", "--output-dir", tmp_path / "x")
+    assert_one_error(code, err, "no column 'text'")
 
 
 def test_a_bytes_run_after_a_vocabulary_run_in_the_same_folder_leaves_no_dictionaries(tmp_path, capsys):
