@@ -240,14 +240,15 @@ def main(argv=None) -> int:
     setup["load_average_end"] = os.getloadavg()
     output = Path(args.output)
     previous = output.read_text(encoding="utf-8") if output.is_file() else ""
-    report = assemble(previous, render(steps, pretrain, setup, time.time() - start))
+    section = render(steps, pretrain, setup, time.time() - start)
+    report = assemble(previous, section)
     partial = output.with_suffix(".md.partial")
     partial.write_text(report, encoding="utf-8")
     os.replace(partial, output)
     raw = {name: {k: (v if k not in ("ratio", "spread") else {"/".join(p): x for p, x in v.items()})
                   for k, v in r.items()} for name, r in steps.items()}
     (work / "results.json").write_text(json.dumps({"setup": setup, "steps": raw, "pretrain": pretrain}, indent=1))
-    print("\n" + report)
+    print("\n" + section)
     return 0
 
 

@@ -155,7 +155,7 @@ class Bf16Multiplies(ExactMultiplies):
 
     def __init__(self, layer):
         super().__init__(layer)
-        self.gate_cache = ElmoTokenCache(layer.input_gate_cache.max_words)
+        self.gate_cache = ElmoTokenCache()  # (its max_words and add_new are the layer's, set at every call)
 
     def linear(self, kind: str, direction: int = 0):
         key = (kind, direction)
@@ -182,7 +182,7 @@ class Bf16Multiplies(ExactMultiplies):
         return torch.add(input_gates, self.recurrent(direction, h))
 
 
-def bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False, use_cache: bool = True):
+def bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False):
     """`ElmoBiLstmLayer.forward` with bfloat16 multiplies (the fast path's organisation of the work)."""
     if inputs.is_cuda:
         return graphed_bilstm_layer(layer, inputs, step_mask, h, c, dtype=torch.bfloat16)
@@ -192,7 +192,7 @@ def bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False, use_
         gate_cache, settings = multiplies.gate_cache, layer.input_gate_cache
         gate_cache.max_words, gate_cache.add_new = settings.max_words, settings.add_new  # (as set now, not at opt-in)
     return fast_bilstm_layer(layer, inputs.float(), step_mask, h.float(), c.float(), multiplies=multiplies,
-                             gate_cache=gate_cache, use_cache=use_cache)
+                             gate_cache=gate_cache)
 
 
 def clear_approximation_caches(layer) -> None:
@@ -208,7 +208,7 @@ def approximate_bilstm_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool
     # (again here: the model may have been moved or converted since it opted in)
     check_approximation(layer.approximation, inputs.device, layer.input_weight.dtype)
     if layer.approximation == "bf16":
-        return bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat, use_cache=not layer.training)
+        return bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat)
     return int8_layer(layer, inputs, step_mask, h, c)
 
 

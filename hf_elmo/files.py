@@ -83,7 +83,9 @@ def model_folder_problem(path) -> str | None:
         return None
     if not path.exists():
         return "no such folder"
-    return "no config.json, not a model folder" if path.is_dir() else "is a file, not a model folder"
+    if not path.is_dir():
+        return "is a file, not a model folder"
+    return "its config.json is not a file" if (path / "config.json").exists() else "no config.json, not a model folder"
 
 
 def check_output_location(path, kind: str, error: type[ValueError] = ValueError, writes_inside: bool = False) -> None:

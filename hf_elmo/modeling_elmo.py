@@ -5,6 +5,7 @@ original numbers. Shapes: B = batch, T = words, K = characters per word, P = pro
 C = cell_size, L = num_lstm_layers.
 """
 
+import inspect
 import math
 import os
 import re
@@ -489,6 +490,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         `"bf16"` multiplies in bfloat16 (on a CPU with AVX512-BF16 or AMX-BF16, or a GPU); `"int8"` in int8 on
         CPU; both need a float32 model. `"nn_lstm"` runs `torch.nn.LSTM` (cuDNN on GPU) without the original's
         clipping, in the model's dtype. All change the numbers (see `approximate.py` and benchmarks/RESULTS.md).
+        They run in eval mode only: in training mode the exact biLSTM runs, whatever is set.
         """
         if kind is not None and kind not in APPROXIMATIONS:
             raise ValueError(f"unknown biLSTM approximation {kind!r}: choose one of {APPROXIMATIONS} or None (exact)")
@@ -624,19 +626,21 @@ class ElmoModel(ElmoPreTrainedModel):
         caches and the derived copies of the weights are dropped. Their fingerprints would see the new storage too,
         but not where the allocator hands a converted weight the very address of the old one (`.half().float()`)."""
         result = super()._apply(fn, *args, **kwargs)
+        self._drop_inference_state()
+        return result
+
+    def _drop_inference_state(self) -> None:
+        """Empty the caches and drop the copies of the weights that the fast inference paths derive."""
         self.clear_caches()
         for module in self.modules():
             clear_derived_weights(module)
-        return result
 
     def train(self, mode: bool = True) -> "ElmoModel":
         """Training (`mode=True`) or evaluation mode. A change of mode also drops the caches and the copies of the
         weights that the fast inference paths derive. (These also notice, in either mode, a weight changed in place
         or by an optimizer step, fused ones included: see `token_cache.weights_fingerprint`.)"""
         if mode != self.training:
-            self.clear_caches()
-            for module in self.modules():
-                clear_derived_weights(module)
+            self._drop_inference_state()
         return super().train(mode)
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -907,21 +911,21 @@ class ElmoTaskModel(ElmoPreTrainedModel):
 
     # What transformers passes a head besides its inputs: Trainer's count of the labels of the optimizer step (the
     # heads accept loss kwargs, above). (`return_dict` is taken by `can_return_tuple` before `forward` sees it.)
-    extra_keywords = ("num_items_in_batch",)
+    _accepted_extra_kwargs = ("num_items_in_batch",)
 
     def _check_keywords(self, kwargs: dict) -> None:
         """One clear error for a keyword argument that the head does not read (a misspelt one, or `initial_states`,
         which only the biLM takes), rather than silently ignoring it."""
-        unknown = [name for name in kwargs if name not in self.extra_keywords]
+        unknown = [name for name in kwargs if name not in self._accepted_extra_kwargs]
         if unknown:
             hint = ""
             if "initial_states" in unknown:
                 hint = (" (a head starts every batch from the zero state; to carry the LSTM state, run its biLM, "
                         "model.elmo(..., initial_states=...), and apply the head yourself)")
+            named = [name for name in inspect.signature(type(self).forward).parameters if name not in ("self", "kwargs")]
             raise ValueError(
                 f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(map(repr, unknown))}{hint}: it "
-                "takes input_ids, attention_mask, labels, output_hidden_states, input_word_ids, return_dict and "
-                "Trainer's num_items_in_batch"
+                f"takes {', '.join(named)}, return_dict and Trainer's {', '.join(self._accepted_extra_kwargs)}"
             )
 
     def _task_loss(

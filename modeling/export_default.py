@@ -4,7 +4,9 @@
 
 `make pretrain-default` runs it after training. The softmax is dropped (the package needs the biLM only); the
 new folder is written beside the old one, checked by reloading it (a folder that does not reload to the same model
-is refused, the old one left as it was) and put in its place in one step. The card's layer-analysis section is kept
+is refused, the old one left as it was) and put in its place by two renames (the old folder moved aside as
+`default-model.old`, the new one moved in; a run stopped between the two leaves the old folder there, and the next run
+moves it back first). The card's layer-analysis section is kept
 from the folder being replaced, and `modeling/layer_analysis.py --update-card` fills it. A run folder (weights that
 are not finite included), sources file or output that cannot be used is one line `error: ...` and exit code 2.
 """
@@ -154,6 +156,9 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
         check_output_location(output, "folder", error=ExportError)
     except ExportError as error:
         raise ExportError(f"--output {error}") from None
+    retired = output.with_name(output.name + ".old")
+    if retired.is_dir() and not output.exists():  # (an export stopped between its two renames)
+        retired.rename(output)
     old_card = (output / "README.md").read_text(encoding="utf-8") if (output / "README.md").is_file() else ""
     model = ElmoModel.from_pretrained(run_dir).eval()
     # (a diverged run: its outputs would be NaN, which no reloaded copy equals)
@@ -179,6 +184,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
 
     megabytes = (staging / "model.safetensors").stat().st_size / 2**20
     if megabytes > MAX_MEGABYTES:
+        shutil.rmtree(staging)
         raise ExportError(f"the default model is {megabytes:.1f} MB, over the {MAX_MEGABYTES} MB the repository allows")
     check = ElmoModel.from_pretrained(staging).eval()
     batch = tokenizer(["I eat an apple .", "天气不错！小天你说是吗？"], padding=True, return_tensors="pt")
@@ -186,7 +192,6 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
         raise ExportError(f"{staging}: the written folder does not reload to the same model; {output} is left as it "
                           "was (the written folder is kept to be examined)")
 
-    retired = output.with_name(output.name + ".old")
     shutil.rmtree(retired, ignore_errors=True)
     if output.exists():
         output.rename(retired)

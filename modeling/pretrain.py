@@ -398,7 +398,8 @@ def check_init_from(source: Path) -> ElmoConfig:
     Returns that config."""
     problem = model_folder_problem(source)
     if problem:
-        hint = "; convert original weights first (conversion/convert_original_elmo.py)" if source.is_dir() else ""
+        hint = ("; convert original weights first (conversion/convert_original_elmo.py or convert_elmoformanylangs.py)"
+                if source.is_dir() else "")
         raise PretrainError(f"--init-from {source}: {problem}{hint}")
     try:
         return ElmoConfig.from_pretrained(source)

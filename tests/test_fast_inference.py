@@ -824,7 +824,8 @@ def test_approximations_are_inference_only_training_is_exact(converted, kind, fi
                                                              monkeypatch):
     """README: the approximations are inference only. A head that opted in, in training mode, gets the loss and the
     gradients of the same head without it, bit for bit: with its biLM frozen (the default), where nothing needs the
-    biLSTM's gradient, as with it fine-tuned. Back in eval mode it approximates again."""
+    biLSTM's gradient (the case that ran the approximation before), as with it fine-tuned (where the fused training
+    path runs first: that case guards the order of the two). Back in eval mode it approximates again."""
     folder = converted["allennlp-elmo"]
     force_bfloat16_products(monkeypatch)
     tokenizer = ElmoTokenizer.from_pretrained(folder)

@@ -476,7 +476,8 @@ def test_optimizer_is_fused_unless_a_parameter_is_not_contiguous(name, fused_dev
 def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_path, monkeypatch):
     """export_default.py: the biLM without its softmax or code files, and a card with the data, the training time
     and device, the perplexities of the previous default model and of this one on both held-out texts, and the
-    layer-analysis section of the folder it replaces; a model over the size limit is refused, the old folder kept."""
+    layer-analysis section of the folder it replaces (also when an earlier export stopped with it moved aside); a model
+    over the size limit is refused, the old folder kept and nothing else left."""
     import modeling.export_default as export_default
     from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, PREVIOUS_MODEL, export
 
@@ -497,7 +498,11 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
             export(reference_run, sources, replaced, previous_text)
     assert sorted(path.name for path in replaced.iterdir()) == ["README.md", "model.safetensors"]
     assert (replaced / "model.safetensors").read_bytes() == b"the old model"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["default-model", "previous.json", "sources.json"]
+    # An export stopped between its two renames left the old folder aside: the next one moves it back first.
+    replaced.rename(tmp_path / "default-model.old")
     folder = export(reference_run, sources, replaced, previous_text)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["default-model", "previous.json", "sources.json"]
     model = ElmoModel.from_pretrained(folder)
     assert not any(name.startswith("softmax") for name in load_file(folder / "model.safetensors"))
     assert (reference_run / "modeling_elmo.py").is_file() and not list(folder.glob("*.py"))
@@ -1145,6 +1150,7 @@ def test_options_out_of_range_and_unusable_init_from_folders_are_refused_before_
 
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "no-config").mkdir()
+    (tmp_path / "config-a-folder" / "config.json").mkdir(parents=True)
     (tmp_path / "cut-config").mkdir()
     (tmp_path / "cut-config" / "config.json").write_text('{"cell_size": ')
     output = tmp_path / "out"
@@ -1157,6 +1163,7 @@ def test_options_out_of_range_and_unusable_init_from_folders_are_refused_before_
         (["--init-from", tmp_path / "missing"], f"--init-from {tmp_path / 'missing'}: no such folder"),
         (["--init-from", tmp_path / "file.txt"], f"--init-from {tmp_path / 'file.txt'}: is a file, not a model folder"),
         (["--init-from", tmp_path / "no-config"], f"--init-from {tmp_path / 'no-config'}: no config.json, not a model folder; convert original weights first"),
+        (["--init-from", tmp_path / "config-a-folder"], f"--init-from {tmp_path / 'config-a-folder'}: its config.json is not a file"),
         (["--init-from", tmp_path / "cut-config"], f"--init-from {tmp_path / 'cut-config' / 'config.json'}: "),
     ]:
         code, _, err = run_main(capsys, *TRAIN_ARGS, *arguments, "--output-dir", output)
