@@ -28,7 +28,8 @@ from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.lexicon import read_dictionary  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
-from conversion.convert_original_elmo import _verify_reload, atomic_output_dir, load_checkpoint  # noqa: E402
+from conversion.convert_original_elmo import (  # noqa: E402
+    _verify_reload, atomic_output_dir, load_checkpoint, quiet_transformers)
 from conversion.elmoformanylangs_format import (  # noqa: E402
     WEIGHT_FILES,
     architecture_from_config,
@@ -166,30 +167,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to-elmoformanylangs", action="store_true", help="convert a Hugging Face checkpoint back")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     args = parser.parse_args(argv)
-    # What the command prints is its one line of success or `error: ...`, not transformers' progress bars of the
-    # saving and reloading that come before it.
-    from transformers.utils import logging as transformers_logging
-
-    progress_bars = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
     try:
-        if args.to_elmoformanylangs:
-            config_file = Path(args.model_dir, "config.json")
-            if not config_file.is_file() or _read_model_type(config_file) != "elmo":
-                raise ConversionError(f"{args.model_dir}: no config.json of an ELMo, not a Hugging Face checkpoint folder")
-            convert_hf_to_elmoformanylangs(args.model_dir, args.output_dir, overwrite=args.overwrite)
-            print(f"wrote an ELMoForManyLangs model to {args.output_dir}")
-        else:
-            convert_elmoformanylangs_to_hf(
-                args.model_dir, args.output_dir, model_id=args.model_id, language=args.language, overwrite=args.overwrite
-            )
-            print(f"wrote and verified a Hugging Face checkpoint in {args.output_dir}")
+        with quiet_transformers():
+            if args.to_elmoformanylangs:
+                config_file = Path(args.model_dir, "config.json")
+                if not config_file.is_file() or _read_model_type(config_file) != "elmo":
+                    raise ConversionError(f"{args.model_dir}: no config.json of an ELMo, not a Hugging Face checkpoint "
+                                          "folder")
+                convert_hf_to_elmoformanylangs(args.model_dir, args.output_dir, overwrite=args.overwrite)
+                print(f"wrote an ELMoForManyLangs model to {args.output_dir}")
+            else:
+                convert_elmoformanylangs_to_hf(args.model_dir, args.output_dir, model_id=args.model_id,
+                                               language=args.language, overwrite=args.overwrite)
+                print(f"wrote and verified a Hugging Face checkpoint in {args.output_dir}")
     except (ValueError, OSError) as error:  # ConversionError, LexiconError, the config's own checks, a full disk
         print(f"error: {error}", file=sys.stderr)
         return 2
-    finally:
-        if progress_bars:
-            transformers_logging.enable_progress_bar()
     return 0
 
 

@@ -115,15 +115,26 @@ def load_checkpoint(model_dir: str | os.PathLike) -> ElmoModel:
     except ValueError as error:
         raise ConversionError(f"{config_file}: {error}") from None
     # A missing or extra tensor of the biLM is an error below, not a load report; one line, not a progress bar.
-    verbosity, progress_bars = transformers.logging.get_verbosity(), transformers.logging.is_progress_bar_enabled()
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
     try:
-        return ElmoModel.from_pretrained(model_dir, config=config)
+        with quiet_transformers(errors_only=True):
+            return ElmoModel.from_pretrained(model_dir, config=config)
     except ValueError as error:  # a tensor of the biLM missing or extra, named
         raise ConversionError(str(error) if str(error).startswith(str(model_dir)) else f"{model_dir}: {error}") from None
     except (OSError, RuntimeError) as error:
         raise ConversionError(f"{model_dir}: cannot load the checkpoint ({str(error).strip().splitlines()[0]})") from None
+
+
+@contextlib.contextmanager
+def quiet_transformers(errors_only: bool = False):
+    """transformers without its progress bars (and, with `errors_only`, its warnings) inside the block, as it was
+    after: what a converter prints is its one line of success or `error: ...`, not the bars of the saving and
+    reloading that come before it."""
+    verbosity, progress_bars = transformers.logging.get_verbosity(), transformers.logging.is_progress_bar_enabled()
+    transformers.logging.disable_progress_bar()
+    if errors_only:
+        transformers.logging.set_verbosity_error()
+    try:
+        yield
     finally:
         transformers.logging.set_verbosity(verbosity)
         if progress_bars:
@@ -225,19 +236,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", help="with --to-original: the Hugging Face checkpoint folder")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     args = parser.parse_args(argv)
+    if args.to_original and not args.model_dir:
+        parser.error("--to-original needs --model-dir")
+    if not args.to_original and not (args.options_file and args.weight_file):
+        parser.error("converting original weights needs --options-file and --weight-file")
     try:
-        if args.to_original:
-            if not args.model_dir:
-                parser.error("--to-original needs --model-dir")
-            convert_hf_to_original(args.model_dir, args.output_dir, overwrite=args.overwrite)
-            print(f"wrote options.json and weights.hdf5 to {args.output_dir}")
-        else:
-            if not (args.options_file and args.weight_file):
-                parser.error("converting original weights needs --options-file and --weight-file")
-            convert_original_to_hf(
-                args.options_file, args.weight_file, args.output_dir, model_id=args.model_id, overwrite=args.overwrite
-            )
-            print(f"wrote and verified a Hugging Face checkpoint in {args.output_dir}")
+        with quiet_transformers():
+            if args.to_original:
+                convert_hf_to_original(args.model_dir, args.output_dir, overwrite=args.overwrite)
+                print(f"wrote options.json and weights.hdf5 to {args.output_dir}")
+            else:
+                convert_original_to_hf(args.options_file, args.weight_file, args.output_dir, model_id=args.model_id,
+                                       overwrite=args.overwrite)
+                print(f"wrote and verified a Hugging Face checkpoint in {args.output_dir}")
     except (ValueError, OSError) as error:  # ConversionError, the config's own checks, a full disk
         print(f"error: {error}", file=sys.stderr)
         return 2

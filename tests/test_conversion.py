@@ -310,6 +310,29 @@ def test_verification_refuses_a_saved_folder_that_does_not_reproduce_the_model(o
     assert str(raised.value).startswith(f"{tmp_path / 'out'}: "), str(raised.value)
 
 
+def test_a_late_error_of_the_command_is_its_one_line_without_progress_bars(original, tmp_path, monkeypatch, capsys):
+    """The command's output is one line `error: ...` even where the failure comes after the saving and reloading
+    (whose progress bars transformers would print), and transformers' progress bars are as they were after it."""
+    from transformers.utils import logging as transformers_logging
+
+    import conversion.convert_original_elmo as converter
+
+    save = ElmoModel.save_pretrained
+
+    def damaged_save(self, folder, **kwargs):
+        save(self, folder, **kwargs)
+        edit_config(Path(folder), proj_clip=0.01)
+
+    monkeypatch.setattr(ElmoModel, "save_pretrained", damaged_save)
+    transformers_logging.enable_progress_bar()
+    code = converter.main(["--options-file", str(original / "options.json"), "--weight-file",
+                           str(original / "weights.hdf5"), "--output-dir", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err.count("\n") == 1 and captured.err.startswith("error: "), captured.err
+    assert "reloaded model differs" in captured.err and captured.out == ""
+    assert transformers_logging.is_progress_bar_enabled()
+
+
 def test_way_back_read_back_check_names_the_output_folder(converted, tmp_path, monkeypatch):
     """--to-original reads weights.hdf5 back before it reports success; a dataset that does not read back as written
     is named in the output folder (the staging folder beside it is gone when the user reads the message)."""
