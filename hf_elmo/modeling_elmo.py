@@ -380,6 +380,25 @@ class ElmoPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoBiLstmLayer"]
 
+    # Keyword arguments a forward takes beyond its own parameters and reads or may ignore (`return_dict` is taken by
+    # `can_return_tuple` before `forward` sees it).
+    _accepted_extra_kwargs: tuple[str, ...] = ()
+
+    def _check_keywords(self, kwargs: dict) -> None:
+        """One clear error for a keyword argument that `forward` does not read (a misspelt one, or `initial_states`
+        given to a head, which only the biLM takes), rather than silently ignoring it."""
+        unknown = [name for name in kwargs if name not in self._accepted_extra_kwargs]
+        if unknown:
+            hint = ""
+            if "initial_states" in unknown:
+                hint = (" (a head starts every batch from the zero state; to carry the LSTM state, run its biLM, "
+                        "model.elmo(..., initial_states=...), and apply the head yourself)")
+            named = [name for name in inspect.signature(type(self).forward).parameters if name not in ("self", "kwargs")]
+            raise ValueError(
+                f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(map(repr, unknown))}{hint}: it "
+                f"takes {', '.join([*named, 'return_dict', *self._accepted_extra_kwargs])}"
+            )
+
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks a weight of the biLM, holds one that
@@ -598,6 +617,9 @@ class ElmoModel(ElmoPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^softmax\."]
     _keys_to_ignore_on_load_missing = [r"^scalar_mixes\."]
 
+    # transformers' tests and utilities pass output_hidden_states; every layer is returned whatever it says.
+    _accepted_extra_kwargs = ("output_hidden_states",)
+
     def __init__(self, config: ElmoConfig, add_scalar_mix: bool = True, lm_dropout: float = 0.0):
         super().__init__(config)
         self.char_encoder = ElmoCharacterEncoder(config)
@@ -676,7 +698,10 @@ class ElmoModel(ElmoPreTrainedModel):
             False: `final_states` is None, and the LSTMs skip each row's last step (`</S>` forward, `<S>` backward),
             whose only results are the final state and outputs at `<S>`/`</S>`, which are not returned; every output
             is unchanged. (With `do_layer_norm` the scalar mixes' statistics include `<S>`/`</S>`: nothing is skipped.)
+        Every layer is returned (`output_hidden_states` is accepted and has no effect); any other keyword argument is
+        refused, naming it.
         """
+        self._check_keywords(kwargs)
         _check_character_ids(input_ids, self.config)
         word_mask = _word_mask(input_ids, attention_mask)
         self._check_word_ids(input_word_ids, word_mask, "input_word_ids")
@@ -910,23 +935,8 @@ class ElmoTaskModel(ElmoPreTrainedModel):
             init.zeros_(module.bias)
 
     # What transformers passes a head besides its inputs: Trainer's count of the labels of the optimizer step (the
-    # heads accept loss kwargs, above). (`return_dict` is taken by `can_return_tuple` before `forward` sees it.)
+    # heads accept loss kwargs, above).
     _accepted_extra_kwargs = ("num_items_in_batch",)
-
-    def _check_keywords(self, kwargs: dict) -> None:
-        """One clear error for a keyword argument that the head does not read (a misspelt one, or `initial_states`,
-        which only the biLM takes), rather than silently ignoring it."""
-        unknown = [name for name in kwargs if name not in self._accepted_extra_kwargs]
-        if unknown:
-            hint = ""
-            if "initial_states" in unknown:
-                hint = (" (a head starts every batch from the zero state; to carry the LSTM state, run its biLM, "
-                        "model.elmo(..., initial_states=...), and apply the head yourself)")
-            named = [name for name in inspect.signature(type(self).forward).parameters if name not in ("self", "kwargs")]
-            raise ValueError(
-                f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(map(repr, unknown))}{hint}: it "
-                f"takes {', '.join(named)}, return_dict and Trainer's {', '.join(self._accepted_extra_kwargs)}"
-            )
 
     def _task_loss(
         self, summed_loss: torch.Tensor, num_items: torch.Tensor, num_items_in_batch: torch.Tensor | int | None
@@ -1285,7 +1295,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         output_hidden_states (`bool`, *optional*): return `hidden_states`; defaults to `config.output_hidden_states`.
         input_word_ids, backward_input_word_ids (`torch.LongTensor` [B, S], *optional*):
             For a model with word input: the word.dic ids of the words of `input_ids` and `backward_input_ids`.
+        Any other keyword argument is refused, naming it.
         """
+        self._check_keywords(kwargs)
         _check_character_ids(input_ids, self.config)
         if backward_input_ids is not None:
             _check_character_ids(backward_input_ids, self.config, "backward_input_ids")

@@ -85,6 +85,22 @@ def test_the_heads_refuse_keyword_arguments_they_do_not_read(head, tokenizer):
     assert torch.allclose(loss * 2, mean) and logits.shape[0] == 2  # (num_items_in_batch divides the summed loss)
 
 
+@pytest.mark.parametrize("model_class", [ElmoModel, ElmoForPreTraining])
+def test_the_bilm_refuses_keyword_arguments_it_does_not_read(model_class, tokenizer):
+    """A misspelt `initial_state` would silently start from zeros on the very model that carries state: refused,
+    naming it. `output_hidden_states`, which transformers passes, is read by ElmoForPreTraining and accepted by
+    ElmoModel (which returns every layer anyway)."""
+    model = model_class(ElmoConfig(**TINY)).eval()
+    batch = tokenizer(["a big word", "a"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = ElmoModel(ElmoConfig(**TINY)).eval()(**batch).final_states
+        with pytest.raises(ValueError, match=rf"^{model_class.__name__} got unexpected keyword argument\(s\) "
+                                             r"'initial_state': it takes input_ids, attention_mask, .*initial_states"):
+            model(**batch, initial_state=states)
+        output = model(**batch, output_hidden_states=True)
+    assert len(output.hidden_states) == 3
+
+
 @pytest.mark.parametrize("model_class", MODEL_CLASSES)
 def test_an_attention_mask_that_reads_padding_is_refused(model_class, tokenizer):
     """All ones over a padded batch (a common habit) would run the padding as words and change the real words'
