@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from hf_elmo.files import write_text_atomically  # noqa: E402
+
 FIXTURES = ROOT.parent / "shared" / "fixtures"
 SEED = 1234
 
@@ -661,9 +663,7 @@ def main(argv=None) -> int:
     output = Path(args.output)
     previous = output.read_text(encoding="utf-8") if output.is_file() else ""
     report = assemble(previous, section, Path(__file__).parent / "GPU_RESULTS.md")
-    partial = output.with_suffix(".md.partial")
-    partial.write_text(report, encoding="utf-8")
-    os.replace(partial, output)
+    write_text_atomically(output, report)
     raw = {name: {k: v for k, v in r.items() if k != "config_obj"} for name, r in results.items()}
     (work / "results.json").write_text(json.dumps({"setup": setup, "results": raw, "summaries": summaries}, indent=1))
     print("\n" + section)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from run import (ROOT, SIZES, benchmark_parser, cpu_summary, library_workers, make_models, other_cpu_sections,
                  section_heading, settings)
+from hf_elmo.files import write_text_atomically  # noqa: E402  (run put the repository on the path)
 
 TARGETS = {"small_vs_allennlp": 3.0, "ptb_fast_vs_plain": 2.5}
 
@@ -242,9 +243,7 @@ def main(argv=None) -> int:
     previous = output.read_text(encoding="utf-8") if output.is_file() else ""
     section = render(steps, pretrain, setup, time.time() - start)
     report = assemble(previous, section)
-    partial = output.with_suffix(".md.partial")
-    partial.write_text(report, encoding="utf-8")
-    os.replace(partial, output)
+    write_text_atomically(output, report)
     raw = {name: {k: (v if k not in ("ratio", "spread") else {"/".join(p): x for p, x in v.items()})
                   for k, v in r.items()} for name, r in steps.items()}
     (work / "results.json").write_text(json.dumps({"setup": setup, "steps": raw, "pretrain": pretrain}, indent=1))

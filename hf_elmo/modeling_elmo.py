@@ -94,8 +94,8 @@ def _word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, rig
         if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != words.shape:
             raise ValueError(f"attention_mask must be {list(words.shape)}, got {_shape_of(attention_mask)}")
         mask = attention_mask.to(words.device).bool()
-    if _is_exporting():  # (an exported program does not check its inputs' values)
-        return mask
+    if _is_exporting() or (attention_mask is None and not right_padded):  # (an exported program does not check its
+        return mask  # inputs' values; the default mask cannot read padding, and nothing else is to be checked)
     # Both checks are read from the device at once; which one failed is worked out only for the message.
     reads_padding = (mask & ~words) if attention_mask is not None else torch.zeros_like(mask)
     not_a_prefix = torch.zeros((), dtype=torch.bool, device=mask.device)
