@@ -12,6 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
 try:  # lexicon.py's atomic writes make this file Hub remote code too, which must import where fcntl does not exist
     import fcntl
 except ImportError:  # (Windows: no OutputLock there)
@@ -74,6 +76,18 @@ def check_text_file(path, what: str = "text file", error: type[ValueError] = Val
         raise error(str(failure)) from None
     if empty:
         raise error(f"{path}: the {what} is empty")
+
+
+def is_hub_id(name) -> bool:
+    """`name` is a Hub repository id rather than a local path: a valid id (`validate_repo_id`) that names nothing
+    on this machine (a folder of that name, where there is one, wins, as it does for `from_pretrained`)."""
+    if not name or os.path.exists(name):
+        return False
+    try:
+        validate_repo_id(str(name))
+    except HFValidationError:
+        return False
+    return True
 
 
 def model_folder_problem(path) -> str | None:

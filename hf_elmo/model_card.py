@@ -1,12 +1,12 @@
 """Fill `model_card.md`, the card that every saved or converted ELMo folder carries as README.md."""
 
-import os
 from importlib import resources
 from string import Template
 
 from torch import nn
 
 from .configuration_elmo import ElmoConfig
+from .files import is_hub_id
 
 # The base model carries the LSTM state across batches if asked to (`initial_states`, `final_states`); the heads read
 # each sentence on its own (their outputs have no `final_states`, and their forward takes no `initial_states`).
@@ -110,7 +110,7 @@ def default_model_card(model: nn.Module, repo_id: str) -> str:
     """The card `push_to_hub` writes when it is given none: the model's sizes and where it was loaded from."""
     name_or_path = str(getattr(model, "name_or_path", "") or "")
     # A Hub id names the base model; a local folder means nothing to readers of the Hub.
-    from_hub = name_or_path.count("/") == 1 and not os.path.exists(name_or_path)
+    from_hub = is_hub_id(name_or_path)
     source = f"`{name_or_path}`" if from_hub else f"hf-elmo `{type(model).__name__}`"
     base_model = name_or_path if from_hub and type(model).__name__ in _CLASS_CARDS else None
     return render_model_card(model, repo_id, source=source, base_model=base_model)

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
@@ -40,7 +39,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from conversion.convert_original_elmo import atomic_output_dir, check_output_dir  # noqa: E402
 from conversion.original_format import ConversionError  # noqa: E402
 from hf_elmo import ElmoTokenizer  # noqa: E402
-from hf_elmo.files import model_folder_problem  # noqa: E402
+from hf_elmo.files import is_hub_id, model_folder_problem  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
 from modeling.task_data import NER_TAGS, SENTIMENT_LABELS, MissingTaskData, load_conll2003, load_rotten_tomatoes  # noqa: E402
@@ -137,17 +136,6 @@ def results_table(task: str, results: dict) -> str:
         f"{results['epochs']:.3g} epochs ({results['steps']:,} steps), {results['train_examples']} training examples).", "",
         f"| split | {METRIC_NAMES[metric]} |", "|---|---|", *rows,
     ])
-
-
-def is_hub_id(name: str) -> bool:
-    """`name` is a Hub repository id rather than a local folder (a folder of that name, where there is one, wins)."""
-    if Path(name).exists():
-        return False
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
 
 
 # Options that count something: at least 1 where given (None: not given, e.g. --max-train-examples: all the data).

@@ -272,6 +272,13 @@ def test_the_default_card_names_a_hub_base_model_but_not_a_local_folder(head_fol
     model.name_or_path = "allenai/elmo-original"  # (as from_pretrained of that Hub id sets it)
     card = default_model_card(model, "someone/tagger")
     assert "base_model: allenai/elmo-original" in card and "`allenai/elmo-original`" in card
+    # The same test as modeling/finetune.py's: an id the Hub accepts, without the owner too; a missing path is none.
+    model.name_or_path = "elmo-original"
+    assert "base_model: elmo-original" in default_model_card(model, "someone/tagger")
+    for not_an_id in ("models/elmo ner", "/gone/elmo", "../elmo/ner"):
+        model.name_or_path = not_an_id
+        card = default_model_card(model, "someone/tagger")
+        assert "base_model" not in card and "hf-elmo `ElmoForTokenClassification`" in card, not_an_id
 
 
 def test_the_packaged_card_template_is_the_repositorys():
