@@ -146,6 +146,13 @@ def assert_one_error(code: int, err: str, *must_mention: str) -> None:
         assert text in message, (text, message)
 
 
+def assert_only_an_error_line(code: int, err: str, *must_mention: str) -> None:
+    """`assert_one_error`, with nothing else on stderr: for commands run in this process, where no library prints
+    (progress bars, warnings) before the error."""
+    assert len(err.strip().splitlines()) == 1, err
+    assert_one_error(code, err, *must_mention)
+
+
 def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc_per_node 2 ARGUMENTS` on CPU (gloo).
 

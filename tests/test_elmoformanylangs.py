@@ -17,7 +17,8 @@ import torch
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.lexicon import read_dictionary
 
-from conftest import DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, README, readme_python_block
+from conftest import (DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, README, assert_only_an_error_line,
+                      readme_python_block)
 from conversion.convert_elmoformanylangs import convert_elmoformanylangs_to_hf, convert_hf_to_elmoformanylangs, main
 
 SENTENCES = json.loads((ELMOFORMANYLANGS / "sentences.json").read_text(encoding="utf-8"))
@@ -393,11 +394,7 @@ def assert_a_damaged_copy_is_refused(source: Path, damage, must_mention: list[st
     shutil.copytree(source, folder)
     damage(folder)
     code = main([*options, "--model-dir", str(folder), "--output-dir", str(tmp_path / "out")])
-    message = capsys.readouterr().err.strip()
-    assert code == 2, message
-    assert message.startswith("error: ") and "Traceback" not in message and len(message.splitlines()) == 1, message
-    for text in must_mention:
-        assert text in message, (text, message)
+    assert_only_an_error_line(code, capsys.readouterr().err, *must_mention)
     assert not (tmp_path / "out").exists()
 
 

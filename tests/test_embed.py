@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURE_SETS, run_two_processes, unwritable_folder
+from conftest import FIXTURE_SETS, assert_only_an_error_line, run_two_processes, unwritable_folder
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
 from hf_elmo.embed_file import plan_batches
@@ -379,13 +379,6 @@ def test_two_processes_write_one_file(model_path, tmp_path):
 def run_cli(capsys, *args) -> tuple[int, str]:
     code = main([str(arg) for arg in args])
     return code, capsys.readouterr().err
-
-
-def assert_only_an_error_line(code: int, err: str, *must_mention: str) -> None:
-    message = err.strip()
-    assert code == 2 and message.startswith("error: ") and len(message.splitlines()) == 1, err
-    for text in must_mention:
-        assert text in message, (text, message)
 
 
 def test_the_input_is_never_the_output(model_path, tmp_path, capsys):
