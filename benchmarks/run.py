@@ -584,17 +584,22 @@ def other_cpu_sections(previous: str, heading: str) -> list[str]:
     return ["\n".join(section).rstrip() for section in kept]
 
 
-def assemble(previous: str, section: str, gpu_results: Path) -> str:
-    """RESULTS.md: the header, `section` (this run's CPU kind) first, then every other CPU kind's section kept
-    from `previous` (the file as it was), then the GPU results."""
-    heading = section.split("\n", 1)[0]
-    lines = ["# hf_elmo against AllenNLP 2.10.1: CPU benchmark", "",
-             "Written by `make bench` (`benchmarks/run.py`): one section per kind of CPU it has run on, each from one "
-             "run of it (a run replaces the section of its own CPU kind and keeps the others), the latest first. The "
-             "targets are the same on every kind; the README quotes each section.", "",
-             section.rstrip(), ""]
-    for other in other_cpu_sections(previous, heading):
+def one_section_per_cpu(title: str, about: str, section: str, previous: str) -> list[str]:
+    """The lines of a results file kept by CPU kind: `title`, `about`, `section` (this run's CPU kind) first, then
+    every other CPU kind's section kept from `previous` (the file as it was)."""
+    lines = [title, "", about, "", section.rstrip(), ""]
+    for other in other_cpu_sections(previous, section.split("\n", 1)[0]):
         lines += [other, ""]
+    return lines
+
+
+def assemble(previous: str, section: str, gpu_results: Path) -> str:
+    """RESULTS.md: one section per CPU kind (`one_section_per_cpu`), then the GPU results."""
+    lines = one_section_per_cpu(
+        "# hf_elmo against AllenNLP 2.10.1: CPU benchmark",
+        "Written by `make bench` (`benchmarks/run.py`): one section per kind of CPU it has run on, each from one run "
+        "of it (a run replaces the section of its own CPU kind and keeps the others), the latest first. The targets "
+        "are the same on every kind; the README quotes each section.", section, previous)
     lines += ["## GPU", "",
               "`benchmarks/gpu.sh` measures the GPU path on a CUDA machine with torch installed and no network, "
               "and runs the checks that need a GPU. This machine has no GPU; the last run of `gpu.sh` on one wrote "

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from run import (ROOT, SIZES, benchmark_parser, cpu_summary, library_workers, make_models, other_cpu_sections,
+from run import (ROOT, SIZES, benchmark_parser, cpu_summary, library_workers, make_models, one_section_per_cpu,
                  section_heading, settings)
 from hf_elmo.files import write_text_atomically  # noqa: E402  (run put the repository on the path)
 
@@ -195,15 +195,12 @@ def render(steps: dict, pretrain: dict, setup: dict, seconds: float) -> str:
 
 
 def assemble(previous: str, section: str) -> str:
-    """TRAINING.md: the header, `section` (this run's CPU kind) first, then every other CPU kind's section kept
-    from `previous` (the file as it was)."""
-    lines = ["# Training speed: hf_elmo against AllenNLP, and the fast path against the plain one", "",
-             "Written by `make bench-train` (`benchmarks/train_bench.py`): one section per kind of CPU it has run on, "
-             "each from one run of it (a run replaces the section of its own CPU kind and keeps the others). The "
-             "targets are the same on every kind.", "", section.rstrip(), ""]
-    for other in other_cpu_sections(previous, section.split("\n", 1)[0]):
-        lines += [other, ""]
-    return "\n".join(lines)
+    """TRAINING.md: one section per CPU kind (`one_section_per_cpu`)."""
+    return "\n".join(one_section_per_cpu(
+        "# Training speed: hf_elmo against AllenNLP, and the fast path against the plain one",
+        "Written by `make bench-train` (`benchmarks/train_bench.py`): one section per kind of CPU it has run on, each "
+        "from one run of it (a run replaces the section of its own CPU kind and keeps the others). The targets are "
+        "the same on every kind.", section, previous))
 
 
 def main(argv=None) -> int:
