@@ -373,6 +373,26 @@ def test_two_processes_write_one_file(model_path, tmp_path):
             "processes: run it in a single process") in result.stderr
 
 
+
+def test_a_run_stopped_on_one_process_resumes_on_two_to_the_same_bytes(model_path, tmp_path):
+    """The batch files do not depend on the process count: two processes finish a run that one process began,
+    computing only the batches it had not finished, and write what one uninterrupted process writes."""
+    lines = (fixture_lines() * 10)[:300] + [""]
+    source = write_lines(tmp_path / "in.txt", lines)
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    arguments = ["embed", source, output, "--batch-size", 2, "--model", model_path]
+    run_until_killed(HF_ELMO + list(map(str, arguments)), partial, batches=15)
+    finished = [int(Path(name).stem) for name in finished_batches(partial)]
+    assert 15 <= len(finished) < 150  # (the blank line needs no batch: 150 batches of 2)
+
+    result = run_two_processes(["-m", "hf_elmo.cli", *arguments], SUBPROCESS_ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rank_0_finished = sum(1 for k in finished if k % 2 == 0)  # rank 0 has the even batches, 75 of the 150
+    assert f"(150 batches: {75 - rank_0_finished} computed by this process, {rank_0_finished} finished by an earlier run" in result.stderr
+    ElmoEmbedder(model_path).embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines))
+    assert not partial.exists()
+
 # ---- bad input and interruptions: one clear error, and nothing lost ------------------------------------------------
 
 
