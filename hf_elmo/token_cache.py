@@ -34,11 +34,11 @@ class _OptimizerSteps:
 
     One per process, kept on `torch.optim.optimizer` and counted by one global step hook: every copy of this file
     (the Hub's remote code loads one per model folder and revision) finds and shares it, so its interface (`watch`,
-    `count`, `len`, `in`) stays as it is; the attribute's name carries a version (`_v1`), to be raised with any change
-    of behaviour, so that a copy with other behaviour keeps a counter of its own. A step costs in proportion to the watched parameters it holds, plus one look
-    at each param group: which of an optimizer's parameters are watched is worked out once, and again only when a
-    parameter is watched for the first time or the optimizer's groups change (a group added or removed, a list of
-    params that grows or shrinks; an element of a group's list replaced in place goes unseen).
+    `count`, `len`, `in`) stays as it is; the attribute's name carries a version (`_v2`), to be raised with any change
+    of behaviour, so that a copy with other behaviour keeps a counter of its own. A step costs one look at each of
+    the optimizer's parameters (their identities, to notice a change of its groups: a group added or removed, a
+    parameter added, removed or replaced in place) and one count per watched parameter: which of them are watched is
+    worked out again only when the groups change or a parameter is watched for the first time.
     """
 
     def __init__(self):
@@ -64,11 +64,11 @@ class _OptimizerSteps:
         """The post-step hook: one step more on each watched parameter of `optimizer`."""
         if not self.steps:
             return
-        groups = optimizer.param_groups
-        layout = tuple((id(group), id(group["params"]), len(group["params"])) for group in groups)
+        parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
+        layout = tuple(map(id, parameters))
         known = self._per_optimizer.get(optimizer)
         if known is None or known[0] != layout or known[1] != self.watched:
-            watched = [parameter for group in groups for parameter in group["params"] if parameter in self.steps]
+            watched = [parameter for parameter in parameters if parameter in self.steps]
             known = self._per_optimizer[optimizer] = (layout, self.watched, watched)
         for parameter in known[2]:
             self.steps[parameter] += 1
@@ -76,11 +76,11 @@ class _OptimizerSteps:
 
 def _shared_optimizer_steps() -> _OptimizerSteps:
     """The process's one step counter, registered as an optimizer step hook by the first copy of this file."""
-    shared = getattr(optimizer_module, "_hf_elmo_optimizer_steps_v1", None)
+    shared = getattr(optimizer_module, "_hf_elmo_optimizer_steps_v2", None)
     if shared is None:
         shared = _OptimizerSteps()
         register_optimizer_step_post_hook(shared.count)
-        optimizer_module._hf_elmo_optimizer_steps_v1 = shared
+        optimizer_module._hf_elmo_optimizer_steps_v2 = shared
     return shared
 
 

@@ -253,6 +253,28 @@ def test_an_optimizer_over_other_parameters_leaves_the_step_counter_alone(conver
     assert_the_step_is_seen(after, outputs_of_a_fresh_copy(model, batch), before)
 
 
+
+def test_the_step_counter_sees_parameters_replaced_in_a_group_in_place(converted):
+    """A group's list of params edited in place (same list, same length, other tensors: ELMo's weights where other
+    parameters were) is noticed at the next step, which then counts the fused step on those weights."""
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"])
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        before = model(**batch)  # fills the caches, which watch their weights
+    weights = list(model.parameters())
+    others = [torch.nn.Parameter(torch.randn(3)) for _ in weights]
+    for parameter in others:
+        parameter.grad = torch.ones(3)
+    optimizer = torch.optim.AdamW(others, lr=0.05, fused=True)
+    optimizer.step()  # (the counter learns this optimizer's parameters: none of them watched)
+    optimizer.param_groups[0]["params"][:] = weights
+    model(**batch).last_hidden_state.sum().backward()
+    optimizer.step()  # fused: no version counter advances
+    with torch.no_grad():
+        after = model(**batch)
+    assert_the_step_is_seen(after, outputs_of_a_fresh_copy(model, batch), before)
+
 REMOTE_COPIES = """
 import json, sys
 import torch
