@@ -439,9 +439,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
         Character embedding U(-1, 1) with the padding row 0 at zero; CNN filters N(0, 1 / (width * D)) with relu
         (U(-0.05, 0.05) with tanh), biases 0; highway carry and transform N(0, 1 / F), carry bias -2, transform
-        bias 0; projection N(0, 1 / F), bias 0; word embedding (word input) N(0, 1 / dim); LSTM weights
-        Glorot-uniform, biases 0 (the forget block 1 - forget_bias, so that every cell starts with bilm-tf's forget
-        bias of 1); scalar mixes s = 0, gamma = 1. The heads initialise their own classifier or softmax.
+        bias 0; projection N(0, 1 / its input width: F, or F + word_embedding_dim with word input), bias 0; word
+        embedding (word input) N(0, 1 / dim); LSTM weights Glorot-uniform, biases 0 (the forget block
+        1 - forget_bias, so that every cell starts with bilm-tf's forget bias of 1); scalar mixes s = 0, gamma = 1.
+        The heads initialise their own classifier or softmax.
         """
         if isinstance(module, ElmoCharacterEncoder):
             embedding = module.char_embedding.weight
@@ -1049,7 +1050,7 @@ class ElmoForSequenceClassification(ElmoTaskModel):
                 raise ValueError(f"labels must be {expected} {what}, got {labels.dtype} {list(labels.shape)}")
             if problem_type != "regression" and labels.numel() and not _is_exporting():
                 low, high = torch.aminmax(labels.float())
-                if low < 0 or high > 1:
+                if bool((low < 0) | (high > 1)):  # (one read of the device's result)
                     raise ValueError(f"labels holds {(low if low < 0 else high).item()}: multi-label classification "
                                      "reads a 0/1 (or a probability in [0, 1]) per label")
         self.config.problem_type = problem_type
@@ -1312,6 +1313,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         self.elmo._check_word_ids(input_word_ids, mask, "input_word_ids")
         if backward_input_ids is not None:
             self.elmo._check_word_ids(backward_input_word_ids, mask, "backward_input_word_ids")
+        elif backward_input_word_ids is not None:
+            raise ValueError("backward_input_word_ids are the word ids of backward_input_ids: pass both, or neither")
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
 

@@ -192,6 +192,31 @@ def test_recorded_layer_replays_the_same_gradients():
         assert len(graphs.recordings) == (0 if seed == 0 else 1)  # recorded once the shape came twice
 
 
+def test_a_shape_is_recorded_when_it_comes_twice_in_a_row_and_the_latest_are_kept():
+    """LayerGraphs: a shape that alternates with another is never recorded; one that comes twice in a row is, and
+    only the LayerGraphs.KEEP latest recordings are kept."""
+    layer = random_layer(16, 8, 0.5)
+    graphs = LayerGraphs(record=False)
+
+    def run(batch: int) -> None:
+        outputs, final_h, final_c = fused_bilstm_layer(layer, *layer_inputs(batch=batch), graphs=graphs)
+        (outputs.sum() + final_h.sum() + final_c.sum()).backward()
+
+    def recorded_batches() -> list[int]:
+        return [key[0][0][0][1] for key in graphs.recordings]  # (the inputs' shape [2, B, S, P])
+
+    for batch in (2, 3, 2, 3):
+        run(batch)
+    assert recorded_batches() == []
+    for batch in (2, 2, 3, 3, 4, 4):
+        run(batch)
+    assert LayerGraphs.KEEP == 2 and recorded_batches() == [3, 4]
+    run(3)  # (a kept recording is replayed, and becomes the latest)
+    run(2)
+    run(2)
+    assert recorded_batches() == [3, 2]
+
+
 def test_double_backward_fails_clearly_and_works_on_the_plain_path():
     layer = random_layer(16, 8, 0.5)
     inputs, mask, h, c = layer_inputs()

@@ -85,6 +85,17 @@ def test_finetune_bilm_trains_every_parameter(base_path, tokenizer, head):
     assert missing == []
 
 
+@pytest.mark.parametrize("finetune_bilm", [False, True])
+def test_inputs_require_gradients_only_where_the_bilm_trains(base_path, tokenizer, finetune_bilm):
+    """transformers' `enable_input_require_grads` (activation checkpointing calls it) hooks the character embedding so
+    that its output requires gradients: a frozen biLM needs none, so its head adds no hook and its token layer stays
+    without gradients."""
+    model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, finetune_bilm=finetune_bilm).train()
+    model.enable_input_require_grads()
+    assert bool(model.get_input_embeddings()._forward_hooks) == finetune_bilm
+    assert model(**encode(tokenizer), output_hidden_states=True).hidden_states[0].requires_grad == finetune_bilm
+
+
 def test_heads_use_the_base_models_scalar_mix(base_path, tokenizer):
     base = ElmoModel.from_pretrained(base_path).eval()
     with torch.no_grad():
@@ -201,6 +212,9 @@ def test_sequence_pooling(base_path, tokenizer, pooling):
     expected = torch.stack(pooled) @ model.classifier.weight.T + model.classifier.bias
     assert model.classifier.in_features == (64 if pooling == "mean_max" else 32)
     assert torch.allclose(logits, expected, atol=1e-5)
+    with torch.no_grad():  # a batch of sentences without words (no word axis at all) pools to 0 too
+        logits = model(**encode(tokenizer, [[], []])).logits
+    assert torch.equal(logits, model.classifier.bias.expand(2, -1))
 
 
 def test_sequence_problem_types(base_path, tokenizer):

@@ -1,6 +1,7 @@
 """bilm-tf's initialisation, as `ElmoPreTrainedModel._init_weights` documents it, in every parameter group: for a new
 model, for a model built on the meta device, and for what `from_pretrained` finds missing (a new head, or a
-checkpoint without any weight)."""
+checkpoint without any weight); for bilm-tf's form and for ELMoForManyLangs' (word input, forget bias stored in the
+weights)."""
 
 import math
 
@@ -15,6 +16,12 @@ CONFIG = dict(
     char_embedding_dim=16, char_cnn_filters=[[1, 32], [2, 32], [3, 64]], num_highway_layers=2, cell_size=128,
     projection_dim=64, num_lstm_layers=2, lm_vocab_size=500, num_labels=5,
 )
+# The same with ELMoForManyLangs' options: a word embedding in front of the projection, the forget bias in the weights.
+FORMS = {
+    "bilm-tf": CONFIG,
+    "ELMoForManyLangs": dict(CONFIG, word_vocab_size=300, word_embedding_dim=128, bos_word_id=1, eos_word_id=2,
+                             forget_bias=0.0),
+}
 
 
 def assert_normal(tensor, std, name):
@@ -58,16 +65,23 @@ def assert_bilm_tf_initialisation(model, skip=()):
                 assert_uniform(parameter, 0.05, name)
         elif short.startswith("char_encoder.highway.") and short.endswith("carry.bias"):
             assert_constant(parameter, -2.0, name)  # mostly carry the input through
-        elif short.startswith(("char_encoder.highway.", "char_encoder.projection.")) and short.endswith(".weight"):
+        elif short.startswith("char_encoder.highway.") and short.endswith(".weight"):
             assert_normal(parameter, math.sqrt(1.0 / config.num_char_filters), name)
+        elif short == "char_encoder.projection.weight":  # it reads the word vector too, with word input
+            assert_normal(parameter, math.sqrt(1.0 / (config.num_char_filters + config.word_embedding_dim)), name)
+        elif short == "char_encoder.word_embedding.weight":
+            assert_normal(parameter, math.sqrt(1.0 / config.word_embedding_dim), name)
         elif short.startswith("char_encoder.") and short.endswith(".bias"):  # CNN, transform, projection biases
             assert_constant(parameter, 0.0, name)
         elif short.startswith("layers.") and short.endswith(("input_weight", "recurrent_weight")):
             assert_uniform(parameter, math.sqrt(6.0 / (2 * config.projection_dim + 4 * config.cell_size)), name)
         elif short.startswith("layers.") and short.endswith("projection_weight"):
             assert_uniform(parameter, math.sqrt(6.0 / (config.cell_size + config.projection_dim)), name)
-        elif short.startswith("layers.") and short.endswith(".bias"):
-            assert_constant(parameter, 0.0, name)
+        elif short.startswith("layers.") and short.endswith(".bias"):  # the forget block starts the cell at bias 1
+            cell = config.cell_size
+            assert_constant(parameter[:, cell : 2 * cell], 1.0 - config.forget_bias, name)
+            assert_constant(parameter[:, :cell], 0.0, name)
+            assert_constant(parameter[:, 2 * cell :], 0.0, name)
         elif short.startswith("scalar_mixes.") and short.endswith("scalar_parameters"):
             assert_constant(parameter, 0.0, name)
         elif short.startswith("scalar_mixes.") and short.endswith("gamma"):
@@ -87,35 +101,41 @@ def assert_bilm_tf_initialisation(model, skip=()):
 MODEL_CLASSES = (ElmoModel, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForPreTraining)
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("model_class", MODEL_CLASSES)
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
-def test_a_new_model_starts_from_bilm_tfs_initialisation(model_class, activation):
+def test_a_new_model_starts_from_bilm_tfs_initialisation(model_class, activation, form):
     torch.manual_seed(0)
-    assert_bilm_tf_initialisation(model_class(ElmoConfig(**CONFIG, char_cnn_activation=activation)))
+    assert_bilm_tf_initialisation(model_class(ElmoConfig(**FORMS[form], char_cnn_activation=activation)))
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("model_class", MODEL_CLASSES)
-def test_a_model_built_on_the_meta_device_initialises_every_weight(model_class):
+def test_a_model_built_on_the_meta_device_initialises_every_weight(model_class, form):
     torch.manual_seed(0)
     with torch.device("meta"):
-        model = model_class(ElmoConfig(**CONFIG))
+        model = model_class(ElmoConfig(**FORMS[form]))
     model.to_empty(device="cpu")  # uninitialised memory until init_weights
     model.init_weights()
     assert_bilm_tf_initialisation(model)
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("model_class", MODEL_CLASSES)
-def test_from_pretrained_initialises_every_missing_weight(model_class):
+def test_from_pretrained_initialises_every_missing_weight(model_class, form):
     """No checkpoint tensor at all: transformers materialises every weight from the meta device, uninitialised."""
     torch.manual_seed(0)
-    model = model_class.from_pretrained(None, config=ElmoConfig(**CONFIG), state_dict={})
+    model = model_class.from_pretrained(None, config=ElmoConfig(**FORMS[form]), state_dict={})
     assert_bilm_tf_initialisation(model)
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("head", [ElmoForTokenClassification, ElmoForSequenceClassification, ElmoForPreTraining])
-def test_a_new_head_on_a_saved_body_is_initialised_and_the_body_loaded(head, tmp_path):
+def test_a_new_head_on_a_saved_body_is_initialised_and_the_body_loaded(head, form, tmp_path):
+    """The loaded weights are left as saved: the padding row of the character embedding and, with a stored forget
+    bias, the LSTM biases' forget block too."""
     torch.manual_seed(0)
-    body = ElmoModel(ElmoConfig(**CONFIG))
+    body = ElmoModel(ElmoConfig(**FORMS[form]))
     with torch.no_grad():  # a trained body looks nothing like a new one
         for parameter in body.parameters():
             parameter.add_(torch.randn_like(parameter))

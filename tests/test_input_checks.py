@@ -15,6 +15,7 @@ aten = torch.ops.aten
 MODEL_CLASSES = (ElmoModel, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForPreTraining)
 TINY = dict(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1, cell_size=16,
             projection_dim=8, num_labels=3, lm_vocab_size=10)
+WORD_INPUT = dict(TINY, word_vocab_size=20, word_embedding_dim=4, bos_word_id=1, eos_word_id=2)
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +142,28 @@ def test_a_batch_of_no_sentences_gives_empty_outputs(model_class, tokenizer):
         assert loss.item() == 0.0
 
 
+def test_the_backward_text_of_pretraining_is_checked_against_the_forward_one(tokenizer):
+    """backward_input_ids must have the shape of input_ids; a model with word input needs the backward text's word ids
+    with it; word ids of a backward text that is not given are refused, not ignored."""
+    batch = tokenizer(["a big word", "a"], padding=True, return_tensors="pt")
+    ids, word_ids = batch["input_ids"], torch.tensor([[4, 5, 6], [7, 0, 0]])
+    chars_only = ElmoForPreTraining(ElmoConfig(**TINY)).eval()
+    words = ElmoForPreTraining(ElmoConfig(**WORD_INPUT)).eval()
+    with pytest.raises(ValueError, match=r"^backward_input_ids must have the shape of input_ids \[2, 3, 50\], got "
+                                         r"\[2, 2, 50\]$"):
+        chars_only(input_ids=ids, backward_input_ids=ids[:, :2])
+    without_backward_text = r"^backward_input_word_ids are the word ids of backward_input_ids: pass both, or neither$"
+    with pytest.raises(ValueError, match=without_backward_text):
+        chars_only(input_ids=ids, backward_input_word_ids=word_ids)
+    with pytest.raises(ValueError, match=without_backward_text):
+        words(input_ids=ids, input_word_ids=word_ids, backward_input_word_ids=word_ids)
+    with pytest.raises(ValueError, match=r"^this model reads each word's id in word.dic as well as its characters: "
+                                         r"pass backward_input_word_ids \[batch, words\]"):
+        words(input_ids=ids, input_word_ids=word_ids, backward_input_ids=ids)
+    with torch.no_grad():
+        words(input_ids=ids, input_word_ids=word_ids, backward_input_ids=ids, backward_input_word_ids=word_ids)
+
+
 class HostReads(TorchDispatchMode):
     """The operations run inside the block that make the host wait for the device on a GPU: a tensor read as a
     Python value (`bool()`, `.item()`), and those whose result's size depends on the values (nonzero, boolean
@@ -168,11 +191,15 @@ def test_each_input_check_reads_the_device_once(tokenizer):
     ids, mask = batch["input_ids"], batch["attention_mask"]
     padding = mask == 0  # row 1, positions 1 and 2
     labels = torch.tensor([[0, 2, 1], [1, 7, -5]])  # (the padding's labels are not read)
-    words = ElmoModel(ElmoConfig(**TINY, word_vocab_size=20, word_embedding_dim=4, bos_word_id=1, eos_word_id=2))
+    words = ElmoModel(ElmoConfig(**WORD_INPUT))
     word_ids = torch.tensor([[4, 19, 3], [2, 25, -1]])
+    classifier = ElmoForSequenceClassification(ElmoConfig(**TINY, problem_type="multi_label_classification"))
+    logits, multi_labels = torch.zeros(2, 3), torch.tensor([[0.0, 1.0, 0.5], [1.0, 0.0, 0.0]])
     for name, check in [
         ("character ids", lambda: _check_character_ids(ids, config)),
         ("attention mask", lambda: _word_mask(ids, mask)),
+        ("right-padded attention mask", lambda: _word_mask(ids, mask, right_padded=True)),
+        ("multi-label labels", lambda: classifier._summed_loss(logits, multi_labels)),
         ("token labels", lambda: _check_class_ids(labels, (2, 3), 3, padding=padding)),
         ("labels without padding", lambda: _check_class_ids(labels.masked_fill(padding, -100), (2, 3), 3)),
         ("word ids", lambda: words._check_word_ids(word_ids, ~padding, "input_word_ids")),

@@ -1,7 +1,9 @@
 """ElmoModel's outputs, scalar mix, states and input checks, on the converted fixture model."""
 
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 
@@ -10,6 +12,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
+from hf_elmo.configuration_elmo import VALUE_RULES
 from hf_elmo.token_cache import _OPTIMIZER_STEPS
 
 SEEDS = [["I", "eat", "an", "apple", "."], ["Apple", "is", "a", "company", "."]]
@@ -140,15 +143,70 @@ def test_bad_inputs_name_the_problem(fixture_model):
         model(**batch, initial_states=(h, c))
 
 
+# One value of the right type that each rule of VALUE_RULES refuses.
+OUT_OF_RANGE = {
+    "char_embedding_dim": 0, "char_cnn_filters": [[2, 0]], "num_highway_layers": -1, "char_cnn_activation": "gelu",
+    "max_characters_per_token": 2, "n_characters": 1, "alphabet": "unicode", "word_vocab_size": -1,
+    "word_embedding_dim": -1, "forget_bias": math.nan, "cell_size": 0, "projection_dim": 0, "num_lstm_layers": 0,
+    "cell_clip": -1.0, "proj_clip": -0.5, "num_output_representations": 0, "dropout": 1.0,
+    "initializer_range": math.inf, "scalar_mix_l2_coef": -0.1, "sequence_pooling": "attention", "lm_vocab_size": 2,
+    "lm_dropout": -0.1, "lm_negative_samples": -1,
+}
+
+
+@pytest.mark.parametrize("field", OUT_OF_RANGE)
+def test_config_refuses_every_value_out_of_its_range(field):
+    """Every rule of VALUE_RULES, at construction: one line naming the field, its requirement and the value."""
+    assert OUT_OF_RANGE.keys() == VALUE_RULES.keys()
+    value, requirement = OUT_OF_RANGE[field], VALUE_RULES[field][1]
+    with pytest.raises(ValueError, match=f"^{re.escape(f'ElmoConfig.{field} must be {requirement}, got {value!r}')}$"):
+        ElmoConfig(**{field: value})
+
+
 def test_config_rejects_invalid_values():
-    for field, value in [("cell_size", 0), ("char_cnn_activation", "gelu"), ("projection_dim", "x"),
-                         ("dropout", 1.5), ("num_highway_layers", -1), ("n_characters", 261)]:
+    for field, value in [("projection_dim", "x"), ("n_characters", 261)]:
         with pytest.raises(ValueError, match=field):
             ElmoConfig(**{field: value})
     with pytest.raises(ValueError, match="char_cnn_filters"):
         ElmoConfig(char_cnn_filters=[[60, 4]])
     with pytest.raises(ValueError, match="projection_dim"):
         ElmoConfig(cell_size=16, projection_dim=32)
+
+
+def test_original_options_are_read_as_bilm_tf_writes_them_and_refused_where_they_cannot_be(tmp_path):
+    """ElmoConfig.from_original_options: a file that starts with a byte order mark, the training form's
+    n_characters 261 (read as 262), and one error, naming the source, for a missing section or options that only
+    contradict each other."""
+    options = {"char_cnn": {"embedding": {"dim": 4}, "filters": [[1, 4], [2, 8]], "n_characters": 261},
+               "lstm": {"dim": 16, "projection_dim": 8, "n_layers": 1}}
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(options), encoding="utf-8-sig")
+    config = ElmoConfig.from_original_options(path)
+    assert (config.n_characters, config.cell_size, config.num_char_filters, config.to_original_options()["lstm"]) == (
+        262, 16, 12, {"dim": 16, "projection_dim": 8, "n_layers": 1, "cell_clip": None, "proj_clip": None,
+                      "use_skip_connections": False})
+    for broken, message in [
+        ({"lstm": options["lstm"]},
+         "options: no 'char_cnn' section (only character-input ELMo models can be converted)"),
+        ({**options, "lstm": [16, 8]}, "options: no 'lstm' section (an object)"),
+        ({**options, "lstm": {**options["lstm"], "projection_dim": 32}},
+         "options: ElmoConfig.projection_dim (32) cannot exceed cell_size (16)"),
+    ]:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            ElmoConfig.from_original_options(broken)
+
+
+def test_a_configs_auto_map_is_elmos_with_the_entries_a_folder_names(tmp_path):
+    """Every ElmoConfig names every ELMo class of ELMO_AUTO_MAP; an entry the folder's config.json already has (a
+    class of its own, say) wins over ELMo's, and an Auto class ELMo does not name is kept."""
+    from hf_elmo import ELMO_AUTO_MAP
+
+    assert ElmoConfig().auto_map == ELMO_AUTO_MAP
+    ElmoConfig(cell_size=32, projection_dim=8).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    own = {"AutoModel": "my_code.MyElmo", "AutoModelForMaskedLM": "my_code.MyMaskedElmo"}
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "auto_map": {**saved["auto_map"], **own}}))
+    assert ElmoConfig.from_pretrained(tmp_path).auto_map == {**ELMO_AUTO_MAP, **own}
 
 
 def test_config_round_trips_and_maps_standard_names(tmp_path):
@@ -344,3 +402,65 @@ def test_word_ids_must_be_an_integer_tensor(converted_elmoformanylangs):
     with torch.no_grad():
         as_int32 = model(batch["input_ids"], attention_mask=batch["attention_mask"], input_word_ids=word_ids.int())
         assert torch.equal(as_int32.last_hidden_state, model(**batch).last_hidden_state)
+
+
+def test_word_ids_at_padding_are_ignored(converted_elmoformanylangs):
+    """ElmoModel.forward: input_word_ids are read at the words only; any value at padding, word.dic's or not, gives
+    the same outputs."""
+    folder = converted_elmoformanylangs["with_words"]
+    model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer(["天气不错", "你"], padding=True, return_tensors="pt")
+    padding = batch["attention_mask"] == 0
+    assert padding.any()
+    with torch.no_grad():
+        expected = model(**batch)
+        for value in (-7, model.config.word_vocab_size, 10**6):
+            found = model(**{**batch, "input_word_ids": batch["input_word_ids"].masked_fill(padding, value)})
+            assert all(torch.equal(a, b) for a, b in zip(found.hidden_states, expected.hidden_states)), value
+
+
+@pytest.mark.parametrize("name", ["with_words", "chars_only"])
+def test_the_char_encoder_alone_takes_word_ids_exactly_when_its_model_reads_them(converted_elmoformanylangs, name):
+    """The character encoder run alone (as embed_file.pin_frequent_words runs it): one error for word ids it lacks or
+    does not read."""
+    folder = converted_elmoformanylangs[name]
+    model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer(["天气不错"], return_tensors="pt")
+    char_ids, word_ids = batch["input_ids"][0], torch.zeros(batch["input_ids"].shape[1], dtype=torch.long)
+    if name == "with_words":
+        with pytest.raises(ValueError, match=r"^this model reads each word's id in word.dic as well as its characters: "
+                                             r"pass input_word_ids$"):
+            model.char_encoder(char_ids)
+        vectors = model.char_encoder(char_ids, word_ids)
+    else:
+        with pytest.raises(ValueError, match=r"^this model has no word input: it reads characters only, not "
+                                             r"input_word_ids$"):
+            model.char_encoder(char_ids, word_ids)
+        vectors = model.char_encoder(char_ids)
+    assert vectors.shape == (char_ids.shape[0], model.config.projection_dim)
+
+
+def test_lm_dropout_is_the_pretraining_models_and_active_in_training_only(converted):
+    """ElmoForPreTraining drops each LSTM layer's input and the softmax's in training mode only; ElmoModel loaded
+    with its config has no LM dropout."""
+    folder = converted["allennlp-elmo"]
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer([["<S>", *SEEDS[0], "</S>"]], is_split_into_words=True, return_tensors="pt")
+    labels = torch.zeros(batch["input_ids"].shape[:2], dtype=torch.long)
+    inputs = dict(batch, labels=labels, backward_labels=labels)
+    pretraining = ElmoForPreTraining.from_pretrained(folder, lm_vocab_size=10, lm_dropout=0.5, lm_negative_samples=0,
+                                                     output_hidden_states=True)
+    body = ElmoModel.from_pretrained(folder, lm_dropout=0.5)
+    assert body.config.lm_dropout == 0.5 and body.lstm_dropout is None
+    with torch.no_grad():
+        for training in (True, False):
+            pretraining.train(training)
+            body.train(training)
+            (first, first_body), (second, second_body) = [(pretraining(**inputs), body(**batch)) for _ in range(2)]
+            assert torch.equal(first.hidden_states[0], second.hidden_states[0])  # (the token layer is not dropped)
+            assert torch.equal(first.hidden_states[-1], second.hidden_states[-1]) != training
+            assert torch.equal(first.loss, second.loss) != training
+            assert torch.equal(first_body.last_hidden_state, second_body.last_hidden_state)
+        pretraining.elmo.lstm_dropout = None  # the softmax's dropout alone: the same top layer, another loss
+        first, second = pretraining.train()(**inputs), pretraining(**inputs)
+    assert torch.equal(first.hidden_states[-1], second.hidden_states[-1]) and not torch.equal(first.loss, second.loss)
