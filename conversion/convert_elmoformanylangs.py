@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -53,13 +54,12 @@ def _check_dense_ids(entries: dict[str, int], path: Path) -> None:
         raise ConversionError(f"{path}: its ids must be 0 .. {len(entries) - 1}, one per entry, as the package's embedding rows are")
 
 
-def _verify_dictionaries(folder: Path, model_dir: Path, output_dir: str | Path) -> None:
-    """The tokenizer saved in `folder` must spell with the source's char.dic and word.dic, entry for entry: the
-    probe sentences of `_verify_reload` meet only a few of their entries. The error names `output_dir`, the folder
-    that `folder` (its staging folder, removed when the conversion fails) was to become."""
-    from transformers import AutoTokenizer
-
-    lexicon = getattr(AutoTokenizer.from_pretrained(folder), "lexicon", None)
+def _verify_dictionaries(reloaded_tokenizer: ElmoTokenizer, model_dir: Path, output_dir: str | Path) -> None:
+    """The saved tokenizer, `reloaded_tokenizer` (loaded from the staging folder with AutoTokenizer), must spell with
+    the source's char.dic and word.dic, entry for entry: the probe sentences of `_verify_reload` meet only a few of
+    their entries. The error names `output_dir`, the folder that the staging folder (removed when the conversion
+    fails) was to become."""
+    lexicon = getattr(reloaded_tokenizer, "lexicon", None)
     saved = {"char.dic": None if lexicon is None else lexicon.chars,
              "word.dic": None if lexicon is None else lexicon.words}
     for name, found in saved.items():
@@ -109,8 +109,9 @@ def convert_elmoformanylangs_to_hf(
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card, encoding="utf-8")
-        _verify_dictionaries(staging, model_dir, output_dir)
-        _verify_reload(staging, model, tokenizer, output_dir)
+        reloaded_tokenizer = AutoTokenizer.from_pretrained(staging)
+        _verify_dictionaries(reloaded_tokenizer, model_dir, output_dir)
+        _verify_reload(staging, model, tokenizer, reloaded_tokenizer, output_dir)
     return Path(output_dir)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import transformers
+from transformers import AutoModel, AutoTokenizer
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -157,13 +158,12 @@ def _probe_outputs(model: ElmoModel, tokenizer: ElmoTokenizer) -> list[torch.Ten
     return [t.detach() for t in list(output.hidden_states) + list(output.elmo_representations)]
 
 
-def _verify_reload(folder: Path, model: ElmoModel, tokenizer: ElmoTokenizer, output_dir: str | os.PathLike) -> None:
-    """The saved folder must load through the Auto classes and reproduce `model` exactly. The errors name
-    `output_dir`, the folder that `folder` (its staging folder, removed when the conversion fails) was to become."""
-    from transformers import AutoModel, AutoTokenizer
-
+def _verify_reload(folder: Path, model: ElmoModel, tokenizer: ElmoTokenizer, reloaded_tokenizer: ElmoTokenizer,
+                   output_dir: str | os.PathLike) -> None:
+    """The saved folder must load through the Auto classes (`reloaded_tokenizer` is its tokenizer, loaded with
+    AutoTokenizer) and reproduce `model` exactly. The errors name `output_dir`, the folder that `folder` (its staging
+    folder, removed when the conversion fails) was to become."""
     reloaded = AutoModel.from_pretrained(folder).eval()
-    reloaded_tokenizer = AutoTokenizer.from_pretrained(folder)
     expected_state, found_state = model.state_dict(), reloaded.state_dict()
     if expected_state.keys() != found_state.keys():
         raise ConversionError(f"{output_dir}: reloaded weights differ in names from the converted ones")
@@ -201,7 +201,7 @@ def convert_original_to_hf(
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card, encoding="utf-8")
-        _verify_reload(staging, model, tokenizer, output_dir)
+        _verify_reload(staging, model, tokenizer, AutoTokenizer.from_pretrained(staging), output_dir)
     return Path(output_dir)
 
 

@@ -330,13 +330,13 @@ def argument_problem(args) -> str | None:
     or None."""
     for option in ("ner_epochs", "pos_epochs", "batch_size", "ner_hidden"):
         if getattr(args, option) < 1:
-            return f"--{option.replace('_', '-')} must be at least 1, not {getattr(args, option)}"
+            return f"--{option.replace('_', '-')} must be at least 1, got {getattr(args, option)}"
     if args.max_sentences is not None and args.max_sentences < 1:
-        return f"--max-sentences must be at least 1, not {args.max_sentences}"
+        return f"--max-sentences must be at least 1, got {args.max_sentences}"
     if not 0 <= args.dropout < 1:
-        return f"--dropout must be at least 0 and below 1, not {args.dropout}"
+        return f"--dropout must be at least 0 and below 1, got {args.dropout}"
     if not args.learning_rate > 0:
-        return f"--learning-rate must be above 0, not {args.learning_rate}"
+        return f"--learning-rate must be above 0, got {args.learning_rate}"
     problem = model_folder_problem(args.model) if args.model else None
     if problem:
         return f"--model {args.model}: {problem}"

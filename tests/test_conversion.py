@@ -63,6 +63,8 @@ def run_main(capsys, *args) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("name", FIXTURE_SETS)
 def test_round_trip_gives_identical_datasets(tmp_path, converted, name):
+    """The way back writes the weight file as bilm-tf's dump_weights does: every dataset as it was, float32, and no
+    attributes; and the options."""
     fixture = FIXTURE_SETS[name]
     convert_hf_to_original(converted[name], tmp_path / "back")
     original, back = read_datasets(fixture.weight_file), read_datasets(tmp_path / "back" / "weights.hdf5")
@@ -70,6 +72,8 @@ def test_round_trip_gives_identical_datasets(tmp_path, converted, name):
     for key in original:
         assert back[key].dtype == np.float32
         assert np.array_equal(original[key], back[key]), key
+    with h5py.File(tmp_path / "back" / "weights.hdf5", "r") as handle:
+        assert not handle.attrs and not [key for key in back if handle[key].attrs], key
     options = json.loads((tmp_path / "back" / "options.json").read_text())
     assert options == {**json.loads(fixture.options_file.read_text()), "lstm": options["lstm"]}
     assert ElmoConfig.from_original_options(tmp_path / "back" / "options.json").to_dict() == ElmoConfig.from_original_options(fixture.options_file).to_dict()
@@ -180,6 +184,10 @@ BAD_INPUTS = {
     "not HDF5": (lambda f: (f / "weights.hdf5").write_text("hello"), ["weights.hdf5", "not an HDF5"]),
     "options not JSON": (lambda f: (f / "options.json").write_text("{"), ["options.json", "not a JSON"]),
     "missing dataset": (lambda f: edit_weights(f, lambda h: h.__delitem__(f"{PREFIX}/B")), ["weights.hdf5", f"{PREFIX}/B", "(96,)", "missing"]),
+    "two missing datasets": (
+        lambda f: edit_weights(f, lambda h: (h.__delitem__(f"{PREFIX}/B"), h.__delitem__(f"{PREFIX}/W_0"))),
+        ["weights.hdf5: missing dataset " + f"{PREFIX}/W_0 (expected shape (16, 96) from the options), and 1 more"],
+    ),
     "extra dataset": (lambda f: edit_weights(f, lambda h: h.create_dataset("softmax/W", data=np.zeros((3, 8)))), ["weights.hdf5", "softmax/W", "(3, 8)", "unexpected"]),
     "wrong shape": (
         lambda f: edit_weights(f, lambda h: (h.__delitem__(f"{PREFIX}/W_P_0"), h.create_dataset(f"{PREFIX}/W_P_0", data=np.zeros((24, 9), np.float32)))),
@@ -217,6 +225,8 @@ BAD_INPUTS = {
     ),
     "a NaN": (lambda f: edit_weights(f, lambda h: h[f"{PREFIX}/B"].__setitem__(3, np.nan)),
               ["weights.hdf5: dataset " + f"{PREFIX}/B holds 1 non-finite value (NaN or infinity)"]),
+    "two NaNs": (lambda f: edit_weights(f, lambda h: h[f"{PREFIX}/B"].__setitem__(slice(3, 5), np.nan)),
+                 ["weights.hdf5: dataset " + f"{PREFIX}/B holds 2 non-finite values (NaN or infinity)"]),
     "an infinity": (lambda f: edit_weights(f, lambda h: h["char_embed"].__setitem__((0, 1), -np.inf)),
                     ["weights.hdf5: dataset char_embed holds 1 non-finite value (NaN or infinity)"]),
     # h5py's own message names neither the file nor the dataset.
@@ -268,7 +278,7 @@ def test_failed_verification_leaves_nothing(original, tmp_path, monkeypatch):
     """A crash after the files are written but before they are verified leaves no output folder."""
     import conversion.convert_original_elmo as converter
 
-    def broken_verify(folder, model, tokenizer, output_dir):
+    def broken_verify(folder, model, tokenizer, reloaded_tokenizer, output_dir):
         raise ConversionError(f"{output_dir}: simulated failure")
 
     monkeypatch.setattr(converter, "_verify_reload", broken_verify)
@@ -543,6 +553,42 @@ def test_to_original_refuses_a_broken_checkpoint(converted, tmp_path, capsys, mo
     code, _, err = run_main(capsys, "--to-original", "--model-dir", "model", "--output-dir", "back")
     assert_only_an_error_line(code, err, *TO_ORIGINAL_BAD_INPUTS[case])
     assert not (tmp_path / "back").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".back")]
+
+
+def test_to_original_reads_a_sharded_checkpoint_and_names_a_broken_index_or_shard(converted, tmp_path, capsys):
+    """A checkpoint saved in shards (model.safetensors.index.json and the files it names) converts back exactly; an
+    index that does not read, or a shard cut short, is one error line naming the file, and nothing is written."""
+    folder = tmp_path / "model"
+    ElmoModel.from_pretrained(converted["allennlp-elmo"]).save_pretrained(folder, max_shard_size="20KB")
+    shards = sorted(folder.glob("model-*.safetensors"))
+    assert len(shards) > 1 and not (folder / "model.safetensors").exists()
+    back = read_datasets(convert_hf_to_original(folder, tmp_path / "back") / "weights.hdf5")
+    original = read_datasets(FIXTURE_SETS["allennlp-elmo"].weight_file)
+    assert back.keys() == original.keys() and all(np.array_equal(back[key], original[key]) for key in original)
+    index = folder / "model.safetensors.index.json"
+    whole_index, whole_shard = index.read_text(), shards[-1].read_bytes()
+    capsys.readouterr()  # (the progress bars of the saving and loading above)
+    for damage, message in [(lambda: index.write_text('{"metadata": {}}'), f"{index}: not a safetensors index"),
+                            (lambda: shards[-1].write_bytes(whole_shard[:100]),
+                             f"{shards[-1]}: not a readable safetensors file")]:
+        damage()
+        code, _, err = run_main(capsys, "--to-original", "--model-dir", folder, "--output-dir", tmp_path / "out")
+        assert_only_an_error_line(code, err, message)
+        index.write_text(whole_index)
+        shards[-1].write_bytes(whole_shard)
+    assert not (tmp_path / "out").exists()
+
+
+def test_each_direction_needs_its_inputs(tmp_path, capsys):
+    """--to-original needs --model-dir, the other direction --options-file and --weight-file: argparse's usage
+    error (exit code 2) says which, before anything is read or written."""
+    for arguments, message in [(["--to-original"], "--to-original needs --model-dir"),
+                               (["--options-file", "options.json"],
+                                "converting original weights needs --options-file and --weight-file")]:
+        with pytest.raises(SystemExit) as raised:
+            main([*arguments, "--output-dir", str(tmp_path / "out")])
+        assert raised.value.code == 2 and capsys.readouterr().err.strip().endswith(f"error: {message}")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_output_folders_that_cannot_be_written_fail_before_the_work(original, converted, tmp_path, capsys):

