@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from hf_elmo.fast_linear import cpuinfo  # noqa: E402
 from hf_elmo.files import write_text_atomically  # noqa: E402
 
 FIXTURES = ROOT.parent / "shared" / "fixtures"
@@ -191,18 +193,10 @@ EXTENSIONS = {"avx2": "AVX2", "fma": "FMA", "avx512f": "AVX-512", "avx512_vnni":
 
 
 def describe_cpu() -> dict:
-    """The CPU's model name (what tells one kind of CPU from another here), vendor, vector extensions, caches."""
-    fields, flags = {}, []
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key in ("model name", "vendor_id") and key not in fields:
-                fields[key] = value.strip()
-            elif key == "flags" and not flags:
-                flags = value.split()
-    except OSError:
-        pass
+    """The CPU's model name, vendor, family and model numbers (what tell one kind of CPU from another here),
+    vector extensions, caches."""
+    fields = cpuinfo()
+    flags = fields.get("flags", "").split()
     caches = {}
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         try:
@@ -212,14 +206,21 @@ def describe_cpu() -> dict:
         except OSError:
             continue
     return {"model": fields.get("model name", "unknown"), "vendor": fields.get("vendor_id", "unknown"),
+            "family": fields.get("cpu family"), "model_number": fields.get("model"),
             "logical_cpus": os.cpu_count(), "extensions": [name for flag, name in EXTENSIONS.items() if flag in flags],
             "caches": caches}
 
 
+def cpu_kind(cpu: dict) -> str:
+    """`describe_cpu()`'s model name, vendor, family and model numbers: "AMD EPYC (AuthenticAMD, family 23, model 49)"."""
+    numbers = f", family {cpu['family']}, model {cpu['model_number']}" if cpu.get("family") else ""
+    return f"{cpu['model']} ({cpu['vendor']}{numbers})"
+
+
 def cpu_summary(cpu: dict) -> str:
-    """`describe_cpu()` as one line: model, vendor, logical CPUs, vector extensions, caches."""
+    """`describe_cpu()` as one line: the kind, logical CPUs, vector extensions, caches."""
     caches = ", ".join(f"{level} {size}" for level, size in cpu["caches"].items())
-    return (f"{cpu['model']} ({cpu['vendor']}), {cpu['logical_cpus']} logical CPUs; vector extensions: "
+    return (f"{cpu_kind(cpu)}, {cpu['logical_cpus']} logical CPUs; vector extensions: "
             f"{', '.join(cpu['extensions']) or 'none recorded'}; caches: {caches or 'not recorded'}")
 
 
@@ -566,17 +567,20 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
 
 
 def section_heading(cpu: dict) -> str:
-    """The heading of a CPU kind's section of RESULTS.md: the model name and vendor tell the kinds apart."""
-    return f"## CPU: {cpu['model']} ({cpu['vendor']})"
+    """The heading of a CPU kind's section of RESULTS.md: the model name, vendor, family and model numbers tell the
+    kinds apart ("AMD EPYC" is several generations)."""
+    return f"## CPU: {cpu_kind(cpu)}"
 
 
 def other_cpu_sections(previous: str, heading: str) -> list[str]:
     """The sections of a results file (`previous`, as it was) for every CPU kind but `heading`'s: each a
-    "## CPU: " line and what follows it up to the next "## " line, in their order."""
+    "## CPU: " line and what follows it up to the next "## " line, in their order. A heading without family and
+    model numbers (as runs wrote them before they were recorded) is of the kind whose name and vendor it gives."""
+    this_kind = {heading, re.sub(r", family [^,]*, model [^)]*\)$", ")", heading)}
     kept, current = [], None
     for line in previous.splitlines():
         if line.startswith("## "):
-            current = [] if line.startswith("## CPU: ") and line != heading else None
+            current = [] if line.startswith("## CPU: ") and line not in this_kind else None
             if current is not None:
                 kept.append(current)
         if current is not None:

@@ -56,14 +56,30 @@ def kernel_choices_path() -> Path:
     return Path(cache) / "hf_elmo" / "kernels.json"
 
 
-def cpu_name() -> str:
-    """The CPU's model name as /proc/cpuinfo gives it (elsewhere, what `platform` knows)."""
-    cpu = platform.processor() or platform.machine() or "unknown"
+def cpuinfo() -> dict[str, str]:
+    """The fields of the first CPU in /proc/cpuinfo ("model name", "cpu family", "model", "flags", ...); empty
+    where there is no such file."""
+    fields = {}
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), cpu)
+        with open("/proc/cpuinfo", encoding="utf-8") as lines:
+            for line in lines:
+                key, _, value = line.partition(":")
+                if not key.strip():  # the blank line that ends the first CPU's entry
+                    break
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
-        return cpu
+        pass
+    return fields
+
+
+def cpu_name() -> str:
+    """The CPU's model name with its family and model numbers, which tell apart kinds that share a name ("AMD EPYC"
+    is several generations): "AMD EPYC (family 23, model 49)"; without /proc/cpuinfo, what `platform` knows."""
+    fields = cpuinfo()
+    name = fields.get("model name") or platform.processor() or platform.machine() or "unknown"
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def _this_machine() -> str:

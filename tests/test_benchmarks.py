@@ -5,6 +5,7 @@ training path and writes only where it is told to), and the memory rates the REA
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from conftest import REPO
 
@@ -97,3 +98,26 @@ def test_a_benchmark_run_replaces_the_section_of_its_cpu_kind_and_keeps_the_othe
         assert report.index("## CPU: A") < report.index("## CPU: B"), report
         assert "old GPU text" not in report, report
     assert run.assemble("", section, tmp_path / "no-gpu-results.md").count("## CPU: ") == 1
+
+
+def test_cpu_kinds_that_share_a_name_keep_sections_of_their_own(tmp_path):
+    """"AMD EPYC" names several generations: the family and model numbers are part of a section's heading, so one
+    kind's run keeps the other's section; a heading written before the numbers were recorded is replaced by the
+    run of the kind whose name and vendor it gives."""
+    import run
+
+    zen2 = {"model": "AMD EPYC", "vendor": "AuthenticAMD", "family": "23", "model_number": "49"}
+    zen4 = {**zen2, "family": "25", "model_number": "17"}
+    xeon = {"model": "Intel(R) Xeon(R) Processor", "vendor": "GenuineIntel", "family": "6", "model_number": "143"}
+    assert run.section_heading(zen2) == "## CPU: AMD EPYC (AuthenticAMD, family 23, model 49)"
+    previous = (f"# Title\n\n{run.section_heading(zen4)}\n\nZen 4 figures\n\n"
+                "## CPU: Intel(R) Xeon(R) Processor (GenuineIntel)\n\nold Xeon figures\n")
+    report = run.assemble(previous, f"{run.section_heading(zen2)}\n\nZen 2 figures\n", tmp_path / "none.md")
+    assert "Zen 2 figures" in report and "Zen 4 figures" in report and "old Xeon figures" in report, report
+    report = run.assemble(report, f"{run.section_heading(xeon)}\n\nnew Xeon figures\n", tmp_path / "none.md")
+    assert "old Xeon figures" not in report and report.count("## CPU: Intel") == 1, report
+    assert "Zen 2 figures" in report and "Zen 4 figures" in report, report
+    cpu = run.describe_cpu()  # this machine's, as the sections record it
+    if Path("/proc/cpuinfo").is_file():
+        assert cpu["family"] and cpu["model_number"] and run.section_heading(cpu).endswith(
+            f", family {cpu['family']}, model {cpu['model_number']})")
