@@ -25,13 +25,16 @@ BYTE_ORDER_MARK = "\ufeff"
 CHECK_BLOCK_BYTES = 1 << 22
 
 
-def decode_utf8(data: bytes, path, first_line: int = 1) -> str:
-    """`data` (the file `path` from line `first_line` on) as text, without a leading byte-order mark."""
+def decode_utf8(data: bytes, path, first_line: int = 1, first_byte: int = 0) -> str:
+    """`data` (the file `path` from line `first_line`, byte `first_byte` on) as text, without a leading byte-order
+    mark. An error names the line and the byte of the file."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = first_line + data[: error.start].count(b"\n")
-        raise ValueError(f"{path}: line {line} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+        raise ValueError(
+            f"{path}: line {line} is not UTF-8 text ({error.reason} at byte {first_byte + error.start})"
+        ) from None
     return text.removeprefix(BYTE_ORDER_MARK) if first_line == 1 else text
 
 
@@ -59,15 +62,16 @@ def check_text_file(path, what: str = "text file", error: type[ValueError] = Val
         raise error(f"{path}: is a folder, not a file")
     try:
         with open(path, "rb") as handle:
-            line, pending, empty = 1, b"", True
+            line, offset, pending, empty = 1, 0, b"", True
             while block := handle.read(CHECK_BLOCK_BYTES):
                 empty = False
                 data = pending + block
                 cut = data.rfind(b"\n") + 1  # decode whole lines only: a character may straddle the block end
-                decode_utf8(data[:cut], path, line)
+                decode_utf8(data[:cut], path, line, offset)
                 line += data.count(b"\n", 0, cut)
+                offset += cut
                 pending = data[cut:]
-            decode_utf8(pending, path, line)
+            decode_utf8(pending, path, line, offset)
     except FileNotFoundError:
         raise error(f"{path}: {what} not found") from None
     except OSError as failure:

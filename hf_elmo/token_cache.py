@@ -144,14 +144,17 @@ class ElmoTokenCache:
         the table (the cache's own store when `use_cache`, so valid until the next call)."""
         if rows.shape[0] == 0:
             return encode(rows), torch.zeros(0, dtype=torch.long, device=rows.device)
-        # Distinct rows, by their bytes (character ids are < 262: 16 bits hold them, and make shorter keys).
-        # Floating rows are keyed by their raw bytes, which numpy can hold for every dtype (bfloat16 included).
+        # Distinct rows, by their bytes. Integer rows (character ids, and a word id with word input) as 32 bits, which
+        # hold every id a model can read: a width that is the same for every batch, so that a row has one key
+        # whatever else its batch holds (16 bits would hold character ids, but not a word id of a word.dic of more
+        # than 65,536 words, which would key every row of its batch otherwise). Floating rows are keyed by their
+        # raw bytes, which numpy can hold for every dtype (bfloat16 included).
         keys = rows.detach().cpu().contiguous()
         if keys.is_floating_point():
             keys = keys.view(torch.uint8).view(rows.shape[0], -1)
         keys_array = keys.numpy()
-        if keys_array.itemsize > 2 and keys_array.min() >= 0 and keys_array.max() < 2**16:
-            keys_array = keys_array.astype(np.uint16)
+        if keys_array.itemsize > 4 and keys_array.min() >= 0 and keys_array.max() < 2**32:
+            keys_array = keys_array.astype(np.uint32)
         keys_array = np.ascontiguousarray(keys_array)
         keys_view = keys_array.view(np.dtype((np.void, keys_array.shape[1] * keys_array.itemsize))).ravel()
         unique, first, inverse = np.unique(keys_view, return_index=True, return_inverse=True)

@@ -203,6 +203,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
     `add_tokens` and `add_special_tokens` add words that raw text is split around, never inside (`tokenizer.add_tokens(
     ["don't", "<URL>"])` keeps them whole); they are spelled as every word is, so the model needs no new embedding.
     Added special tokens are marked in `special_tokens_mask` and dropped by `decode(..., skip_special_tokens=True)`.
+    With `split_special_tokens=True` (in a call, or as the tokenizer's setting) raw text is split as if no token had
+    been added, as transformers does then.
     The padding word is always id 0, the all-zero word; `pad_token` only names it: a word of that name in the text is
     a word as any other (raw text splits `<pad>` into `<`, `pad`, `>`; a pre-split `"<pad>"` is spelled, kept by
     `decode` and 0 in `special_tokens_mask`), though `convert_tokens_to_ids(pad_token)` is `pad_token_id`, 0, as
@@ -321,13 +323,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
         character alphabet (`"<pad>"`, `"<0x41>"`, ...) or an added special token gives its id, an int, as
         transformers' special-token attributes (`pad_token_id`, `eos_token_id`, ...) need.
         """
+        return self._tokens_to_ids(tokens, self._special_words())
+
+    def _tokens_to_ids(self, tokens: str | list, special_words: set[str]):
+        """`convert_tokens_to_ids` with the added special tokens looked up once per call, not once per word."""
         if isinstance(tokens, str):
             if tokens in self._vocab:
                 return self._vocab[tokens]
-            if tokens in self._special_words():
+            if tokens in special_words:
                 return self._added_tokens_encoder[tokens]
             return self.word_to_char_ids(tokens)
-        return [self.convert_tokens_to_ids(token) for token in tokens]
+        return [self._tokens_to_ids(token, special_words) for token in tokens]
 
     def _special_words(self) -> set[str]:
         """The added special tokens: words that `special_tokens_mask` marks and `skip_special_tokens` drops."""
@@ -337,6 +343,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """The added tokens (id -> AddedToken), which raw text is split around. Not `pad_token` (id 0): it names the
         all-zero padding word, which no text holds, so a word of that name in the text is spelled as any other."""
         return {index: token for index, token in self._added_tokens_decoder.items() if index != PAD_WORD_CHAR_ID}
+
+    @PreTrainedTokenizer.added_tokens_decoder.setter
+    def added_tokens_decoder(self, value: dict) -> None:
+        """transformers' setter, then the trie of the words that raw text is split around, which it leaves as it was
+        (so that a token set here is kept whole, as one that `add_tokens` adds)."""
+        PreTrainedTokenizer.added_tokens_decoder.fset(self, value)
+        self._update_trie()
 
     def _update_trie(self, unique_no_split_tokens: list[str] | None = None):
         """The base class's trie of the words that raw text is split around, without `pad_token`."""
@@ -356,20 +369,24 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     # ---- words ---------------------------------------------------------------------------------------------
 
-    def split_words(self, text: str) -> list[str]:
+    def split_words(self, text: str, split_special_tokens: bool | None = None) -> list[str]:
         """Split raw text into words: on whitespace, around punctuation, and around each Chinese/Japanese character;
-        added tokens are kept whole."""
-        return [word for word, _ in self._words_with_offsets(text)]
+        added tokens are kept whole, unless `split_special_tokens` (default: the tokenizer's setting of that name),
+        which splits them as any text, as transformers does with every added token then."""
+        return [word for word, _ in self._words_with_offsets(text, split_special_tokens)]
 
     def tokenize(self, text: str, **kwargs) -> list[str]:
         """The words of `text` (the tokens of this tokenizer are whole words); see `split_words`."""
-        return self.split_words(text)
+        return self.split_words(text, kwargs.get("split_special_tokens"))
 
-    def _words_with_offsets(self, text: str) -> list[tuple[str, tuple[int, int]]]:
+    def _words_with_offsets(self, text: str, split_special_tokens: bool | None = None
+                            ) -> list[tuple[str, tuple[int, int]]]:
         """The words of raw text with their character spans in it."""
         _check_encodable(text, "the text")
         start = 1 if text.startswith(_BYTE_ORDER_MARK) else 0  # a byte-order mark is not part of the first word
-        kept_whole = {token.content for token in self._words_kept_whole().values()}
+        if split_special_tokens is None:
+            split_special_tokens = self.split_special_tokens
+        kept_whole = set() if split_special_tokens else {token.content for token in self._words_kept_whole().values()}
         segments = self.tokens_trie.split(text[start:]) if kept_whole else [text[start:]]
         words = []
         for segment in segments:
@@ -420,7 +437,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return_token_type_ids: bool | None = None,
         stride: int = 0,
         verbose: bool = True,
-        **kwargs,  # add_special_tokens, split_special_tokens, ...: nothing to do without special tokens around words
+        split_special_tokens: bool | None = None,
+        **kwargs,  # add_special_tokens, ...: nothing to do, ELMo puts no special tokens around words
     ) -> ElmoBatchEncoding:
         """Encode one text or word list, or a batch of them (the entry point of `__call__` and `encode`)."""
         if text_pair is not None:
@@ -460,7 +478,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
                     )
                 if not isinstance(example, str):
                     raise TypeError(f"Expected a str (or is_split_into_words=True), got {type(example).__name__}.")
-                pieces = self._words_with_offsets(example)
+                pieces = self._words_with_offsets(example, split_special_tokens)
                 words = [word for word, _ in pieces]
                 offsets = [offset for _, offset in pieces]
 

@@ -1,12 +1,22 @@
 """The `hf-elmo` command."""
 
+import errno
+import os
 import re
+import resource
+import signal
+
+import pytest
+import torch
 
 from hf_elmo.cli import main
+from hf_elmo.demo import SenseVectors, plot_senses
 
 
-def test_demo_shows_static_layer0_and_contextual_layers(converted, capsys, tmp_path):
-    assert main(["demo", "--model", str(converted["allennlp-elmo"]), "--plot", str(tmp_path / "senses.png")]) == 0
+def test_demo_shows_static_layer0_and_contextual_layers(converted, capsys, tmp_path, monkeypatch):
+    """The tables, and the picture where --plot puts it by default: elmo-senses.png in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--model", str(converted["allennlp-elmo"])]) == 0
     out = capsys.readouterr().out
     assert "(3 layers, each 32 wide)" in out
     rows = {m.group(1).strip(): [float(x) for x in m.group(2).split()]
@@ -15,7 +25,7 @@ def test_demo_shows_static_layer0_and_contextual_layers(converted, capsys, tmp_p
     for label in ("bank / bank", "天 / 天"):
         assert rows[label][0] == 1.0  # same spelling: the context-free layer cannot tell the two apart
         assert all(value < 0.999 for value in rows[label][1:])
-    assert (tmp_path / "senses.png").read_bytes()[:4] == b"\x89PNG"
+    assert os.listdir(tmp_path) == ["elmo-senses.png"] and (tmp_path / "elmo-senses.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_demo_refuses_a_missing_model_or_an_unwritable_picture_in_one_line(tmp_path, capsys):
@@ -27,3 +37,25 @@ def test_demo_refuses_a_missing_model_or_an_unwritable_picture_in_one_line(tmp_p
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "no-such-model" in err and len(err.splitlines()) == 1
     assert list(tmp_path.iterdir()) == [] and not list(tmp_path.parent.glob(f".{tmp_path.name}.*"))
+
+
+def test_a_picture_that_fails_to_be_written_leaves_the_one_there(tmp_path):
+    """The demo's picture is written atomically: when the write fails part way (here at a file size limit, as on a
+    full disk), the picture already at the path is left as it was, with no temporary file beside it."""
+    vectors = SenseVectors(words=["bank"] * 4, senses=["river", "river", "money", "money"], sentences=[""] * 4,
+                           layers=[torch.randn(4, 8, generator=torch.Generator().manual_seed(0))], layer_names=["layer 1"])
+    picture = tmp_path / "senses.png"
+    picture.write_bytes(b"the picture of an earlier run")
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails (EFBIG), not the process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limit[1]))
+    try:
+        with pytest.raises(OSError) as raised:
+            plot_senses(vectors, str(picture))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert raised.value.errno == errno.EFBIG
+    assert picture.read_bytes() == b"the picture of an earlier run" and os.listdir(tmp_path) == ["senses.png"]
+    plot_senses(vectors, str(picture))
+    assert picture.read_bytes()[:4] == b"\x89PNG" and picture.stat().st_size > 4096

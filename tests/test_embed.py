@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from conftest import FIXTURE_SETS, assert_only_an_error_line, run_two_processes,
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
 from hf_elmo.embed_file import plan_batches
+from hf_elmo.embedder import SORT_WINDOW_BATCHES, length_sorted_batches
 
 FIXTURE = FIXTURE_SETS["allennlp-elmo"]
 HF_ELMO = [sys.executable, "-m", "hf_elmo.cli"]
@@ -116,6 +118,44 @@ def test_stateful_rows_beyond_a_smaller_batch_keep_their_state(model_path):
         assert not np.allclose(found[2][row], stateless[:, row, : len(words)].numpy(), atol=1e-3), row
 
 
+def test_stateful_embed_sentences_reproduces_the_original_model(model_path):
+    """The Python API's stateful mode is the original's too: `embed_sentences` runs batches of `batch_size`
+    consecutive sentences, row k of batch i continuing row k of batch i - 1."""
+    embedder = ElmoEmbedder(model_path, stateful=True)
+    top = list(embedder.embed_sentences(fixture_lines(), batch_size=3, output_format="top"))
+    for i in range(10):
+        for k in range(3):
+            assert np.allclose(top[3 * i + k], FIXTURE.expected_top_layer(k, i), atol=1e-6), (i, k)
+
+
+def test_stateful_rows_a_batch_lacked_start_from_zeros_and_a_sentence_without_words_still_runs(model_path):
+    """A batch of one sentence without words runs as `<S> </S>` (moving its row's state, as in the original); in the
+    next batch of 3, row 0 continues from that state and rows 1 and 2, which the first batch lacked, start from
+    zeros; after `reset_states` every row starts from zeros."""
+    embedder = ElmoEmbedder(model_path, stateful=True)
+    batch = [line.split() for line in fixture_lines()[:3]]
+    model, tokenizer = ElmoModel.from_pretrained(model_path).eval(), ElmoTokenizer.from_pretrained(model_path)
+
+    def run(sentences, states=None):
+        encoded = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            output = model(**encoded, initial_states=states)
+        return torch.stack(output.hidden_states), output.final_states
+
+    assert embedder.embed_batch([[]])[0].shape == (3, 0, 32)
+    _, (h, c) = run([[]])
+    expected, _ = run(batch, (torch.cat([h, h.new_zeros(h.shape[0], 2, h.shape[2])], 1),
+                              torch.cat([c, c.new_zeros(c.shape[0], 2, c.shape[2])], 1)))
+    stateless, _ = run(batch)
+    found = embedder.embed_batch(batch)
+    for row, words in enumerate(batch):
+        assert np.allclose(found[row], expected[:, row, : len(words)].numpy(), atol=1e-6), row
+    assert not np.allclose(found[0], stateless[:, 0, : len(batch[0])].numpy(), atol=1e-3)
+    embedder.reset_states()
+    for row, (words, vectors) in enumerate(zip(batch, embedder.embed_batch(batch))):
+        assert np.allclose(vectors, stateless[:, row, : len(words)].numpy(), atol=1e-6), row
+
+
 def test_lines_end_at_every_kind_of_newline(embedder, tmp_path):
     """\\n, \\r\\n and a lone \\r (old Mac files) each end a line: two lines are never read as one."""
     source = tmp_path / "in.txt"
@@ -204,10 +244,14 @@ def test_output_formats_and_keys(embedder, tmp_path):
     assert np.array_equal(keyed["Peter Blackburn"], outputs["top"]["2"])
     with pytest.raises(ValueError, match=r"in.txt: line 1 \(''\) cannot be an HDF5 key"):
         embedder.embed_file(source, tmp_path / "blank.hdf5", use_sentence_keys=True)
+    for line in (".", "a/b"):
+        with pytest.raises(ValueError, match=rf"bad.txt: line 1 \({line!r}\) cannot be an HDF5 key"):
+            embedder.embed_file(write_lines(tmp_path / "bad.txt", ["x", line]), tmp_path / "bad.hdf5", use_sentence_keys=True)
     duplicated = write_lines(tmp_path / "dup.txt", ["a b", "c", "a b"])
     with pytest.raises(ValueError, match=r"dup.txt: lines 0 and 2 are the same sentence"):
         embedder.embed_file(duplicated, tmp_path / "dup.hdf5", use_sentence_keys=True)
     assert not (tmp_path / "blank.hdf5").exists() and not (tmp_path / "dup.hdf5.partial").exists()
+    assert not list(tmp_path.glob("bad.hdf5*"))
 
 
 MIX_WEIGHTS, MIX_GAMMA = [2.0, -1.0, 0.5], 1.7
@@ -374,6 +418,19 @@ def test_two_processes_write_one_file(model_path, tmp_path):
 
 
 
+def test_a_refusal_by_the_first_process_stops_every_process(model_path, tmp_path):
+    """Under torchrun the first process takes the lock and checks the batch folder, and the others learn what it
+    found: when it refuses (here the folder of an interrupted run with other settings), every process stops with its
+    error, and none computes a batch into that folder."""
+    _, source, output, partial = interrupted_run(model_path, tmp_path, 3)
+    finished = {path.name: path.read_bytes() for path in partial.iterdir()}
+    result = run_two_processes(["-m", "hf_elmo.cli", "embed", source, output, "--batch-size", 4, "--model", model_path],
+                               SUBPROCESS_ENV)
+    assert result.returncode != 0 and not output.exists()
+    assert result.stderr.count(f"error: {partial}: holds batches of an interrupted run with different batch_size") == 2
+    assert {path.name: path.read_bytes() for path in partial.iterdir()} == finished
+
+
 def test_a_run_stopped_on_one_process_resumes_on_two_to_the_same_bytes(model_path, tmp_path):
     """The batch files do not depend on the process count: two processes finish a run that one process began,
     computing only the batches it had not finished, and write what one uninterrupted process writes."""
@@ -490,16 +547,27 @@ def interrupted_run(model_path, tmp_path: Path, batches: int):
 
 
 def test_a_damaged_batch_file_is_named_and_computed_again(model_path, tmp_path, caplog):
+    """A batch file cut short, one without a line's dataset, one with a line of the wrong length, and a file named
+    as a batch this run does not have: each is named in a warning and removed, and the batches are computed again."""
     embedder, source, output, partial = interrupted_run(model_path, tmp_path, 6)
-    damaged, missing_line = partial / "00000003.hdf5", partial / "00000004.hdf5"
+    damaged, missing_line, wrong_shape = partial / "00000003.hdf5", partial / "00000004.hdf5", partial / "00000005.hdf5"
     damaged.write_bytes(damaged.read_bytes()[:1000])  # cut short, as a full disk or a bad copy leaves it
     with h5py.File(missing_line, "r+") as handle:
         del handle[next(iter(handle))]
+    with h5py.File(wrong_shape, "r+") as handle:
+        name = next(iter(handle))
+        vectors = handle[name][...]
+        del handle[name]
+        handle.create_dataset(name, data=vectors[:, :-1])
+    stray = partial / "00000099.hdf5"
+    shutil.copyfile(partial / "00000000.hdf5", stray)
     summary = embedder.embed_file(source, output, batch_size=2, progress=False)
-    assert (summary["computed"], summary["resumed"]) == (6, 4)
+    assert (summary["computed"], summary["resumed"]) == (7, 3)
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert any(message.startswith(f"{damaged}: is damaged") for message in warnings), warnings
     assert any(message.startswith(f"{missing_line}: has no dataset") for message in warnings), warnings
+    assert any(message.startswith(f"{wrong_shape}: dataset {name} has type float32 and shape") for message in warnings), warnings
+    assert f"{stray}: is no batch of this run; computing that batch again" in warnings
     embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
     assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
 
@@ -514,6 +582,32 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
     assert str(raised.value) == (f"{partial}: holds batches of an interrupted run with different batch_size; rerun "
                                  "that command to finish it, or delete the folder to start again")
     assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+
+
+def test_a_run_stopped_after_writing_its_output_leaves_nothing_to_compute(model_path, tmp_path):
+    """A run stopped between writing OUTPUT and removing its batch folder: the same job again computes nothing,
+    removes the folder and leaves the output as it was."""
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
+    shutil.copytree(partial, tmp_path / "kept")
+    embedder.embed_file(source, output, batch_size=2, progress=False)
+    written = output.read_bytes()
+    shutil.copytree(tmp_path / "kept", partial)  # its batches back, as a run stopped before removing them left them
+    summary = embedder.embed_file(source, output, batch_size=2, progress=False)
+    assert (summary["computed"], summary["resumed"]) == (0, 10) and not partial.exists()
+    assert output.read_bytes() == written
+
+
+def test_the_next_run_removes_the_temporary_files_a_killed_run_left(model_path, tmp_path):
+    """`.NAME.tmp-PID`, what a kill in the middle of a write leaves in OUTPUT.partial/, is removed when the next run
+    starts (here that run is stopped too, after one batch, so the removal of the folder cannot be what removed it)."""
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
+    leftovers = [partial / ".00000003.hdf5.tmp-4242", partial / ".out.hdf5.tmp-4242"]
+    for leftover in leftovers:
+        leftover.write_bytes(b"half a file")
+    stop_after_batches(embedder, 1)
+    with pytest.raises(KeyboardInterrupt):
+        embedder.embed_file(source, output, batch_size=2, progress=False)
+    assert not any(leftover.exists() for leftover in leftovers) and len(finished_batches(partial)) == 4
 
 
 def test_a_run_resumes_with_the_model_folder_spelled_another_way(model_path, tmp_path, monkeypatch):
@@ -613,6 +707,7 @@ def test_pinned_caches_make_a_batch_depend_on_the_file_and_the_batch_alone(embed
     finally:
         unpin_words(embedder)
     assert token_cache.add_new and embedder.model.layers[0].input_gate_cache.add_new
+    assert len(token_cache) == pinned  # the words stay
 
 
 @pytest.mark.parametrize("gate_words", [None, 6])
@@ -683,6 +778,16 @@ def test_batches_hold_lines_of_similar_length_or_consecutive_lines_when_stateful
         in_file_order = [range(start, min(start + batch_size, 200)) for start in range(0, 200, batch_size)]
         if batch_size > 1:  # the longest batch's spread of lengths, against batches in file order
             assert spread(many, batches) < spread(many, in_file_order) / 2, (spread(many, batches), batch_size)
+
+
+def test_stateless_batches_are_sorted_within_windows_of_consecutive_lines():
+    """Each window of SORT_WINDOW_BATCHES * batch_size consecutive lines is sorted by length and cut into batches:
+    no batch holds lines of two windows, however the lengths run (here the longest first, the reverse of a sort)."""
+    window = SORT_WINDOW_BATCHES * 2
+    batches = length_sorted_batches(list(range(300, 0, -1)), 2)
+    assert sorted(line for batch in batches for line in batch) == list(range(300))
+    assert [{line // window for line in batch} for batch in batches] == [{0}] * 64 + [{1}] * 64 + [{2}] * 22
+    assert batches[0] == [window - 1, window - 2]  # the shortest lines of the first window
 
 
 @pytest.mark.parametrize("stateful", [False, True])

@@ -29,8 +29,8 @@ from hf_elmo.model_card import default_model_card, render_model_card
 
 PROBE = [["EU", "rejects", "German", "call", "."], ["Peter", "Blackburn"], ["天", "气"]]  # as in remote_code_probe.py
 HUB_ID = "hf-elmo-test/elmo-tagger"
-# Modules the copied code may import besides its own flat siblings.
-ALLOWED_IMPORTS = {"torch", "numpy", "transformers", "tokenizers"} | set(sys.stdlib_module_names)
+# Modules the copied code may import besides its own flat siblings: transformers and what it always installs.
+ALLOWED_IMPORTS = {"torch", "numpy", "transformers", "tokenizers", "huggingface_hub"} | set(sys.stdlib_module_names)
 
 
 @pytest.fixture(scope="module")
@@ -259,6 +259,7 @@ def test_the_card_describes_the_model_it_is_for(layers):
                                  num_lstm_layers=layers))
     card = render_model_card(model, "someone/elmo-test", source="made by a test")
     assert f"{layers}-layer biLSTM language model" in card and "2-layer" not in card and "${" not in card
+    assert "each word's UTF-8 bytes: there are no out-of-vocabulary words" in card
     assert 'AutoModel.from_pretrained("someone/elmo-test")' in card and "made by a test" in card
 
 

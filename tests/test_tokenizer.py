@@ -2,6 +2,7 @@
 
 import json
 import os
+import pickle
 import re
 import stat
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
+from tokenizers import AddedToken
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
 from conftest import ELMOFORMANYLANGS, FIXTURES
@@ -252,8 +254,106 @@ def test_decode(tok):
     assert tok.decode(batch["input_ids"]) == ["I eat an apple .", "Hi"]
     assert tok.batch_decode(batch["input_ids"]) == ["I eat an apple .", "Hi"]
     assert tok.convert_ids_to_tokens(batch["input_ids"][1]) == ["Hi", "<pad>", "<pad>", "<pad>", "<pad>"]
+    assert tok.convert_ids_to_tokens(batch["input_ids"][1], skip_special_tokens=True) == ["Hi"]
+    assert tok.convert_ids_to_tokens(word_to_char_ids("Hi")) == "Hi" and tok.convert_ids_to_tokens([0] * 50) == "<pad>"
     assert tok.decode(word_to_char_ids("<S>")) == "<S>"
     assert char_ids_to_word([0] * 50) is None
+
+
+def test_a_batch_may_begin_with_an_example_without_words(tok):
+    """A batch's first example may be empty (a word never is): decode still reads the ids as a batch."""
+    batch = tok([[], ["a", "b"]], is_split_into_words=True)["input_ids"]
+    assert batch[0] == [] and tok.decode(batch) == tok.batch_decode(batch) == ["", "a b"]
+
+
+def test_an_encoding_keeps_the_index_of_its_first_word_through_pickle():
+    """`word_ids()` after truncation from the left counts from the first input word, in a pickled copy too (as
+    datasets and DataLoader workers pass encodings); a single example has no batch_index 1."""
+    left = ElmoTokenizer(truncation_side="left")
+    encoding = left(["a b c d e", "f g h"], truncation=True, max_length=2)
+    copied = pickle.loads(pickle.dumps(encoding))
+    assert copied.word_ids(0) == encoding.word_ids(0) == [3, 4] and copied.word_ids(1) == [1, 2]
+    with pytest.raises(IndexError, match=r"^This encoding holds a single example, got batch_index=1\.$"):
+        left("a b").word_ids(1)
+
+
+def test_arguments_it_cannot_read_are_refused_naming_them(tok):
+    with pytest.raises(TypeError, match=r"^Expected a str \(or is_split_into_words=True\), got int\.$"):
+        tok(["a b", 3])
+    with pytest.raises(TypeError, match=r"^With is_split_into_words=True, every word must be a str, got \['a', 3\]\.$"):
+        tok([["a", 3]], is_split_into_words=True)
+    with pytest.raises(ValueError, match=r"^padding_side must be 'left' or 'right', got 'middle'\.$"):
+        tok(["a b", "c"], padding=True, padding_side="middle")
+    with pytest.raises(ValueError, match=r"pad_token names it and cannot be None\.$"):
+        ElmoTokenizer(pad_token=None)
+    with pytest.raises(ValueError, match=r"^model_input_names names input_word_ids, which need a word.dic"):
+        ElmoTokenizer(model_input_names=["input_ids", "input_word_ids", "attention_mask"])
+    with pytest.raises(ValueError, match=r"^this tokenizer has no word vocabulary \(word.dic\)$"):
+        tok.word_to_id("a")
+    # Outside from_pretrained there is no folder to name: the file's own name.
+    with pytest.raises(ValueError, match=r"^char.dic: not found; this tokenizer spells words with that character"):
+        ElmoTokenizer(alphabet="vocabulary")
+
+
+# ---- added tokens ----------------------------------------------------------------------------------------------
+
+
+def test_every_way_of_adding_tokens_takes_effect_at_once(tmp_path):
+    """add_tokens, add_special_tokens, the added_tokens_decoder setter and from_pretrained of a saved folder each
+    change at once which words raw text is kept whole around and which are special: an id from
+    convert_tokens_to_ids (of a list as of each word), marked in special_tokens_mask, dropped by
+    decode(skip_special_tokens=True). Nothing is remembered from before a change."""
+    words = ["a", "don't", "<URL>", "[SEP]", "[CLS]"]
+    text = " ".join(words)
+
+    def kept_whole_and_special(tokenizer) -> tuple[list[str], list[str]]:
+        ids = tokenizer.convert_tokens_to_ids(words)
+        assert ids == [tokenizer.convert_tokens_to_ids(word) for word in words]
+        special = [word for word, word_ids in zip(words, ids) if isinstance(word_ids, int)]
+        assert all(word_ids == word_to_char_ids(word) for word, word_ids in zip(words, ids) if word not in special)
+        encoding = tokenizer(words, is_split_into_words=True, return_special_tokens_mask=True)
+        assert [word for word, mark in zip(words, encoding["special_tokens_mask"]) if mark] == special
+        kept = tokenizer.decode(encoding["input_ids"], skip_special_tokens=True).split()
+        assert kept == [word for word in words if word not in special]
+        return [word for word in tokenizer.tokenize(text) if word in words[1:]], special
+
+    tokenizer = ElmoTokenizer()
+    assert kept_whole_and_special(tokenizer) == ([], [])
+    tokenizer.add_tokens(["don't"])
+    assert kept_whole_and_special(tokenizer) == (["don't"], [])
+    tokenizer.add_tokens(["<URL>"], special_tokens=True)
+    assert kept_whole_and_special(tokenizer) == (["don't", "<URL>"], ["<URL>"])
+    tokenizer.add_special_tokens({"additional_special_tokens": ["[SEP]"]})
+    assert kept_whole_and_special(tokenizer) == (["don't", "<URL>", "[SEP]"], ["<URL>", "[SEP]"])
+    dont = tokenizer.get_added_vocab()["don't"]
+    tokenizer.added_tokens_decoder = {dont: AddedToken("don't", special=True), len(tokenizer): AddedToken("[CLS]", special=True)}
+    assert kept_whole_and_special(tokenizer) == (words[1:], words[1:])
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = ElmoTokenizer.from_pretrained(tmp_path)
+    assert kept_whole_and_special(reloaded) == (words[1:], words[1:])
+    reloaded.added_tokens_decoder = {dont: AddedToken("don't", special=False)}
+    assert kept_whole_and_special(reloaded) == (words[1:], ["<URL>", "[SEP]", "[CLS]"])
+
+
+def test_split_special_tokens_splits_added_tokens_as_any_text(tmp_path):
+    """transformers' `split_special_tokens`, in a call or as the tokenizer's (saved) setting: raw text is split as if
+    no token had been added; by default added tokens are kept whole."""
+    text = "I don't [SEP] ok"
+    whole, plain = ["I", "don't", "[SEP]", "ok"], ["I", "do", "n't", "[", "SEP", "]", "ok"]
+    tokenizer = ElmoTokenizer()
+    tokenizer.add_tokens(["don't"])
+    tokenizer.add_special_tokens({"additional_special_tokens": ["[SEP]"]})
+    assert tokenizer.tokenize(text) == whole and tokenizer.tokenize(text, split_special_tokens=True) == plain
+    encoding = tokenizer(text, split_special_tokens=True, return_special_tokens_mask=True)
+    assert encoding["input_ids"] == tokenizer.encode(text, split_special_tokens=True) == ElmoTokenizer().encode(text)
+    assert tokenizer.decode(encoding["input_ids"]) == " ".join(plain) and encoding["special_tokens_mask"] == [0] * 7
+    splitting = ElmoTokenizer(split_special_tokens=True)
+    splitting.add_tokens(["don't"])
+    splitting.save_pretrained(tmp_path)
+    reloaded = ElmoTokenizer.from_pretrained(tmp_path)
+    assert reloaded.tokenize(text) == reloaded.split_words(text) == plain
+    assert reloaded.decode(reloaded(text)["input_ids"]) == " ".join(plain)
+    assert reloaded.tokenize(text, split_special_tokens=False)[:2] == ["I", "don't"]
 
 
 def test_a_word_named_like_the_padding_word_is_spelled_as_any_word(tok):
@@ -282,6 +382,25 @@ def test_vocabulary(tok):
     assert vocab["<0x41>"] == ord("A") + 1
     assert [vocab[name] for name in ("<S>", "</S>", "<bow>", "<eow>", "<char_pad>")] == [257, 258, 259, 260, 261]
     assert tok.convert_ids_to_tokens(260) == "<eow>"
+
+
+def test_a_character_vocabulary_names_its_ids_apart_from_words():
+    """With char.dic, id 0 is `<pad_word>` and every character id has a name no word has: `<U+5929>` for 天, `<bos_char>`
+    ... for the special entries (`<char_pad>` for char.dic's `<pad>`), `<char ab>` for an entry of several
+    characters, `<unused_N>` for an id char.dic leaves out; a name gives its id and the id its name."""
+    folder = ELMOFORMANYLANGS / "with_words"
+    tokenizer = ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic"))
+    chars, vocab = read_dictionary(folder / "char.dic"), tokenizer.get_vocab()
+    assert tokenizer.pad_token == "<pad_word>" and vocab["<pad_word>"] == 0
+    named = {"<U+5929>": "天", "<bos_char>": "<bos>", "<eos_char>": "<eos>", "<oov_char>": "<oov>", "<char_pad>": "<pad>"}
+    for name, entry in named.items():
+        assert vocab[name] == tokenizer.convert_tokens_to_ids(name) == chars[entry] + 1, name
+        assert tokenizer.convert_ids_to_tokens(chars[entry] + 1) == name
+    assert len(vocab) == len(tokenizer) == max(chars.values()) + 2
+    specials = {token: 3 + index for index, token in enumerate(("<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"))}
+    lexicon = ElmoLexicon({"天": 0, "ab": 1, **specials}, None, 50)  # (id 2 is no entry's)
+    assert lexicon.char_names() == ["<U+5929>", "<char ab>", "<unused_3>", "<bos_char>", "<eos_char>", "<oov_char>",
+                                    "<char_pad>", "<bow>", "<eow>"]
 
 
 def test_save_and_load(tmp_path):
@@ -375,6 +494,26 @@ def test_entries_that_would_not_read_back_are_refused(tmp_path):
     (tmp_path / "split.dic").write_text("<oov>\t0\na\x1cb\t1\n", encoding="utf-8")
     with pytest.raises(LexiconError, match=r"split.dic: line 2 is not token<TAB>id: 'a'$"):
         read_dictionary(tmp_path / "split.dic")
+
+
+def test_dictionaries_are_read_as_the_package_reads_them(tmp_path):
+    """A repeated token takes the id of its last line (the package fills a dict line by line); a file that is not
+    UTF-8 is refused, naming it; a model with word input needs a word.dic."""
+    (tmp_path / "word.dic").write_text("<oov>\t0\na\t1\n<pad>\t2\na\t3\n", encoding="utf-8")
+    assert read_dictionary(tmp_path / "word.dic") == {"<oov>": 0, "a": 3, "<pad>": 2}
+    (tmp_path / "latin1.dic").write_bytes("caf\xe9\t0\n".encode("latin-1"))
+    with pytest.raises(LexiconError, match=f"^{re.escape(str(tmp_path / 'latin1.dic'))}: not UTF-8 text"):
+        read_dictionary(tmp_path / "latin1.dic")
+    with pytest.raises(LexiconError, match="^a model with word input needs word.dic$"):
+        ElmoLexicon.build({"ab": 1}, 50, with_words=False).config_options(word_input=True)
+
+
+def test_build_counts_words_as_cut_to_the_characters_a_word_keeps():
+    """Words are cut to K - 2 characters before they are counted and their characters collected: two long words that
+    begin alike are one entry with both counts, and the characters cut off are in no dictionary."""
+    lexicon = ElmoLexicon.build({"abcdef": 2, "abcdxy": 2, "zz": 3}, 6, with_words=True)
+    assert list(lexicon.words)[4:] == ["abcd", "zz"] and lexicon.word_id("abcdzz") == lexicon.words["abcd"]
+    assert list(lexicon.chars)[:5] == ["a", "b", "c", "d", "z"] and len(lexicon.chars) == 5 + 6
 
 
 def test_build_counts_every_entry_in_max_words():

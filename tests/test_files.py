@@ -1,0 +1,88 @@
+"""hf_elmo/files.py: text checked in blocks without cutting a character, files written whole or not at all, one run
+per output lock, and what is a Hub id."""
+
+import fcntl
+import os
+import re
+
+import pytest
+
+from conftest import unwritable_folder
+
+from hf_elmo import files
+from hf_elmo.files import OutputLock, atomic_file, check_output_location, check_text_file, is_hub_id, read_text_file
+
+
+def test_text_files_are_checked_in_blocks_without_cutting_a_character(tmp_path, monkeypatch):
+    """check_text_file reads blocks (here of 5 bytes, shorter than a line) and decodes whole lines: a character
+    across a block's end is read whole, and an error names the line and byte of the file, as reading it whole does."""
+    monkeypatch.setattr(files, "CHECK_BLOCK_BYTES", 5)
+    good = tmp_path / "good.txt"
+    good.write_text("é天\n" * 7 + "no newline at the end: 天", encoding="utf-8")
+    check_text_file(good)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes("é天\n".encode() * 5 + "caf\xe9 au lait\n".encode("latin-1") + "天\n".encode())
+    for read in (check_text_file, read_text_file):
+        with pytest.raises(ValueError) as raised:
+            read(bad)
+        assert str(raised.value) == f"{bad}: line 6 is not UTF-8 text (invalid continuation byte at byte 33)", read
+
+
+def test_a_file_written_atomically_is_the_old_one_or_the_whole_new_one(tmp_path):
+    """atomic_file: while the new file is written, the path reads the old one; a write that fails part way leaves the
+    old one and no temporary file; the folder of a new path is made."""
+    path = tmp_path / "results.json"
+    path.write_text("old")
+    with pytest.raises(RuntimeError, match="stopped part way"):
+        with atomic_file(path) as out:
+            out.write("half of the new")
+            raise RuntimeError("stopped part way")
+    assert path.read_text() == "old" and os.listdir(tmp_path) == ["results.json"]
+    with atomic_file(path) as out:
+        out.write("new")
+        out.flush()
+        assert path.read_text() == "old"
+    assert path.read_text() == "new" and os.listdir(tmp_path) == ["results.json"]
+    with atomic_file(tmp_path / "new" / "folder" / "picture.png", "wb") as out:
+        out.write(b"\x89PNG")
+    assert (tmp_path / "new" / "folder" / "picture.png").read_bytes() == b"\x89PNG"
+
+
+def test_a_lock_whose_file_was_removed_meanwhile_is_taken_on_the_file_now_there(tmp_path, monkeypatch):
+    """OutputLock, when the run that held the lock removes its file (its release) between this run's open and flock:
+    the lock got on the removed file locks nothing, so the lock of a new file at the path is taken, and a further run
+    is refused. (The interleaving is made by removing the file right after the first real flock.)"""
+    path = tmp_path / "out.hdf5.lock"
+    flock, removed = fcntl.flock, []
+
+    def flock_then_the_holder_removes_the_file(handle, operation):
+        flock(handle, operation)
+        if not removed:
+            removed.append(path)
+            path.unlink()
+
+    monkeypatch.setattr(fcntl, "flock", flock_then_the_holder_removes_the_file)
+    with OutputLock(path, "out.hdf5"):
+        assert removed and path.is_file()
+        with pytest.raises(ValueError, match=rf"^out.hdf5: another run is writing it \(it holds {re.escape(str(path))}\)"):
+            with OutputLock(path, "out.hdf5"):
+                pass
+    assert not path.exists()
+
+
+def test_a_folder_written_into_must_itself_be_writable(tmp_path):
+    """check_output_location(writes_inside=True): an existing folder that files go into is the one tried, not the
+    folder that holds it; a folder not there yet is made in its parent, which is tried."""
+    folder = unwritable_folder(tmp_path)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(folder))}: cannot write there, so {re.escape(str(folder))} cannot"):
+        check_output_location(folder, "folder", writes_inside=True)
+    check_output_location(tmp_path / "new", "folder", writes_inside=True)
+
+
+def test_a_folder_here_is_never_a_hub_id(tmp_path, monkeypatch):
+    """is_hub_id: a valid repository id names the Hub unless a folder of that name is here, which from_pretrained
+    would load instead."""
+    monkeypatch.chdir(tmp_path)
+    assert is_hub_id("someone/elmo") and is_hub_id("elmo")
+    (tmp_path / "someone" / "elmo").mkdir(parents=True)
+    assert not is_hub_id("someone/elmo") and is_hub_id("someone/other")

@@ -1,0 +1,42 @@
+"""ElmoTokenCache on its own: least-recently-used results of at most `max_words` rows, in at most as much memory,
+each row under one key."""
+
+from collections.abc import Callable
+
+import torch
+
+from hf_elmo.token_cache import ElmoTokenCache
+
+
+def cache_and_computed_rows(max_words: int) -> tuple[ElmoTokenCache, list[set[int]], Callable]:
+    """A cache, the last id of each row computed, by call, and the encoder that notes them."""
+    cache, computed = ElmoTokenCache(max_words=max_words), []
+
+    def encode(rows: torch.Tensor) -> torch.Tensor:
+        computed.append(set(rows[:, -1].tolist()))
+        return rows.double() * 10
+
+    return cache, computed, encode
+
+
+def test_the_store_holds_the_last_words_in_at_most_max_words_rows():
+    """Batches of new rows and rows seen before: every result is the encoder's, each row not held is computed once,
+    and the store grows (geometrically) to `max_words` rows and no further, reusing the rows of evicted words."""
+    cache, computed, encode = cache_and_computed_rows(5)
+    for start in range(0, 24, 3):
+        rows = torch.tensor([[1, start], [1, start + 1], [1, start + 2], [1, start + 1], [1, max(start - 1, 0)]])
+        assert torch.equal(cache.encode(encode, rows, []), rows.double() * 10)
+        assert cache._vectors.shape[0] <= 5 and len(cache) <= 5
+    assert computed == [set(range(start, start + 3)) for start in range(0, 24, 3)]
+    assert cache._vectors.shape[0] == len(cache) == 5
+
+
+def test_a_row_has_one_key_whatever_else_is_in_its_batch():
+    """A word's row (character ids and, with word input, its word id, which can pass 65,535) is found again in a
+    later batch that holds a larger id: nothing is computed or kept twice."""
+    cache, computed, encode = cache_and_computed_rows(10)
+    small, large = [259, 66, 260, 7], [259, 67, 260, 70_000]
+    cache.encode(encode, torch.tensor([small]), [])
+    cache.encode(encode, torch.tensor([small, large]), [])
+    cache.encode(encode, torch.tensor([small]), [])
+    assert computed == [{7}, {70_000}] and len(cache) == 2 and cache.hits == 2
