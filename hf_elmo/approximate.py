@@ -27,7 +27,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .cuda_graphs import graphed_bilstm_layer
 from .fast_bilstm import ExactMultiplies, built_derived_weights, derived_weights, fast_bilstm_layer, forget_biased
-from .fast_linear import FastLinear, cpu_name, onednn_bfloat16
+from .fast_linear import FastLinear, cpu_name, cpuinfo, onednn_bfloat16
 from .token_cache import ElmoTokenCache
 
 APPROXIMATIONS = ("bf16", "int8", "nn_lstm")
@@ -114,12 +114,7 @@ def native_bfloat16_extension() -> str | None:
     try:
         capability = torch._C._cpu._get_cpu_capability()
     except AttributeError:  # (older builds) the kernel's flags
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-                flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
-        except OSError:
-            flags = []
-        capability = {flag: True for flag in flags}
+        capability = {flag: True for flag in cpuinfo().get("flags", "").split()}
     for flag, name in (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16")):
         if capability.get(flag):
             return name

@@ -805,6 +805,16 @@ def test_bf16_mode_gate_cache_follows_the_layers_settings_and_clear_caches(fixtu
         assert all(torch.equal(a, b) for a, b in zip(found, cached))
 
 
+def test_builds_without_torchs_cpu_capability_read_the_kernels_flags_to_the_same_answer(monkeypatch):
+    """native_bfloat16_extension falls back on /proc/cpuinfo's flags where torch cannot say (older builds): on this
+    CPU both give the same answer."""
+    from hf_elmo import approximate
+
+    from_torch = approximate.native_bfloat16_extension.__wrapped__()
+    monkeypatch.delattr(torch._C._cpu, "_get_cpu_capability")
+    assert approximate.native_bfloat16_extension.__wrapped__() == from_torch
+
+
 def test_bf16_mode_is_refused_where_the_cpu_would_emulate_bfloat16(fixture_model, monkeypatch):
     """On a CPU without AVX512-BF16 or AMX-BF16 (this one, where CPU_BFLOAT16 is False; elsewhere its detection
     answers so) opting in is one error naming the CPU, and the model stays exact."""
