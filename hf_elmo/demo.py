@@ -184,13 +184,13 @@ def nearest_sense(vectors: SenseVectors) -> list[NearestSense]:
     return checks
 
 
-def nearest_sense_scores(vectors: SenseVectors, checks: list[NearestSense] | None = None) -> list[tuple[int, int]]:
+def nearest_sense_scores(checks: list[NearestSense]) -> list[tuple[int, int]]:
     """
-    Per layer, (right, total): an occurrence is right when its mean cosine similarity to the other occurrences of
-    the same word in the same sense is higher than to the occurrences in the other sense. A tie (as at layer 0,
-    where every occurrence of a word has one vector) is not right. `checks`: `nearest_sense(vectors)`, if computed.
+    Per layer of `nearest_sense`'s checks, (right, total): an occurrence is right when its mean cosine similarity
+    to the other occurrences of the same word in the same sense is higher than to the occurrences in the other
+    sense. A tie (as at layer 0, where every occurrence of a word has one vector) is not right.
     """
-    return [(sum(check.right), len(check.right)) for check in checks or nearest_sense(vectors)]
+    return [(sum(check.right), len(check.right)) for check in checks]
 
 
 def plot_senses(vectors: SenseVectors, path: str) -> None:
@@ -261,7 +261,7 @@ def run_demo(model_path: str | None = None, plot_path: str | None = "elmo-senses
     )
     vectors = sense_vectors(model, tokenizer)
     checks = nearest_sense(vectors)
-    scores = nearest_sense_scores(vectors, checks)
+    scores = nearest_sense_scores(checks)
     words = list(SENSE_EXAMPLES)
     print(f"nearest sense: {len(vectors.words)} occurrences of {len(words)} ambiguous words ({', '.join(words)}), "
           "each closer to the same sense in other sentences than to the other sense?")
