@@ -772,10 +772,9 @@ class ElmoModel(ElmoPreTrainedModel):
         batch, words, chars = packed.shape
         positions = torch.arange(words + 2, device=packed.device)
         sequence_mask = positions < (lengths + 2).unsqueeze(1)
-        word_mask = (positions[:words] < lengths.unsqueeze(1)).unsqueeze(-1)
         boundaries = boundaries.to(packed)
         char_ids = packed.new_zeros(batch, words + 2, chars)
-        char_ids[:, 1 : words + 1] = packed * word_mask
+        char_ids[:, 1 : words + 1] = packed  # what padding holds is overwritten by `</S>` or masked out
         char_ids[:, 0] = boundaries[0]
         char_ids[torch.arange(batch, device=packed.device), lengths + 1] = boundaries[1]
         return char_ids, sequence_mask

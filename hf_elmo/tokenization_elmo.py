@@ -445,6 +445,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
             raise ValueError("ElmoTokenizer encodes single sentences; text_pair is not supported.")
         if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 0):
             raise ValueError(f"max_length must be a number of words >= 0, got {max_length!r}.")
+        if not isinstance(text, (str, list, tuple)):
+            raise TypeError(
+                "ElmoTokenizer encodes a str, a list of words (with is_split_into_words=True), or a list of either; "
+                f"got {type(text).__name__}."
+            )
         if is_split_into_words:
             if isinstance(text, str):
                 raise TypeError("With is_split_into_words=True, pass a list of words (or a batch of lists), not a str.")
@@ -477,7 +482,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
                         "text_pair is not supported."
                     )
                 if not isinstance(example, str):
-                    raise TypeError(f"Expected a str (or is_split_into_words=True), got {type(example).__name__}.")
+                    raise TypeError(
+                        f"Example {index} is of type {type(example).__name__}, not str (lists of words need "
+                        "is_split_into_words=True)."
+                    )
                 pieces = self._words_with_offsets(example, split_special_tokens)
                 words = [word for word, _ in pieces]
                 offsets = [offset for _, offset in pieces]

@@ -278,8 +278,11 @@ def test_an_encoding_keeps_the_index_of_its_first_word_through_pickle():
 
 
 def test_arguments_it_cannot_read_are_refused_naming_them(tok):
-    with pytest.raises(TypeError, match=r"^Expected a str \(or is_split_into_words=True\), got int\.$"):
+    with pytest.raises(TypeError, match=r"^Example 1 is of type int, not str \(lists of words need is_split_into_words=True\)\.$"):
         tok(["a b", 3])
+    for text, name in ((3, "int"), (b"a b", "bytes"), ({"a": 1}, "dict")):
+        with pytest.raises(TypeError, match=rf"^ElmoTokenizer encodes a str, a list of words .*; got {name}\.$"):
+            tok(text)
     with pytest.raises(TypeError, match=r"^With is_split_into_words=True, every word must be a str, got \['a', 3\]\.$"):
         tok([["a", 3]], is_split_into_words=True)
     with pytest.raises(ValueError, match=r"^padding_side must be 'left' or 'right', got 'middle'\.$"):
