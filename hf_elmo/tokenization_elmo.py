@@ -445,11 +445,16 @@ class ElmoTokenizer(PreTrainedTokenizer):
             raise ValueError("ElmoTokenizer encodes single sentences; text_pair is not supported.")
         if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 0):
             raise ValueError(f"max_length must be a number of words >= 0, got {max_length!r}.")
-        if not isinstance(text, (str, list, tuple)):
+        # Any sized, indexable batch is read as a list (a datasets Column, a numpy array of str); bytes and
+        # mappings are indexable too but hold no words.
+        sized = hasattr(text, "__len__") and hasattr(text, "__getitem__")
+        if isinstance(text, (bytes, bytearray, Mapping)) or not sized:
             raise TypeError(
                 "ElmoTokenizer encodes a str, a list of words (with is_split_into_words=True), or a list of either; "
                 f"got {type(text).__name__}."
             )
+        if not isinstance(text, str):
+            text = list(text)
         if is_split_into_words:
             if isinstance(text, str):
                 raise TypeError("With is_split_into_words=True, pass a list of words (or a batch of lists), not a str.")

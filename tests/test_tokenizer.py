@@ -277,6 +277,17 @@ def test_an_encoding_keeps_the_index_of_its_first_word_through_pickle():
         left("a b").word_ids(1)
 
 
+def test_a_dataset_column_or_array_encodes_as_its_list(tok):
+    """A datasets Column (what dataset["text"] returns) and numpy arrays of str are batches like the list they hold."""
+    texts = ["I eat an apple .", "Apple is a company ."]
+    expected = tok(texts, padding=True)["input_ids"]
+    column = Dataset.from_dict({"text": texts, "words": [t.split() for t in texts]})
+    assert tok(column["text"], padding=True)["input_ids"] == expected
+    assert tok(np.array(texts), padding=True)["input_ids"] == expected
+    assert tok(column["words"], is_split_into_words=True, padding=True)["input_ids"] == expected
+    assert tok(np.array(texts[0].split()), is_split_into_words=True)["input_ids"] == tok(texts[0])["input_ids"]
+
+
 def test_arguments_it_cannot_read_are_refused_naming_them(tok):
     with pytest.raises(TypeError, match=r"^Example 1 is of type int, not str \(lists of words need is_split_into_words=True\)\.$"):
         tok(["a b", 3])
