@@ -109,6 +109,29 @@ def unwritable_folder(tmp_path: Path) -> Path:
     folder.chmod(0o555)
     return folder
 
+
+def solved_tagger(
+    base: Path, texts: list[str], tags: list[str], labels: list[str], tag_logit: float, other_logit: float
+):
+    """The tokenizer and an ElmoForTokenClassification on `base` whose classifier is solved (least squares) to
+    give each word of `texts`, in its context, the logit `tag_logit` for its tag (`tags`, one per word of all
+    texts in order) and `other_logit` for every other label."""
+    from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
+
+    tokenizer = ElmoTokenizer.from_pretrained(base)
+    model = ElmoForTokenClassification.from_pretrained(
+        base, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)}
+    ).eval()
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        mixes = model.elmo(**batch).elmo_representations[0][batch["attention_mask"].bool()]
+        targets = torch.full((len(tags), len(labels)), other_logit)
+        targets[range(len(tags)), [labels.index(tag) for tag in tags]] = tag_logit
+        model.classifier.weight.copy_(torch.linalg.lstsq(mixes, targets).solution.T)
+        model.classifier.bias.zero_()
+    return tokenizer, model
+
+
 @pytest.fixture(scope="session")
 def converted_elmoformanylangs(tmp_path_factory) -> dict[str, Path]:
     """Each ELMoForManyLangs fixture model converted with the project's converter into a Hugging Face folder."""

@@ -17,7 +17,9 @@ from transformers import (
     pipeline,
 )
 
-from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
+from conftest import solved_tagger
+
+from hf_elmo import ElmoTokenizer
 from hf_elmo.pipelines import ElmoFeatureExtractionPipeline, ElmoTokenClassificationPipeline
 
 TEXTS = ["Peter Blackburn visited Brussels, Belgium.", "Brussels", "He left ."]  # as in remote_pipeline_probe.py
@@ -35,20 +37,10 @@ SPANS = [("Peter", 0, 5), ("Blackburn", 6, 15), ("visited", 16, 23), ("Brussels"
 @pytest.fixture(scope="module")
 def tagger_folder(converted, tmp_path_factory) -> Path:
     """A word tagger on the fixture ELMo whose classifier is solved (least squares) to predict TAGS in TEXTS."""
-    base = converted["allennlp-elmo"]
-    tokenizer = ElmoTokenizer.from_pretrained(base)
-    model = ElmoForTokenClassification.from_pretrained(
-        base, num_labels=len(LABELS), id2label=dict(enumerate(LABELS)), label2id={l: i for i, l in enumerate(LABELS)}
-    ).eval()
     # Every word in each of its contexts (ELMo's vectors are contextual): 11 vectors of 32 numbers, solved exactly.
-    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
-    words = [word for text in TEXTS for word in tokenizer.tokenize(text)]
-    with torch.no_grad():
-        mixes = model.elmo(**batch).elmo_representations[0][batch["attention_mask"].bool()]
-        targets = torch.full((len(words), len(LABELS)), -10.0)
-        targets[range(len(words)), [LABELS.index(TAGS[word]) for word in words]] = 10.0
-        model.classifier.weight.copy_(torch.linalg.lstsq(mixes, targets).solution.T)
-        model.classifier.bias.zero_()
+    words = [word for text in TEXTS for word in ElmoTokenizer().tokenize(text)]
+    tags = [TAGS[word] for word in words]
+    tokenizer, model = solved_tagger(converted["allennlp-elmo"], TEXTS, tags, LABELS, tag_logit=10.0, other_logit=-10.0)
     folder = tmp_path_factory.mktemp("tagger")
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -17,7 +17,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer, pipeline
 
-from conftest import readme_python_block
+from conftest import readme_python_block, solved_tagger
 from test_hub import fake_hub_snapshot, fake_hub_uploads
 
 from hf_elmo import ElmoConfig, ElmoForTokenClassification, ElmoTokenizer
@@ -34,17 +34,7 @@ def tagger_folder(converted, tmp_path_factory) -> Path:
     """A word tagger on the fixture ELMo whose classifier is solved (least squares) to predict TAGS in SENTENCE,
     each with a score of about 0.65 (far from 1, so that compared scores differ where the computations do), saved
     with its tokenizer and a model card (README.md) with results, as modeling/finetune.py's folders are."""
-    base = converted["allennlp-elmo"]
-    tokenizer = ElmoTokenizer.from_pretrained(base)
-    model = ElmoForTokenClassification.from_pretrained(
-        base, num_labels=len(LABELS), id2label=dict(enumerate(LABELS)), label2id={l: i for i, l in enumerate(LABELS)}
-    ).eval()
-    with torch.no_grad():
-        mixes = model.elmo(**tokenizer(SENTENCE, return_tensors="pt")).elmo_representations[0][0]
-        targets = torch.zeros(len(TAGS), len(LABELS))
-        targets[range(len(TAGS)), [LABELS.index(tag) for tag in TAGS]] = 2.0
-        model.classifier.weight.copy_(torch.linalg.lstsq(mixes, targets).solution.T)
-        model.classifier.bias.zero_()
+    tokenizer, model = solved_tagger(converted["allennlp-elmo"], [SENTENCE], TAGS, LABELS, tag_logit=2.0, other_logit=0.0)
     card = render_model_card(model, HUB_ID, source="made by a test", results="| test | F1 |\n|---|---|\n| x | 0.5 |")
     folder = tmp_path_factory.mktemp("tagger") / "ner-finetuned"
     model.save_hub_folder(folder, HUB_ID, model_card=card, tokenizer=tokenizer)
