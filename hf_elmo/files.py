@@ -21,7 +21,8 @@ except ImportError:  # (Windows: no OutputLock there)
 
 # A byte-order mark that some editors put at the start of UTF-8 files: not part of the first word.
 BYTE_ORDER_MARK = "\ufeff"
-# Text files are checked in blocks of about this many bytes (cut at a line end), so a corpus needs no more memory.
+# Text files are checked in blocks of about this many bytes (cut between characters), so a corpus, even one long
+# line, needs no more memory.
 CHECK_BLOCK_BYTES = 1 << 22
 
 
@@ -36,6 +37,19 @@ def decode_utf8(data: bytes, path, first_line: int = 1, first_byte: int = 0) -> 
             f"{path}: line {line} is not UTF-8 text ({error.reason} at byte {first_byte + error.start})"
         ) from None
     return text.removeprefix(BYTE_ORDER_MARK) if first_line == 1 else text
+
+
+def whole_characters(data: bytes) -> int:
+    """How many bytes at the start of `data` end between two UTF-8 characters: all of them, unless the last 1 to 3
+    bytes begin a character that continues beyond `data`. (Invalid bytes count as whole: decoding names them.)"""
+    continuation = 0
+    while continuation < 3 and continuation < len(data) and data[-1 - continuation] & 0xC0 == 0x80:
+        continuation += 1
+    if continuation == len(data):
+        return len(data)
+    lead = data[-1 - continuation]
+    length = 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4 if lead >> 3 == 0b11110 else 1
+    return len(data) - continuation - 1 if length > continuation + 1 else len(data)
 
 
 def read_text_file(path, what: str = "text file", error: type[ValueError] = ValueError) -> str:
@@ -66,7 +80,7 @@ def check_text_file(path, what: str = "text file", error: type[ValueError] = Val
             while block := handle.read(CHECK_BLOCK_BYTES):
                 empty = False
                 data = pending + block
-                cut = data.rfind(b"\n") + 1  # decode whole lines only: a character may straddle the block end
+                cut = whole_characters(data)  # a character may straddle the block's end
                 decode_utf8(data[:cut], path, line, offset)
                 line += data.count(b"\n", 0, cut)
                 offset += cut

@@ -14,18 +14,35 @@ from hf_elmo.files import OutputLock, atomic_file, check_output_location, check_
 
 
 def test_text_files_are_checked_in_blocks_without_cutting_a_character(tmp_path, monkeypatch):
-    """check_text_file reads blocks (here of 5 bytes, shorter than a line) and decodes whole lines: a character
-    across a block's end is read whole, and an error names the line and byte of the file, as reading it whole does."""
+    """check_text_file reads blocks (here of 5 bytes, shorter than a line) and decodes each up to its last whole
+    character: a character across a block's end is read whole, an error names the line and byte of the file, as
+    reading it whole does, and one long line is decoded in blocks too, never held whole."""
     monkeypatch.setattr(files, "CHECK_BLOCK_BYTES", 5)
+    decoded, decode_utf8 = [], files.decode_utf8  # the length of each piece decoded, then decoded as before
+    monkeypatch.setattr(files, "decode_utf8", lambda data, *args: decoded.append(len(data)) or decode_utf8(data, *args))
     good = tmp_path / "good.txt"
     good.write_text("é天\n" * 7 + "no newline at the end: 天", encoding="utf-8")
     check_text_file(good)
+    one_line = tmp_path / "one-line.txt"
+    one_line.write_text("天气不错！小天你说是吗？ 𝄞 " * 50, encoding="utf-8")
+    decoded.clear()
+    check_text_file(one_line)
+    assert sum(decoded) == one_line.stat().st_size and max(decoded) <= 5 + 3
     bad = tmp_path / "bad.txt"
     bad.write_bytes("é天\n".encode() * 5 + "caf\xe9 au lait\n".encode("latin-1") + "天\n".encode())
+    bad_one_line = tmp_path / "bad-one-line.txt"
+    bad_one_line.write_bytes("天气不错".encode() * 20 + b"caf\xe9 au lait")
+    truncated = tmp_path / "truncated.txt"
+    truncated.write_bytes("天气不错\n".encode() * 3 + "天".encode()[:2])
     for read in (check_text_file, read_text_file):
-        with pytest.raises(ValueError) as raised:
-            read(bad)
-        assert str(raised.value) == f"{bad}: line 6 is not UTF-8 text (invalid continuation byte at byte 33)", read
+        for path, message in [
+            (bad, "line 6 is not UTF-8 text (invalid continuation byte at byte 33)"),
+            (bad_one_line, "line 1 is not UTF-8 text (invalid continuation byte at byte 243)"),
+            (truncated, "line 4 is not UTF-8 text (unexpected end of data at byte 39)"),
+        ]:
+            with pytest.raises(ValueError) as raised:
+                read(path)
+            assert str(raised.value) == f"{path}: {message}", (read, path)
 
 
 def test_a_file_written_atomically_is_the_old_one_or_the_whole_new_one(tmp_path):
