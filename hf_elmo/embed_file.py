@@ -148,10 +148,11 @@ def _model_fingerprint(model: torch.nn.Module) -> str:
 def _check_sentence_keys(sentences: list[str], input_file) -> None:
     seen = {}
     for line, sentence in enumerate(sentences):
-        if sentence in ("", ".") or "/" in sentence:
+        # (HDF5 names end at a NUL: "a\0b" would be stored as "a", or clash with "a\0c" at the final write)
+        if sentence in ("", ".") or "/" in sentence or "\0" in sentence:
             raise ValueError(
                 f"{input_file}: line {line} ({sentence!r}) cannot be an HDF5 key: with --use-sentence-keys no line may "
-                "be blank, '.' or contain '/'"
+                "be blank, '.' or contain '/' or a NUL character"
             )
         if sentence in seen:
             raise ValueError(
