@@ -353,14 +353,20 @@ def _compute_batches(embedder, sentences, batches, partial, output_format, state
                     for line, embedding in zip(batches[k], embeddings):
                         handle.create_dataset(str(line), data=embedding)
                     if embedder.stateful:
-                        handle.create_dataset(f"{STATE_GROUP}/h", data=embedder.states[0].float().cpu().numpy())
-                        handle.create_dataset(f"{STATE_GROUP}/c", data=embedder.states[1].float().cpu().numpy())
+                        for name, carried in zip(("h", "c"), embedder.states):
+                            handle.create_dataset(f"{STATE_GROUP}/{name}", data=_state_array(carried))
 
                 _write_atomically(files.path(k), write_batch)
                 summary["computed"] += 1
                 bar.update(len(batches[k]))
     finally:
         unpin_words(embedder)
+
+
+def _state_array(state: torch.Tensor) -> np.ndarray:
+    """A carried LSTM state as numbers that give it back exactly: float64 as it is (float32 would round it, and a
+    resumed run would differ), every narrower float type as float32 (which holds each of its values)."""
+    return state.detach().to(torch.float64 if state.dtype == torch.float64 else torch.float32).cpu().numpy()
 
 
 def _write_output(embedder, sentences, batches, partial, output_file, output_format, manifest, use_sentence_keys,
@@ -444,7 +450,8 @@ def _batch_file_problem(path: Path, sentences: list[str], batches: list[list[int
                 if name not in handle:
                     return f"has no dataset {name}"
                 data = handle[name][...]
-                if data.dtype != np.float32 or (words is not None and (data.ndim < 2 or data.shape[-2] != words)):
+                dtypes = (np.float32,) if words is not None else (np.float32, np.float64)  # (a state: _state_array)
+                if data.dtype not in dtypes or (words is not None and (data.ndim < 2 or data.shape[-2] != words)):
                     return f"dataset {name} has type {data.dtype} and shape {data.shape}, not that of its line"
     except (OSError, ValueError, KeyError) as error:
         return f"is damaged ({error})"
