@@ -398,10 +398,12 @@ def _write_output(embedder, sentences, batches, partial, output_file, output_for
 
 
 def _read_manifest(partial: Path) -> dict | None:
+    """The manifest of the run whose batches `partial` holds; None where there is none that reads back whole."""
     try:
-        return json.loads((partial / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+        found = json.loads((partial / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # (ValueError: not JSON, or not UTF-8)
         return None
+    return found if isinstance(found, dict) else None
 
 
 def _finished_manifest(output_file: Path) -> dict | None:
@@ -418,22 +420,33 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
     what that run left unfinished: temporary files, and batch files that do not read back whole."""
     if partial.exists():
         found = _read_manifest(partial)
-        if found != manifest:
-            differences = sorted(key for key in manifest if found is None or found.get(key) != manifest[key])
+        if found is None and any(partial.glob("[0-9]*.hdf5")):
+            raise ValueError(
+                f"{partial}: holds batch files but no {MANIFEST_NAME} that says which run they belong to; delete the "
+                "folder to start again"
+            )
+        if found is not None and found != manifest:
+            differences = sorted(key for key in manifest if found.get(key) != manifest[key])
             raise ValueError(
                 f"{partial}: holds batches of an interrupted run with different {', '.join(differences)}; "
                 "rerun that command to finish it, or delete the folder to start again"
             )
         for leftover in partial.glob(".*.tmp-*"):  # a file that was being written when the run stopped
             leftover.unlink()
-        for path in sorted(partial.glob("[0-9]*.hdf5")):
-            problem = _batch_file_problem(path, sentences, batches, stateful)
-            if problem is not None:
-                logger.warning(f"{path}: {problem}; computing that batch again")
-                path.unlink()
-        return
-    partial.mkdir()
-    (partial / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        if found is not None:
+            for path in sorted(partial.glob("[0-9]*.hdf5")):
+                problem = _batch_file_problem(path, sentences, batches, stateful)
+                if problem is not None:
+                    logger.warning(f"{path}: {problem}; computing that batch again")
+                    path.unlink()
+            return
+        # (else a run stopped before its manifest was written: it finished no batch, so this run starts afresh)
+    else:
+        partial.mkdir()
+    # The manifest in one step, as the batches are: a run stopped while writing it leaves none, never half of one.
+    temporary = partial / f".{MANIFEST_NAME}.tmp-{os.getpid()}"
+    temporary.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    os.replace(temporary, partial / MANIFEST_NAME)
 
 
 def _batch_file_problem(path: Path, sentences: list[str], batches: list[list[int]], stateful: bool) -> str | None:

@@ -601,6 +601,32 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
     assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
 
 
+def test_a_run_stopped_before_its_manifest_was_written_whole_is_started_afresh(model_path, embedder, tmp_path):
+    """A kill between making OUTPUT.partial and writing its manifest leaves the folder empty, or (before the
+    manifest was written in one step) with half a manifest: no batch is lost there, so the next run starts afresh
+    (it was refused as "an interrupted run with different" everything, which no rerun could finish). Batch files
+    without a manifest are refused as what they are, and kept."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:6])
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    for left in ("", '{"input": "/tm', "[]"):  # nothing yet, a manifest cut short, one that is no manifest
+        partial.mkdir()
+        if left:
+            (partial / "manifest.json").write_text(left, encoding="utf-8")
+        summary = embedder.embed_file(source, output, batch_size=2, progress=False)
+        assert (summary["computed"], summary["resumed"]) == (3, 0) and not partial.exists()
+        assert_same_embeddings(output, tmp_path / "reference.hdf5", 6)
+        output.unlink()
+    _, source, output, partial = interrupted_run(model_path, tmp_path, 3)
+    (partial / "manifest.json").unlink()
+    finished = {path.name: path.read_bytes() for path in partial.glob("*.hdf5")}
+    with pytest.raises(ValueError) as raised:
+        embedder.embed_file(source, output, batch_size=2, progress=False)
+    assert str(raised.value) == (f"{partial}: holds batch files but no manifest.json that says which run they belong "
+                                 "to; delete the folder to start again")
+    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and len(finished) == 3
+
+
 def test_a_run_stopped_after_writing_its_output_leaves_nothing_to_compute(model_path, tmp_path):
     """A run stopped between writing OUTPUT and removing its batch folder: the same job again computes nothing,
     removes the folder and leaves the output as it was."""
