@@ -303,10 +303,18 @@ def test_each_command_line_flag_reaches_the_output(trained_mix_path, trained_mix
         assert json.loads(output["sentence_to_index"][0]) == {lines[0]: "0", lines[1]: "1"}
 
 
-def test_clear_errors(model_path, tmp_path, capsys):
+def test_clear_errors(model_path, tmp_path, capsys, monkeypatch):
     source = write_lines(tmp_path / "in.txt", ["a b"])
-    assert main(["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(tmp_path / "no-such-model")]) == 2
-    assert "no-such-model" in capsys.readouterr().err
+    # A path that names no model folder is said to be one (transformers calls it a malformed Hub id), relative or not.
+    assert_only_an_error_line(*run_cli(capsys, "embed", source, tmp_path / "out.hdf5", "--model", tmp_path / "no-such-model"),
+                              f"error: {tmp_path / 'no-such-model'}: no such folder")
+    monkeypatch.chdir(tmp_path)
+    assert_only_an_error_line(*run_cli(capsys, "embed", source, "out.hdf5", "--model", "./no-such-model"),
+                              "error: ./no-such-model: no such folder")
+    assert_only_an_error_line(*run_cli(capsys, "embed", source, "out.hdf5", "--model", source),
+                              f"error: {source}: is a file, not a model folder")
+    with pytest.raises(ValueError, match=r"^no/such/model: no such folder$"):
+        ElmoEmbedder("no/such/model")
     assert main(["embed", str(tmp_path / "missing.txt"), str(tmp_path / "out.hdf5"), "--model", str(model_path)]) == 2
     assert "missing.txt: input file not found" in capsys.readouterr().err
     (tmp_path / "latin1.txt").write_bytes("fine\ncaf\xe9\n".encode("latin-1"))
