@@ -330,17 +330,20 @@ def _compute_batches(embedder, sentences, batches, partial, output_format, state
     finished = {int(path.stem) for path in partial.glob("[0-9]*.hdf5") if BATCH_FILE.fullmatch(path.name)}
     mine = [k for k in range(len(batches)) if k % state.num_processes == state.process_index]
     todo = [k for k in mine if k not in finished]
+    if embedder.stateful and todo:  # each batch starts from the state the one before it ended with: every batch
+        todo = mine[mine.index(todo[0]) :]  # after one to compute (a damaged file removed) is computed again too
     summary["resumed"] = len(mine) - len(todo)
     if not todo:
         return
     embedder.reset_states()
-    if embedder.stateful and todo[0] > 0:  # stateful batches finish in order: continue from the last one's state
+    if embedder.stateful and todo[0] > 0:  # every batch before todo[0] is finished: start from the last one's state
         with h5py.File(files.path(todo[0] - 1), "r") as handle:
             embedder.states = tuple(
                 torch.from_numpy(handle[STATE_GROUP][name][...]).to(embedder.device) for name in ("h", "c")
             )
+    done = set(mine).difference(todo)
     bar = tqdm(
-        total=sum(len(batches[k]) for k in mine), initial=sum(len(batches[k]) for k in mine if k in finished),
+        total=sum(len(batches[k]) for k in mine), initial=sum(len(batches[k]) for k in done),
         unit=" sentences", desc="hf-elmo embed", disable=not (progress and state.is_main_process), dynamic_ncols=True,
     )
     pin_frequent_words(embedder, sentences)

@@ -597,6 +597,26 @@ def test_a_stateful_float64_run_resumes_to_the_same_bytes(model_path, tmp_path):
     assert_same_embeddings(tmp_path / "out.hdf5", tmp_path / "reference.hdf5", 12)
 
 
+def test_a_damaged_stateful_batch_is_computed_again_with_every_batch_after_it(model_path, tmp_path, caplog):
+    """Each stateful batch starts from the state the one before it ended with: with batch 3 of 6 finished ones
+    damaged, batches 4 and 5 must be computed again too, so that batch 6 starts from batch 5's state (it started from
+    the recomputed batch 3's, and its lines came out wrong by 0.36)."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    reference = ElmoEmbedder(model_path, stateful=True)
+    reference.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    stopped = ElmoEmbedder(model_path, stateful=True)
+    stop_after_batches(stopped, 6)
+    with pytest.raises(KeyboardInterrupt):
+        stopped.embed_file(source, output, batch_size=2, progress=False)
+    damaged = partial / "00000003.hdf5"
+    damaged.write_bytes(damaged.read_bytes()[:1000])
+    summary = ElmoEmbedder(model_path, stateful=True).embed_file(source, output, batch_size=2, progress=False)
+    assert any(record.getMessage().startswith(f"{damaged}: is damaged") for record in caplog.records)
+    assert (summary["computed"], summary["resumed"]) == (7, 3)
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
+
+
 def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_path):
     """A rerun with other settings must not mix its batches with those of the run that was interrupted."""
     embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
