@@ -181,6 +181,8 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
             )
     if partial.exists() and not partial.is_dir():
         raise ValueError(f"{partial}: is a file, where the batches of {output_file} are kept; move it away")
+    if lock.is_dir():
+        raise ValueError(f"{lock}: is a folder, where the lock of {output_file} is kept; move it away")
 
 
 def _write_atomically(path: Path, write, folder: Path | None = None) -> None:

@@ -503,6 +503,9 @@ def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp
     write_lines(tmp_path / "out.hdf5.partial", ["in the way"])
     assert_only_an_error_line(*run_cli(capsys, "embed", source, tmp_path / "out.hdf5", "--model", tmp_path / "no-such-model"),
                      "out.hdf5.partial: is a file, where the batches")
+    (tmp_path / "other.hdf5.lock").mkdir()  # (open() would fail on it only once the model had loaded)
+    assert_only_an_error_line(*run_cli(capsys, "embed", source, tmp_path / "other.hdf5", "--model", tmp_path / "no-such-model"),
+                              "other.hdf5.lock: is a folder, where the lock of")
 
 
 def test_devices_that_this_machine_lacks_fail_clearly(tmp_path, capsys):
