@@ -148,10 +148,11 @@ def _model_fingerprint(model: torch.nn.Module) -> str:
 def _check_sentence_keys(sentences: list[str], input_file) -> None:
     seen = {}
     for line, sentence in enumerate(sentences):
-        if sentence in ("", ".") or "/" in sentence:
+        # (HDF5 names end at a NUL: "a\0b" would be stored as "a", or clash with "a\0c" at the final write)
+        if sentence in ("", ".") or "/" in sentence or "\0" in sentence:
             raise ValueError(
                 f"{input_file}: line {line} ({sentence!r}) cannot be an HDF5 key: with --use-sentence-keys no line may "
-                "be blank, '.' or contain '/'"
+                "be blank, '.' or contain '/' or a NUL character"
             )
         if sentence in seen:
             raise ValueError(
@@ -180,6 +181,8 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
             )
     if partial.exists() and not partial.is_dir():
         raise ValueError(f"{partial}: is a file, where the batches of {output_file} are kept; move it away")
+    if lock.is_dir():
+        raise ValueError(f"{lock}: is a folder, where the lock of {output_file} is kept; move it away")
 
 
 def _write_atomically(path: Path, write, folder: Path | None = None) -> None:
@@ -329,17 +332,20 @@ def _compute_batches(embedder, sentences, batches, partial, output_format, state
     finished = {int(path.stem) for path in partial.glob("[0-9]*.hdf5") if BATCH_FILE.fullmatch(path.name)}
     mine = [k for k in range(len(batches)) if k % state.num_processes == state.process_index]
     todo = [k for k in mine if k not in finished]
+    if embedder.stateful and todo:  # each batch starts from the state the one before it ended with: every batch
+        todo = mine[mine.index(todo[0]) :]  # after one to compute (a damaged file removed) is computed again too
     summary["resumed"] = len(mine) - len(todo)
     if not todo:
         return
     embedder.reset_states()
-    if embedder.stateful and todo[0] > 0:  # stateful batches finish in order: continue from the last one's state
+    if embedder.stateful and todo[0] > 0:  # every batch before todo[0] is finished: start from the last one's state
         with h5py.File(files.path(todo[0] - 1), "r") as handle:
             embedder.states = tuple(
                 torch.from_numpy(handle[STATE_GROUP][name][...]).to(embedder.device) for name in ("h", "c")
             )
+    done = set(mine).difference(todo)
     bar = tqdm(
-        total=sum(len(batches[k]) for k in mine), initial=sum(len(batches[k]) for k in mine if k in finished),
+        total=sum(len(batches[k]) for k in mine), initial=sum(len(batches[k]) for k in done),
         unit=" sentences", desc="hf-elmo embed", disable=not (progress and state.is_main_process), dynamic_ncols=True,
     )
     pin_frequent_words(embedder, sentences)
@@ -352,14 +358,20 @@ def _compute_batches(embedder, sentences, batches, partial, output_format, state
                     for line, embedding in zip(batches[k], embeddings):
                         handle.create_dataset(str(line), data=embedding)
                     if embedder.stateful:
-                        handle.create_dataset(f"{STATE_GROUP}/h", data=embedder.states[0].float().cpu().numpy())
-                        handle.create_dataset(f"{STATE_GROUP}/c", data=embedder.states[1].float().cpu().numpy())
+                        for name, carried in zip(("h", "c"), embedder.states):
+                            handle.create_dataset(f"{STATE_GROUP}/{name}", data=_state_array(carried))
 
                 _write_atomically(files.path(k), write_batch)
                 summary["computed"] += 1
                 bar.update(len(batches[k]))
     finally:
         unpin_words(embedder)
+
+
+def _state_array(state: torch.Tensor) -> np.ndarray:
+    """A carried LSTM state as numbers that give it back exactly: float64 as it is (float32 would round it, and a
+    resumed run would differ), every narrower float type as float32 (which holds each of its values)."""
+    return state.detach().to(torch.float64 if state.dtype == torch.float64 else torch.float32).cpu().numpy()
 
 
 def _write_output(embedder, sentences, batches, partial, output_file, output_format, manifest, use_sentence_keys,
@@ -391,10 +403,12 @@ def _write_output(embedder, sentences, batches, partial, output_file, output_for
 
 
 def _read_manifest(partial: Path) -> dict | None:
+    """The manifest of the run whose batches `partial` holds; None where there is none that reads back whole."""
     try:
-        return json.loads((partial / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+        found = json.loads((partial / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # (ValueError: not JSON, or not UTF-8)
         return None
+    return found if isinstance(found, dict) else None
 
 
 def _finished_manifest(output_file: Path) -> dict | None:
@@ -411,22 +425,33 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
     what that run left unfinished: temporary files, and batch files that do not read back whole."""
     if partial.exists():
         found = _read_manifest(partial)
-        if found != manifest:
-            differences = sorted(key for key in manifest if found is None or found.get(key) != manifest[key])
+        if found is None and any(partial.glob("[0-9]*.hdf5")):
+            raise ValueError(
+                f"{partial}: holds batch files but no {MANIFEST_NAME} that says which run they belong to; delete the "
+                "folder to start again"
+            )
+        if found is not None and found != manifest:
+            differences = sorted(key for key in manifest if found.get(key) != manifest[key])
             raise ValueError(
                 f"{partial}: holds batches of an interrupted run with different {', '.join(differences)}; "
                 "rerun that command to finish it, or delete the folder to start again"
             )
         for leftover in partial.glob(".*.tmp-*"):  # a file that was being written when the run stopped
             leftover.unlink()
-        for path in sorted(partial.glob("[0-9]*.hdf5")):
-            problem = _batch_file_problem(path, sentences, batches, stateful)
-            if problem is not None:
-                logger.warning(f"{path}: {problem}; computing that batch again")
-                path.unlink()
-        return
-    partial.mkdir()
-    (partial / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        if found is not None:
+            for path in sorted(partial.glob("[0-9]*.hdf5")):
+                problem = _batch_file_problem(path, sentences, batches, stateful)
+                if problem is not None:
+                    logger.warning(f"{path}: {problem}; computing that batch again")
+                    path.unlink()
+            return
+        # (else a run stopped before its manifest was written: it finished no batch, so this run starts afresh)
+    else:
+        partial.mkdir()
+    # The manifest in one step, as the batches are: a run stopped while writing it leaves none, never half of one.
+    temporary = partial / f".{MANIFEST_NAME}.tmp-{os.getpid()}"
+    temporary.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    os.replace(temporary, partial / MANIFEST_NAME)
 
 
 def _batch_file_problem(path: Path, sentences: list[str], batches: list[list[int]], stateful: bool) -> str | None:
@@ -443,7 +468,8 @@ def _batch_file_problem(path: Path, sentences: list[str], batches: list[list[int
                 if name not in handle:
                     return f"has no dataset {name}"
                 data = handle[name][...]
-                if data.dtype != np.float32 or (words is not None and (data.ndim < 2 or data.shape[-2] != words)):
+                dtypes = (np.float32,) if words is not None else (np.float32, np.float64)  # (a state: _state_array)
+                if data.dtype not in dtypes or (words is not None and (data.ndim < 2 or data.shape[-2] != words)):
                     return f"dataset {name} has type {data.dtype} and shape {data.shape}, not that of its line"
     except (OSError, ValueError, KeyError) as error:
         return f"is damaged ({error})"

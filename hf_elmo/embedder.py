@@ -13,6 +13,7 @@ import torch
 from transformers import BatchEncoding
 
 from .default_model import default_model_path
+from .files import is_hub_id, model_folder_problem
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 
@@ -93,6 +94,10 @@ class ElmoEmbedder:
         self.device = usable_device(device)  # before the model loads
         if model_name_or_path is None:
             model_name_or_path = default_model_path()
+        # A path that names no model folder, said so (transformers would take it for a malformed Hub id).
+        problem = None if is_hub_id(str(model_name_or_path)) else model_folder_problem(model_name_or_path)
+        if problem:
+            raise ValueError(f"{model_name_or_path}: {problem}")
         self.model_name_or_path = str(model_name_or_path)
         self.model = ElmoModel.from_pretrained(model_name_or_path, **model_kwargs).eval()
         self.tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path)

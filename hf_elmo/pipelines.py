@@ -27,12 +27,13 @@ def _is_elmo(model) -> bool:
 
 
 class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
-    """The feature-extraction pipeline; for ELMo models, the top biLSTM layer of each sentence, [1, words, 2P]."""
+    """The feature-extraction pipeline; for ELMo models, the top biLSTM layer of each sentence, [1, words, 2P] (of
+    the biLM inside a task model too, as `pipeline()` gives when it loads that model's folder itself)."""
 
     def _forward(self, model_inputs):
         if not _is_elmo(self.model):
             return super()._forward(model_inputs)
-        outputs = self.model(**model_inputs, output_final_states=False)
+        outputs = self.model.base_model(**model_inputs, output_final_states=False)
         return {"last_hidden_state": outputs.last_hidden_state, "attention_mask": outputs.attention_mask}
 
     def postprocess(self, model_outputs, return_tensors=False):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -244,8 +245,8 @@ def test_output_formats_and_keys(embedder, tmp_path):
     assert np.array_equal(keyed["Peter Blackburn"], outputs["top"]["2"])
     with pytest.raises(ValueError, match=r"in.txt: line 1 \(''\) cannot be an HDF5 key"):
         embedder.embed_file(source, tmp_path / "blank.hdf5", use_sentence_keys=True)
-    for line in (".", "a/b"):
-        with pytest.raises(ValueError, match=rf"bad.txt: line 1 \({line!r}\) cannot be an HDF5 key"):
+    for line in (".", "a/b", "a\0b"):  # (HDF5 would store "a\0b" as "a")
+        with pytest.raises(ValueError, match=rf"bad.txt: line 1 \({re.escape(repr(line))}\) cannot be an HDF5 key"):
             embedder.embed_file(write_lines(tmp_path / "bad.txt", ["x", line]), tmp_path / "bad.hdf5", use_sentence_keys=True)
     duplicated = write_lines(tmp_path / "dup.txt", ["a b", "c", "a b"])
     with pytest.raises(ValueError, match=r"dup.txt: lines 0 and 2 are the same sentence"):
@@ -302,10 +303,18 @@ def test_each_command_line_flag_reaches_the_output(trained_mix_path, trained_mix
         assert json.loads(output["sentence_to_index"][0]) == {lines[0]: "0", lines[1]: "1"}
 
 
-def test_clear_errors(model_path, tmp_path, capsys):
+def test_clear_errors(model_path, tmp_path, capsys, monkeypatch):
     source = write_lines(tmp_path / "in.txt", ["a b"])
-    assert main(["embed", str(source), str(tmp_path / "out.hdf5"), "--model", str(tmp_path / "no-such-model")]) == 2
-    assert "no-such-model" in capsys.readouterr().err
+    # A path that names no model folder is said to be one (transformers calls it a malformed Hub id), relative or not.
+    assert_only_an_error_line(*run_cli(capsys, "embed", source, tmp_path / "out.hdf5", "--model", tmp_path / "no-such-model"),
+                              f"error: {tmp_path / 'no-such-model'}: no such folder")
+    monkeypatch.chdir(tmp_path)
+    assert_only_an_error_line(*run_cli(capsys, "embed", source, "out.hdf5", "--model", "./no-such-model"),
+                              "error: ./no-such-model: no such folder")
+    assert_only_an_error_line(*run_cli(capsys, "embed", source, "out.hdf5", "--model", source),
+                              f"error: {source}: is a file, not a model folder")
+    with pytest.raises(ValueError, match=r"^no/such/model: no such folder$"):
+        ElmoEmbedder("no/such/model")
     assert main(["embed", str(tmp_path / "missing.txt"), str(tmp_path / "out.hdf5"), "--model", str(model_path)]) == 2
     assert "missing.txt: input file not found" in capsys.readouterr().err
     (tmp_path / "latin1.txt").write_bytes("fine\ncaf\xe9\n".encode("latin-1"))
@@ -494,6 +503,9 @@ def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp
     write_lines(tmp_path / "out.hdf5.partial", ["in the way"])
     assert_only_an_error_line(*run_cli(capsys, "embed", source, tmp_path / "out.hdf5", "--model", tmp_path / "no-such-model"),
                      "out.hdf5.partial: is a file, where the batches")
+    (tmp_path / "other.hdf5.lock").mkdir()  # (open() would fail on it only once the model had loaded)
+    assert_only_an_error_line(*run_cli(capsys, "embed", source, tmp_path / "other.hdf5", "--model", tmp_path / "no-such-model"),
+                              "other.hdf5.lock: is a folder, where the lock of")
 
 
 def test_devices_that_this_machine_lacks_fail_clearly(tmp_path, capsys):
@@ -572,6 +584,42 @@ def test_a_damaged_batch_file_is_named_and_computed_again(model_path, tmp_path, 
     assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
 
 
+def test_a_stateful_float64_run_resumes_to_the_same_bytes(model_path, tmp_path):
+    """The state a stateful batch file keeps for the next batch gives back the model's own: a float64 model's state
+    rounded to float32 made a resumed run differ (by 2.4e-7) from one never stopped."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:12])
+    ElmoEmbedder(model_path, stateful=True, torch_dtype=torch.float64).embed_file(
+        source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    stopped = ElmoEmbedder(model_path, stateful=True, torch_dtype=torch.float64)
+    stop_after_batches(stopped, 3)
+    with pytest.raises(KeyboardInterrupt):
+        stopped.embed_file(source, tmp_path / "out.hdf5", batch_size=2, progress=False)
+    summary = ElmoEmbedder(model_path, stateful=True, torch_dtype=torch.float64).embed_file(
+        source, tmp_path / "out.hdf5", batch_size=2, progress=False)
+    assert (summary["computed"], summary["resumed"]) == (3, 3)
+    assert_same_embeddings(tmp_path / "out.hdf5", tmp_path / "reference.hdf5", 12)
+
+
+def test_a_damaged_stateful_batch_is_computed_again_with_every_batch_after_it(model_path, tmp_path, caplog):
+    """Each stateful batch starts from the state the one before it ended with: with batch 3 of 6 finished ones
+    damaged, batches 4 and 5 must be computed again too, so that batch 6 starts from batch 5's state (it started from
+    the recomputed batch 3's, and its lines came out wrong by 0.36)."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    reference = ElmoEmbedder(model_path, stateful=True)
+    reference.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    stopped = ElmoEmbedder(model_path, stateful=True)
+    stop_after_batches(stopped, 6)
+    with pytest.raises(KeyboardInterrupt):
+        stopped.embed_file(source, output, batch_size=2, progress=False)
+    damaged = partial / "00000003.hdf5"
+    damaged.write_bytes(damaged.read_bytes()[:1000])
+    summary = ElmoEmbedder(model_path, stateful=True).embed_file(source, output, batch_size=2, progress=False)
+    assert any(record.getMessage().startswith(f"{damaged}: is damaged") for record in caplog.records)
+    assert (summary["computed"], summary["resumed"]) == (7, 3)
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
+
+
 def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_path):
     """A rerun with other settings must not mix its batches with those of the run that was interrupted."""
     embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
@@ -582,6 +630,32 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
     assert str(raised.value) == (f"{partial}: holds batches of an interrupted run with different batch_size; rerun "
                                  "that command to finish it, or delete the folder to start again")
     assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+
+
+def test_a_run_stopped_before_its_manifest_was_written_whole_is_started_afresh(model_path, embedder, tmp_path):
+    """A kill between making OUTPUT.partial and writing its manifest leaves the folder empty, or (before the
+    manifest was written in one step) with half a manifest: no batch is lost there, so the next run starts afresh
+    (it was refused as "an interrupted run with different" everything, which no rerun could finish). Batch files
+    without a manifest are refused as what they are, and kept."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:6])
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    for left in ("", '{"input": "/tm', "[]"):  # nothing yet, a manifest cut short, one that is no manifest
+        partial.mkdir()
+        if left:
+            (partial / "manifest.json").write_text(left, encoding="utf-8")
+        summary = embedder.embed_file(source, output, batch_size=2, progress=False)
+        assert (summary["computed"], summary["resumed"]) == (3, 0) and not partial.exists()
+        assert_same_embeddings(output, tmp_path / "reference.hdf5", 6)
+        output.unlink()
+    _, source, output, partial = interrupted_run(model_path, tmp_path, 3)
+    (partial / "manifest.json").unlink()
+    finished = {path.name: path.read_bytes() for path in partial.glob("*.hdf5")}
+    with pytest.raises(ValueError) as raised:
+        embedder.embed_file(source, output, batch_size=2, progress=False)
+    assert str(raised.value) == (f"{partial}: holds batch files but no manifest.json that says which run they belong "
+                                 "to; delete the folder to start again")
+    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and len(finished) == 3
 
 
 def test_a_run_stopped_after_writing_its_output_leaves_nothing_to_compute(model_path, tmp_path):

@@ -19,7 +19,7 @@ from transformers import (
 
 from conftest import solved_tagger
 
-from hf_elmo import ElmoTokenizer
+from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
 from hf_elmo.pipelines import ElmoFeatureExtractionPipeline, ElmoTokenClassificationPipeline
 
 TEXTS = ["Peter Blackburn visited Brussels, Belgium.", "Brussels", "He left ."]  # as in remote_pipeline_probe.py
@@ -112,6 +112,16 @@ def test_token_classification_refuses_input_of_the_other_kind(tagger_folder):
         tagger("Peter Blackburn", is_split_into_words=True)
     with pytest.raises(ValueError, match=r"^When `is_split_into_words=False`, `sentence` must be an untokenized string\.$"):
         tagger([WORDS])
+
+
+def test_feature_extraction_of_a_task_model_gives_its_bilms_top_layer(tagger_folder):
+    """A task model handed to the pipeline gives the features of the ELMo inside it, as its folder does (which
+    pipeline() loads as the base model); it failed on the `output_final_states` the pipeline passes."""
+    model = ElmoForTokenClassification.from_pretrained(tagger_folder).eval()
+    extractor = pipeline("feature-extraction", model=model, tokenizer=ElmoTokenizer.from_pretrained(tagger_folder))
+    from_folder = pipeline("feature-extraction", model=str(tagger_folder))
+    for found, wanted in zip(extractor(TEXTS, return_tensors=True), from_folder(TEXTS, return_tensors=True), strict=True):
+        assert found.shape == wanted.shape and found.shape[2] == 32 and torch.equal(found, wanted)
 
 
 @pytest.fixture(scope="module")
