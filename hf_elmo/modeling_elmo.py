@@ -380,6 +380,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoBiLstmLayer"]
 
+    def __init__(self, config: ElmoConfig, *inputs, **kwargs):
+        # A field set after the config was built (`config.cell_clip = 0`, `config.dropout = 1.5`) is checked and read
+        # here as at construction: refused with the field's name, or a clip of 0 read as no clip.
+        config.check_values()
+        super().__init__(config, *inputs, **kwargs)
+
     # Keyword arguments a forward takes beyond its own parameters and reads or may ignore (`return_dict` is taken by
     # `can_return_tuple` before `forward` sees it).
     _accepted_extra_kwargs: tuple[str, ...] = ()

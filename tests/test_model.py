@@ -163,6 +163,52 @@ def test_config_refuses_every_value_out_of_its_range(field):
         ElmoConfig(**{field: value})
 
 
+@pytest.mark.parametrize("field", ["dropout", "sequence_pooling", "num_output_representations", "cell_size",
+                                   "scalar_mix_l2_coef", "lm_negative_samples"])
+def test_values_given_after_construction_are_refused_as_at_construction(field, tmp_path):
+    """transformers sets the keyword arguments of `from_pretrained(path, dropout=0.5)` (README: how the options are
+    set) on the config after building it: a value out of range is refused there, naming the field, as at
+    construction, not by torch's dropout or torch.cat at the first batch, nor silently kept (a negative L2 penalty).
+    A field set on a config by hand is refused by the model built on it."""
+    from hf_elmo import ElmoForSequenceClassification
+
+    value, requirement = OUT_OF_RANGE[field], VALUE_RULES[field][1]
+    message = f"^{re.escape(f'ElmoConfig.{field} must be {requirement}, got {value!r}')}$"
+    tiny = dict(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1, cell_size=16,
+                projection_dim=8)
+    ElmoModel(ElmoConfig(**tiny)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        AutoConfig.from_pretrained(tmp_path, **{field: value})
+    with pytest.raises(ValueError, match=message):
+        ElmoForSequenceClassification.from_pretrained(tmp_path, **{field: value})
+    config = ElmoConfig(**tiny)
+    setattr(config, field, value)
+    with pytest.raises(ValueError, match=message):
+        ElmoModel(config)
+
+
+def test_a_clip_of_0_given_after_construction_means_no_clip(tmp_path):
+    """The docstring: a clip of 0 means None, as at construction (`ElmoConfig(cell_clip=0)`). Given to
+    `from_pretrained` or set on the config, it was kept as 0, and the model clamped every memory cell (or
+    projected state) to 0: every biLSTM output was 0. It now reads as no clip, as the saved config does too."""
+    tiny = dict(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1, cell_size=16,
+                projection_dim=8, cell_clip=None, proj_clip=None)
+    torch.manual_seed(0)
+    ElmoModel(ElmoConfig(**tiny)).save_pretrained(tmp_path)
+    batch = ElmoTokenizer()(SEEDS, is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = ElmoModel.from_pretrained(tmp_path).eval()(**batch).last_hidden_state
+        for clip in ("cell_clip", "proj_clip"):
+            model = ElmoModel.from_pretrained(tmp_path, **{clip: 0}).eval()
+            assert getattr(model.config, clip) is None
+            torch.testing.assert_close(model(**batch).last_hidden_state, expected, rtol=0, atol=0)
+            config = ElmoConfig(**tiny)
+            setattr(config, clip, 0)
+            model = ElmoModel(config).eval()
+            model.load_state_dict(ElmoModel.from_pretrained(tmp_path).state_dict())
+            torch.testing.assert_close(model(**batch).last_hidden_state, expected, rtol=0, atol=0)
+
+
 def test_config_rejects_invalid_values():
     for field, value in [("projection_dim", "x"), ("n_characters", 261)]:
         with pytest.raises(ValueError, match=field):
