@@ -849,6 +849,14 @@ class ElmoModel(ElmoPreTrainedModel):
         layers, proj, cell = self.config.num_lstm_layers, self.config.projection_dim, self.config.cell_size
         if initial_states is None:
             return like.new_zeros(layers, 2, batch, proj), like.new_zeros(layers, 2, batch, cell)
+        if not (isinstance(initial_states, (tuple, list)) and len(initial_states) == 2
+                and all(isinstance(state, torch.Tensor) for state in initial_states)):
+            got = (f"{len(initial_states)} values ({', '.join(str(_shape_of(state)) for state in initial_states)})"
+                   if isinstance(initial_states, (tuple, list)) else _shape_of(initial_states))
+            raise ValueError(
+                f"initial_states must be (h [{layers}, {batch}, {2 * proj}], c [{layers}, {batch}, {2 * cell}]), two "
+                f"tensors (a previous output's final_states), got {got}"
+            )
         h, c = initial_states
         for name, state, width in (("h", h, 2 * proj), ("c", c, 2 * cell)):
             if tuple(state.shape) != (layers, batch, width):

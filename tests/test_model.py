@@ -143,6 +143,30 @@ def test_bad_inputs_name_the_problem(fixture_model):
         model(**batch, initial_states=(h, c))
 
 
+def test_initial_states_that_are_not_two_tensors_are_refused_naming_them(fixture_model):
+    """initial_states is (h, c): one state alone, an extra one, a stacked tensor, lists, or the whole previous output
+    are refused in one line naming initial_states and what it must be, not by a bare unpacking error or an
+    AttributeError (`'list' object has no attribute 'shape'`); ElmoForPreTraining reads it the same way."""
+    model, tokenizer = fixture_model
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**batch)
+    h, c = output.final_states
+    expected = r"^initial_states must be \(h \[2, 2, 32\], c \[2, 2, 128\]\), two tensors .*got "
+    for states, got in [((h,), r"1 values \(\[2, 2, 32\]\)$"), ((h, c, c), "3 values"),
+                        (torch.stack([h, h]), r"\[2, 2, 2, 32\]$"), ((h.tolist(), c.tolist()), r"2 values \(list, list\)$"),
+                        (output, "ElmoModelOutput$")]:
+        with pytest.raises(ValueError, match=expected + got):
+            model(**batch, initial_states=states)
+    with torch.no_grad():  # a list of the two tensors is read as the tuple
+        assert torch.equal(model(**batch, initial_states=[h, c]).last_hidden_state,
+                           model(**batch, initial_states=(h, c)).last_hidden_state)
+    config = ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4]], num_highway_layers=0, cell_size=16,
+                        projection_dim=8, num_lstm_layers=1, lm_vocab_size=10)
+    with pytest.raises(ValueError, match=r"^initial_states must be \(h \[1, 2, 16\], c \[1, 2, 32\]\).*1 values"):
+        ElmoForPreTraining(config)(batch["input_ids"], initial_states=(torch.zeros(1, 2, 16),))
+
+
 # One value of the right type that each rule of VALUE_RULES refuses.
 OUT_OF_RANGE = {
     "char_embedding_dim": 0, "char_cnn_filters": [[2, 0]], "num_highway_layers": -1, "char_cnn_activation": "gelu",
