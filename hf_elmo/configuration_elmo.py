@@ -26,6 +26,8 @@ BYTE_ALPHABET_IDS = {"bos_char_id": 257, "eos_char_id": 258, "bow_char_id": 259,
 
 # How ElmoForSequenceClassification pools the words of a sentence.
 SEQUENCE_POOLINGS = ("mean", "max", "mean_max")
+# The losses ElmoForSequenceClassification computes (transformers' `problem_type`; None: decided by the labels).
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
 # The one list of the Auto classes an ELMo folder loads through, and the class each names. Every ElmoConfig
 # carries it as `auto_map`, so a folder saved from any ELMo class loads every class with trust_remote_code.
@@ -66,6 +68,8 @@ VALUE_RULES = {
     "initializer_range": (lambda value: 0 <= value < math.inf, "a finite number >= 0"),
     "scalar_mix_l2_coef": (lambda value: 0 <= value < math.inf, "a finite number >= 0"),
     "sequence_pooling": (lambda value: value in SEQUENCE_POOLINGS, f"one of {', '.join(map(repr, SEQUENCE_POOLINGS))}"),
+    "problem_type": (lambda value: value is None or value in PROBLEM_TYPES,
+                     f"one of {', '.join(map(repr, PROBLEM_TYPES))}, or None"),
     "lm_vocab_size": (lambda value: value is None or value >= 3, "at least 3 (<S>, </S> and <UNK>), or None"),
     "lm_dropout": A_PROBABILITY,
     "lm_negative_samples": (lambda value: value >= 0, "0 or more"),

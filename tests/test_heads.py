@@ -386,3 +386,15 @@ def test_head_config_is_checked(base_path):
             ElmoConfig(**{field: value})
     with pytest.raises(ValueError, match="num_output_representations must be 1"):
         ElmoForTokenClassification(ElmoConfig(num_output_representations=2))
+
+
+@pytest.mark.parametrize("problem_type", ["regresion", "single_label", "multilabel"])
+def test_a_misspelt_problem_type_is_refused_rather_than_read_as_multi_label(base_path, problem_type):
+    """`problem_type` decides the loss (the docstring); a value that is none of transformers' three was read as
+    multi-label classification: float labels trained a binary cross-entropy silently, class ids were refused as
+    "0/1 floats for multi-label classification". Now refused, at construction and from `from_pretrained`, naming it."""
+    message = rf"^ElmoConfig\.problem_type must be one of 'regression', .* or None, got '{problem_type}'$"
+    with pytest.raises(ValueError, match=message):
+        ElmoConfig(num_labels=3, problem_type=problem_type)
+    with pytest.raises(ValueError, match=message):
+        ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3, problem_type=problem_type)

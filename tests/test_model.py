@@ -173,7 +173,8 @@ OUT_OF_RANGE = {
     "max_characters_per_token": 2, "n_characters": 1, "alphabet": "unicode", "word_vocab_size": -1,
     "word_embedding_dim": -1, "forget_bias": math.nan, "cell_size": 0, "projection_dim": 0, "num_lstm_layers": 0,
     "cell_clip": -1.0, "proj_clip": -0.5, "num_output_representations": 0, "dropout": 1.0,
-    "initializer_range": math.inf, "scalar_mix_l2_coef": -0.1, "sequence_pooling": "attention", "lm_vocab_size": 2,
+    "initializer_range": math.inf, "scalar_mix_l2_coef": -0.1, "sequence_pooling": "attention",
+    "problem_type": "single_label", "lm_vocab_size": 2,
     "lm_dropout": -0.1, "lm_negative_samples": -1,
 }
 
@@ -188,7 +189,7 @@ def test_config_refuses_every_value_out_of_its_range(field):
 
 
 @pytest.mark.parametrize("field", ["dropout", "sequence_pooling", "num_output_representations", "cell_size",
-                                   "scalar_mix_l2_coef", "lm_negative_samples"])
+                                   "scalar_mix_l2_coef", "lm_negative_samples", "problem_type"])
 def test_values_given_after_construction_are_refused_as_at_construction(field, tmp_path):
     """transformers sets the keyword arguments of `from_pretrained(path, dropout=0.5)` (README: how the options are
     set) on the config after building it: a value out of range is refused there, naming the field, as at
