@@ -917,6 +917,11 @@ class ElmoTaskModel(ElmoPreTrainedModel):
                 f"{type(self).__name__} learns one task mix: ElmoConfig.num_output_representations must be 1, "
                 f"got {config.num_output_representations}"
             )
+        if config.num_labels < 1:  # (num_labels=-1 gives no labels at all: transformers leaves id2label empty)
+            raise ValueError(
+                f"{type(self).__name__} needs at least one label (num_labels=1 for regression): config.num_labels is "
+                f"{config.num_labels}"
+            )
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
 

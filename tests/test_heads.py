@@ -398,3 +398,15 @@ def test_a_misspelt_problem_type_is_refused_rather_than_read_as_multi_label(base
         ElmoConfig(num_labels=3, problem_type=problem_type)
     with pytest.raises(ValueError, match=message):
         ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3, problem_type=problem_type)
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_a_head_without_labels_is_refused(base_path, head):
+    """num_labels=0 (or -1, which transformers turns into an empty id2label) built a classifier of no outputs, logits
+    [B, 0] or [B, T, 0], silently; a head needs a label (one, for regression): refused, naming num_labels."""
+    for num_labels in (0, -1):
+        with pytest.raises(ValueError, match=rf"^{head.__name__} needs at least one label .*num_labels is 0$"):
+            head(ElmoConfig(num_labels=num_labels, cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]]))
+        with pytest.raises(ValueError, match=rf"^{head.__name__} needs at least one label"):
+            head.from_pretrained(base_path, num_labels=num_labels)
+    assert head.from_pretrained(base_path, num_labels=1).classifier.out_features == 1
