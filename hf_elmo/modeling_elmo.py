@@ -552,9 +552,18 @@ class ElmoPreTrainedModel(PreTrainedModel):
             (`hf_elmo.model_card.render_model_card`). Default: hf-elmo's card template filled with this model's
             sizes (transformers' generic card where only this file, not the hf-elmo package, is installed).
         tags (`list[str]`, *optional*): added to the card's tags.
+        A card that is not text (a Path, a ModelCard) or tags that are not a list of strings are refused before
+        anything is written; README.md is written atomically.
         """
         from transformers.utils.hub import ModelCard
 
+        # Checked before anything is written: a card that is no text would otherwise fail in the middle of the folder.
+        if model_card is not None and not isinstance(model_card, str):
+            hint = "Path(...).read_text(encoding='utf-8')" if isinstance(model_card, os.PathLike) else "str(card)"
+            raise ValueError(f"model_card must be the card's text (a str), got {type(model_card).__name__}: pass {hint}")
+        if tags is not None and (not isinstance(tags, (list, tuple)) or not all(isinstance(tag, str) for tag in tags)):
+            hint = f": pass [{tags!r}]" if isinstance(tags, str) else ""
+            raise ValueError(f"tags must be a list of strings, got {tags!r}{hint}")
         if model_card is None:
             try:  # the card template ships with the hf-elmo package, not with the Hub copy of this file
                 from hf_elmo.model_card import default_model_card
@@ -566,11 +575,26 @@ class ElmoPreTrainedModel(PreTrainedModel):
             card = ModelCard(model_card)
             card.data.tags = list(card.data.tags or []) + [tag for tag in tags if tag not in (card.data.tags or [])]
             model_card = str(card)
+        try:
+            card_bytes = model_card.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(f"model_card is not UTF-8 text ({error.reason} at character {error.start})") from None
         self.save_pretrained(folder, max_shard_size=max_shard_size)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
-        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as card_file:
-            card_file.write(model_card)
+        # Atomically (this file has no hf-elmo helpers on the Hub): README.md is the old card or the whole new one.
+        handle, temporary = tempfile.mkstemp(prefix=".README.md.", dir=folder)
+        try:
+            with os.fdopen(handle, "wb") as card_file:
+                card_file.write(card_bytes)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)  # a plain open's mode (mkstemp's is private)
+            os.replace(temporary, os.path.join(folder, "README.md"))
+        except BaseException:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+            raise
 
     def push_to_hub(
         self,
