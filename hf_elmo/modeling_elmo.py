@@ -25,6 +25,7 @@ from .approximate import APPROXIMATIONS, approximate_bilstm_layer, check_approxi
 from .configuration_elmo import ElmoConfig
 from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
+from .files import atomic_file
 from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback
 from .fused_bilstm import fused_bilstm_layer, fused_training_fallback
 from .fused_softmax import fused_sampled_softmax_loss
@@ -582,19 +583,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
         self.save_pretrained(folder, max_shard_size=max_shard_size)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
-        # Atomically (this file has no hf-elmo helpers on the Hub): README.md is the old card or the whole new one.
-        handle, temporary = tempfile.mkstemp(prefix=".README.md.", dir=folder)
-        try:
-            with os.fdopen(handle, "wb") as card_file:
-                card_file.write(card_bytes)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temporary, 0o666 & ~umask)  # a plain open's mode (mkstemp's is private)
-            os.replace(temporary, os.path.join(folder, "README.md"))
-        except BaseException:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-            raise
+        with atomic_file(os.path.join(folder, "README.md"), "wb") as card_file:  # the old card or the whole new one
+            card_file.write(card_bytes)
 
     def push_to_hub(
         self,
