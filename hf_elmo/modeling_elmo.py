@@ -22,7 +22,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .approximate import APPROXIMATIONS, approximate_bilstm_layer, check_approximation, clear_approximation_caches
-from .configuration_elmo import ElmoConfig
+from .configuration_elmo import VALUE_RULES, ElmoConfig, check_value
 from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
 from .files import atomic_file
@@ -1060,6 +1060,8 @@ class ElmoForSequenceClassification(ElmoTaskModel):
         if not isinstance(labels, torch.Tensor):
             raise ValueError(f"labels must be a tensor, got {type(labels).__name__}")
         batch, problem_type = logits.shape[0], self.config.problem_type
+        # (set on the model's config after it was built, a misspelt one would be read as multi-label below)
+        check_value("ElmoConfig.problem_type", problem_type, *VALUE_RULES["problem_type"])
         if problem_type is None:  # as transformers decides it; kept in the config once the labels pass the checks
             if self.num_labels == 1:
                 problem_type = "regression"

@@ -398,6 +398,10 @@ def test_a_misspelt_problem_type_is_refused_rather_than_read_as_multi_label(base
         ElmoConfig(num_labels=3, problem_type=problem_type)
     with pytest.raises(ValueError, match=message):
         ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3, problem_type=problem_type)
+    model = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3)
+    model.config.problem_type = problem_type  # on a model already built
+    with pytest.raises(ValueError, match=message):
+        model(input_ids=torch.zeros(2, 1, 50, dtype=torch.long), labels=torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]))
 
 
 @pytest.mark.parametrize("head", HEADS)
