@@ -26,6 +26,8 @@ BYTE_ALPHABET_IDS = {"bos_char_id": 257, "eos_char_id": 258, "bow_char_id": 259,
 
 # How ElmoForSequenceClassification pools the words of a sentence.
 SEQUENCE_POOLINGS = ("mean", "max", "mean_max")
+# The losses ElmoForSequenceClassification computes (transformers' `problem_type`; None: decided by the labels).
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
 # The one list of the Auto classes an ELMo folder loads through, and the class each names. Every ElmoConfig
 # carries it as `auto_map`, so a folder saved from any ELMo class loads every class with trust_remote_code.
@@ -66,6 +68,8 @@ VALUE_RULES = {
     "initializer_range": (lambda value: 0 <= value < math.inf, "a finite number >= 0"),
     "scalar_mix_l2_coef": (lambda value: 0 <= value < math.inf, "a finite number >= 0"),
     "sequence_pooling": (lambda value: value in SEQUENCE_POOLINGS, f"one of {', '.join(map(repr, SEQUENCE_POOLINGS))}"),
+    "problem_type": (lambda value: value is None or value in PROBLEM_TYPES,
+                     f"one of {', '.join(map(repr, PROBLEM_TYPES))}, or None"),
     "lm_vocab_size": (lambda value: value is None or value >= 3, "at least 3 (<S>, </S> and <UNK>), or None"),
     "lm_dropout": A_PROBABILITY,
     "lm_negative_samples": (lambda value: value >= 0, "0 or more"),
@@ -145,8 +149,9 @@ def check_value(name: str, value, allowed, requirement: str) -> None:
 class ElmoConfig(PreTrainedConfig):
     r"""
     Configuration of an ELMo model. The defaults are the original model (`2x4096_512_2048cnn_2xhighway`).
-    Every field is type-checked whenever it is set, and its value at construction, with an error that names it;
-    nothing is converted silently (an integer is a number, a list stands for a tuple, a clip of 0 means None).
+    Every field is type-checked whenever it is set, and its value at construction (the keyword arguments of
+    `from_pretrained` included) and whenever a model is built on the config, with an error that names it; nothing is
+    converted silently (an integer is a number, a list stands for a tuple, a clip of 0 means None).
 
     Character CNN (`char_cnn` in options.json):
         char_embedding_dim (`int`): size of a character embedding (`char_cnn.embedding.dim`).
@@ -244,6 +249,24 @@ class ElmoConfig(PreTrainedConfig):
         super().__setattr__(key, value)
 
     def __post_init__(self, **kwargs):
+        self.check_values()
+        super().__post_init__(**kwargs)
+        # After the base class has set the loaded keys: entries a folder already names win over ours.
+        self.auto_map = {**ELMO_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs):
+        # transformers sets the keyword arguments of `from_pretrained(path, dropout=0.5)` one by one after
+        # construction: they are checked, and read, as the same values given at construction are.
+        loaded = super().from_dict(config_dict, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).check_values()
+        return loaded
+
+    def check_values(self) -> None:
+        """Check every field's value, and the fields together, with an error naming the field, and bring them to
+        their one form (a clip of 0 is None, a number a float, filters lists). Run at construction, after the keyword
+        arguments of `from_pretrained`, and by every ELMo model built on the config, so that fields set afterwards
+        (`config.dropout = 1.5`) are refused there."""
         self.char_cnn_filters = [list(width_and_count) for width_and_count in self.char_cnn_filters]
         # 0 means "no clip" in both reference implementations.
         self.cell_clip = float(self.cell_clip) if self.cell_clip else None
@@ -252,9 +275,6 @@ class ElmoConfig(PreTrainedConfig):
         self.forget_bias = float(self.forget_bias)
         self.lm_dropout = float(self.lm_dropout)
         self._check_values()
-        super().__post_init__(**kwargs)
-        # After the base class has set the loaded keys: entries a folder already names win over ours.
-        self.auto_map = {**ELMO_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
 
     def _check_values(self):
         for name, (allowed, requirement) in VALUE_RULES.items():

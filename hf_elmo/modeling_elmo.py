@@ -22,9 +22,10 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .approximate import APPROXIMATIONS, approximate_bilstm_layer, check_approximation, clear_approximation_caches
-from .configuration_elmo import ElmoConfig
+from .configuration_elmo import VALUE_RULES, ElmoConfig, check_value
 from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
+from .files import atomic_file
 from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback
 from .fused_bilstm import fused_bilstm_layer, fused_training_fallback
 from .fused_softmax import fused_sampled_softmax_loss
@@ -380,6 +381,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoBiLstmLayer"]
 
+    def __init__(self, config: ElmoConfig, *inputs, **kwargs):
+        # A field set after the config was built (`config.cell_clip = 0`, `config.dropout = 1.5`) is checked and read
+        # here as at construction: refused with the field's name, or a clip of 0 read as no clip.
+        config.check_values()
+        super().__init__(config, *inputs, **kwargs)
+
     # Keyword arguments a forward takes beyond its own parameters and reads or may ignore (`return_dict` is taken by
     # `can_return_tuple` before `forward` sees it).
     _accepted_extra_kwargs: tuple[str, ...] = ()
@@ -546,9 +553,18 @@ class ElmoPreTrainedModel(PreTrainedModel):
             (`hf_elmo.model_card.render_model_card`). Default: hf-elmo's card template filled with this model's
             sizes (transformers' generic card where only this file, not the hf-elmo package, is installed).
         tags (`list[str]`, *optional*): added to the card's tags.
+        A card that is not text (a Path, a ModelCard) or tags that are not a list of strings are refused before
+        anything is written; README.md is written atomically.
         """
         from transformers.utils.hub import ModelCard
 
+        # Checked before anything is written: a card that is no text would otherwise fail in the middle of the folder.
+        if model_card is not None and not isinstance(model_card, str):
+            hint = "Path(...).read_text(encoding='utf-8')" if isinstance(model_card, os.PathLike) else "str(card)"
+            raise ValueError(f"model_card must be the card's text (a str), got {type(model_card).__name__}: pass {hint}")
+        if tags is not None and (not isinstance(tags, (list, tuple)) or not all(isinstance(tag, str) for tag in tags)):
+            hint = f": pass [{tags!r}]" if isinstance(tags, str) else ""
+            raise ValueError(f"tags must be a list of strings, got {tags!r}{hint}")
         if model_card is None:
             try:  # the card template ships with the hf-elmo package, not with the Hub copy of this file
                 from hf_elmo.model_card import default_model_card
@@ -560,11 +576,15 @@ class ElmoPreTrainedModel(PreTrainedModel):
             card = ModelCard(model_card)
             card.data.tags = list(card.data.tags or []) + [tag for tag in tags if tag not in (card.data.tags or [])]
             model_card = str(card)
+        try:
+            card_bytes = model_card.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(f"model_card is not UTF-8 text ({error.reason} at character {error.start})") from None
         self.save_pretrained(folder, max_shard_size=max_shard_size)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
-        with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as card_file:
-            card_file.write(model_card)
+        with atomic_file(os.path.join(folder, "README.md"), "wb") as card_file:  # the old card or the whole new one
+            card_file.write(card_bytes)
 
     def push_to_hub(
         self,
@@ -843,6 +863,14 @@ class ElmoModel(ElmoPreTrainedModel):
         layers, proj, cell = self.config.num_lstm_layers, self.config.projection_dim, self.config.cell_size
         if initial_states is None:
             return like.new_zeros(layers, 2, batch, proj), like.new_zeros(layers, 2, batch, cell)
+        if not (isinstance(initial_states, (tuple, list)) and len(initial_states) == 2
+                and all(isinstance(state, torch.Tensor) for state in initial_states)):
+            got = (f"{len(initial_states)} values ({', '.join(str(_shape_of(state)) for state in initial_states)})"
+                   if isinstance(initial_states, (tuple, list)) else _shape_of(initial_states))
+            raise ValueError(
+                f"initial_states must be (h [{layers}, {batch}, {2 * proj}], c [{layers}, {batch}, {2 * cell}]), two "
+                f"tensors (a previous output's final_states), got {got}"
+            )
         h, c = initial_states
         for name, state, width in (("h", h, 2 * proj), ("c", c, 2 * cell)):
             if tuple(state.shape) != (layers, batch, width):
@@ -902,6 +930,11 @@ class ElmoTaskModel(ElmoPreTrainedModel):
             raise ValueError(
                 f"{type(self).__name__} learns one task mix: ElmoConfig.num_output_representations must be 1, "
                 f"got {config.num_output_representations}"
+            )
+        if config.num_labels < 1:  # (num_labels=-1 gives no labels at all: transformers leaves id2label empty)
+            raise ValueError(
+                f"{type(self).__name__} needs at least one label (num_labels=1 for regression): config.num_labels is "
+                f"{config.num_labels}"
             )
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
@@ -1027,6 +1060,8 @@ class ElmoForSequenceClassification(ElmoTaskModel):
         if not isinstance(labels, torch.Tensor):
             raise ValueError(f"labels must be a tensor, got {type(labels).__name__}")
         batch, problem_type = logits.shape[0], self.config.problem_type
+        # (set on the model's config after it was built, a misspelt one would be read as multi-label below)
+        check_value("ElmoConfig.problem_type", problem_type, *VALUE_RULES["problem_type"])
         if problem_type is None:  # as transformers decides it; kept in the config once the labels pass the checks
             if self.num_labels == 1:
                 problem_type = "regression"

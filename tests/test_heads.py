@@ -386,3 +386,31 @@ def test_head_config_is_checked(base_path):
             ElmoConfig(**{field: value})
     with pytest.raises(ValueError, match="num_output_representations must be 1"):
         ElmoForTokenClassification(ElmoConfig(num_output_representations=2))
+
+
+@pytest.mark.parametrize("problem_type", ["regresion", "single_label", "multilabel"])
+def test_a_misspelt_problem_type_is_refused_rather_than_read_as_multi_label(base_path, problem_type):
+    """`problem_type` decides the loss (the docstring); a value that is none of transformers' three was read as
+    multi-label classification: float labels trained a binary cross-entropy silently, class ids were refused as
+    "0/1 floats for multi-label classification". Now refused, at construction and from `from_pretrained`, naming it."""
+    message = rf"^ElmoConfig\.problem_type must be one of 'regression', .* or None, got '{problem_type}'$"
+    with pytest.raises(ValueError, match=message):
+        ElmoConfig(num_labels=3, problem_type=problem_type)
+    with pytest.raises(ValueError, match=message):
+        ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3, problem_type=problem_type)
+    model = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3)
+    model.config.problem_type = problem_type  # on a model already built
+    with pytest.raises(ValueError, match=message):
+        model(input_ids=torch.zeros(2, 1, 50, dtype=torch.long), labels=torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]))
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_a_head_without_labels_is_refused(base_path, head):
+    """num_labels=0 (or -1, which transformers turns into an empty id2label) built a classifier of no outputs, logits
+    [B, 0] or [B, T, 0], silently; a head needs a label (one, for regression): refused, naming num_labels."""
+    for num_labels in (0, -1):
+        with pytest.raises(ValueError, match=rf"^{head.__name__} needs at least one label .*num_labels is 0$"):
+            head(ElmoConfig(num_labels=num_labels, cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]]))
+        with pytest.raises(ValueError, match=rf"^{head.__name__} needs at least one label"):
+            head.from_pretrained(base_path, num_labels=num_labels)
+    assert head.from_pretrained(base_path, num_labels=1).classifier.out_features == 1

@@ -302,3 +302,35 @@ def test_overflowing_words_with_a_stride(tokenizer):
     assert tokenizer.decode(left["overflowing_tokens"]) == "one two three"
     untouched = tokenizer(text, max_length=10, truncation=True, return_overflowing_tokens=True)
     assert untouched["overflowing_tokens"] == [] and untouched["num_truncated_tokens"] == 0
+
+
+def test_save_hub_folder_refuses_a_card_that_is_not_text_and_never_leaves_half_a_readme(tmp_path):
+    """save_hub_folder's model_card is the card's text: a Path (the README's `read_text()` forgotten), a ModelCard or
+    text with a lone surrogate failed in `write()` after the weights were saved and README.md truncated, destroying
+    the previous card; tags="sentiment" added the tags 's', 'e', 'n', ... Each is now refused before anything is
+    written, naming it, and README.md is replaced atomically (the mode a plain open gives it)."""
+    import os
+    import stat
+
+    from transformers.utils.hub import ModelCard
+
+    model = ElmoModel(ElmoConfig(**TINY))
+    folder, fresh = tmp_path / "staged", tmp_path / "fresh"
+    model.save_hub_folder(folder, "someone/elmo", model_card="# first card\n")
+    readme = folder / "README.md"
+    for card, message in [(readme, r"got PosixPath: pass Path\(\.\.\.\)\.read_text"),
+                          (ModelCard("# a card\n"), r"got ModelCard: pass str\(card\)"),
+                          ("# a card \ud800\n", r"^model_card is not UTF-8 text \(surrogates not allowed at character 9\)$")]:
+        for target in (folder, fresh):
+            with pytest.raises(ValueError, match=message):
+                model.save_hub_folder(target, "someone/elmo", model_card=card)
+        assert readme.read_text(encoding="utf-8") == "# first card\n" and not fresh.exists()
+    with pytest.raises(ValueError, match=r"^tags must be a list of strings, got 'sentiment': pass \['sentiment'\]$"):
+        model.save_hub_folder(fresh, "someone/elmo", tags="sentiment")
+    assert not fresh.exists()
+    before = set(os.listdir(folder))
+    model.save_hub_folder(folder, "someone/elmo", model_card="# second card\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert readme.read_text(encoding="utf-8") == "# second card\n" and set(os.listdir(folder)) == before
+    assert stat.S_IMODE(readme.stat().st_mode) == 0o666 & ~umask

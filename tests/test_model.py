@@ -143,13 +143,38 @@ def test_bad_inputs_name_the_problem(fixture_model):
         model(**batch, initial_states=(h, c))
 
 
+def test_initial_states_that_are_not_two_tensors_are_refused_naming_them(fixture_model):
+    """initial_states is (h, c): one state alone, an extra one, a stacked tensor, lists, or the whole previous output
+    are refused in one line naming initial_states and what it must be, not by a bare unpacking error or an
+    AttributeError (`'list' object has no attribute 'shape'`); ElmoForPreTraining reads it the same way."""
+    model, tokenizer = fixture_model
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**batch)
+    h, c = output.final_states
+    expected = r"^initial_states must be \(h \[2, 2, 32\], c \[2, 2, 128\]\), two tensors .*got "
+    for states, got in [((h,), r"1 values \(\[2, 2, 32\]\)$"), ((h, c, c), "3 values"),
+                        (torch.stack([h, h]), r"\[2, 2, 2, 32\]$"), ((h.tolist(), c.tolist()), r"2 values \(list, list\)$"),
+                        (output, "ElmoModelOutput$")]:
+        with pytest.raises(ValueError, match=expected + got):
+            model(**batch, initial_states=states)
+    with torch.no_grad():  # a list of the two tensors is read as the tuple
+        assert torch.equal(model(**batch, initial_states=[h, c]).last_hidden_state,
+                           model(**batch, initial_states=(h, c)).last_hidden_state)
+    config = ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4]], num_highway_layers=0, cell_size=16,
+                        projection_dim=8, num_lstm_layers=1, lm_vocab_size=10)
+    with pytest.raises(ValueError, match=r"^initial_states must be \(h \[1, 2, 16\], c \[1, 2, 32\]\).*1 values"):
+        ElmoForPreTraining(config)(batch["input_ids"], initial_states=(torch.zeros(1, 2, 16),))
+
+
 # One value of the right type that each rule of VALUE_RULES refuses.
 OUT_OF_RANGE = {
     "char_embedding_dim": 0, "char_cnn_filters": [[2, 0]], "num_highway_layers": -1, "char_cnn_activation": "gelu",
     "max_characters_per_token": 2, "n_characters": 1, "alphabet": "unicode", "word_vocab_size": -1,
     "word_embedding_dim": -1, "forget_bias": math.nan, "cell_size": 0, "projection_dim": 0, "num_lstm_layers": 0,
     "cell_clip": -1.0, "proj_clip": -0.5, "num_output_representations": 0, "dropout": 1.0,
-    "initializer_range": math.inf, "scalar_mix_l2_coef": -0.1, "sequence_pooling": "attention", "lm_vocab_size": 2,
+    "initializer_range": math.inf, "scalar_mix_l2_coef": -0.1, "sequence_pooling": "attention",
+    "problem_type": "single_label", "lm_vocab_size": 2,
     "lm_dropout": -0.1, "lm_negative_samples": -1,
 }
 
@@ -161,6 +186,52 @@ def test_config_refuses_every_value_out_of_its_range(field):
     value, requirement = OUT_OF_RANGE[field], VALUE_RULES[field][1]
     with pytest.raises(ValueError, match=f"^{re.escape(f'ElmoConfig.{field} must be {requirement}, got {value!r}')}$"):
         ElmoConfig(**{field: value})
+
+
+@pytest.mark.parametrize("field", ["dropout", "sequence_pooling", "num_output_representations", "cell_size",
+                                   "scalar_mix_l2_coef", "lm_negative_samples", "problem_type"])
+def test_values_given_after_construction_are_refused_as_at_construction(field, tmp_path):
+    """transformers sets the keyword arguments of `from_pretrained(path, dropout=0.5)` (README: how the options are
+    set) on the config after building it: a value out of range is refused there, naming the field, as at
+    construction, not by torch's dropout or torch.cat at the first batch, nor silently kept (a negative L2 penalty).
+    A field set on a config by hand is refused by the model built on it."""
+    from hf_elmo import ElmoForSequenceClassification
+
+    value, requirement = OUT_OF_RANGE[field], VALUE_RULES[field][1]
+    message = f"^{re.escape(f'ElmoConfig.{field} must be {requirement}, got {value!r}')}$"
+    tiny = dict(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1, cell_size=16,
+                projection_dim=8)
+    ElmoModel(ElmoConfig(**tiny)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        AutoConfig.from_pretrained(tmp_path, **{field: value})
+    with pytest.raises(ValueError, match=message):
+        ElmoForSequenceClassification.from_pretrained(tmp_path, **{field: value})
+    config = ElmoConfig(**tiny)
+    setattr(config, field, value)
+    with pytest.raises(ValueError, match=message):
+        ElmoModel(config)
+
+
+def test_a_clip_of_0_given_after_construction_means_no_clip(tmp_path):
+    """The docstring: a clip of 0 means None, as at construction (`ElmoConfig(cell_clip=0)`). Given to
+    `from_pretrained` or set on the config, it was kept as 0, and the model clamped every memory cell (or
+    projected state) to 0: every biLSTM output was 0. It now reads as no clip, as the saved config does too."""
+    tiny = dict(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1, cell_size=16,
+                projection_dim=8, cell_clip=None, proj_clip=None)
+    torch.manual_seed(0)
+    ElmoModel(ElmoConfig(**tiny)).save_pretrained(tmp_path)
+    batch = ElmoTokenizer()(SEEDS, is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = ElmoModel.from_pretrained(tmp_path).eval()(**batch).last_hidden_state
+        for clip in ("cell_clip", "proj_clip"):
+            model = ElmoModel.from_pretrained(tmp_path, **{clip: 0}).eval()
+            assert getattr(model.config, clip) is None
+            torch.testing.assert_close(model(**batch).last_hidden_state, expected, rtol=0, atol=0)
+            config = ElmoConfig(**tiny)
+            setattr(config, clip, 0)
+            model = ElmoModel(config).eval()
+            model.load_state_dict(ElmoModel.from_pretrained(tmp_path).state_dict())
+            torch.testing.assert_close(model(**batch).last_hidden_state, expected, rtol=0, atol=0)
 
 
 def test_config_rejects_invalid_values():
