@@ -171,6 +171,24 @@ def damage_compressed_chunk(folder: Path, name: str) -> None:
         handle.write(b"\xff" * 20)
 
 
+def damage_metadata(folder: Path, where: str) -> None:
+    """Overwrite bytes of the HDF5 structure (not of the values), as a bad disk or copy would: the object header of
+    a dataset, the index of the root group's links, or the size of a dataset's dimension in its header."""
+    path = folder / "weights.hdf5"
+    with h5py.File(path, "r") as handle:
+        header = h5py.h5o.get_info(handle[f"{PREFIX}/B"].id).addr
+    data = bytearray(path.read_bytes())
+    if where == "object header":
+        data[header:header + 16] = b"\xff" * 16
+    elif where == "group index":
+        start = data.index(b"TREE")  # the signature of the B-tree of a group's links
+        data[start:start + 4] = b"XXXX"
+    else:  # the dataset's one dimension, 96, as a size its maximum (96) does not allow
+        start = data.index((96).to_bytes(8, "little"), header)
+        data[start:start + 8] = (10**12).to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+
+
 def edit_options(folder: Path, change):
     options = json.loads((folder / "options.json").read_text())
     change(options)
@@ -232,6 +250,18 @@ BAD_INPUTS = {
     # h5py's own message names neither the file nor the dataset.
     "a damaged compressed chunk": (lambda f: damage_compressed_chunk(f, f"{PREFIX}/W_0"),
                                    ["weights.hdf5: cannot read dataset " + f"{PREFIX}/W_0", "filter returned failure"]),
+    # Damaged structure: h5py raised RuntimeError or KeyError (a traceback from the command) naming neither.
+    "a damaged object header": (lambda f: damage_metadata(f, "object header"),
+                                ["weights.hdf5: cannot list the datasets of this HDF5 file (",
+                                 "bad object header version number", "): the file is damaged"]),
+    "a damaged group index": (lambda f: damage_metadata(f, "group index"),
+                              ["weights.hdf5: cannot list the datasets of this HDF5 file (", "B-tree signature",
+                               "): the file is damaged"]),
+    "a damaged dataspace": (lambda f: damage_metadata(f, "dataspace"),
+                            ["weights.hdf5: cannot open the HDF5 object " + f"{PREFIX}/B (",
+                             "dataspace dim 0 size of 1000000000000", "): the file is damaged"]),
+    "an empty dataset": (lambda f: edit_weights(f, lambda h: replace_dataset(h, f"{PREFIX}/B", h5py.Empty("f4"))),
+                         ["weights.hdf5: dataset " + f"{PREFIX}/B has shape None, expected (96,) from the options"]),
 }
 
 
