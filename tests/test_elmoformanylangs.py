@@ -402,6 +402,21 @@ BAD_INPUTS = {
         lambda f: _edit_state(f / "token_embedder.pkl", lambda s: s["projection.bias"].__setitem__(2, float("nan"))),
         ["token_embedder.pkl: tensor projection.bias holds 1 non-finite value (NaN or infinity)"],
     ),
+    # These gave a TypeError from numpy or from sorting the names.
+    "a sparse tensor": (
+        lambda f: _edit_state(f / "encoder.pkl", lambda s: s.update(
+            {"forward_layer_0.state_linearity.bias": s["forward_layer_0.state_linearity.bias"].to_sparse()})),
+        ["encoder.pkl: tensor forward_layer_0.state_linearity.bias is a torch.sparse_coo tensor, expected a dense one"],
+    ),
+    "a meta tensor": (
+        lambda f: _edit_state(f / "encoder.pkl", lambda s: s.update(
+            {"forward_layer_0.state_linearity.bias": torch.empty(96, device="meta")})),
+        ["encoder.pkl: tensor forward_layer_0.state_linearity.bias holds no values (a meta tensor)"],
+    ),
+    "a tensor name that is not a string": (
+        lambda f: _edit_state(f / "encoder.pkl", lambda s: s.update({1: torch.zeros(2), "extra": torch.zeros(1)})),
+        ["encoder.pkl: not a state dict (a mapping of tensor names to tensors)"],
+    ),
 }
 
 
@@ -424,15 +439,20 @@ def test_bad_input_fails_clearly_and_writes_nothing(tmp_path, capsys, case):
 
 
 def test_tensors_of_other_float_types_that_float32_holds_convert_exactly(converted_elmoformanylangs, tmp_path):
-    """float16, bfloat16 and float64 tensors whose values are all float32 values convert to the same model."""
+    """float16, bfloat16, float8 and float64 tensors whose values are all float32 values convert to the same model;
+    so do parameters, as `state_dict(keep_vars=True)` saves them (they require grad: numpy refused them)."""
     folder = tmp_path / "model"
     shutil.copytree(ELMOFORMANYLANGS / "with_words", folder)
     _edit_state(folder / "encoder.pkl", lambda s: s.update({name: t.double() for name, t in s.items()}))
     _edit_state(folder / "token_embedder.pkl", lambda s: s.update({
-        "projection.bias": s["projection.bias"].half(), "convolutions.0.bias": s["convolutions.0.bias"].bfloat16()}))
+        "projection.bias": s["projection.bias"].half(), "convolutions.0.bias": s["convolutions.0.bias"].bfloat16(),
+        "convolutions.1.bias": s["convolutions.1.bias"].to(torch.float8_e4m3fn),
+        "projection.weight": torch.nn.Parameter(s["projection.weight"]),
+        "convolutions.2.weight": torch.nn.Parameter(s["convolutions.2.weight"].half())}))
     expected = ElmoModel.from_pretrained(converted_elmoformanylangs["with_words"]).state_dict()
     found = ElmoModel.from_pretrained(convert_elmoformanylangs_to_hf(folder, tmp_path / "out")).state_dict()
-    reduced = {"char_encoder.projection.bias": torch.float16, "char_encoder.char_cnn.0.bias": torch.bfloat16}
+    reduced = {"char_encoder.projection.bias": torch.float16, "char_encoder.char_cnn.0.bias": torch.bfloat16,
+               "char_encoder.char_cnn.1.bias": torch.float8_e4m3fn, "char_encoder.char_cnn.2.weight": torch.float16}
     for name, tensor in expected.items():
         tensor = tensor.to(reduced[name]).float() if name in reduced else tensor
         assert found[name].dtype == torch.float32 and torch.equal(found[name], tensor), name
