@@ -126,7 +126,11 @@ def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path
         if not (path := Path(model_dir, name)).is_file():
             problem = "is a folder, not a dictionary file" if path.is_dir() else "not found"
             raise ConversionError(f"{path}: {problem}; the model's tokenizer reads it")
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+        if (path := Path(model_dir, name)).is_file():  # transformers' json error names no file
+            _read_json_file(path)
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+    _check_lexicon_matches(tokenizer.lexicon, config, Path(model_dir))
     tensors = state_dict_to_package(model.state_dict(), config)
     output_dir = Path(output_dir)
     with atomic_output_dir(output_dir, overwrite) as staging:
@@ -148,6 +152,28 @@ def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path
                 if not torch.equal(tensor, reread[file_name][name]):
                     raise ConversionError(f"{output_dir / file_name}: tensor {name} did not read back identically")
     return output_dir
+
+
+def _read_json_file(path: Path) -> None:
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConversionError(f"{path}: not a JSON file ({error})") from None
+
+
+def _check_lexicon_matches(lexicon, config, model_dir: Path) -> None:
+    """The package builds its embeddings from char.dic and word.dic, one row per entry, and spells with their ids:
+    they must be the model's (its config's sizes and special ids), or the folder written would not load in the
+    package, or would not read the model as hf_elmo does."""
+    word_input = config.word_vocab_size > 0
+    _check_dense_ids(lexicon.chars, model_dir / "char.dic")
+    if word_input:
+        _check_dense_ids(lexicon.words, model_dir / "word.dic")
+    for field, value in lexicon.config_options(word_input=word_input).items():
+        if getattr(config, field) != value:
+            source = model_dir / ("word.dic" if "word" in field else "char.dic")
+            raise ConversionError(f"{source}: its entries give {field} {value}, but {model_dir / 'config.json'} "
+                                  f"says {getattr(config, field)}: the dictionary is not the model's")
 
 
 def _read_model_type(config_file: Path) -> str | None:

@@ -481,6 +481,22 @@ WAY_BACK_BAD_INPUTS = {
     "no word.dic": (lambda f: (f / "word.dic").unlink(), ["model/word.dic: not found"]),
     "a bad char.dic line": (lambda f: (f / "char.dic").write_text((f / "char.dic").read_text() + "x\ty\n"),
                             ["char.dic: line 62 is not token<TAB>id"]),
+    # Dictionaries that are not the model's: the package builds one embedding row per entry, so the folder written
+    # (with success reported) did not load there ("size mismatch for word_emb_layer.embedding.weight").
+    "word.dic with a word more than the model": (
+        lambda f: (f / "word.dic").write_text((f / "word.dic").read_text() + "新词\t51\n"),
+        ["model/word.dic: its entries give word_vocab_size 52, but", "model/config.json says 51"],
+    ),
+    "char.dic with a character more than the model": (
+        lambda f: (f / "char.dic").write_text((f / "char.dic").read_text() + "新\t61\n"),
+        ["model/char.dic: its entries give n_characters 63, but", "model/config.json says 62"],
+    ),
+    "word.dic ids with a gap": (
+        lambda f: (f / "word.dic").write_text((f / "word.dic").read_text().replace("<pad>\t3", "<pad>\t99")),
+        ["model/word.dic: its ids must be 0 .. 50"],
+    ),
+    "tokenizer_config.json not JSON": (lambda f: (f / "tokenizer_config.json").write_text("{"),
+                                       ["model/tokenizer_config.json: not a JSON file"]),
 }
 
 
