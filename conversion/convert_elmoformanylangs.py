@@ -30,7 +30,7 @@ from hf_elmo.lexicon import read_dictionary  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from conversion.convert_original_elmo import (  # noqa: E402
-    _verify_reload, atomic_output_dir, load_checkpoint, quiet_transformers)
+    _verify_reload, atomic_output_dir, check_output_dir, load_checkpoint, quiet_transformers)
 from conversion.elmoformanylangs_format import (  # noqa: E402
     WEIGHT_FILES,
     architecture_from_config,
@@ -87,6 +87,7 @@ def convert_elmoformanylangs_to_hf(
     overwrite: bool = False,
 ) -> Path:
     """Write a complete, verified Hugging Face checkpoint of an ELMoForManyLangs model to `output_dir`."""
+    check_output_dir(output_dir, overwrite)  # before the weights are read, as for the original format
     model_dir = Path(model_dir)
     architecture, source = read_architecture(model_dir)
     options = architecture_options(architecture, source)
@@ -118,6 +119,7 @@ def convert_elmoformanylangs_to_hf(
 def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path, overwrite: bool = False) -> Path:
     """Write the package's files (config.json, architecture.json, char.dic, word.dic, token_embedder.pkl,
     encoder.pkl) for a checkpoint folder (local) with a character vocabulary; `Embedder(output_dir)` loads them."""
+    check_output_dir(output_dir, overwrite)
     model = load_checkpoint(model_dir)
     config = model.config
     check_convertible(config)

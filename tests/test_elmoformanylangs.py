@@ -18,8 +18,9 @@ from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.lexicon import read_dictionary
 
 from conftest import (DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, README, assert_only_an_error_line,
-                      readme_python_block)
+                      readme_python_block, unwritable_folder)
 from conversion.convert_elmoformanylangs import convert_elmoformanylangs_to_hf, convert_hf_to_elmoformanylangs, main
+from conversion.original_format import ConversionError
 
 SENTENCES = json.loads((ELMOFORMANYLANGS / "sentences.json").read_text(encoding="utf-8"))
 TOLERANCE = 2e-5
@@ -612,6 +613,21 @@ def test_a_non_empty_output_folder_is_replaced_only_with_overwrite(converted_elm
     assert [path.name for path in output.iterdir()] == ["keep.txt"]
     assert main([*arguments, "--overwrite"]) == 0, capsys.readouterr().err
     assert not (output / "keep.txt").exists() and (output / "char.dic").is_file()
+
+
+def test_output_folders_that_cannot_be_written_fail_before_the_work(tmp_path, capsys):
+    """Both directions, as for the original format: checked before the model is read (the one named here does not
+    exist), not after reading a released model's weights."""
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    cases = {a_file: "file.txt: is a file, not a folder", a_file / "out": "file.txt: is a file, so",
+             unwritable_folder(tmp_path) / "out": "cannot write there"}
+    for output, expected in cases.items():
+        code = main(["--model-dir", str(tmp_path / "no-model"), "--output-dir", str(output)])
+        assert_only_an_error_line(code, capsys.readouterr().err, expected)
+        with pytest.raises(ConversionError, match=re.escape(expected)):
+            convert_hf_to_elmoformanylangs(tmp_path / "no-model", output)
+    assert a_file.read_text() == "x"
 
 
 def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, capsys):
