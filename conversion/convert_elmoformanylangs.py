@@ -87,7 +87,7 @@ def convert_elmoformanylangs_to_hf(
     overwrite: bool = False,
 ) -> Path:
     """Write a complete, verified Hugging Face checkpoint of an ELMoForManyLangs model to `output_dir`."""
-    check_output_dir(output_dir, overwrite)  # before the weights are read, as for the original format
+    check_output_dir(output_dir, overwrite, (model_dir,))  # before the weights are read, as for the original format
     model_dir = Path(model_dir)
     architecture, source = read_architecture(model_dir)
     options = architecture_options(architecture, source)
@@ -106,7 +106,7 @@ def convert_elmoformanylangs_to_hf(
         model, model_id, language=language,
         source=f"converted from the ELMoForManyLangs model `{model_dir.resolve().name}` ({', '.join(WEIGHT_FILES)})",
     )
-    with atomic_output_dir(output_dir, overwrite) as staging:
+    with atomic_output_dir(output_dir, overwrite, (model_dir,)) as staging:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card, encoding="utf-8")
@@ -119,7 +119,7 @@ def convert_elmoformanylangs_to_hf(
 def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path, overwrite: bool = False) -> Path:
     """Write the package's files (config.json, architecture.json, char.dic, word.dic, token_embedder.pkl,
     encoder.pkl) for a checkpoint folder (local) with a character vocabulary; `Embedder(output_dir)` loads them."""
-    check_output_dir(output_dir, overwrite)
+    check_output_dir(output_dir, overwrite, (model_dir,))
     model = load_checkpoint(model_dir)
     config = model.config
     check_convertible(config)
@@ -135,7 +135,7 @@ def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path
     _check_lexicon_matches(tokenizer.lexicon, config, Path(model_dir))
     tensors = state_dict_to_package(model.state_dict(), config)
     output_dir = Path(output_dir)
-    with atomic_output_dir(output_dir, overwrite) as staging:
+    with atomic_output_dir(output_dir, overwrite, (model_dir,)) as staging:
         (staging / "config.json").write_text(json.dumps({"config_path": ARCHITECTURE_FILE}), encoding="utf-8")
         architecture = architecture_from_config(config)
         (staging / ARCHITECTURE_FILE).write_text(json.dumps(architecture, indent=2), encoding="utf-8")

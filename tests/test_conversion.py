@@ -304,6 +304,24 @@ def test_existing_output_is_kept_unless_overwrite(original, tmp_path, capsys):
     assert not (out / "keep.txt").exists() and (out / "model.safetensors").is_file()
 
 
+def test_overwrite_never_replaces_a_folder_that_holds_the_input(original, converted, tmp_path, capsys):
+    """--overwrite replaced the output folder even where it held what was converted: the original options.json and
+    weights.hdf5, or the checkpoint converted back (with any head it had), were deleted, and success reported."""
+    model = tmp_path / "model"
+    shutil.copytree(converted["allennlp-elmo"], model)
+    model_files = sorted(path.name for path in model.iterdir())
+    forward = ["--options-file", original / "options.json", "--weight-file", original / "weights.hdf5"]
+    for arguments, output, source in [(forward, original, original / "options.json"),
+                                      (forward, tmp_path, original / "options.json"),  # a folder above them
+                                      (["--to-original", "--model-dir", model], model, model)]:
+        code, _, err = run_main(capsys, *arguments, "--output-dir", output, "--overwrite")
+        assert_only_an_error_line(code, err, f"{output}: the output folder holds the input {source}, which replacing "
+                                             "it would delete: write to another folder")
+    assert sorted(path.name for path in original.iterdir()) == ["options.json", "weights.hdf5"]
+    assert sorted(path.name for path in model.iterdir()) == model_files
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model", "original"]
+
+
 def test_failed_verification_leaves_nothing(original, tmp_path, monkeypatch):
     """A crash after the files are written but before they are verified leaves no output folder."""
     import conversion.convert_original_elmo as converter

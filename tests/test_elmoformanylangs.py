@@ -615,6 +615,21 @@ def test_a_non_empty_output_folder_is_replaced_only_with_overwrite(converted_elm
     assert not (output / "keep.txt").exists() and (output / "char.dic").is_file()
 
 
+@pytest.mark.parametrize("direction", ["forward", "back"])
+def test_overwrite_never_replaces_the_folder_being_converted(converted_elmoformanylangs, tmp_path, capsys, direction):
+    """--overwrite with --output-dir the model folder itself deleted the model (the package's files, or the
+    checkpoint converted back) and reported success."""
+    folder = tmp_path / "model"
+    source = ELMOFORMANYLANGS / "chars_only" if direction == "forward" else converted_elmoformanylangs["chars_only"]
+    shutil.copytree(source, folder)
+    names = sorted(path.name for path in folder.iterdir())
+    options = [] if direction == "forward" else ["--to-elmoformanylangs"]
+    code = main([*options, "--model-dir", str(folder), "--output-dir", str(folder), "--overwrite"])
+    assert_only_an_error_line(code, capsys.readouterr().err,
+                              f"{folder}: the output folder holds the input {folder}, which replacing it would delete")
+    assert sorted(path.name for path in folder.iterdir()) == names
+
+
 def test_output_folders_that_cannot_be_written_fail_before_the_work(tmp_path, capsys):
     """Both directions, as for the original format: checked before the model is read (the one named here does not
     exist), not after reading a released model's weights."""
