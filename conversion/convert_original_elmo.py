@@ -56,7 +56,9 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs: tup
     check_output_location(output_dir, "folder", error=ConversionError)
     if output_dir.is_dir() and any(output_dir.iterdir()):
         if not overwrite:
-            raise ConversionError(f"{output_dir}: output folder exists and is not empty (pass --overwrite to replace it)")
+            raise ConversionError(
+                f"{output_dir}: output folder exists and is not empty (pass --overwrite to replace it)"
+            )
         for source in inputs:
             if Path(source).resolve().is_relative_to(output_dir.resolve()):
                 raise ConversionError(f"{output_dir}: the output folder holds the input {source}, which replacing it "
