@@ -150,6 +150,16 @@ def quiet_transformers(errors_only: bool = False):
             transformers.logging.enable_progress_bar()
 
 
+def check_finite_weights(model: ElmoModel, model_dir: str | os.PathLike) -> None:
+    """Every weight a way back writes is finite: the original formats are read with NaN and infinity refused, and
+    the read-back of the files written would refuse them naming the staging folder, which is gone by then."""
+    for name, tensor in model.state_dict().items():
+        if not name.startswith("scalar_mixes.") and not torch.isfinite(tensor).all():
+            count = tensor.numel() - int(torch.isfinite(tensor).sum())
+            plural = "s" if count > 1 else ""
+            raise ConversionError(f"{model_dir}: tensor {name} holds {count} non-finite value{plural} (NaN or infinity)")
+
+
 def _shard_names(index: Path) -> list[str]:
     try:
         return list(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
@@ -220,6 +230,7 @@ def convert_hf_to_original(
     """Write `options.json` and `weights.hdf5` (bilm-tf's format, read by AllenNLP) for a checkpoint."""
     check_output_dir(output_dir, overwrite, (model_dir,))
     model = load_checkpoint(model_dir)
+    check_finite_weights(model, model_dir)
     config = model.config
     arrays = state_dict_to_original(model.state_dict(), config)
     with atomic_output_dir(output_dir, overwrite, (model_dir,)) as staging:

@@ -576,6 +576,10 @@ def damage_checkpoint(folder: Path, case: str) -> None:
         drop_tensors(folder, "char_encoder.highway.0.transform.weight")
     elif case == "fewer highway layers in config.json":
         edit_config(folder, num_highway_layers=1)
+    elif case == "a NaN in a weight":
+        state = load_file(folder / "model.safetensors")
+        state["layers.1.bias"][0, 3] = float("nan")
+        save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
 
 
 TO_ORIGINAL_BAD_INPUTS = {
@@ -589,6 +593,8 @@ TO_ORIGINAL_BAD_INPUTS = {
     "truncated weights": ["model.safetensors: not a readable safetensors file"],
     "a tensor missing": ["model: not a complete ElmoModel: it lacks the tensor char_encoder.highway.0.transform.weight"],
     "fewer highway layers in config.json": ["which its config.json has no place for"],
+    # (the read-back of weights.hdf5 refused it, naming the staging folder, gone by then, and the dataset)
+    "a NaN in a weight": ["model: tensor layers.1.bias holds 1 non-finite value (NaN or infinity)"],
 }
 
 

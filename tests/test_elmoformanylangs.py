@@ -459,6 +459,14 @@ def test_tensors_of_other_float_types_that_float32_holds_convert_exactly(convert
         assert found[name].dtype == torch.float32 and torch.equal(found[name], tensor), name
 
 
+def _put_a_nan(folder: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(folder / "model.safetensors")
+    state["layers.1.bias"][0, 3] = float("nan")
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+
+
 def _drop_alphabet(folder: Path) -> None:
     """A folder as saved before the tokenizer recorded its alphabet."""
     _edit_json(folder / "tokenizer_config.json", lambda c: c.pop("alphabet"))
@@ -498,6 +506,8 @@ WAY_BACK_BAD_INPUTS = {
     ),
     "tokenizer_config.json not JSON": (lambda f: (f / "tokenizer_config.json").write_text("{"),
                                        ["model/tokenizer_config.json: not a JSON file"]),
+    # (the read-back refused it, naming the staging folder, gone by then, and the package's tensor name)
+    "a NaN in a weight": (_put_a_nan, ["model: tensor layers.1.bias holds 1 non-finite value (NaN or infinity)"]),
 }
 
 
