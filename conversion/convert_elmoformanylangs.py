@@ -30,7 +30,7 @@ from hf_elmo.lexicon import read_dictionary  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from conversion.convert_original_elmo import (  # noqa: E402
-    _verify_reload, atomic_output_dir, load_checkpoint, quiet_transformers)
+    _verify_reload, atomic_output_dir, check_finite_weights, check_output_dir, load_checkpoint, quiet_transformers)
 from conversion.elmoformanylangs_format import (  # noqa: E402
     WEIGHT_FILES,
     architecture_from_config,
@@ -87,6 +87,7 @@ def convert_elmoformanylangs_to_hf(
     overwrite: bool = False,
 ) -> Path:
     """Write a complete, verified Hugging Face checkpoint of an ELMoForManyLangs model to `output_dir`."""
+    check_output_dir(output_dir, overwrite, (model_dir,))  # before the weights are read, as for the original format
     model_dir = Path(model_dir)
     architecture, source = read_architecture(model_dir)
     options = architecture_options(architecture, source)
@@ -105,7 +106,7 @@ def convert_elmoformanylangs_to_hf(
         model, model_id, language=language,
         source=f"converted from the ELMoForManyLangs model `{model_dir.resolve().name}` ({', '.join(WEIGHT_FILES)})",
     )
-    with atomic_output_dir(output_dir, overwrite) as staging:
+    with atomic_output_dir(output_dir, overwrite, (model_dir,)) as staging:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card, encoding="utf-8")
@@ -118,18 +119,24 @@ def convert_elmoformanylangs_to_hf(
 def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path, overwrite: bool = False) -> Path:
     """Write the package's files (config.json, architecture.json, char.dic, word.dic, token_embedder.pkl,
     encoder.pkl) for a checkpoint folder (local) with a character vocabulary; `Embedder(output_dir)` loads them."""
+    check_output_dir(output_dir, overwrite, (model_dir,))
     model = load_checkpoint(model_dir)
     config = model.config
     check_convertible(config)
+    check_finite_weights(model, model_dir)
     # A folder saved before the tokenizer recorded its alphabet would load without char.dic as a byte tokenizer.
     for name in ("char.dic", "word.dic") if config.word_vocab_size else ("char.dic",):
         if not (path := Path(model_dir, name)).is_file():
             problem = "is a folder, not a dictionary file" if path.is_dir() else "not found"
             raise ConversionError(f"{path}: {problem}; the model's tokenizer reads it")
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+        if (path := Path(model_dir, name)).is_file():  # transformers' json error names no file
+            _read_json_file(path)
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+    _check_lexicon_matches(tokenizer.lexicon, config, Path(model_dir))
     tensors = state_dict_to_package(model.state_dict(), config)
     output_dir = Path(output_dir)
-    with atomic_output_dir(output_dir, overwrite) as staging:
+    with atomic_output_dir(output_dir, overwrite, (model_dir,)) as staging:
         (staging / "config.json").write_text(json.dumps({"config_path": ARCHITECTURE_FILE}), encoding="utf-8")
         architecture = architecture_from_config(config)
         (staging / ARCHITECTURE_FILE).write_text(json.dumps(architecture, indent=2), encoding="utf-8")
@@ -148,6 +155,28 @@ def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path
                 if not torch.equal(tensor, reread[file_name][name]):
                     raise ConversionError(f"{output_dir / file_name}: tensor {name} did not read back identically")
     return output_dir
+
+
+def _read_json_file(path: Path) -> None:
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConversionError(f"{path}: not a JSON file ({error})") from None
+
+
+def _check_lexicon_matches(lexicon, config, model_dir: Path) -> None:
+    """The package builds its embeddings from char.dic and word.dic, one row per entry, and spells with their ids:
+    they must be the model's (its config's sizes and special ids), or the folder written would not load in the
+    package, or would not read the model as hf_elmo does."""
+    word_input = config.word_vocab_size > 0
+    _check_dense_ids(lexicon.chars, model_dir / "char.dic")
+    if word_input:
+        _check_dense_ids(lexicon.words, model_dir / "word.dic")
+    for field, value in lexicon.config_options(word_input=word_input).items():
+        if getattr(config, field) != value:
+            source = model_dir / ("word.dic" if "word" in field else "char.dic")
+            raise ConversionError(f"{source}: its entries give {field} {value}, but {model_dir / 'config.json'} "
+                                  f"says {getattr(config, field)}: the dictionary is not the model's")
 
 
 def _read_model_type(config_file: Path) -> str | None:

@@ -49,19 +49,27 @@ PROBE_SENTENCES = [
 ]
 
 
-def check_output_dir(output_dir: str | os.PathLike, overwrite: bool) -> None:
-    """Before any work: `output_dir` can be written, and is empty or may be replaced."""
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs: tuple = ()) -> None:
+    """Before any work: `output_dir` can be written, and is empty or may be replaced; replacing it must not delete
+    one of `inputs` (the files or folders converted), which --overwrite would do without a word."""
     output_dir = Path(output_dir).absolute()
     check_output_location(output_dir, "folder", error=ConversionError)
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ConversionError(f"{output_dir}: output folder exists and is not empty (pass --overwrite to replace it)")
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        if not overwrite:
+            raise ConversionError(
+                f"{output_dir}: output folder exists and is not empty (pass --overwrite to replace it)"
+            )
+        for source in inputs:
+            if Path(source).resolve().is_relative_to(output_dir.resolve()):
+                raise ConversionError(f"{output_dir}: the output folder holds the input {source}, which replacing it "
+                                      "would delete: write to another folder")
 
 
 @contextlib.contextmanager
-def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool):
+def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs: tuple = ()):
     """Yield a temporary folder beside `output_dir` that becomes `output_dir` only if the block succeeds."""
     output_dir = Path(output_dir).resolve()
-    check_output_dir(output_dir, overwrite)
+    check_output_dir(output_dir, overwrite, inputs)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
     try:
@@ -142,6 +150,16 @@ def quiet_transformers(errors_only: bool = False):
             transformers.logging.enable_progress_bar()
 
 
+def check_finite_weights(model: ElmoModel, model_dir: str | os.PathLike) -> None:
+    """Every weight a way back writes is finite: the original formats are read with NaN and infinity refused, and
+    the read-back of the files written would refuse them naming the staging folder, which is gone by then."""
+    for name, tensor in model.state_dict().items():
+        if not name.startswith("scalar_mixes.") and not torch.isfinite(tensor).all():
+            count = tensor.numel() - int(torch.isfinite(tensor).sum())
+            plural = "s" if count > 1 else ""
+            raise ConversionError(f"{model_dir}: tensor {name} holds {count} non-finite value{plural} (NaN or infinity)")
+
+
 def _shard_names(index: Path) -> list[str]:
     try:
         return list(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
@@ -186,7 +204,8 @@ def convert_original_to_hf(
     overwrite: bool = False,
 ) -> Path:
     """Write a complete, verified Hugging Face checkpoint of an original ELMo model to `output_dir`."""
-    check_output_dir(output_dir, overwrite)
+    inputs = (options_file, weight_file)
+    check_output_dir(output_dir, overwrite, inputs)
     config = ElmoConfig.from_original_options(options_file)
     state = original_to_state_dict(read_original_weights(weight_file, config), config)
     model = ElmoModel(config)
@@ -197,7 +216,7 @@ def convert_original_to_hf(
     card = render_model_card(
         model, model_id, source=f"converted from `{Path(options_file).name}` and `{Path(weight_file).name}`"
     )
-    with atomic_output_dir(output_dir, overwrite) as staging:
+    with atomic_output_dir(output_dir, overwrite, inputs) as staging:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card, encoding="utf-8")
@@ -209,11 +228,12 @@ def convert_hf_to_original(
     model_dir: str | os.PathLike, output_dir: str | os.PathLike, overwrite: bool = False
 ) -> Path:
     """Write `options.json` and `weights.hdf5` (bilm-tf's format, read by AllenNLP) for a checkpoint."""
-    check_output_dir(output_dir, overwrite)
+    check_output_dir(output_dir, overwrite, (model_dir,))
     model = load_checkpoint(model_dir)
+    check_finite_weights(model, model_dir)
     config = model.config
     arrays = state_dict_to_original(model.state_dict(), config)
-    with atomic_output_dir(output_dir, overwrite) as staging:
+    with atomic_output_dir(output_dir, overwrite, (model_dir,)) as staging:
         (staging / "options.json").write_text(json.dumps(config.to_original_options(), indent=2), encoding="utf-8")
         write_original_weights(arrays, staging / "weights.hdf5")
         reread = read_original_weights(staging / "weights.hdf5", ElmoConfig.from_original_options(staging / "options.json"))

@@ -224,7 +224,9 @@ def read_weights(model_dir: str | os.PathLike, config: ElmoConfig, num_chars: in
         except Exception as error:  # noqa: BLE001 - an unpickling error of any kind: name the file
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ConversionError(f"{path}: not a torch state dict of tensors ({reason})") from None
-        if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
+        if not isinstance(state, dict) or not all(
+            isinstance(name, str) and isinstance(value, torch.Tensor) for name, value in state.items()
+        ):
             raise ConversionError(f"{path}: not a state dict (a mapping of tensor names to tensors)")
         check_weight_names(str(path), {name: tuple(value.shape) for name, value in state.items()}, expected,
                            kind="tensor", described_by="the architecture")
@@ -236,13 +238,19 @@ def read_weights(model_dir: str | os.PathLike, config: ElmoConfig, num_chars: in
                 )
             if not state[name].is_floating_point():
                 raise ConversionError(f"{path}: tensor {name} has type {state[name].dtype}, expected float32")
+            if state[name].layout != torch.strided:
+                raise ConversionError(f"{path}: tensor {name} is a {state[name].layout} tensor, expected a dense one")
+            if state[name].device.type != "cpu":  # torch.load maps every tensor with values to the CPU
+                raise ConversionError(f"{path}: tensor {name} holds no values (a {state[name].device.type} tensor)")
         tensors[file_name] = {name: _exact_float32(state[name], f"{path}: tensor {name}") for name in expected}
     return tensors
 
 
 def _exact_float32(tensor: torch.Tensor, where: str) -> torch.Tensor:
-    """`exact_float32` for a tensor (numpy has no bfloat16, whose float32 values are exact anyway)."""
-    values = (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
+    """`exact_float32` for a tensor (numpy has no bfloat16 or float8, whose values float32 holds exactly anyway).
+    A parameter saved as one (`state_dict(keep_vars=True)`, requiring grad) is read as its values."""
+    tensor = tensor.detach()
+    values = (tensor.float() if tensor.dtype.itemsize < 2 or tensor.dtype == torch.bfloat16 else tensor).numpy()
     return torch.from_numpy(exact_float32(values, where))
 
 

@@ -5,6 +5,8 @@ embedding, so converting there and back reproduces every dataset bit for bit. Th
 another float type converts only where float32 holds every one of its values (and comes back as float32).
 """
 
+import contextlib
+import math
 import os
 
 import h5py
@@ -104,26 +106,50 @@ def read_original_weights(weight_file: str | os.PathLike, config: ElmoConfig) ->
         raise ConversionError(f"{path}: not an HDF5 weight file ({error})") from None
     with handle:
         found = {}
-        handle.visititems(lambda name, item: found.__setitem__(name, item.shape) if isinstance(item, h5py.Dataset) else None)
+
+        def note_dataset(name: str) -> None:
+            with _damaged_hdf5(f"{path}: cannot open the HDF5 object {name}"):
+                item = handle[name]
+                if isinstance(item, h5py.Dataset):
+                    found[name] = item.shape
+
+        with _damaged_hdf5(f"{path}: cannot list the datasets of this HDF5 file"):
+            handle.visit(note_dataset)
         check_weight_names(path, found, expected)
         arrays = {}
-        total = sum(handle[name].size * 4 for name in expected)
+        total = sum(math.prod(found[name] or ()) * 4 for name in expected)  # (an empty dataset's shape is None)
         with tqdm(total=total, unit="B", unit_scale=True, desc="reading weights", disable=total < 50_000_000) as bar:
             for name, shape in expected.items():
-                dataset = handle[name]
+                with _damaged_hdf5(f"{path}: cannot read dataset {name}"):
+                    dataset = handle[name]
+                    dtype = dataset.dtype  # (h5py makes it from the file's datatype message, which may be damaged)
                 if dataset.shape != shape:
                     raise ConversionError(
                         f"{path}: dataset {name} has shape {dataset.shape}, expected {shape} from the options"
                     )
-                if not np.issubdtype(dataset.dtype, np.floating):
-                    raise ConversionError(f"{path}: dataset {name} has type {dataset.dtype}, expected float32")
-                try:
+                if not np.issubdtype(dtype, np.floating):
+                    raise ConversionError(f"{path}: dataset {name} has type {dtype}, expected float32")
+                # a damaged chunk, a filter h5py does not have: h5py names neither the file nor the dataset
+                with _damaged_hdf5(f"{path}: cannot read dataset {name}", damaged=False):
                     values = dataset[...]
-                except OSError as error:  # a damaged chunk, a filter h5py does not have: h5py names neither
-                    raise ConversionError(f"{path}: cannot read dataset {name} ({str(error).strip()})") from None
                 arrays[name] = exact_float32(values, f"{path}: dataset {name}")
                 bar.update(dataset.size * 4)
     return arrays
+
+
+@contextlib.contextmanager
+def _damaged_hdf5(what: str, damaged: bool = True):
+    """h5py's errors for a damaged file (a bad disk or copy: an object header, a group's index, a chunk) as one
+    ConversionError beginning with `what` ("FILE: cannot ..."): h5py raises RuntimeError, KeyError, ValueError or
+    OSError, naming neither the file nor the dataset. `damaged`: say that the file is (where the error cannot
+    also be a filter that h5py lacks)."""
+    try:
+        yield
+    except ConversionError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever h5py raises for bytes it cannot make sense of
+        reason = str(error).strip().strip("'\"").splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConversionError(f"{what} ({reason})" + (": the file is damaged" if damaged else "")) from None
 
 
 def original_to_state_dict(arrays: dict[str, np.ndarray], config: ElmoConfig) -> dict[str, torch.Tensor]:

@@ -171,6 +171,24 @@ def damage_compressed_chunk(folder: Path, name: str) -> None:
         handle.write(b"\xff" * 20)
 
 
+def damage_metadata(folder: Path, where: str) -> None:
+    """Overwrite bytes of the HDF5 structure (not of the values), as a bad disk or copy would: the object header of
+    a dataset, the index of the root group's links, or the size of a dataset's dimension in its header."""
+    path = folder / "weights.hdf5"
+    with h5py.File(path, "r") as handle:
+        header = h5py.h5o.get_info(handle[f"{PREFIX}/B"].id).addr
+    data = bytearray(path.read_bytes())
+    if where == "object header":
+        data[header:header + 16] = b"\xff" * 16
+    elif where == "group index":
+        start = data.index(b"TREE")  # the signature of the B-tree of a group's links
+        data[start:start + 4] = b"XXXX"
+    else:  # the dataset's one dimension, 96, as a size its maximum (96) does not allow
+        start = data.index((96).to_bytes(8, "little"), header)
+        data[start:start + 8] = (10**12).to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+
+
 def edit_options(folder: Path, change):
     options = json.loads((folder / "options.json").read_text())
     change(options)
@@ -232,6 +250,18 @@ BAD_INPUTS = {
     # h5py's own message names neither the file nor the dataset.
     "a damaged compressed chunk": (lambda f: damage_compressed_chunk(f, f"{PREFIX}/W_0"),
                                    ["weights.hdf5: cannot read dataset " + f"{PREFIX}/W_0", "filter returned failure"]),
+    # Damaged structure: h5py raised RuntimeError or KeyError (a traceback from the command) naming neither.
+    "a damaged object header": (lambda f: damage_metadata(f, "object header"),
+                                ["weights.hdf5: cannot list the datasets of this HDF5 file (",
+                                 "bad object header version number", "): the file is damaged"]),
+    "a damaged group index": (lambda f: damage_metadata(f, "group index"),
+                              ["weights.hdf5: cannot list the datasets of this HDF5 file (", "B-tree signature",
+                               "): the file is damaged"]),
+    "a damaged dataspace": (lambda f: damage_metadata(f, "dataspace"),
+                            ["weights.hdf5: cannot open the HDF5 object " + f"{PREFIX}/B (",
+                             "dataspace dim 0 size of 1000000000000", "): the file is damaged"]),
+    "an empty dataset": (lambda f: edit_weights(f, lambda h: replace_dataset(h, f"{PREFIX}/B", h5py.Empty("f4"))),
+                         ["weights.hdf5: dataset " + f"{PREFIX}/B has shape None, expected (96,) from the options"]),
 }
 
 
@@ -272,6 +302,24 @@ def test_existing_output_is_kept_unless_overwrite(original, tmp_path, capsys):
     code, _, err = run_main(capsys, *args, "--overwrite")
     assert code == 0, err
     assert not (out / "keep.txt").exists() and (out / "model.safetensors").is_file()
+
+
+def test_overwrite_never_replaces_a_folder_that_holds_the_input(original, converted, tmp_path, capsys):
+    """--overwrite replaced the output folder even where it held what was converted: the original options.json and
+    weights.hdf5, or the checkpoint converted back (with any head it had), were deleted, and success reported."""
+    model = tmp_path / "model"
+    shutil.copytree(converted["allennlp-elmo"], model)
+    model_files = sorted(path.name for path in model.iterdir())
+    forward = ["--options-file", original / "options.json", "--weight-file", original / "weights.hdf5"]
+    for arguments, output, source in [(forward, original, original / "options.json"),
+                                      (forward, tmp_path, original / "options.json"),  # a folder above them
+                                      (["--to-original", "--model-dir", model], model, model)]:
+        code, _, err = run_main(capsys, *arguments, "--output-dir", output, "--overwrite")
+        assert_only_an_error_line(code, err, f"{output}: the output folder holds the input {source}, which replacing "
+                                             "it would delete: write to another folder")
+    assert sorted(path.name for path in original.iterdir()) == ["options.json", "weights.hdf5"]
+    assert sorted(path.name for path in model.iterdir()) == model_files
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model", "original"]
 
 
 def test_failed_verification_leaves_nothing(original, tmp_path, monkeypatch):
@@ -528,6 +576,10 @@ def damage_checkpoint(folder: Path, case: str) -> None:
         drop_tensors(folder, "char_encoder.highway.0.transform.weight")
     elif case == "fewer highway layers in config.json":
         edit_config(folder, num_highway_layers=1)
+    elif case == "a NaN in a weight":
+        state = load_file(folder / "model.safetensors")
+        state["layers.1.bias"][0, 3] = float("nan")
+        save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
 
 
 TO_ORIGINAL_BAD_INPUTS = {
@@ -541,6 +593,8 @@ TO_ORIGINAL_BAD_INPUTS = {
     "truncated weights": ["model.safetensors: not a readable safetensors file"],
     "a tensor missing": ["model: not a complete ElmoModel: it lacks the tensor char_encoder.highway.0.transform.weight"],
     "fewer highway layers in config.json": ["which its config.json has no place for"],
+    # (the read-back of weights.hdf5 refused it, naming the staging folder, gone by then, and the dataset)
+    "a NaN in a weight": ["model: tensor layers.1.bias holds 1 non-finite value (NaN or infinity)"],
 }
 
 

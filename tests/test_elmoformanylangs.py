@@ -18,8 +18,9 @@ from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.lexicon import read_dictionary
 
 from conftest import (DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, README, assert_only_an_error_line,
-                      readme_python_block)
+                      readme_python_block, unwritable_folder)
 from conversion.convert_elmoformanylangs import convert_elmoformanylangs_to_hf, convert_hf_to_elmoformanylangs, main
+from conversion.original_format import ConversionError
 
 SENTENCES = json.loads((ELMOFORMANYLANGS / "sentences.json").read_text(encoding="utf-8"))
 TOLERANCE = 2e-5
@@ -402,6 +403,21 @@ BAD_INPUTS = {
         lambda f: _edit_state(f / "token_embedder.pkl", lambda s: s["projection.bias"].__setitem__(2, float("nan"))),
         ["token_embedder.pkl: tensor projection.bias holds 1 non-finite value (NaN or infinity)"],
     ),
+    # These gave a TypeError from numpy or from sorting the names.
+    "a sparse tensor": (
+        lambda f: _edit_state(f / "encoder.pkl", lambda s: s.update(
+            {"forward_layer_0.state_linearity.bias": s["forward_layer_0.state_linearity.bias"].to_sparse()})),
+        ["encoder.pkl: tensor forward_layer_0.state_linearity.bias is a torch.sparse_coo tensor, expected a dense one"],
+    ),
+    "a meta tensor": (
+        lambda f: _edit_state(f / "encoder.pkl", lambda s: s.update(
+            {"forward_layer_0.state_linearity.bias": torch.empty(96, device="meta")})),
+        ["encoder.pkl: tensor forward_layer_0.state_linearity.bias holds no values (a meta tensor)"],
+    ),
+    "a tensor name that is not a string": (
+        lambda f: _edit_state(f / "encoder.pkl", lambda s: s.update({1: torch.zeros(2), "extra": torch.zeros(1)})),
+        ["encoder.pkl: not a state dict (a mapping of tensor names to tensors)"],
+    ),
 }
 
 
@@ -424,18 +440,31 @@ def test_bad_input_fails_clearly_and_writes_nothing(tmp_path, capsys, case):
 
 
 def test_tensors_of_other_float_types_that_float32_holds_convert_exactly(converted_elmoformanylangs, tmp_path):
-    """float16, bfloat16 and float64 tensors whose values are all float32 values convert to the same model."""
+    """float16, bfloat16, float8 and float64 tensors whose values are all float32 values convert to the same model;
+    so do parameters, as `state_dict(keep_vars=True)` saves them (they require grad: numpy refused them)."""
     folder = tmp_path / "model"
     shutil.copytree(ELMOFORMANYLANGS / "with_words", folder)
     _edit_state(folder / "encoder.pkl", lambda s: s.update({name: t.double() for name, t in s.items()}))
     _edit_state(folder / "token_embedder.pkl", lambda s: s.update({
-        "projection.bias": s["projection.bias"].half(), "convolutions.0.bias": s["convolutions.0.bias"].bfloat16()}))
+        "projection.bias": s["projection.bias"].half(), "convolutions.0.bias": s["convolutions.0.bias"].bfloat16(),
+        "convolutions.1.bias": s["convolutions.1.bias"].to(torch.float8_e4m3fn),
+        "projection.weight": torch.nn.Parameter(s["projection.weight"]),
+        "convolutions.2.weight": torch.nn.Parameter(s["convolutions.2.weight"].half())}))
     expected = ElmoModel.from_pretrained(converted_elmoformanylangs["with_words"]).state_dict()
     found = ElmoModel.from_pretrained(convert_elmoformanylangs_to_hf(folder, tmp_path / "out")).state_dict()
-    reduced = {"char_encoder.projection.bias": torch.float16, "char_encoder.char_cnn.0.bias": torch.bfloat16}
+    reduced = {"char_encoder.projection.bias": torch.float16, "char_encoder.char_cnn.0.bias": torch.bfloat16,
+               "char_encoder.char_cnn.1.bias": torch.float8_e4m3fn, "char_encoder.char_cnn.2.weight": torch.float16}
     for name, tensor in expected.items():
         tensor = tensor.to(reduced[name]).float() if name in reduced else tensor
         assert found[name].dtype == torch.float32 and torch.equal(found[name], tensor), name
+
+
+def _put_a_nan(folder: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(folder / "model.safetensors")
+    state["layers.1.bias"][0, 3] = float("nan")
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
 
 
 def _drop_alphabet(folder: Path) -> None:
@@ -461,6 +490,24 @@ WAY_BACK_BAD_INPUTS = {
     "no word.dic": (lambda f: (f / "word.dic").unlink(), ["model/word.dic: not found"]),
     "a bad char.dic line": (lambda f: (f / "char.dic").write_text((f / "char.dic").read_text() + "x\ty\n"),
                             ["char.dic: line 62 is not token<TAB>id"]),
+    # Dictionaries that are not the model's: the package builds one embedding row per entry, so the folder written
+    # (with success reported) did not load there ("size mismatch for word_emb_layer.embedding.weight").
+    "word.dic with a word more than the model": (
+        lambda f: (f / "word.dic").write_text((f / "word.dic").read_text() + "新词\t51\n"),
+        ["model/word.dic: its entries give word_vocab_size 52, but", "model/config.json says 51"],
+    ),
+    "char.dic with a character more than the model": (
+        lambda f: (f / "char.dic").write_text((f / "char.dic").read_text() + "新\t61\n"),
+        ["model/char.dic: its entries give n_characters 63, but", "model/config.json says 62"],
+    ),
+    "word.dic ids with a gap": (
+        lambda f: (f / "word.dic").write_text((f / "word.dic").read_text().replace("<pad>\t3", "<pad>\t99")),
+        ["model/word.dic: its ids must be 0 .. 50"],
+    ),
+    "tokenizer_config.json not JSON": (lambda f: (f / "tokenizer_config.json").write_text("{"),
+                                       ["model/tokenizer_config.json: not a JSON file"]),
+    # (the read-back refused it, naming the staging folder, gone by then, and the package's tensor name)
+    "a NaN in a weight": (_put_a_nan, ["model: tensor layers.1.bias holds 1 non-finite value (NaN or infinity)"]),
 }
 
 
@@ -576,6 +623,36 @@ def test_a_non_empty_output_folder_is_replaced_only_with_overwrite(converted_elm
     assert [path.name for path in output.iterdir()] == ["keep.txt"]
     assert main([*arguments, "--overwrite"]) == 0, capsys.readouterr().err
     assert not (output / "keep.txt").exists() and (output / "char.dic").is_file()
+
+
+@pytest.mark.parametrize("direction", ["forward", "back"])
+def test_overwrite_never_replaces_the_folder_being_converted(converted_elmoformanylangs, tmp_path, capsys, direction):
+    """--overwrite with --output-dir the model folder itself deleted the model (the package's files, or the
+    checkpoint converted back) and reported success."""
+    folder = tmp_path / "model"
+    source = ELMOFORMANYLANGS / "chars_only" if direction == "forward" else converted_elmoformanylangs["chars_only"]
+    shutil.copytree(source, folder)
+    names = sorted(path.name for path in folder.iterdir())
+    options = [] if direction == "forward" else ["--to-elmoformanylangs"]
+    code = main([*options, "--model-dir", str(folder), "--output-dir", str(folder), "--overwrite"])
+    assert_only_an_error_line(code, capsys.readouterr().err,
+                              f"{folder}: the output folder holds the input {folder}, which replacing it would delete")
+    assert sorted(path.name for path in folder.iterdir()) == names
+
+
+def test_output_folders_that_cannot_be_written_fail_before_the_work(tmp_path, capsys):
+    """Both directions, as for the original format: checked before the model is read (the one named here does not
+    exist), not after reading a released model's weights."""
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    cases = {a_file: "file.txt: is a file, not a folder", a_file / "out": "file.txt: is a file, so",
+             unwritable_folder(tmp_path) / "out": "cannot write there"}
+    for output, expected in cases.items():
+        code = main(["--model-dir", str(tmp_path / "no-model"), "--output-dir", str(output)])
+        assert_only_an_error_line(code, capsys.readouterr().err, expected)
+        with pytest.raises(ConversionError, match=re.escape(expected)):
+            convert_hf_to_elmoformanylangs(tmp_path / "no-model", output)
+    assert a_file.read_text() == "x"
 
 
 def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, capsys):
