@@ -512,11 +512,13 @@ def test_entries_that_would_not_read_back_are_refused(tmp_path):
 
 def test_dictionaries_are_read_as_the_package_reads_them(tmp_path):
     """A repeated token takes the id of its last line (the package fills a dict line by line); a file that is not
-    UTF-8 is refused, naming it; a model with word input needs a word.dic."""
+    UTF-8 is refused, naming it and the line, numbered as every other line error numbers it (str.splitlines);
+    a model with word input needs a word.dic."""
     (tmp_path / "word.dic").write_text("<oov>\t0\na\t1\n<pad>\t2\na\t3\n", encoding="utf-8")
     assert read_dictionary(tmp_path / "word.dic") == {"<oov>": 0, "a": 3, "<pad>": 2}
-    (tmp_path / "latin1.dic").write_bytes("caf\xe9\t0\n".encode("latin-1"))
-    with pytest.raises(LexiconError, match=f"^{re.escape(str(tmp_path / 'latin1.dic'))}: not UTF-8 text"):
+    (tmp_path / "latin1.dic").write_bytes("<oov>\t0\r\n天\t1\u2028<pad>\t2\rcaf\xe9\t3\n".encode("utf-8").replace(b"\xc3\xa9", b"\xe9"))
+    with pytest.raises(LexiconError, match=f"^{re.escape(str(tmp_path / 'latin1.dic'))}: line 4 is not UTF-8 text "
+                                           r"\(invalid continuation byte at byte 28\)$"):
         read_dictionary(tmp_path / "latin1.dic")
     with pytest.raises(LexiconError, match="^a model with word input needs word.dic$"):
         ElmoLexicon.build({"ab": 1}, 50, with_words=False).config_options(word_input=True)
