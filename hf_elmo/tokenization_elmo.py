@@ -582,8 +582,15 @@ class ElmoTokenizer(PreTrainedTokenizer):
         # The base class would read one example's word vectors as a batch of examples: pad it as a batch of one.
         if isinstance(encoded_inputs, Mapping) and _is_single_example(encoded_inputs["input_ids"]):
             padded = super().pad({key: [value] for key, value in encoded_inputs.items()}, **pad_kwargs)
-            return ElmoBatchEncoding({key: value[0] for key, value in padded.items()})
-        return ElmoBatchEncoding(dict(super().pad(encoded_inputs, **pad_kwargs)))
+            data = {key: value[0] for key, value in padded.items()}
+        else:
+            data = dict(super().pad(encoded_inputs, **pad_kwargs))
+        # Examples without words give the base class empty lists, whose tensor lacks the character axis:
+        # [batch, 0] (or [0]), which the model refuses. Give it back, as encoding does: [batch, 0, chars].
+        input_ids = data.get("input_ids")
+        if hasattr(input_ids, "ndim") and input_ids.shape[-1:] == (0,):
+            data["input_ids"] = input_ids.reshape(*input_ids.shape, self.max_characters_per_token)
+        return ElmoBatchEncoding(data)
 
     def _pad(
         self,

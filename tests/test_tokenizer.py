@@ -247,6 +247,21 @@ def test_pad_single_example_and_list(tok):
     assert batch.word_ids(1) == [0, None, None]
 
 
+@pytest.mark.parametrize("return_tensors", ["pt", "np"])
+def test_padding_examples_without_words_keeps_the_character_axis(tok, return_tensors):
+    """`pad` (what collators call) of examples that have no word gives `[batch, 0, chars]`, as encoding them does,
+    not `[batch, 0]`, which the model refuses."""
+    encoded = tok(["", " "], return_tensors=return_tensors)
+    assert encoded["input_ids"].shape == (2, 0, 50)
+    for features in ([tok(""), tok(" ")], {"input_ids": [[], []]}):
+        padded = tok.pad(features, return_tensors=return_tensors)
+        assert padded["input_ids"].shape == (2, 0, 50) and padded["attention_mask"].shape == (2, 0)
+        assert padded["input_ids"].dtype == encoded["input_ids"].dtype
+    assert tok.pad(tok(""), return_tensors=return_tensors)["input_ids"].shape == (0, 50)
+    if return_tensors == "pt":
+        assert DataCollatorWithPadding(tok)([tok("")])["input_ids"].shape == (1, 0, 50)
+
+
 def test_decode(tok):
     batch = tok(["I eat an apple.", "Hi"], padding=True, return_tensors="pt")
     assert tok.decode(batch["input_ids"][0]) == "I eat an apple ."
