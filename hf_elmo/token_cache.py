@@ -206,6 +206,9 @@ class ElmoTokenCache:
             grown[:capacity] = self._vectors
             self._vectors = grown
             self._free.extend(range(capacity, new_capacity))
+        if self._vectors.is_inference() and not torch.is_inference_mode_enabled():
+            # Made under torch.inference_mode (ElmoEmbedder's), the store cannot be written outside it.
+            self._vectors = self._vectors.clone()
         slots = [self._free.pop() for _ in keys]
         self._vectors[torch.tensor(slots, device=self._vectors.device)] = vectors
         self._slots.update(zip(keys, slots))

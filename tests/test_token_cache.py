@@ -40,3 +40,20 @@ def test_a_row_has_one_key_whatever_else_is_in_its_batch():
     cache.encode(encode, torch.tensor([small, large]), [])
     cache.encode(encode, torch.tensor([small]), [])
     assert computed == [{7}, {70_000}] and len(cache) == 2 and cache.hits == 2
+
+
+def test_a_store_made_under_inference_mode_takes_new_words_outside_it():
+    """A full cache filled under `torch.inference_mode` (ElmoEmbedder's) takes new words under `torch.no_grad`
+    (the README's way of calling the model), and goes on giving the encoder's results, with every row in use."""
+    cache, computed, encode = cache_and_computed_rows(3)
+    with torch.inference_mode():
+        cache.encode(encode, torch.tensor([[1, 0], [1, 1], [1, 2]]), [])
+    assert cache._vectors.is_inference()
+    with torch.no_grad():
+        for rows in ([[1, 3], [1, 0]], [[1, 4]], [[1, 5], [1, 6], [1, 4]]):
+            rows = torch.tensor(rows)
+            assert torch.equal(cache.encode(encode, rows, []), rows.double() * 10)
+    with torch.inference_mode():
+        assert torch.equal(cache.encode(encode, torch.tensor([[1, 7]]), []), torch.tensor([[10.0, 70.0]], dtype=torch.double))
+    assert computed == [{0, 1, 2}, {3}, {4}, {5, 6}, {7}]
+    assert len(cache) == cache._vectors.shape[0] == 3
