@@ -547,6 +547,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 )
                 if "input_word_ids" in data:
                     data["input_word_ids"] = np.asarray(data["input_word_ids"], dtype=np.int64).reshape(len(examples), words)
+                if "offset_mapping" in data:  # [batch, words, 2] even without words
+                    data["offset_mapping"] = np.asarray(data["offset_mapping"], dtype=np.int64).reshape(len(examples), words, 2)
                 if not examples:  # a batch of no sentences: every per-word feature is [0, 0]
                     for key in ("attention_mask", "special_tokens_mask", "token_type_ids"):
                         if key in data:
@@ -585,11 +587,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
             data = {key: value[0] for key, value in padded.items()}
         else:
             data = dict(super().pad(encoded_inputs, **pad_kwargs))
-        # Examples without words give the base class empty lists, whose tensor lacks the character axis:
-        # [batch, 0] (or [0]), which the model refuses. Give it back, as encoding does: [batch, 0, chars].
-        input_ids = data.get("input_ids")
-        if hasattr(input_ids, "ndim") and input_ids.shape[-1:] == (0,):
-            data["input_ids"] = input_ids.reshape(*input_ids.shape, self.max_characters_per_token)
+        # Examples without words give the base class empty lists, whose tensors lack the innermost axis:
+        # input_ids [batch, 0] (or [0]), which the model refuses. Give it back, as encoding does: [batch, 0, chars]
+        # (offset_mapping [batch, 0, 2]).
+        for key, size in (("input_ids", self.max_characters_per_token), ("offset_mapping", 2)):
+            value = data.get(key)
+            if hasattr(value, "ndim") and value.shape[-1:] == (0,):
+                data[key] = value.reshape(*value.shape, size)
         return ElmoBatchEncoding(data)
 
     def _pad(

@@ -250,12 +250,14 @@ def test_pad_single_example_and_list(tok):
 @pytest.mark.parametrize("return_tensors", ["pt", "np"])
 def test_padding_examples_without_words_keeps_the_character_axis(tok, return_tensors):
     """`pad` (what collators call) of examples that have no word gives `[batch, 0, chars]`, as encoding them does,
-    not `[batch, 0]`, which the model refuses."""
-    encoded = tok(["", " "], return_tensors=return_tensors)
-    assert encoded["input_ids"].shape == (2, 0, 50)
-    for features in ([tok(""), tok(" ")], {"input_ids": [[], []]}):
+    not `[batch, 0]`, which the model refuses; `offset_mapping` is `[batch, words, 2]` in both, even then."""
+    encoded = tok(["", " "], return_tensors=return_tensors, return_offsets_mapping=True)
+    assert encoded["input_ids"].shape == (2, 0, 50) and encoded["offset_mapping"].shape == (2, 0, 2)
+    for features in ([tok("", return_offsets_mapping=True), tok(" ", return_offsets_mapping=True)],
+                     {"input_ids": [[], []], "offset_mapping": [[], []]}):
         padded = tok.pad(features, return_tensors=return_tensors)
         assert padded["input_ids"].shape == (2, 0, 50) and padded["attention_mask"].shape == (2, 0)
+        assert padded["offset_mapping"].shape == (2, 0, 2)
         assert padded["input_ids"].dtype == encoded["input_ids"].dtype
     assert tok.pad(tok(""), return_tensors=return_tensors)["input_ids"].shape == (0, 50)
     if return_tensors == "pt":
