@@ -285,6 +285,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
             word_vocab_file=word_vocab_file, alphabet=alphabet, **kwargs,
         )
         if self.returns_word_ids and (self.lexicon is None or self.lexicon.words is None):
+            folder = kwargs.get("name_or_path")  # (from_pretrained: word.dic is not in that folder)
+            if self.lexicon is not None and folder:
+                missing = os.path.join(folder, self.vocab_files_names["word_vocab_file"])
+                raise ValueError(f"{missing}: not found; this tokenizer returns input_word_ids (model_input_names), "
+                                 "the ids of that word vocabulary, which the model reads.")
             raise ValueError("model_input_names names input_word_ids, which need a word.dic (word_vocab_file).")
 
     @property

@@ -479,6 +479,17 @@ def test_a_saved_tokenizer_records_its_alphabet(tmp_path):
         ElmoTokenizer(alphabet="bytes", char_vocab_file=str(folder / "char.dic"))
 
 
+def test_a_saved_tokenizer_of_word_ids_without_its_word_dic_names_the_file(tmp_path):
+    """A saved tokenizer that returns input_word_ids, reloaded from a folder without its word.dic, fails naming that
+    file, as it does for a missing char.dic."""
+    folder = ELMOFORMANYLANGS / "with_words"
+    ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic")).save_pretrained(tmp_path)
+    (tmp_path / "word.dic").unlink()
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'word.dic'))}: not found; this tokenizer returns "
+                                         r"input_word_ids \(model_input_names\)"):
+        ElmoTokenizer.from_pretrained(tmp_path)
+
+
 # ---- the character vocabulary's files (lexicon.py) -------------------------------------------------------------
 
 
