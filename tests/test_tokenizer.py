@@ -83,6 +83,13 @@ def test_lone_surrogates_are_refused_in_raw_text_and_in_words(tok):
         tok(["x", "a\ud800b"], is_split_into_words=True)
     with pytest.raises(ValueError, match="the text holds a lone surrogate U\\+D800 at character 4"):
         tok("xy a\ud800b")
+    # With char.dic (code points, not bytes) too, as raw text with one is: never spelled as <oov>.
+    folder = ELMOFORMANYLANGS / "with_words"
+    chars = ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic"))
+    with pytest.raises(ValueError, match=f"the word 'a\\\\ud800b' holds a {message}"):
+        chars(["x", "a\ud800b"], is_split_into_words=True)
+    with pytest.raises(ValueError, match="the text holds a lone surrogate U\\+D800 at character 4"):
+        chars("xy a\ud800b")
 
 
 def test_max_characters_per_token():
