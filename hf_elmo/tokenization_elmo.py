@@ -559,6 +559,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
                     for key in ("attention_mask", "special_tokens_mask", "token_type_ids"):
                         if key in data:
                             data[key] = np.zeros((0, 0), dtype=np.int64)
+            cut = {len(char_ids) for char_ids in data.get("overflowing_tokens", [])}
+            if "overflowing_tokens" in data and len(cut) <= 1:  # [batch, words cut, chars], also where none was cut
+                data["overflowing_tokens"] = np.asarray(data["overflowing_tokens"], dtype=np.int64).reshape(
+                    len(examples), cut.pop() if cut else 0, self.max_characters_per_token
+                )
         elif not is_batched:
             data = {key: value[0] for key, value in data.items()}
         return ElmoBatchEncoding(data, tensor_type=return_tensors, first_word_index=first_word_index)

@@ -227,6 +227,21 @@ def test_truncation_counts_words(tok):
     assert encoding.word_ids() == [3, 4]  # indices of the input words, not of the kept positions
 
 
+def test_overflowing_tokens_are_the_words_cut_off(tok):
+    """`overflowing_tokens`: the words cut off, with `stride` words of overlap, from either side, and how many were
+    cut; as a tensor `[batch, words cut, chars]`, also where no word was cut."""
+    options = dict(truncation=True, max_length=3, return_overflowing_tokens=True)
+    right = tok("a b c d e", stride=1, **options)
+    assert tok.convert_ids_to_tokens(right["overflowing_tokens"]) == ["c", "d", "e"] and right["num_truncated_tokens"] == 2
+    left = ElmoTokenizer(truncation_side="left")("a b c d e", stride=1, **options)
+    assert tok.decode(left["input_ids"]) == "c d e" and tok.convert_ids_to_tokens(left["overflowing_tokens"]) == ["a", "b", "c"]
+    batch = tok(["a b c d", "e f g h"], padding=True, return_tensors="pt", **options)
+    assert batch["overflowing_tokens"].shape == (2, 1, 50) and batch["num_truncated_tokens"].tolist() == [1, 1]
+    for texts, shape in ((["a", "b c"], (2, 0, 50)), ("a", (1, 0, 50)), ([], (0, 0, 50))):
+        uncut = tok(texts, padding=True, return_tensors="np", **options)
+        assert uncut["overflowing_tokens"].shape == shape and not uncut["num_truncated_tokens"].any()
+
+
 def test_optional_outputs(tok):
     batch = tok(
         ["a b", "c"], padding=True, return_length=True, return_special_tokens_mask=True, return_offsets_mapping=True
