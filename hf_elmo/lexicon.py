@@ -56,16 +56,20 @@ def read_dictionary(path: str | os.PathLike) -> dict[str, int]:
     path = os.fspath(path)
     entries = {}
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            text = handle.read()
+        with open(path, "rb") as handle:
+            data = handle.read()
     except FileNotFoundError:
         raise LexiconError(f"{path}: dictionary file not found") from None
     except IsADirectoryError:
         raise LexiconError(f"{path}: is a folder, not a dictionary file") from None
     except OSError as error:
         raise LexiconError(f"{path}: cannot read the dictionary file ({error.strerror})") from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise LexiconError(f"{path}: not UTF-8 text ({error})") from None
+        # The line as the lines below are numbered (str.splitlines); the bytes before the error are valid UTF-8.
+        line = len((data[: error.start].decode("utf-8") + "x").splitlines())
+        raise LexiconError(f"{path}: line {line} is not UTF-8 text ({error.reason} at byte {error.start})") from None
     for number, line in enumerate(text.splitlines(), 1):
         entry = _parse_line(line)
         if entry is None:

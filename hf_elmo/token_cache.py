@@ -8,7 +8,8 @@ keeps the results of the most recently used `max_words` rows for later batches. 
 parameter's storage, its version counter, which every in-place update (`load_state_dict`, `.to()`, most optimizer
 steps) advances, and the number of optimizer steps taken on it, for the fused steps (torch's fused AdamW, Trainer's
 default optimizer) that write without advancing the counter. Writes through `.data` bypass both: call `clear()`
-after them.
+after them. A weight made under `torch.inference_mode` has no version counter: nothing computed from it is kept
+from one call to the next.
 """
 
 from collections import OrderedDict
@@ -90,10 +91,15 @@ _OPTIMIZER_STEPS = _shared_optimizer_steps()
 def weights_fingerprint(parameters) -> tuple:
     """Changes whenever one of `parameters` is replaced, moved, modified in place by an operation that advances its
     version counter, or updated by an optimizer step (fused ones included)."""
-    return tuple(
-        None if p is None else (p.data_ptr(), p._version, p.dtype, p.device, _OPTIMIZER_STEPS.watch(p))
-        for p in parameters
-    )
+    return tuple(None if p is None else _parameter_state(p) for p in parameters)
+
+
+def _parameter_state(p: torch.Tensor) -> object:
+    if p.is_inference():
+        # Made under torch.inference_mode (a model built there), it has no version counter, so an update in place is
+        # not seen: its state never equals a former one, and what depends on it is computed anew at every call.
+        return object()
+    return p.data_ptr(), p._version, p.dtype, p.device, _OPTIMIZER_STEPS.watch(p)
 
 
 class ElmoTokenCache:
@@ -206,6 +212,9 @@ class ElmoTokenCache:
             grown[:capacity] = self._vectors
             self._vectors = grown
             self._free.extend(range(capacity, new_capacity))
+        if self._vectors.is_inference() and not torch.is_inference_mode_enabled():
+            # Made under torch.inference_mode (ElmoEmbedder's), the store cannot be written outside it.
+            self._vectors = self._vectors.clone()
         slots = [self._free.pop() for _ in keys]
         self._vectors[torch.tensor(slots, device=self._vectors.device)] = vectors
         self._slots.update(zip(keys, slots))

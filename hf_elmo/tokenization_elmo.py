@@ -285,6 +285,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
             word_vocab_file=word_vocab_file, alphabet=alphabet, **kwargs,
         )
         if self.returns_word_ids and (self.lexicon is None or self.lexicon.words is None):
+            folder = kwargs.get("name_or_path")  # (from_pretrained: word.dic is not in that folder)
+            if self.lexicon is not None and folder:
+                missing = os.path.join(folder, self.vocab_files_names["word_vocab_file"])
+                raise ValueError(f"{missing}: not found; this tokenizer returns input_word_ids (model_input_names), "
+                                 "the ids of that word vocabulary, which the model reads.")
             raise ValueError("model_input_names names input_word_ids, which need a word.dic (word_vocab_file).")
 
     @property
@@ -401,6 +406,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def word_to_char_ids(self, word: str) -> list[int]:
         """Spell one word as `max_characters_per_token` character ids (see the module function, or `lexicon.py`)."""
         if self.lexicon is not None:
+            _check_encodable(word, f"the word {word!r}")  # (refused as raw text with it is, and as with bytes)
             return self.lexicon.char_ids(word)
         return word_to_char_ids(word, self.max_characters_per_token)
 
@@ -547,10 +553,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 )
                 if "input_word_ids" in data:
                     data["input_word_ids"] = np.asarray(data["input_word_ids"], dtype=np.int64).reshape(len(examples), words)
+                if "offset_mapping" in data:  # [batch, words, 2] even without words
+                    data["offset_mapping"] = np.asarray(data["offset_mapping"], dtype=np.int64).reshape(len(examples), words, 2)
                 if not examples:  # a batch of no sentences: every per-word feature is [0, 0]
                     for key in ("attention_mask", "special_tokens_mask", "token_type_ids"):
                         if key in data:
                             data[key] = np.zeros((0, 0), dtype=np.int64)
+            cut = {len(char_ids) for char_ids in data.get("overflowing_tokens", [])}
+            if "overflowing_tokens" in data and len(cut) <= 1:  # [batch, words cut, chars], also where none was cut
+                data["overflowing_tokens"] = np.asarray(data["overflowing_tokens"], dtype=np.int64).reshape(
+                    len(examples), cut.pop() if cut else 0, self.max_characters_per_token
+                )
         elif not is_batched:
             data = {key: value[0] for key, value in data.items()}
         return ElmoBatchEncoding(data, tensor_type=return_tensors, first_word_index=first_word_index)
@@ -582,8 +595,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
         # The base class would read one example's word vectors as a batch of examples: pad it as a batch of one.
         if isinstance(encoded_inputs, Mapping) and _is_single_example(encoded_inputs["input_ids"]):
             padded = super().pad({key: [value] for key, value in encoded_inputs.items()}, **pad_kwargs)
-            return ElmoBatchEncoding({key: value[0] for key, value in padded.items()})
-        return ElmoBatchEncoding(dict(super().pad(encoded_inputs, **pad_kwargs)))
+            data = {key: value[0] for key, value in padded.items()}
+        else:
+            data = dict(super().pad(encoded_inputs, **pad_kwargs))
+        # Examples without words give the base class empty lists, whose tensors lack the innermost axis:
+        # input_ids [batch, 0] (or [0]), which the model refuses. Give it back, as encoding does: [batch, 0, chars]
+        # (offset_mapping [batch, 0, 2]).
+        for key, size in (("input_ids", self.max_characters_per_token), ("offset_mapping", 2)):
+            value = data.get(key)
+            if hasattr(value, "ndim") and value.shape[-1:] == (0,):
+                data[key] = value.reshape(*value.shape, size)
+        return ElmoBatchEncoding(data)
 
     def _pad(
         self,

@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 import torch
 
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.token_cache import ElmoTokenCache
 
 
@@ -40,3 +41,43 @@ def test_a_row_has_one_key_whatever_else_is_in_its_batch():
     cache.encode(encode, torch.tensor([small, large]), [])
     cache.encode(encode, torch.tensor([small]), [])
     assert computed == [{7}, {70_000}] and len(cache) == 2 and cache.hits == 2
+
+
+def test_a_store_made_under_inference_mode_takes_new_words_outside_it():
+    """A full cache filled under `torch.inference_mode` (ElmoEmbedder's) takes new words under `torch.no_grad`
+    (the README's way of calling the model), and goes on giving the encoder's results, with every row in use."""
+    cache, computed, encode = cache_and_computed_rows(3)
+    with torch.inference_mode():
+        cache.encode(encode, torch.tensor([[1, 0], [1, 1], [1, 2]]), [])
+    assert cache._vectors.is_inference()
+    with torch.no_grad():
+        for rows in ([[1, 3], [1, 0]], [[1, 4]], [[1, 5], [1, 6], [1, 4]]):
+            rows = torch.tensor(rows)
+            assert torch.equal(cache.encode(encode, rows, []), rows.double() * 10)
+    with torch.inference_mode():
+        assert torch.equal(cache.encode(encode, torch.tensor([[1, 7]]), []), torch.tensor([[10.0, 70.0]], dtype=torch.double))
+    assert computed == [{0, 1, 2}, {3}, {4}, {5, 6}, {7}]
+    assert len(cache) == cache._vectors.shape[0] == 3
+
+
+def test_weights_made_under_inference_mode_are_never_taken_as_unchanged():
+    """A weight made under `torch.inference_mode` has no version counter: the cache neither fails on it nor keeps
+    results across an update in place that nothing can see; a model built there runs, and sees its new weights."""
+    cache, computed, encode = cache_and_computed_rows(10)
+    rows = torch.tensor([[1, 2]])
+    with torch.inference_mode():
+        weight = torch.ones(1, dtype=torch.double)
+        assert torch.equal(cache.encode(lambda rows: encode(rows) * weight, rows, [weight]), rows.double() * 10)
+        weight.mul_(3)
+        assert torch.equal(cache.encode(lambda rows: encode(rows) * weight, rows, [weight]), rows.double() * 30)
+        model = ElmoModel(ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1,
+                                     cell_size=16, projection_dim=8)).eval()
+        batch = ElmoTokenizer()(["a b a", "c"], padding=True, return_tensors="pt")
+        first = model(**batch).last_hidden_state
+        for parameter in model.parameters():
+            parameter.mul_(0.5)
+        second = model(**batch).last_hidden_state
+    model.char_encoder.token_cache.max_words = 0
+    model.layers[0].input_gate_cache.max_words = 0
+    with torch.no_grad():
+        assert torch.equal(model(**batch).last_hidden_state, second) and not torch.equal(first, second)

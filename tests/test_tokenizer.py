@@ -83,6 +83,13 @@ def test_lone_surrogates_are_refused_in_raw_text_and_in_words(tok):
         tok(["x", "a\ud800b"], is_split_into_words=True)
     with pytest.raises(ValueError, match="the text holds a lone surrogate U\\+D800 at character 4"):
         tok("xy a\ud800b")
+    # With char.dic (code points, not bytes) too, as raw text with one is: never spelled as <oov>.
+    folder = ELMOFORMANYLANGS / "with_words"
+    chars = ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic"))
+    with pytest.raises(ValueError, match=f"the word 'a\\\\ud800b' holds a {message}"):
+        chars(["x", "a\ud800b"], is_split_into_words=True)
+    with pytest.raises(ValueError, match="the text holds a lone surrogate U\\+D800 at character 4"):
+        chars("xy a\ud800b")
 
 
 def test_max_characters_per_token():
@@ -220,6 +227,21 @@ def test_truncation_counts_words(tok):
     assert encoding.word_ids() == [3, 4]  # indices of the input words, not of the kept positions
 
 
+def test_overflowing_tokens_are_the_words_cut_off(tok):
+    """`overflowing_tokens`: the words cut off, with `stride` words of overlap, from either side, and how many were
+    cut; as a tensor `[batch, words cut, chars]`, also where no word was cut."""
+    options = dict(truncation=True, max_length=3, return_overflowing_tokens=True)
+    right = tok("a b c d e", stride=1, **options)
+    assert tok.convert_ids_to_tokens(right["overflowing_tokens"]) == ["c", "d", "e"] and right["num_truncated_tokens"] == 2
+    left = ElmoTokenizer(truncation_side="left")("a b c d e", stride=1, **options)
+    assert tok.decode(left["input_ids"]) == "c d e" and tok.convert_ids_to_tokens(left["overflowing_tokens"]) == ["a", "b", "c"]
+    batch = tok(["a b c d", "e f g h"], padding=True, return_tensors="pt", **options)
+    assert batch["overflowing_tokens"].shape == (2, 1, 50) and batch["num_truncated_tokens"].tolist() == [1, 1]
+    for texts, shape in ((["a", "b c"], (2, 0, 50)), ("a", (1, 0, 50)), ([], (0, 0, 50))):
+        uncut = tok(texts, padding=True, return_tensors="np", **options)
+        assert uncut["overflowing_tokens"].shape == shape and not uncut["num_truncated_tokens"].any()
+
+
 def test_optional_outputs(tok):
     batch = tok(
         ["a b", "c"], padding=True, return_length=True, return_special_tokens_mask=True, return_offsets_mapping=True
@@ -245,6 +267,23 @@ def test_pad_single_example_and_list(tok):
     assert batch["input_ids"].shape == (2, 3, 50)
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert batch.word_ids(1) == [0, None, None]
+
+
+@pytest.mark.parametrize("return_tensors", ["pt", "np"])
+def test_padding_examples_without_words_keeps_the_character_axis(tok, return_tensors):
+    """`pad` (what collators call) of examples that have no word gives `[batch, 0, chars]`, as encoding them does,
+    not `[batch, 0]`, which the model refuses; `offset_mapping` is `[batch, words, 2]` in both, even then."""
+    encoded = tok(["", " "], return_tensors=return_tensors, return_offsets_mapping=True)
+    assert encoded["input_ids"].shape == (2, 0, 50) and encoded["offset_mapping"].shape == (2, 0, 2)
+    for features in ([tok("", return_offsets_mapping=True), tok(" ", return_offsets_mapping=True)],
+                     {"input_ids": [[], []], "offset_mapping": [[], []]}):
+        padded = tok.pad(features, return_tensors=return_tensors)
+        assert padded["input_ids"].shape == (2, 0, 50) and padded["attention_mask"].shape == (2, 0)
+        assert padded["offset_mapping"].shape == (2, 0, 2)
+        assert padded["input_ids"].dtype == encoded["input_ids"].dtype
+    assert tok.pad(tok(""), return_tensors=return_tensors)["input_ids"].shape == (0, 50)
+    if return_tensors == "pt":
+        assert DataCollatorWithPadding(tok)([tok("")])["input_ids"].shape == (1, 0, 50)
 
 
 def test_decode(tok):
@@ -462,6 +501,17 @@ def test_a_saved_tokenizer_records_its_alphabet(tmp_path):
         ElmoTokenizer(alphabet="bytes", char_vocab_file=str(folder / "char.dic"))
 
 
+def test_a_saved_tokenizer_of_word_ids_without_its_word_dic_names_the_file(tmp_path):
+    """A saved tokenizer that returns input_word_ids, reloaded from a folder without its word.dic, fails naming that
+    file, as it does for a missing char.dic."""
+    folder = ELMOFORMANYLANGS / "with_words"
+    ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic")).save_pretrained(tmp_path)
+    (tmp_path / "word.dic").unlink()
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'word.dic'))}: not found; this tokenizer returns "
+                                         r"input_word_ids \(model_input_names\)"):
+        ElmoTokenizer.from_pretrained(tmp_path)
+
+
 # ---- the character vocabulary's files (lexicon.py) -------------------------------------------------------------
 
 
@@ -512,11 +562,13 @@ def test_entries_that_would_not_read_back_are_refused(tmp_path):
 
 def test_dictionaries_are_read_as_the_package_reads_them(tmp_path):
     """A repeated token takes the id of its last line (the package fills a dict line by line); a file that is not
-    UTF-8 is refused, naming it; a model with word input needs a word.dic."""
+    UTF-8 is refused, naming it and the line, numbered as every other line error numbers it (str.splitlines);
+    a model with word input needs a word.dic."""
     (tmp_path / "word.dic").write_text("<oov>\t0\na\t1\n<pad>\t2\na\t3\n", encoding="utf-8")
     assert read_dictionary(tmp_path / "word.dic") == {"<oov>": 0, "a": 3, "<pad>": 2}
-    (tmp_path / "latin1.dic").write_bytes("caf\xe9\t0\n".encode("latin-1"))
-    with pytest.raises(LexiconError, match=f"^{re.escape(str(tmp_path / 'latin1.dic'))}: not UTF-8 text"):
+    (tmp_path / "latin1.dic").write_bytes("<oov>\t0\r\n天\t1\u2028<pad>\t2\rcaf\xe9\t3\n".encode("utf-8").replace(b"\xc3\xa9", b"\xe9"))
+    with pytest.raises(LexiconError, match=f"^{re.escape(str(tmp_path / 'latin1.dic'))}: line 4 is not UTF-8 text "
+                                           r"\(invalid continuation byte at byte 28\)$"):
         read_dictionary(tmp_path / "latin1.dic")
     with pytest.raises(LexiconError, match="^a model with word input needs word.dic$"):
         ElmoLexicon.build({"ab": 1}, 50, with_words=False).config_options(word_input=True)
