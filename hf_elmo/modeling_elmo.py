@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
@@ -414,10 +415,16 @@ class ElmoPreTrainedModel(PreTrainedModel):
         so in its load report. A new head's weights (a task classifier, the pretraining softmax, a task's scalar mix)
         may be missing, and so may any weight of a `state_dict` passed in (the caller's own, which transformers
         completes by initialising the rest). A caller who asks for the load report (`output_loading_info=True`)
-        gets it instead of the error: it lists every missing, extra and mis-shaped weight."""
-        if kwargs.get("output_loading_info") or kwargs.get("state_dict") is not None:
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        gets it instead of the error: it lists every missing, extra and mis-shaped weight. A weights file that cannot
+        be read (cut short by a copy or a download) is refused naming the model and what safetensors found."""
+        try:
+            if kwargs.get("output_loading_info") or kwargs.get("state_dict") is not None:
+                return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+            model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True,
+                                                  **kwargs)
+        except SafetensorError as error:
+            raise ValueError(f"{pretrained_model_name_or_path}: its weights (.safetensors) cannot be read, the file is "
+                             f"damaged or incomplete: {error}") from None
         problems = [f"lacks the tensor {key}" for key in sorted(info["missing_keys"]) if BILM_WEIGHT.match(key)]
         problems += [
             f"holds the tensor {key}, which its config.json has no place for"

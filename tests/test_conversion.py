@@ -539,6 +539,28 @@ def test_loading_refuses_a_checkpoint_without_every_biLM_weight(converted, tmp_p
     assert [key for key, *_ in info["mismatched_keys"]] == ["layers.0.bias"]
 
 
+def test_loading_refuses_weights_cut_short_naming_the_model(converted, tmp_path, capsys):
+    """A model.safetensors cut short (a copy or download interrupted) is one ValueError naming the folder, in Python
+    and from `hf-elmo embed`, not safetensors' traceback that names no file."""
+    from hf_elmo.cli import main as hf_elmo_main
+
+    folder = tmp_path / "model"
+    shutil.copytree(converted["allennlp-elmo"], folder)
+    weights = folder / "model.safetensors"
+    with weights.open("r+b") as file:
+        file.truncate(weights.stat().st_size // 2)
+    message = f"{folder}: its weights (.safetensors) cannot be read, the file is damaged or incomplete: "
+    for model_class, kwargs in ((ElmoModel, {}), (ElmoForTokenClassification, {"num_labels": 3}),
+                                (ElmoModel, {"output_loading_info": True})):
+        with pytest.raises(ValueError) as raised:
+            model_class.from_pretrained(folder, **kwargs)
+        assert str(raised.value).startswith(message) and "incomplete metadata" in str(raised.value)
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    code = hf_elmo_main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", str(folder)])
+    assert_only_an_error_line(code, capsys.readouterr().err, message)
+    assert not (tmp_path / "out.hdf5").exists()
+
+
 def test_new_heads_may_start_afresh(converted, tmp_path):
     """What may be missing: a new head's classifier or softmax, and a pretraining checkpoint's scalar mixes."""
     body = ElmoModel.from_pretrained(converted["allennlp-elmo"])
