@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
-from hf_elmo.lexicon import read_dictionary  # noqa: E402
+from hf_elmo.lexicon import ElmoLexicon, LexiconError, read_dictionary  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from conversion.convert_original_elmo import (  # noqa: E402
@@ -91,11 +91,18 @@ def convert_elmoformanylangs_to_hf(
     model_dir = Path(model_dir)
     architecture, source = read_architecture(model_dir)
     options = architecture_options(architecture, source)
-    tokenizer = read_tokenizer(model_dir, options)
-    lexicon = tokenizer.lexicon
+    # The dictionaries are checked before the tokenizer is built from them: it makes a list of names as long as the
+    # largest id, so an id of 10**10 would exhaust the memory instead of being refused.
+    word_file = model_dir / "word.dic"
+    try:
+        lexicon = ElmoLexicon.from_files(model_dir / "char.dic", word_file if word_file.is_file() else None,
+                                         options["max_characters_per_token"])
+    except LexiconError as error:
+        raise ConversionError(str(error)) from None
     _check_dense_ids(lexicon.chars, model_dir / "char.dic")
     if lexicon.words is not None:
-        _check_dense_ids(lexicon.words, model_dir / "word.dic")
+        _check_dense_ids(lexicon.words, word_file)
+    tokenizer = read_tokenizer(model_dir, options)
     config = config_from_options(options, tokenizer, source)
     state = package_to_state_dict(read_weights(model_dir, config, len(lexicon.chars)), config)
     model = ElmoModel(config)

@@ -336,6 +336,11 @@ BAD_INPUTS = {
         lambda f: (f / "word.dic").write_text((f / "word.dic").read_text().replace("<pad>\t3", "<pad>\t99")),
         ["word.dic", "0 .. 50"],
     ),
+    # (refused before the tokenizer is built, which would make a list of 10**10 names)
+    "a char.dic id far past its entries": (
+        lambda f: (f / "char.dic").write_text((f / "char.dic").read_text() + "新\t10000000000\n"),
+        ["char.dic", "its ids must be 0 .. "],
+    ),
     "missing weight file": (lambda f: (f / "encoder.pkl").unlink(), ["encoder.pkl", "not found"]),
     "pickle that runs code": (
         lambda f: (f / "token_embedder.pkl").write_bytes(pickle.dumps({"x": _RunsCode(f / "ran")}, protocol=2)),
