@@ -273,7 +273,8 @@ def _check_reload(folder: Path, auto_class, model, dataset, collator) -> None:
     reloaded = auto_class.from_pretrained(folder).to(model.device).eval()
     model.eval()
     batch = collator([dataset[i] for i in range(min(16, len(dataset)))])
-    batch = {key: value.to(model.device) for key, value in batch.items() if key in ("input_ids", "attention_mask")}
+    # The model's inputs only (not the labels): its character ids, the mask and, with a word.dic, the word ids.
+    batch = {key: value.to(model.device) for key, value in batch.items() if key in collator.tokenizer.model_input_names}
     with torch.no_grad():
         expected = model(**batch).logits
         found = reloaded(**batch).logits

@@ -130,6 +130,20 @@ def test_a_folder_that_does_not_reload_as_trained_is_refused_and_nothing_is_writ
     assert list(tmp_path.iterdir()) == [older] and [p.name for p in older.iterdir()] == ["results.json"]
 
 
+def test_a_model_that_reads_word_ids_fine_tunes_and_passes_the_reload_check(converted_elmoformanylangs, tmp_path):
+    """ELMoForManyLangs' models read each word's id in word.dic besides its characters. The reload check fed the
+    model the character ids and the mask only, so every such run trained and then failed with a ValueError
+    (`pass input_word_ids`), writing nothing."""
+    source = converted_elmoformanylangs["with_words"]
+    assert "input_word_ids" in ElmoTokenizer.from_pretrained(source).model_input_names
+    for task, auto_class in (("ner", AutoModelForTokenClassification), ("sentiment", AutoModelForSequenceClassification)):
+        output = tmp_path / task
+        run_finetune("--task", task, "--model", source, "--output-dir", output, "--max-train-examples", 8,
+                     "--max-eval-examples", 4, "--max-steps", 1, "--batch-size", 4, "--logging-steps", 1)
+        assert auto_class.from_pretrained(output).config.word_embedding_dim > 0
+        assert json.loads((output / "results.json").read_text())["steps"] == 1
+
+
 def test_feature_based_by_default_with_validation_after_each_epoch(converted, tmp_path):
     """Without --finetune-bilm the biLM stays as it was (only the task's mix and classifier learn), and results.json
     holds the validation after each epoch and the majority-class baseline of the test slice."""
