@@ -1669,6 +1669,24 @@ def test_vocabulary_and_text_options_through_the_command_line(tmp_path, capsys):
     assert_one_error(code, err, "no column 'text'")
 
 
+def test_a_text_column_that_does_not_hold_strings_is_refused_by_name(reference_run, tmp_path, capsys):
+    """A saved dataset whose --text-column holds word lists or numbers failed inside `datasets`' map with a
+    TypeError from str.split; now one line names the column and what it holds (pretrain.py and evaluate.py)."""
+    import datasets
+
+    from modeling import evaluate
+
+    datasets.Dataset.from_dict({"text": [["a", "b"], ["c"]], "count": [1, 2]}).save_to_disk(tmp_path / "saved")
+    output = tmp_path / "out"
+    for column, holds in (("text", "List(Value('string'))"), ("count", "Value('int64')")):
+        message = f"--train-file {tmp_path / 'saved'}: column {column!r} holds {holds}, not text"
+        code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", tmp_path / "saved", "--text-column", column,
+                                "--output-dir", output)
+        assert_one_error(code, err, message)
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "saved")])
+    assert_one_error(code, capsys.readouterr().err, f"--file {tmp_path / 'saved'}: column 'text' holds List(")
+
+
 def test_a_bytes_run_after_a_vocabulary_run_in_the_same_folder_leaves_no_dictionaries(tmp_path, capsys):
     """A run with --alphabet vocabulary writes char.dic and word.dic; a later run of the byte alphabet into the same
     folder must not leave them there, where the folder's tokenizer would read them (and refuse to load)."""
