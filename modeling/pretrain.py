@@ -352,6 +352,10 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
         return None
     if args.resume != "latest":
         path = Path(args.resume)
+        inside = list_checkpoints(path) if path.is_dir() else []
+        if inside:  # (its trainer_state.json is the final model's, which has no optimizer or random states)
+            raise PretrainError(f"--resume {path}: a run's output folder, not one of its checkpoints; resume from its "
+                                f"latest checkpoint: --resume {inside[-1][1]}")
         if not (path / "trainer_state.json").is_file():
             raise PretrainError(f"--resume {path}: not a complete checkpoint folder (no trainer_state.json)")
         return path

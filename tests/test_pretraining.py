@@ -1548,11 +1548,16 @@ def test_resume_refuses_other_text(reference_copy, tmp_path, capsys):
 
 def test_resume_refuses_what_is_not_a_checkpoint(reference_copy, capsys):
     """--resume PATH without trainer_state.json, and a latest checkpoint whose trainer_state.json is not a
-    checkpoint's, are one error line each, the second naming the complete checkpoint to resume from."""
+    checkpoint's, are one error line each, the second naming the complete checkpoint to resume from. --resume of the
+    run's output folder itself (whose trainer_state.json is the final model's) said that no earlier checkpoint was
+    complete and advised --overwrite-output-dir, which deletes them; it names the latest checkpoint now."""
     folder = reference_copy
     command = [*REFERENCE_ARGS, "--output-dir", folder, "--resume"]
     code, _, err = run_main(capsys, *command, folder / "checkpoint-7")
     assert_one_error(code, err, f"--resume {folder / 'checkpoint-7'}: not a complete checkpoint folder (no trainer_state.json)")
+    code, _, err = run_main(capsys, *command, folder)
+    assert_one_error(code, err, f"--resume {folder}: a run's output folder, not one of its checkpoints; resume from its "
+                                f"latest checkpoint: --resume {folder / 'checkpoint-55'}")
     (folder / "checkpoint-55" / "trainer_state.json").write_text('{"step": 55}')
     code, _, err = run_main(capsys, *command)
     assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: its trainer_state.json is not a checkpoint's, so it "
