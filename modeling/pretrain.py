@@ -727,6 +727,13 @@ def train(args: argparse.Namespace) -> dict:
     else:
         max_steps = args.max_steps if args.max_steps is not None else math.ceil(settings["epochs"] * batches.steps_per_epoch / accumulation)
         schedule_steps = max(max_steps, 1)
+    if checkpoint is not None:
+        resumed_step = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["step"]
+        if resumed_step > max_steps:  # (it would end at once, at the checkpoint's step, replacing the final model)
+            raise PretrainError(
+                f"--resume {checkpoint}: that run is at step {resumed_step}, past the {max_steps} steps this command "
+                f"trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {resumed_step} or more"
+            )
 
     if args.freeze_body:
         model.elmo.requires_grad_(False)

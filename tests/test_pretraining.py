@@ -1550,7 +1550,9 @@ def test_resume_refuses_what_is_not_a_checkpoint(reference_copy, capsys):
     """--resume PATH without trainer_state.json, and a latest checkpoint whose trainer_state.json is not a
     checkpoint's, are one error line each, the second naming the complete checkpoint to resume from. --resume of the
     run's output folder itself (whose trainer_state.json is the final model's) said that no earlier checkpoint was
-    complete and advised --overwrite-output-dir, which deletes them; it names the latest checkpoint now."""
+    complete and advised --overwrite-output-dir, which deletes them; it names the latest checkpoint now. A resume
+    with fewer --max-steps than its checkpoint's step ended at once at that step, replacing the final model of 60
+    steps with the checkpoint's; it is refused, the folder left as it was."""
     folder = reference_copy
     command = [*REFERENCE_ARGS, "--output-dir", folder, "--resume"]
     code, _, err = run_main(capsys, *command, folder / "checkpoint-7")
@@ -1558,6 +1560,11 @@ def test_resume_refuses_what_is_not_a_checkpoint(reference_copy, capsys):
     code, _, err = run_main(capsys, *command, folder)
     assert_one_error(code, err, f"--resume {folder}: a run's output folder, not one of its checkpoints; resume from its "
                                 f"latest checkpoint: --resume {folder / 'checkpoint-55'}")
+    final = {name: (folder / name).read_bytes() for name in ("model.safetensors", "log.jsonl", "trainer_state.json")}
+    code, _, err = run_main(capsys, *command, "--max-steps", 40)
+    assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: that run is at step 55, past the 40 steps this "
+                                "command trains for (--max-steps or --epochs); a resumed run can only go on")
+    assert {name: (folder / name).read_bytes() for name in final} == final
     (folder / "checkpoint-55" / "trainer_state.json").write_text('{"step": 55}')
     code, _, err = run_main(capsys, *command)
     assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: its trainer_state.json is not a checkpoint's, so it "
