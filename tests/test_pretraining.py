@@ -315,6 +315,19 @@ def test_vocabulary_from_corpus_is_frequency_sorted():
         Vocabulary.from_counts(counts, max_size=2)
 
 
+def test_a_vocabulary_built_from_text_reads_back_from_its_file(tmp_path):
+    """vocab.txt readers (bilm-tf's and from_file) skip a line `!!!MAXTERMID`. A corpus with that word gave a
+    vocabulary whose saved file read back without it, every later word's id one lower (a resume, evaluate.py and the
+    final folder then disagreed with the softmax); it is left out of a vocabulary built from text, and refused in
+    one that is given (a word.dic)."""
+    vocabulary = Vocabulary.from_counts(Counter({"b": 3, "!!!MAXTERMID": 2, "a": 1}))
+    assert vocabulary.words == ["<S>", "</S>", "<UNK>", "b", "a"]
+    vocabulary.save(tmp_path / "vocab.txt")
+    assert Vocabulary.from_file(tmp_path / "vocab.txt") == vocabulary
+    with pytest.raises(VocabularyError, match=r"^word\.dic: holds the word '!!!MAXTERMID', a line that vocabulary files skip"):
+        Vocabulary.from_word_dictionary({"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "!!!MAXTERMID": 4})
+
+
 def test_corpora_from_text_files_and_saved_datasets(tmp_path):
     import datasets
 
