@@ -1491,6 +1491,33 @@ def test_output_folders_that_cannot_be_written_fail_before_the_work(tmp_path, ca
     assert a_file.read_text() == "x"
 
 
+def test_a_model_folder_whose_tokenizer_or_weights_do_not_load_is_one_clear_error(tmp_path, capsys):
+    """pretrain.py --init-from and evaluate.py --model-dir with a folder whose char.dic is missing, that has no
+    weights file, or whose model.safetensors is cut short: each was a traceback (a ValueError from the tokenizer,
+    an OSError from transformers, a SafetensorError); now one line names the folder and what does not load."""
+    from modeling import evaluate
+
+    source = tmp_path / "source"
+    code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", TRAIN / "data.txt", "--alphabet", "vocabulary",
+                            "--max-steps", 1, "--save-steps", 0, "--eval-steps", 0, "--output-dir", source)
+    assert code == 0, err
+    weights = (source / "model.safetensors").read_bytes()
+    damaged = {}
+    for name, damage in [("no-char-dic", lambda folder: (folder / "char.dic").unlink()),
+                         ("no-weights", lambda folder: (folder / "model.safetensors").unlink()),
+                         ("cut-weights", lambda folder: (folder / "model.safetensors").write_bytes(weights[: len(weights) // 2]))]:
+        damaged[name] = shutil.copytree(source, tmp_path / name)
+        damage(damaged[name])
+    for name, message in [("no-char-dic", f"its tokenizer does not load ({damaged['no-char-dic'] / 'char.dic'}: not found"),
+                          ("no-weights", "its weights do not load (OSError: "),
+                          ("cut-weights", "its weights do not load (SafetensorError: ")]:
+        code, _, err = run_main(capsys, "--init-from", damaged[name], "--train-file", TRAIN / "data.txt", "--max-steps", 1,
+                                "--output-dir", tmp_path / f"out-{name}")
+        assert_one_error(code, err, f"--init-from {damaged[name]}: {message}")
+        code = evaluate.main(["--model-dir", str(damaged[name]), "--file", str(TRAIN / "data.txt")])
+        assert_one_error(code, capsys.readouterr().err, f"error: {damaged[name]}: {message}")
+
+
 def test_init_from_a_checkpoint_without_every_biLM_weight_is_refused(converted, tmp_path, capsys):
     from safetensors.torch import save_file
 
