@@ -241,6 +241,23 @@ def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsy
     check_inputs(args)
 
 
+def test_a_model_whose_tokenizer_or_weights_do_not_load_is_one_clear_error(converted, converted_elmoformanylangs,
+                                                                          tmp_path, capsys):
+    """A --model folder whose char.dic is missing (a ValueError from the tokenizer) or whose model.safetensors is cut
+    short (a SafetensorError naming no file) was a traceback; each is one line naming --model, nothing written."""
+    no_char_dic = shutil.copytree(converted_elmoformanylangs["chars_only"], tmp_path / "no-char-dic")
+    (no_char_dic / "char.dic").unlink()
+    cut = shutil.copytree(converted["allennlp-elmo"], tmp_path / "cut")
+    weights = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    for model, message in [(no_char_dic, f"--model {no_char_dic}: {no_char_dic / 'char.dic'}: not found"),
+                           (cut, f"--model {cut}: its weights do not load (SafetensorError: ")]:
+        code = main(["--task", "ner", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--max-steps", "1",
+                     "--max-train-examples", "4", "--max-eval-examples", "4"])
+        assert_one_error(code, capsys.readouterr().err, message)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_hub_base_model_is_named_on_the_card_and_a_local_folder_is_not(converted, tmp_path, monkeypatch):
     """--model OWNER/NAME, from the hub client's cache (the converted fixture laid out as its download, offline):
     the card names it as base_model and as the source. A folder of that name where the script runs wins over the
