@@ -459,11 +459,25 @@ def choose_tokenizer(args, settings: dict, output_dir: Path, checkpoint: Path | 
 def choose_vocabulary(args, checkpoint: Path | None, train_sentences, tokenizer: ElmoTokenizer) -> Vocabulary:
     if checkpoint is not None:  # the run's own (its digest was checked with the checkpoint's other files)
         return Vocabulary.from_file(checkpoint / "vocab.txt")
+    limits = [f"--{name.replace('_', '-')} {value}" for name, value, unset in
+              (("vocab_size", args.vocab_size, None), ("min_count", args.min_count, 1)) if value != unset]
+    # (with --alphabet vocabulary a new model's word.dic was built from the text, within the limits)
+    limited = not args.init_from and tokenizer.lexicon is not None
+
+    def unlimited(source: str, remedy: str) -> None:
+        """The limits build a vocabulary from the text: refuse them where the softmax's comes from `source`."""
+        if limits and not limited:
+            raise PretrainError(f"{' and '.join(limits)} would limit a vocabulary built from the training text, but the "
+                                f"softmax's is {source}; {remedy}")
+
     if args.vocab_file:
+        unlimited(f"--vocab-file {args.vocab_file}", "drop one or the other")
         return Vocabulary.from_file(args.vocab_file)
     if args.init_from and not args.new_vocabulary and (Path(args.init_from) / "vocab.txt").is_file():
+        unlimited(f"--init-from's {Path(args.init_from) / 'vocab.txt'}", "pass --new-vocabulary to build one from the text")
         return Vocabulary.from_file(Path(args.init_from) / "vocab.txt")
     if not args.new_vocabulary and tokenizer.lexicon is not None and tokenizer.lexicon.words is not None:
+        unlimited("--init-from's word.dic", "pass --new-vocabulary to build one from the text")
         return Vocabulary.from_word_dictionary(tokenizer.lexicon.words)  # ELMoForManyLangs' softmax: word.dic
     return Vocabulary.from_counts(count_words(train_sentences), max_size=args.vocab_size, min_count=args.min_count)
 

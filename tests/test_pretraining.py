@@ -1739,6 +1739,37 @@ def test_a_text_column_that_does_not_hold_strings_is_refused_by_name(reference_r
     assert_one_error(code, capsys.readouterr().err, f"--file {tmp_path / 'saved'}: column 'text' holds List(")
 
 
+def test_vocabulary_limits_where_the_vocabulary_is_not_built_from_the_text_are_refused(reference_run,
+                                                                                      converted_elmoformanylangs,
+                                                                                      tmp_path, capsys):
+    """--vocab-size and --min-count limit a vocabulary built from the training text. With --vocab-file, or --init-from
+    a model with a vocab.txt or a word.dic (without --new-vocabulary), they were silently ignored (the softmax kept
+    every word of that vocabulary); now each such run is one error line naming where the softmax's vocabulary comes
+    from."""
+    common = ["--train-file", TRAIN / "data.txt", "--batch-size", 2, "--max-steps", 1, "--save-steps", 0, "--eval-steps", 0]
+    word_dic = converted_elmoformanylangs["with_words"]
+    for limit, source, message in [
+        (["--vocab-size", 10], ["--preset", "tiny", "--vocab-file", TRAIN / "vocab.txt"],
+         f"--vocab-size 10 would limit a vocabulary built from the training text, but the softmax's is --vocab-file "
+         f"{TRAIN / 'vocab.txt'}; drop one or the other"),
+        (["--min-count", 2], ["--init-from", reference_run],
+         f"--min-count 2 would limit a vocabulary built from the training text, but the softmax's is --init-from's "
+         f"{reference_run / 'vocab.txt'}; pass --new-vocabulary"),
+        (["--vocab-size", 10, "--min-count", 2], ["--init-from", word_dic],
+         "--vocab-size 10 and --min-count 2 would limit a vocabulary built from the training text, but the softmax's "
+         "is --init-from's word.dic; pass --new-vocabulary"),
+    ]:
+        code, _, err = run_main(capsys, *common, *source, *limit, "--output-dir", tmp_path / "out")
+        assert_one_error(code, err, message)
+    # With --new-vocabulary the limits build the new vocabulary.
+    code, _, err = run_main(capsys, *common, "--init-from", reference_run, "--min-count", 2, "--new-vocabulary",
+                            "--output-dir", tmp_path / "new")
+    assert code == 0, err
+    counts = Counter((TRAIN / "data.txt").read_text().split())
+    assert Vocabulary.from_file(tmp_path / "new" / "vocab.txt").words[3:] == sorted(
+        (word for word, count in counts.items() if count >= 2), key=lambda word: (-counts[word], word))
+
+
 def test_a_bytes_run_after_a_vocabulary_run_in_the_same_folder_leaves_no_dictionaries(tmp_path, capsys):
     """A run with --alphabet vocabulary writes char.dic and word.dic; a later run of the byte alphabet into the same
     folder must not leave them there, where the folder's tokenizer would read them (and refuse to load)."""
