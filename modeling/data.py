@@ -81,6 +81,10 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
             raise DataError(f"{option} {' '.join(compressed or files)}: {what} ({type(cause).__name__}: {cause})") from None
     if text_column not in dataset.column_names:
         raise DataError(f"{option} {paths[0]}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}); pass --text-column")
+    feature = dataset.features[text_column]
+    if not (isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")):
+        raise DataError(f"{option} {paths[0]}: column {text_column!r} holds {feature}, not text (a string per sentence); "
+                        f"pass --text-column with a column of strings")
     if word_splitting == "whitespace":
         split = str.split
     else:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -85,11 +86,16 @@ def main(argv: list[str] | None = None) -> int:
             model = ElmoForPreTraining.from_pretrained(model_dir)
         except ValueError as error:  # a config field of the wrong type, a biLM weight missing
             raise DataError(str(error)) from None
+        except (OSError, SafetensorError) as error:  # no weights file, or one cut short or damaged
+            raise DataError(f"{model_dir}: its weights do not load ({type(error).__name__}: {error})") from None
         if model.config.lm_vocab_size != len(vocabulary):
             raise DataError(f"{model_dir}: vocab.txt has {len(vocabulary)} words, the softmax {model.config.lm_vocab_size}")
         tokenizer = None  # folders older than the tokenizer in checkpoints spell UTF-8 bytes
         if (model_dir / "tokenizer_config.json").is_file():
-            tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+            try:
+                tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+            except (OSError, ValueError) as error:  # its char.dic or word.dic missing or unreadable, named
+                raise DataError(f"{model_dir}: its tokenizer does not load ({error})") from None
         table = WordTable(model.config.max_characters_per_token, tokenizer)
         text = EncodedText.encode(read_corpus(args.file, args.text_column, args.word_splitting, "validation", "--file"), table, vocabulary)
         stream = EvaluationStream(text, table, vocabulary, rows=args.batch_size, unroll_steps=args.unroll_steps)

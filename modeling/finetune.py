@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
@@ -208,6 +209,10 @@ def finetune(args: argparse.Namespace) -> dict:
         )
     except OSError as error:  # a file of the folder missing, a Hub id not found or not reachable
         raise FinetuneError(f"--model {args.model}: {' '.join(str(error).split())}") from None
+    except SafetensorError as error:  # a weights file cut short or damaged (the message names no file)
+        raise FinetuneError(f"--model {args.model}: its weights do not load (SafetensorError: {error})") from None
+    except ValueError as error:  # the tokenizer's char.dic or word.dic missing or unreadable, a config field out of range
+        raise FinetuneError(f"--model {args.model}: {error}") from None
     encoded = {name: encode(args.task, split, tokenizer) for name, split in
                (("train", train), ("validation", validation), ("test", test))}
 
@@ -273,7 +278,8 @@ def _check_reload(folder: Path, auto_class, model, dataset, collator) -> None:
     reloaded = auto_class.from_pretrained(folder).to(model.device).eval()
     model.eval()
     batch = collator([dataset[i] for i in range(min(16, len(dataset)))])
-    batch = {key: value.to(model.device) for key, value in batch.items() if key in ("input_ids", "attention_mask")}
+    # The model's inputs only (not the labels): its character ids, the mask and, with a word.dic, the word ids.
+    batch = {key: value.to(model.device) for key, value in batch.items() if key in collator.tokenizer.model_input_names}
     with torch.no_grad():
         expected = model(**batch).logits
         found = reloaded(**batch).logits

@@ -43,6 +43,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from accelerate import Accelerator  # noqa: E402
 from accelerate.utils import DistributedType, set_seed  # noqa: E402
+from safetensors import SafetensorError  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
@@ -352,6 +353,10 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
         return None
     if args.resume != "latest":
         path = Path(args.resume)
+        inside = list_checkpoints(path) if path.is_dir() else []
+        if inside:  # (its trainer_state.json is the final model's, which has no optimizer or random states)
+            raise PretrainError(f"--resume {path}: a run's output folder, not one of its checkpoints; resume from its "
+                                f"latest checkpoint: --resume {inside[-1][1]}")
         if not (path / "trainer_state.json").is_file():
             raise PretrainError(f"--resume {path}: not a complete checkpoint folder (no trainer_state.json)")
         return path
@@ -422,7 +427,10 @@ def choose_tokenizer(args, settings: dict, output_dir: Path, checkpoint: Path | 
     if args.init_from:
         source = Path(args.init_from)
         if (source / "tokenizer_config.json").is_file():
-            tokenizer = ElmoTokenizer.from_pretrained(source)
+            try:
+                tokenizer = ElmoTokenizer.from_pretrained(source)
+            except (OSError, ValueError) as error:  # its char.dic or word.dic missing or unreadable, named
+                raise PretrainError(f"--init-from {source}: its tokenizer does not load ({error})") from None
         else:
             tokenizer = ElmoTokenizer(max_characters_per_token=source_config.max_characters_per_token)
     else:
@@ -451,11 +459,25 @@ def choose_tokenizer(args, settings: dict, output_dir: Path, checkpoint: Path | 
 def choose_vocabulary(args, checkpoint: Path | None, train_sentences, tokenizer: ElmoTokenizer) -> Vocabulary:
     if checkpoint is not None:  # the run's own (its digest was checked with the checkpoint's other files)
         return Vocabulary.from_file(checkpoint / "vocab.txt")
+    limits = [f"--{name.replace('_', '-')} {value}" for name, value, unset in
+              (("vocab_size", args.vocab_size, None), ("min_count", args.min_count, 1)) if value != unset]
+    # (with --alphabet vocabulary a new model's word.dic was built from the text, within the limits)
+    limited = not args.init_from and tokenizer.lexicon is not None
+
+    def unlimited(source: str, remedy: str) -> None:
+        """The limits build a vocabulary from the text: refuse them where the softmax's comes from `source`."""
+        if limits and not limited:
+            raise PretrainError(f"{' and '.join(limits)} would limit a vocabulary built from the training text, but the "
+                                f"softmax's is {source}; {remedy}")
+
     if args.vocab_file:
+        unlimited(f"--vocab-file {args.vocab_file}", "drop one or the other")
         return Vocabulary.from_file(args.vocab_file)
     if args.init_from and not args.new_vocabulary and (Path(args.init_from) / "vocab.txt").is_file():
+        unlimited(f"--init-from's {Path(args.init_from) / 'vocab.txt'}", "pass --new-vocabulary to build one from the text")
         return Vocabulary.from_file(Path(args.init_from) / "vocab.txt")
     if not args.new_vocabulary and tokenizer.lexicon is not None and tokenizer.lexicon.words is not None:
+        unlimited("--init-from's word.dic", "pass --new-vocabulary to build one from the text")
         return Vocabulary.from_word_dictionary(tokenizer.lexicon.words)  # ELMoForManyLangs' softmax: word.dic
     return Vocabulary.from_counts(count_words(train_sentences), max_size=args.vocab_size, min_count=args.min_count)
 
@@ -485,6 +507,8 @@ def build_model(args, settings: dict, vocabulary: Vocabulary, tokenizer: ElmoTok
         model = ElmoForPreTraining.from_pretrained(source, ignore_mismatched_sizes=True, **lm_options)
     except ValueError as error:  # a biLM weight missing or of another shape, named
         raise PretrainError(f"--init-from {error}") from None
+    except (OSError, SafetensorError) as error:  # no weights file, or one cut short or damaged
+        raise PretrainError(f"--init-from {source}: its weights do not load ({type(error).__name__}: {error})") from None
     if not keep_softmax and source_config.lm_vocab_size is not None:
         # A softmax over another vocabulary: start it afresh, as a model without one would.
         with torch.no_grad():
@@ -723,6 +747,13 @@ def train(args: argparse.Namespace) -> dict:
     else:
         max_steps = args.max_steps if args.max_steps is not None else math.ceil(settings["epochs"] * batches.steps_per_epoch / accumulation)
         schedule_steps = max(max_steps, 1)
+    if checkpoint is not None:
+        resumed_step = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["step"]
+        if resumed_step > max_steps:  # (it would end at once, at the checkpoint's step, replacing the final model)
+            raise PretrainError(
+                f"--resume {checkpoint}: that run is at step {resumed_step}, past the {max_steps} steps this command "
+                f"trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {resumed_step} or more"
+            )
 
     if args.freeze_body:
         model.elmo.requires_grad_(False)

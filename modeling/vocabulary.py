@@ -21,6 +21,8 @@ BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIAL_WORDS = (BOS, EOS, UNK)
 # The sentence boundaries and the unknown word of an ELMoForManyLangs word.dic.
 PACKAGE_SPECIAL_WORDS = ("<bos>", "<eos>", "<oov>")
+# A line of bilm-tf's vocabulary files that readers skip (bilm-tf's and `from_file`): no vocabulary can hold it.
+SKIPPED_LINE = "!!!MAXTERMID"
 
 
 class VocabularyError(ValueError):
@@ -37,6 +39,9 @@ class Vocabulary:
         missing = [word for word in specials if word not in words]
         if missing:
             raise VocabularyError(f"{source}: must contain {', '.join(SPECIAL_WORDS)}; missing {', '.join(missing)}")
+        if SKIPPED_LINE in words:  # (saved, it would read back without it, every later word's id one lower)
+            raise VocabularyError(f"{source}: holds the word {SKIPPED_LINE!r}, a line that vocabulary files skip; "
+                                  f"it cannot be a softmax word")
         self.words = list(words)
         self.index = {}
         for position, word in enumerate(self.words):
@@ -61,7 +66,7 @@ class Vocabulary:
         text = read_text_file(path, "vocabulary file", error=VocabularyError)  # (without a byte-order mark)
         # Lines end as Python's universal newlines end them (not at every separator that str.splitlines knows).
         words = [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
-        words = [word for word in words if word and word != "!!!MAXTERMID"]
+        words = [word for word in words if word and word != SKIPPED_LINE]
         if not words:
             raise VocabularyError(f"{path}: the vocabulary file is empty")
         return cls(words, source=str(path))
@@ -77,13 +82,15 @@ class Vocabulary:
     @classmethod
     def from_counts(cls, counts: Counter, max_size: int | None = None, min_count: int = 1) -> "Vocabulary":
         """`<S>`, `</S>`, `<UNK>`, then the words seen at least `min_count` times, most frequent first (ties in
-        alphabetical order), at most `max_size` entries in all."""
+        alphabetical order), at most `max_size` entries in all. A word `!!!MAXTERMID` is left out (`<UNK>` as a
+        target), as bilm-tf's vocabulary files cannot hold it."""
         if max_size is not None and max_size < len(SPECIAL_WORDS) + 1:
             raise VocabularyError(f"--vocab-size must be at least {len(SPECIAL_WORDS) + 1} (the 3 special words and one more), got {max_size}")
         if min_count < 1:
             raise VocabularyError(f"--min-count must be at least 1, got {min_count}")
         ranked = sorted(
-            (word for word, count in counts.items() if count >= min_count and word not in SPECIAL_WORDS),
+            (word for word, count in counts.items()
+             if count >= min_count and word not in SPECIAL_WORDS and word != SKIPPED_LINE),
             key=lambda word: (-counts[word], word),
         )
         if max_size is not None:

@@ -130,6 +130,20 @@ def test_a_folder_that_does_not_reload_as_trained_is_refused_and_nothing_is_writ
     assert list(tmp_path.iterdir()) == [older] and [p.name for p in older.iterdir()] == ["results.json"]
 
 
+def test_a_model_that_reads_word_ids_fine_tunes_and_passes_the_reload_check(converted_elmoformanylangs, tmp_path):
+    """ELMoForManyLangs' models read each word's id in word.dic besides its characters. The reload check fed the
+    model the character ids and the mask only, so every such run trained and then failed with a ValueError
+    (`pass input_word_ids`), writing nothing."""
+    source = converted_elmoformanylangs["with_words"]
+    assert "input_word_ids" in ElmoTokenizer.from_pretrained(source).model_input_names
+    for task, auto_class in (("ner", AutoModelForTokenClassification), ("sentiment", AutoModelForSequenceClassification)):
+        output = tmp_path / task
+        run_finetune("--task", task, "--model", source, "--output-dir", output, "--max-train-examples", 8,
+                     "--max-eval-examples", 4, "--max-steps", 1, "--batch-size", 4, "--logging-steps", 1)
+        assert auto_class.from_pretrained(output).config.word_embedding_dim > 0
+        assert json.loads((output / "results.json").read_text())["steps"] == 1
+
+
 def test_feature_based_by_default_with_validation_after_each_epoch(converted, tmp_path):
     """Without --finetune-bilm the biLM stays as it was (only the task's mix and classifier learn), and results.json
     holds the validation after each epoch and the majority-class baseline of the test slice."""
@@ -225,6 +239,23 @@ def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsy
                        "--max-train-examples", "1", "--max-eval-examples", "1", "--warmup-steps", "0",
                        "--batch-size", "1", "--logging-steps", "1", "--max-steps", "1", "--dropout", "0"])
     check_inputs(args)
+
+
+def test_a_model_whose_tokenizer_or_weights_do_not_load_is_one_clear_error(converted, converted_elmoformanylangs,
+                                                                          tmp_path, capsys):
+    """A --model folder whose char.dic is missing (a ValueError from the tokenizer) or whose model.safetensors is cut
+    short (a SafetensorError naming no file) was a traceback; each is one line naming --model, nothing written."""
+    no_char_dic = shutil.copytree(converted_elmoformanylangs["chars_only"], tmp_path / "no-char-dic")
+    (no_char_dic / "char.dic").unlink()
+    cut = shutil.copytree(converted["allennlp-elmo"], tmp_path / "cut")
+    weights = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    for model, message in [(no_char_dic, f"--model {no_char_dic}: {no_char_dic / 'char.dic'}: not found"),
+                           (cut, f"--model {cut}: its weights do not load (SafetensorError: ")]:
+        code = main(["--task", "ner", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--max-steps", "1",
+                     "--max-train-examples", "4", "--max-eval-examples", "4"])
+        assert_one_error(code, capsys.readouterr().err, message)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_hub_base_model_is_named_on_the_card_and_a_local_folder_is_not(converted, tmp_path, monkeypatch):

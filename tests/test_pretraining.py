@@ -315,6 +315,19 @@ def test_vocabulary_from_corpus_is_frequency_sorted():
         Vocabulary.from_counts(counts, max_size=2)
 
 
+def test_a_vocabulary_built_from_text_reads_back_from_its_file(tmp_path):
+    """vocab.txt readers (bilm-tf's and from_file) skip a line `!!!MAXTERMID`. A corpus with that word gave a
+    vocabulary whose saved file read back without it, every later word's id one lower (a resume, evaluate.py and the
+    final folder then disagreed with the softmax); it is left out of a vocabulary built from text, and refused in
+    one that is given (a word.dic)."""
+    vocabulary = Vocabulary.from_counts(Counter({"b": 3, "!!!MAXTERMID": 2, "a": 1}))
+    assert vocabulary.words == ["<S>", "</S>", "<UNK>", "b", "a"]
+    vocabulary.save(tmp_path / "vocab.txt")
+    assert Vocabulary.from_file(tmp_path / "vocab.txt") == vocabulary
+    with pytest.raises(VocabularyError, match=r"^word\.dic: holds the word '!!!MAXTERMID', a line that vocabulary files skip"):
+        Vocabulary.from_word_dictionary({"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "!!!MAXTERMID": 4})
+
+
 def test_corpora_from_text_files_and_saved_datasets(tmp_path):
     import datasets
 
@@ -1478,6 +1491,33 @@ def test_output_folders_that_cannot_be_written_fail_before_the_work(tmp_path, ca
     assert a_file.read_text() == "x"
 
 
+def test_a_model_folder_whose_tokenizer_or_weights_do_not_load_is_one_clear_error(tmp_path, capsys):
+    """pretrain.py --init-from and evaluate.py --model-dir with a folder whose char.dic is missing, that has no
+    weights file, or whose model.safetensors is cut short: each was a traceback (a ValueError from the tokenizer,
+    an OSError from transformers, a SafetensorError); now one line names the folder and what does not load."""
+    from modeling import evaluate
+
+    source = tmp_path / "source"
+    code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", TRAIN / "data.txt", "--alphabet", "vocabulary",
+                            "--max-steps", 1, "--save-steps", 0, "--eval-steps", 0, "--output-dir", source)
+    assert code == 0, err
+    weights = (source / "model.safetensors").read_bytes()
+    damaged = {}
+    for name, damage in [("no-char-dic", lambda folder: (folder / "char.dic").unlink()),
+                         ("no-weights", lambda folder: (folder / "model.safetensors").unlink()),
+                         ("cut-weights", lambda folder: (folder / "model.safetensors").write_bytes(weights[: len(weights) // 2]))]:
+        damaged[name] = shutil.copytree(source, tmp_path / name)
+        damage(damaged[name])
+    for name, message in [("no-char-dic", f"its tokenizer does not load ({damaged['no-char-dic'] / 'char.dic'}: not found"),
+                          ("no-weights", "its weights do not load (OSError: "),
+                          ("cut-weights", "its weights do not load (SafetensorError: ")]:
+        code, _, err = run_main(capsys, "--init-from", damaged[name], "--train-file", TRAIN / "data.txt", "--max-steps", 1,
+                                "--output-dir", tmp_path / f"out-{name}")
+        assert_one_error(code, err, f"--init-from {damaged[name]}: {message}")
+        code = evaluate.main(["--model-dir", str(damaged[name]), "--file", str(TRAIN / "data.txt")])
+        assert_one_error(code, capsys.readouterr().err, f"error: {damaged[name]}: {message}")
+
+
 def test_init_from_a_checkpoint_without_every_biLM_weight_is_refused(converted, tmp_path, capsys):
     from safetensors.torch import save_file
 
@@ -1548,11 +1588,23 @@ def test_resume_refuses_other_text(reference_copy, tmp_path, capsys):
 
 def test_resume_refuses_what_is_not_a_checkpoint(reference_copy, capsys):
     """--resume PATH without trainer_state.json, and a latest checkpoint whose trainer_state.json is not a
-    checkpoint's, are one error line each, the second naming the complete checkpoint to resume from."""
+    checkpoint's, are one error line each, the second naming the complete checkpoint to resume from. --resume of the
+    run's output folder itself (whose trainer_state.json is the final model's) said that no earlier checkpoint was
+    complete and advised --overwrite-output-dir, which deletes them; it names the latest checkpoint now. A resume
+    with fewer --max-steps than its checkpoint's step ended at once at that step, replacing the final model of 60
+    steps with the checkpoint's; it is refused, the folder left as it was."""
     folder = reference_copy
     command = [*REFERENCE_ARGS, "--output-dir", folder, "--resume"]
     code, _, err = run_main(capsys, *command, folder / "checkpoint-7")
     assert_one_error(code, err, f"--resume {folder / 'checkpoint-7'}: not a complete checkpoint folder (no trainer_state.json)")
+    code, _, err = run_main(capsys, *command, folder)
+    assert_one_error(code, err, f"--resume {folder}: a run's output folder, not one of its checkpoints; resume from its "
+                                f"latest checkpoint: --resume {folder / 'checkpoint-55'}")
+    final = {name: (folder / name).read_bytes() for name in ("model.safetensors", "log.jsonl", "trainer_state.json")}
+    code, _, err = run_main(capsys, *command, "--max-steps", 40)
+    assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: that run is at step 55, past the 40 steps this "
+                                "command trains for (--max-steps or --epochs); a resumed run can only go on")
+    assert {name: (folder / name).read_bytes() for name in final} == final
     (folder / "checkpoint-55" / "trainer_state.json").write_text('{"step": 55}')
     code, _, err = run_main(capsys, *command)
     assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: its trainer_state.json is not a checkpoint's, so it "
@@ -1667,6 +1719,55 @@ def test_vocabulary_and_text_options_through_the_command_line(tmp_path, capsys):
     datasets.Dataset.from_dict({"sentence": ["a b"]}).save_to_disk(tmp_path / "no-text-column")
     code, _, err = run_main(capsys, *one_step, "--train-file", tmp_path / "no-text-column", "--output-dir", tmp_path / "x")
     assert_one_error(code, err, "no column 'text'")
+
+
+def test_a_text_column_that_does_not_hold_strings_is_refused_by_name(reference_run, tmp_path, capsys):
+    """A saved dataset whose --text-column holds word lists or numbers failed inside `datasets`' map with a
+    TypeError from str.split; now one line names the column and what it holds (pretrain.py and evaluate.py)."""
+    import datasets
+
+    from modeling import evaluate
+
+    datasets.Dataset.from_dict({"text": [["a", "b"], ["c"]], "count": [1, 2]}).save_to_disk(tmp_path / "saved")
+    output = tmp_path / "out"
+    for column, holds in (("text", "List(Value('string'))"), ("count", "Value('int64')")):
+        message = f"--train-file {tmp_path / 'saved'}: column {column!r} holds {holds}, not text"
+        code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", tmp_path / "saved", "--text-column", column,
+                                "--output-dir", output)
+        assert_one_error(code, err, message)
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "saved")])
+    assert_one_error(code, capsys.readouterr().err, f"--file {tmp_path / 'saved'}: column 'text' holds List(")
+
+
+def test_vocabulary_limits_where_the_vocabulary_is_not_built_from_the_text_are_refused(reference_run,
+                                                                                      converted_elmoformanylangs,
+                                                                                      tmp_path, capsys):
+    """--vocab-size and --min-count limit a vocabulary built from the training text. With --vocab-file, or --init-from
+    a model with a vocab.txt or a word.dic (without --new-vocabulary), they were silently ignored (the softmax kept
+    every word of that vocabulary); now each such run is one error line naming where the softmax's vocabulary comes
+    from."""
+    common = ["--train-file", TRAIN / "data.txt", "--batch-size", 2, "--max-steps", 1, "--save-steps", 0, "--eval-steps", 0]
+    word_dic = converted_elmoformanylangs["with_words"]
+    for limit, source, message in [
+        (["--vocab-size", 10], ["--preset", "tiny", "--vocab-file", TRAIN / "vocab.txt"],
+         f"--vocab-size 10 would limit a vocabulary built from the training text, but the softmax's is --vocab-file "
+         f"{TRAIN / 'vocab.txt'}; drop one or the other"),
+        (["--min-count", 2], ["--init-from", reference_run],
+         f"--min-count 2 would limit a vocabulary built from the training text, but the softmax's is --init-from's "
+         f"{reference_run / 'vocab.txt'}; pass --new-vocabulary"),
+        (["--vocab-size", 10, "--min-count", 2], ["--init-from", word_dic],
+         "--vocab-size 10 and --min-count 2 would limit a vocabulary built from the training text, but the softmax's "
+         "is --init-from's word.dic; pass --new-vocabulary"),
+    ]:
+        code, _, err = run_main(capsys, *common, *source, *limit, "--output-dir", tmp_path / "out")
+        assert_one_error(code, err, message)
+    # With --new-vocabulary the limits build the new vocabulary.
+    code, _, err = run_main(capsys, *common, "--init-from", reference_run, "--min-count", 2, "--new-vocabulary",
+                            "--output-dir", tmp_path / "new")
+    assert code == 0, err
+    counts = Counter((TRAIN / "data.txt").read_text().split())
+    assert Vocabulary.from_file(tmp_path / "new" / "vocab.txt").words[3:] == sorted(
+        (word for word, count in counts.items() if count >= 2), key=lambda word: (-counts[word], word))
 
 
 def test_a_bytes_run_after_a_vocabulary_run_in_the_same_folder_leaves_no_dictionaries(tmp_path, capsys):
