@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             model = ElmoForPreTraining.from_pretrained(model_dir)
         except ValueError as error:  # a config field of the wrong type, a biLM weight missing
             raise DataError(str(error)) from None
-        except (OSError, SafetensorError) as error:  # no weights file, or one cut short or damaged
+        except OSError as error:  # no weights file (one cut short or damaged is a ValueError naming the folder)
             raise DataError(f"{model_dir}: its weights do not load ({type(error).__name__}: {error})") from None
         if model.config.lm_vocab_size != len(vocabulary):
             raise DataError(f"{model_dir}: vocab.txt has {len(vocabulary)} words, the softmax {model.config.lm_vocab_size}")

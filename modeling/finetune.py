@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
 from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
@@ -209,10 +208,11 @@ def finetune(args: argparse.Namespace) -> dict:
         )
     except OSError as error:  # a file of the folder missing, a Hub id not found or not reachable
         raise FinetuneError(f"--model {args.model}: {' '.join(str(error).split())}") from None
-    except SafetensorError as error:  # a weights file cut short or damaged (the message names no file)
-        raise FinetuneError(f"--model {args.model}: its weights do not load (SafetensorError: {error})") from None
     except ValueError as error:  # the tokenizer's char.dic or word.dic missing or unreadable, a config field out of range
-        raise FinetuneError(f"--model {args.model}: {error}") from None
+        message = str(error)
+        if not message.startswith(f"{args.model}: "):  # (from_pretrained's own errors begin with the folder)
+            message = f"{args.model}: {message}"
+        raise FinetuneError(f"--model {message}") from None
     encoded = {name: encode(args.task, split, tokenizer) for name, split in
                (("train", train), ("validation", validation), ("test", test))}
 

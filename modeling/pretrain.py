@@ -43,7 +43,6 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from accelerate import Accelerator  # noqa: E402
 from accelerate.utils import DistributedType, set_seed  # noqa: E402
-from safetensors import SafetensorError  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
@@ -507,7 +506,7 @@ def build_model(args, settings: dict, vocabulary: Vocabulary, tokenizer: ElmoTok
         model = ElmoForPreTraining.from_pretrained(source, ignore_mismatched_sizes=True, **lm_options)
     except ValueError as error:  # a biLM weight missing or of another shape, named
         raise PretrainError(f"--init-from {error}") from None
-    except (OSError, SafetensorError) as error:  # no weights file, or one cut short or damaged
+    except OSError as error:  # no weights file (one cut short or damaged is a ValueError naming the folder)
         raise PretrainError(f"--init-from {source}: its weights do not load ({type(error).__name__}: {error})") from None
     if not keep_softmax and source_config.lm_vocab_size is not None:
         # A softmax over another vocabulary: start it afresh, as a model without one would.

@@ -251,7 +251,8 @@ def test_a_model_whose_tokenizer_or_weights_do_not_load_is_one_clear_error(conve
     weights = (cut / "model.safetensors").read_bytes()
     (cut / "model.safetensors").write_bytes(weights[: len(weights) // 2])
     for model, message in [(no_char_dic, f"--model {no_char_dic}: {no_char_dic / 'char.dic'}: not found"),
-                           (cut, f"--model {cut}: its weights do not load (SafetensorError: ")]:
+                           (cut, f"--model {cut}: its weights (.safetensors) cannot be read, the file is damaged or "
+                                 "incomplete: ")]:
         code = main(["--task", "ner", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--max-steps", "1",
                      "--max-train-examples", "4", "--max-eval-examples", "4"])
         assert_one_error(code, capsys.readouterr().err, message)

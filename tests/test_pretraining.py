@@ -1510,7 +1510,7 @@ def test_a_model_folder_whose_tokenizer_or_weights_do_not_load_is_one_clear_erro
         damage(damaged[name])
     for name, message in [("no-char-dic", f"its tokenizer does not load ({damaged['no-char-dic'] / 'char.dic'}: not found"),
                           ("no-weights", "its weights do not load (OSError: "),
-                          ("cut-weights", "its weights do not load (SafetensorError: ")]:
+                          ("cut-weights", "its weights (.safetensors) cannot be read, the file is damaged or incomplete: ")]:
         code, _, err = run_main(capsys, "--init-from", damaged[name], "--train-file", TRAIN / "data.txt", "--max-steps", 1,
                                 "--output-dir", tmp_path / f"out-{name}")
         assert_one_error(code, err, f"--init-from {damaged[name]}: {message}")
