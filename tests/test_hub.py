@@ -30,7 +30,7 @@ from hf_elmo.model_card import default_model_card, render_model_card
 PROBE = [["EU", "rejects", "German", "call", "."], ["Peter", "Blackburn"], ["天", "气"]]  # as in remote_code_probe.py
 HUB_ID = "hf-elmo-test/elmo-tagger"
 # Modules the copied code may import besides its own flat siblings: transformers and what it always installs.
-ALLOWED_IMPORTS = {"torch", "numpy", "transformers", "tokenizers", "huggingface_hub"} | set(sys.stdlib_module_names)
+ALLOWED_IMPORTS = {"torch", "numpy", "transformers", "tokenizers", "huggingface_hub", "safetensors"} | set(sys.stdlib_module_names)
 
 
 @pytest.fixture(scope="module")
