@@ -406,7 +406,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def word_to_char_ids(self, word: str) -> list[int]:
         """Spell one word as `max_characters_per_token` character ids (see the module function, or `lexicon.py`)."""
         if self.lexicon is not None:
-            _check_encodable(word, f"the word {word!r}")  # (refused as raw text with it is, and as with bytes)
+            _check_encodable(word, f"the word {word!r}")  # (as raw text holding it is, and as the byte alphabet does)
             return self.lexicon.char_ids(word)
         return word_to_char_ids(word, self.max_characters_per_token)
 

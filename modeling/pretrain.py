@@ -685,7 +685,8 @@ def train(args: argparse.Namespace) -> dict:
     checkpoint = find_resume_checkpoint(args, output_dir)
     if checkpoint is not None:
         verify_resume_checkpoint(checkpoint)
-        saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["settings"]
+        saved_state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        saved = saved_state["settings"]
         # Options that older versions did not record had their default.
         changed = [name for name in FIXED_ON_RESUME if saved.get(name, FORMER_DEFAULTS.get(name)) != settings.get(name)]
         if changed:
@@ -747,7 +748,7 @@ def train(args: argparse.Namespace) -> dict:
         max_steps = args.max_steps if args.max_steps is not None else math.ceil(settings["epochs"] * batches.steps_per_epoch / accumulation)
         schedule_steps = max(max_steps, 1)
     if checkpoint is not None:
-        resumed_step = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["step"]
+        resumed_step = saved_state["step"]
         if resumed_step > max_steps:  # (it would end at once, at the checkpoint's step, replacing the final model)
             raise PretrainError(
                 f"--resume {checkpoint}: that run is at step {resumed_step}, past the {max_steps} steps this command "
@@ -770,7 +771,6 @@ def train(args: argparse.Namespace) -> dict:
     unlogged = None  # the losses summed since the last logged step, at the checkpoint a resume starts from
     if checkpoint is not None:
         accelerator.load_state(str(checkpoint))
-        saved_state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
         step = saved_state["step"]
         earlier_seconds = saved_state.get("seconds", 0.0)  # (checkpoints of older versions did not record it)
         unlogged = saved_state.get("unlogged")  # (nor this: their sums restarted at the checkpoint)
