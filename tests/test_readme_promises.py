@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import FIXTURES, README
+from conftest import FIXTURES, README, REPO
 from hf_elmo import ElmoModel
 from hf_elmo.default_model import DEFAULT_MODEL_DIR, default_model_path
 from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START
@@ -103,3 +103,22 @@ def test_the_readmes_layer_analysis_is_the_one_in_the_default_models_card():
     start = readme.index("| input to the task model |")
     shown = readme[start:].split("\n\nNER: ", 1)[0].splitlines()
     assert [line for line in shown if line] == table_and_findings
+
+
+def test_the_layer_analysis_pos_data_is_the_readmes():
+    """README, "The paper's layer analysis": "POS: Brown corpus (8,000 / 1,355 / 1,486 sentences; 138 tags, the Brown
+    tags without their title, headline, foreign-word and cited markers)", as `make data` writes data/brown-pos."""
+    from modeling.layer_analysis import read_brown
+
+    train, validation, test, tag_count = map(lambda figure: int(figure.replace(",", "")), re.search(
+        r"POS: Brown corpus \(([\d,]+) / ([\d,]+) / ([\d,]+) sentences; (\d+) tags, the Brown tags without their title, "
+        r"headline, foreign-word and cited markers\)", readme_text()).groups())
+    splits, tags = read_brown(REPO / "data" / "brown-pos")
+    assert {name: len(words) for name, (words, _) in splits.items()} == {"train": train, "validation": validation,
+                                                                        "test": test}
+    assert len(tags) == tag_count
+    # Brown's markers: -tl (title), -hl (headline), fw- (foreign word), -nc (cited)
+    marked = [tag for tag in tags if re.search(r"-(tl|hl|nc)\b|^fw-", tag)]
+    assert marked == []
+    for words, rows in splits.values():
+        assert [len(row) for row in rows] == [len(sentence) for sentence in words]
