@@ -1,5 +1,6 @@
 """README promises that no other test held: each test names the sentence it checks."""
 
+import importlib
 import json
 import re
 
@@ -122,3 +123,35 @@ def test_the_layer_analysis_pos_data_is_the_readmes():
     assert marked == []
     for words, rows in splits.values():
         assert [len(row) for row in rows] == [len(sentence) for sentence in words]
+
+
+# Options of the other tools the README's commands run: pip, accelerate launch, torchrun.
+OTHER_TOOLS_OPTIONS = {"--index-url", "--no-deps", "--config_file", "--num_processes", "--standalone", "--nproc_per_node"}
+
+
+def help_text(capsys, main, *argv) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--help"])
+    assert stopped.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_every_option_the_readme_names_is_one_of_its_commands(capsys, monkeypatch):
+    """Each `--option` in the README's commands and prose is accepted by the program it belongs to: a renamed or
+    dropped option would leave the README telling users to type a command that fails."""
+    from conversion import convert_elmoformanylangs, convert_original_elmo
+    from hf_elmo import cli
+    from modeling import evaluate, export_default, finetune, layer_analysis, pretrain
+
+    texts = [help_text(capsys, cli.main, "embed"), help_text(capsys, cli.main, "demo")]
+    for program in (pretrain, finetune, evaluate, layer_analysis, export_default, convert_original_elmo,
+                    convert_elmoformanylangs):
+        texts.append(help_text(capsys, program.main))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # (the script imports its neighbours, as test_benchmarks.py)
+    gpu_train_bench = importlib.import_module("gpu_train_bench")
+    monkeypatch.setattr("sys.argv", ["gpu_train_bench.py", "--help"])
+    texts.append(help_text(capsys, lambda argv: gpu_train_bench.main()))
+    accepted = set(re.findall(r"--[a-z][a-z0-9_-]*", " ".join(texts)))
+    named = set(re.findall(r"--[a-z][a-z0-9_-]*", README.read_text(encoding="utf-8")))
+    assert len(named) > 50
+    assert named - OTHER_TOOLS_OPTIONS - accepted == set()
