@@ -1,0 +1,157 @@
+"""README promises that no other test held: each test names the sentence it checks."""
+
+import importlib
+import json
+import re
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import FIXTURES, README, REPO
+from hf_elmo import ElmoModel
+from hf_elmo.default_model import DEFAULT_MODEL_DIR, default_model_path
+from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START
+
+TRAIN = FIXTURES / "bilm-tf" / "train"
+TINY_RUN = ["--preset", "tiny", "--train-file", TRAIN / "data.txt", "--validation-file", TRAIN / "data.txt",
+            "--logging-steps", 1, "--save-steps", 5, "--seed", 7]
+
+
+def readme_text() -> str:
+    """The README with its lines joined, so that a sentence can be matched across line breaks."""
+    return " ".join(README.read_text(encoding="utf-8").split())
+
+
+def pretrain(capsys, *args) -> None:
+    from modeling import pretrain as program
+
+    code = program.main([str(arg) for arg in args])
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+
+
+def test_a_resume_may_raise_max_steps_and_ends_as_the_longer_uninterrupted_run(tmp_path, capsys):
+    """README, "Resume after a crash": "A resumed run refuses options that would change the training ...;
+    `--max-steps` may grow." A 10-step run resumed with --max-steps 15 is accepted and ends with the weights and the
+    logged losses of an uninterrupted 15-step run (the tiny preset's learning rate is constant)."""
+    assert "`--max-steps` may grow" in readme_text()
+    pretrain(capsys, *TINY_RUN, "--max-steps", 10, "--output-dir", tmp_path / "grown")
+    pretrain(capsys, *TINY_RUN, "--max-steps", 15, "--output-dir", tmp_path / "grown", "--resume")
+    pretrain(capsys, *TINY_RUN, "--max-steps", 15, "--output-dir", tmp_path / "straight")
+    grown, straight = (load_file(tmp_path / name / "model.safetensors") for name in ("grown", "straight"))
+    assert grown.keys() == straight.keys()
+    for name, tensor in straight.items():
+        assert torch.equal(grown[name], tensor), name
+
+    def losses(name: str) -> list:
+        records = [json.loads(line) for line in (tmp_path / name / "log.jsonl").read_text().splitlines()]
+        return [(r["step"], r["loss"]) for r in records if "loss" in r]
+
+    assert [step for step, _ in losses("grown")] == list(range(1, 16))
+    assert losses("grown") == losses("straight")
+    assert json.loads((tmp_path / "grown" / "trainer_state.json").read_text())["step"] == 15
+
+
+def card_text() -> str:
+    return (DEFAULT_MODEL_DIR / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readmes_default_model_figures_are_the_packaged_models():
+    """README, "The default model": "26.5 MB of safetensors", "6,636,557 parameters", the training run and the
+    held-out perplexity are those of hf_elmo/default-model and of its card (which export_default.py writes from the
+    run), not figures of an earlier model."""
+    readme = readme_text()
+    size = re.search(r"`hf_elmo/default-model/` \(([\d.]+) MB of safetensors", readme)[1]
+    assert f"{(DEFAULT_MODEL_DIR / 'model.safetensors').stat().st_size / 1e6:.1f}" == size
+    parameters = re.search(r"Kim et al.'s small character CNN; ([\d,]+) parameters \|", readme)[1]
+    model = ElmoModel.from_pretrained(default_model_path())
+    assert f"{sum(p.numel() for p in model.parameters()):,}" == parameters
+    card = card_text()
+    assert f"| parameters | {parameters} |" in card
+
+    # "12,158 steps of 64 x 20 words (2.5 epochs), 96 minutes": the card's training paragraph.
+    steps, rows, words, epochs, minutes = re.search(
+        r"`make pretrain-default` \(seeded\): ([\d,]+) steps of (\d+) x (\d+) words \(([\d.]+) epochs\), (\d+) minutes",
+        readme).groups()
+    card_training = " ".join(card.split())
+    assert f"{steps} steps of {rows} rows x {words} words" in card_training
+    assert f"{epochs} epochs)" in card_training and f"{minutes} minutes of training" in card_training
+    config = model.config
+    assert (config.cell_size, config.projection_dim) == (640, 256)
+
+    # "forward 100.5, backward 100.4, average 100.4 (full softmax, 62,391 words per direction); the previous default
+    # model ... had 162.9": the card's rows for this corpus's held-out text and for the previous model.
+    forward, backward, average, targets = re.search(
+        r"held-out perplexity \| forward ([\d.]+), backward ([\d.]+), average ([\d.]+) \(full softmax, ([\d,]+) words "
+        r"per direction\)", readme).groups()
+    row = re.search(r"^\| this model \| [^|]+ \| [^|]+ \| this corpus's \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d,]+) \|$",
+                    card, re.MULTILINE)
+    assert row and row.groups() == (forward, backward, average, targets), row
+    previous = re.search(r"^\| previous default model \|(?: [^|]+ \|){3} [\d.]+ \| [\d.]+ \| ([\d.]+) \|", card, re.MULTILINE)
+    assert previous and f"the same documents, where this one has {forward}" in readme
+    assert f"had {previous[1]} on the same documents" in readme
+
+
+def test_the_readmes_layer_analysis_is_the_one_in_the_default_models_card():
+    """README, "The paper's layer analysis": "The table also goes into the default model's card." The README's table
+    and its findings are the card's layer-analysis section, line for line."""
+    readme = README.read_text(encoding="utf-8")
+    card = card_text()
+    section = card.split(LAYER_ANALYSIS_START, 1)[1].split(LAYER_ANALYSIS_END, 1)[0]
+    table_and_findings = [line for line in section.splitlines() if line.startswith(("|", "- "))]
+    assert len(table_and_findings) == 2 + 7 + 5  # header, rule, rows (a) to (g), the five findings
+    start = readme.index("| input to the task model |")
+    shown = readme[start:].split("\n\nNER: ", 1)[0].splitlines()
+    assert [line for line in shown if line] == table_and_findings
+
+
+def test_the_layer_analysis_pos_data_is_the_readmes():
+    """README, "The paper's layer analysis": "POS: Brown corpus (8,000 / 1,355 / 1,486 sentences; 138 tags, the Brown
+    tags without their title, headline, foreign-word and cited markers)", as `make data` writes data/brown-pos."""
+    from modeling.layer_analysis import read_brown
+
+    train, validation, test, tag_count = map(lambda figure: int(figure.replace(",", "")), re.search(
+        r"POS: Brown corpus \(([\d,]+) / ([\d,]+) / ([\d,]+) sentences; (\d+) tags, the Brown tags without their title, "
+        r"headline, foreign-word and cited markers\)", readme_text()).groups())
+    splits, tags = read_brown(REPO / "data" / "brown-pos")
+    assert {name: len(words) for name, (words, _) in splits.items()} == {"train": train, "validation": validation,
+                                                                        "test": test}
+    assert len(tags) == tag_count
+    # Brown's markers: -tl (title), -hl (headline), fw- (foreign word), -nc (cited)
+    marked = [tag for tag in tags if re.search(r"-(tl|hl|nc)\b|^fw-", tag)]
+    assert marked == []
+    for words, rows in splits.values():
+        assert [len(row) for row in rows] == [len(sentence) for sentence in words]
+
+
+# Options of the other tools the README's commands run: pip, accelerate launch, torchrun.
+OTHER_TOOLS_OPTIONS = {"--index-url", "--no-deps", "--config_file", "--num_processes", "--standalone", "--nproc_per_node"}
+
+
+def help_text(capsys, main, *argv) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--help"])
+    assert stopped.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_every_option_the_readme_names_is_one_of_its_commands(capsys, monkeypatch):
+    """Each `--option` in the README's commands and prose is accepted by the program it belongs to: a renamed or
+    dropped option would leave the README telling users to type a command that fails."""
+    from conversion import convert_elmoformanylangs, convert_original_elmo
+    from hf_elmo import cli
+    from modeling import evaluate, export_default, finetune, layer_analysis, pretrain
+
+    texts = [help_text(capsys, cli.main, "embed"), help_text(capsys, cli.main, "demo")]
+    for program in (pretrain, finetune, evaluate, layer_analysis, export_default, convert_original_elmo,
+                    convert_elmoformanylangs):
+        texts.append(help_text(capsys, program.main))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # (the script imports its neighbours, as test_benchmarks.py)
+    gpu_train_bench = importlib.import_module("gpu_train_bench")
+    monkeypatch.setattr("sys.argv", ["gpu_train_bench.py", "--help"])
+    texts.append(help_text(capsys, lambda argv: gpu_train_bench.main()))
+    accepted = set(re.findall(r"--[a-z][a-z0-9_-]*", " ".join(texts)))
+    named = set(re.findall(r"--[a-z][a-z0-9_-]*", README.read_text(encoding="utf-8")))
+    assert len(named) > 50
+    assert named - OTHER_TOOLS_OPTIONS - accepted == set()
