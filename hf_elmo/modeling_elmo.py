@@ -729,8 +729,8 @@ class ElmoModel(ElmoPreTrainedModel):
             Each word's id in word.dic, for a model with word input (`config.word_vocab_size`; its tokenizer
             returns them), integers (torch.long or torch.int); ignored at padding.
         initial_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C]), *optional*):
-            LSTM state to start from, usually the `final_states` of the previous batch. Zeros when omitted, so
-            the same sentence always gets the same vectors.
+            LSTM state to start from, usually the `final_states` of the previous batch, on the model's device (read
+            in the model's dtype). Zeros when omitted, so the same sentence always gets the same vectors.
         output_final_states (`bool`, *optional*, defaults to `True`):
             False: `final_states` is None, and the LSTMs skip each row's last step (`</S>` forward, `<S>` backward),
             whose only results are the final state and outputs at `<S>`/`</S>`, which are not returned; every output
@@ -894,6 +894,13 @@ class ElmoModel(ElmoPreTrainedModel):
                     f"initial_states {name} must be [{layers}, {batch}, {width}] "
                     f"(layers, batch, forward and backward halves), got {list(state.shape)}"
                 )
+            # Not moved (as transformers does not move a cache), nor an integer tensor cast: either is a caller's slip.
+            if state.device != like.device:
+                raise ValueError(f"initial_states {name} is on {state.device}, the model on {like.device}: move it there "
+                                 f"(a previous output's final_states are there already)")
+            if not state.is_floating_point():
+                raise ValueError(f"initial_states {name} must be floating-point (a previous output's final_states), "
+                                 f"got {state.dtype}")
         h = h.to(like.dtype).view(layers, batch, 2, proj).transpose(1, 2)
         c = c.to(like.dtype).view(layers, batch, 2, cell).transpose(1, 2)
         return h, c

@@ -167,6 +167,23 @@ def test_initial_states_that_are_not_two_tensors_are_refused_naming_them(fixture
         ElmoForPreTraining(config)(batch["input_ids"], initial_states=(torch.zeros(1, 2, 16),))
 
 
+def test_initial_states_on_another_device_or_not_floating_point_are_refused(fixture_model):
+    """initial_states on another device than the model (here the meta device; a GPU state given to a CPU model is the
+    same) gave a deep torch error, and integer states were cast silently: both are refused in one line naming them,
+    as transformers refuses a cache on another device rather than moving it. A floating-point state of another dtype
+    (float64 for a float32 model) is read in the model's dtype, as the same values."""
+    model, tokenizer = fixture_model
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        h, c = model(**batch).final_states
+        carried = model(**batch, initial_states=(h, c)).last_hidden_state
+        assert torch.equal(model(**batch, initial_states=(h.double(), c.double())).last_hidden_state, carried)
+    with pytest.raises(ValueError, match=r"^initial_states h is on meta, the model on cpu: move it there "):
+        model(**batch, initial_states=(h.to("meta"), c))
+    with pytest.raises(ValueError, match=r"^initial_states c must be floating-point .*got torch.int64$"):
+        model(**batch, initial_states=(h, c.long()))
+
+
 # One value of the right type that each rule of VALUE_RULES refuses.
 OUT_OF_RANGE = {
     "char_embedding_dim": 0, "char_cnn_filters": [[2, 0]], "num_highway_layers": -1, "char_cnn_activation": "gelu",
