@@ -305,6 +305,30 @@ def test_config_round_trips_and_maps_standard_names(tmp_path):
     assert ElmoConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()
 
 
+def test_hidden_size_and_vocab_size_are_refused_naming_the_field_to_set(tmp_path):
+    """config.hidden_size (2 * projection_dim) and config.vocab_size (n_characters) follow from other fields. Setting
+    one (an attribute, a keyword of the constructor or of from_pretrained) raised AttributeError "property has no
+    setter", after transformers had logged the whole config: now one line names the field to set instead. Setting a
+    field to the value it has changes nothing (generic code that copies it back)."""
+    config = ElmoConfig(cell_size=32, projection_dim=8)
+    config.save_pretrained(tmp_path)
+    hidden = r"^ElmoConfig.hidden_size is 2 \* projection_dim \(16\), the width of every layer: set projection_dim "
+    vocab = r"^ElmoConfig.vocab_size is n_characters \(262\), the size of the character alphabet: set n_characters "
+    for name, value, expected in (("hidden_size", 32, hidden), ("vocab_size", 30000, vocab)):
+        expected += rf"instead \(got {name}={value}\)"
+        for set_it in (lambda: setattr(config, name, value),
+                       lambda: ElmoConfig(cell_size=32, projection_dim=8, **{name: value}),
+                       lambda: ElmoConfig.from_pretrained(tmp_path, **{name: value}),
+                       lambda: AutoConfig.from_pretrained(tmp_path, **{name: value})):
+            with pytest.raises(ValueError, match=expected):
+                set_it()
+    config.hidden_size, config.vocab_size = 16, 262
+    loaded = AutoConfig.from_pretrained(tmp_path, hidden_size=16, vocab_size=262)
+    assert config.to_dict() == ElmoConfig(cell_size=32, projection_dim=8).to_dict()
+    assert loaded.to_dict() == AutoConfig.from_pretrained(tmp_path).to_dict()
+    assert (loaded.hidden_size, loaded.vocab_size) == (16, 262)
+
+
 @pytest.mark.parametrize("model_class", [ElmoModel, ElmoForPreTraining])
 def test_resizing_the_token_embeddings_is_refused_and_changes_nothing(converted, model_class):
     """The character alphabet is fixed: transformers' resize would swap the embedding, then fail on the read-only
