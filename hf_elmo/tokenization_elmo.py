@@ -681,10 +681,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def decode(self, token_ids, skip_special_tokens: bool = False, **kwargs) -> str | list[str]:
         """
         `[words, chars]` ids -> the words joined by single spaces; `[batch, words, chars]` -> one string per
-        example; `[chars]` -> that word. Padding words are always dropped; added special tokens with
+        example; `[chars]` -> that word; an int, a character id -> its name in the alphabet (`convert_ids_to_tokens`,
+        as transformers' decode reads an int). Padding words are always dropped; added special tokens with
         `skip_special_tokens=True`.
         """
         token_ids = to_py_obj(token_ids)
+        if isinstance(token_ids, int):
+            return self.convert_ids_to_tokens(token_ids)
         if _is_word_vector(token_ids):
             return self._read_word(token_ids) or ""
         if not _is_single_example(token_ids):

@@ -299,6 +299,20 @@ def test_decode(tok):
     assert char_ids_to_word([0] * 50) is None
 
 
+def test_decode_takes_what_transformers_decode_takes(tok):
+    """transformers' decode takes an int (one id), lists, tensors and numpy arrays; decode(5) raised TypeError
+    ("object of type 'int' has no len()"). A plain int is a character id (a word is a vector of them): it gives the
+    id's name, as transformers' decode gives `convert_tokens_to_string(convert_ids_to_tokens(id))`."""
+    assert [tok.decode(char_id) for char_id in (5, 66, 0, 257)] == ["<0x04>", "<0x41>", "<pad>", "<S>"]
+    assert tok.decode(torch.tensor(66)) == tok.decode(np.int64(66)) == tok.convert_ids_to_tokens(66) == "<0x41>"
+    with pytest.raises(IndexError, match="^300 is neither a character id"):
+        tok.decode(300)
+    ids = tok(["I eat an apple.", "Hi"], padding=True, return_tensors="np")["input_ids"]
+    for form in (ids, torch.from_numpy(ids), ids.tolist(), list(torch.from_numpy(ids)), list(ids)):
+        assert tok.decode(form) == tok.batch_decode(form) == ["I eat an apple .", "Hi"]
+        assert tok.decode(form[1]) == "Hi" and tok.decode(form[0][1]) == "eat"
+
+
 def test_a_batch_may_begin_with_an_example_without_words(tok):
     """A batch's first example may be empty (a word never is): decode still reads the ids as a batch."""
     batch = tok([[], ["a", "b"]], is_split_into_words=True)["input_ids"]
