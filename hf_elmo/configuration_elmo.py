@@ -333,8 +333,8 @@ class ElmoConfig(PreTrainedConfig):
     @vocab_size.setter
     def vocab_size(self, value) -> None:
         self._refuse_derived("vocab_size", value, "n_characters", "the size of the character alphabet",
-                             "; words are spelled, not looked up: the pretraining softmax's words are lm_vocab_size, "
-                             "a word input's word_vocab_size")
+                             hint="; words are spelled, not looked up: the pretraining softmax's words are "
+                             "lm_vocab_size, a word input's word_vocab_size")
 
     @property
     def hidden_size(self) -> int:
@@ -343,9 +343,9 @@ class ElmoConfig(PreTrainedConfig):
 
     @hidden_size.setter
     def hidden_size(self, value) -> None:
-        self._refuse_derived("hidden_size", value, "2 * projection_dim", "the width of every layer", "", "projection_dim")
+        self._refuse_derived("hidden_size", value, "2 * projection_dim", "the width of every layer", field="projection_dim")
 
-    def _refuse_derived(self, name: str, value, source: str, what: str, hint: str, field: str | None = None) -> None:
+    def _refuse_derived(self, name: str, value, source: str, what: str, field: str | None = None, hint: str = "") -> None:
         """A size that follows from another field (transformers and users set `hidden_size` and `vocab_size`, as
         attributes or keywords of from_pretrained): its own value changes nothing; another is refused, naming the
         field to set (rather than "property has no setter")."""
