@@ -330,10 +330,28 @@ class ElmoConfig(PreTrainedConfig):
         model with word input also has `word_vocab_size` words."""
         return self.n_characters
 
+    @vocab_size.setter
+    def vocab_size(self, value) -> None:
+        self._refuse_derived("vocab_size", value, "n_characters", "the size of the character alphabet",
+                             hint="; words are spelled, not looked up: the pretraining softmax's words are "
+                             "lm_vocab_size, a word input's word_vocab_size")
+
     @property
     def hidden_size(self) -> int:
         """Width of every layer of `hidden_states`: forward and backward halves, 2P."""
         return 2 * self.projection_dim
+
+    @hidden_size.setter
+    def hidden_size(self, value) -> None:
+        self._refuse_derived("hidden_size", value, "2 * projection_dim", "the width of every layer", field="projection_dim")
+
+    def _refuse_derived(self, name: str, value, source: str, what: str, field: str | None = None, hint: str = "") -> None:
+        """A size that follows from another field (transformers and users set `hidden_size` and `vocab_size`, as
+        attributes or keywords of from_pretrained): its own value changes nothing; another is refused, naming the
+        field to set (rather than "property has no setter")."""
+        if value != getattr(self, name):
+            raise ValueError(f"ElmoConfig.{name} is {source} ({getattr(self, name)}), {what}: set {field or source} "
+                             f"instead (got {name}={value!r}){hint}")
 
     @property
     def has_char_projection(self) -> bool:

@@ -95,16 +95,24 @@ def _word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, rig
     if attention_mask is not None:
         if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != words.shape:
             raise ValueError(f"attention_mask must be {list(words.shape)}, got {_shape_of(attention_mask)}")
-        mask = attention_mask.to(words.device).bool()
+        attention_mask = attention_mask.to(words.device)
+        mask = attention_mask.bool()
     if _is_exporting() or (attention_mask is None and not right_padded):  # (an exported program does not check its
         return mask  # inputs' values; the default mask cannot read padding, and nothing else is to be checked)
-    # Both checks are read from the device at once; which one failed is worked out only for the message.
+    # Every check is read from the device at once; which one failed is worked out only for the message.
     reads_padding = (mask & ~words) if attention_mask is not None else torch.zeros_like(mask)
-    not_a_prefix = torch.zeros((), dtype=torch.bool, device=mask.device)
+    not_a_prefix = not_binary = torch.zeros((), dtype=torch.bool, device=mask.device)
+    if attention_mask is not None and attention_mask.dtype != torch.bool:  # 2, 0.5, -1 or NaN would read as 1
+        not_binary = ((attention_mask != 0) & (attention_mask != 1)).any()
     if right_padded:
         prefix = torch.arange(mask.shape[1], device=mask.device) < mask.sum(1, keepdim=True)
         not_a_prefix = (mask != prefix).any()
-    if bool(not_a_prefix | reads_padding.any()):
+    if bool(not_binary | not_a_prefix | reads_padding.any()):
+        if not_binary:
+            values = attention_mask[(attention_mask != 0) & (attention_mask != 1)].unique().tolist()
+            shown = ", ".join(dict.fromkeys(f"{value:g}" for value in values[:5]))
+            raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (a word), got {shown} "
+                             f"({attention_mask.dtype})")
         if not_a_prefix:
             raise ValueError("ElmoForPreTraining reads right-padded rows: attention_mask must be 1 on a prefix of each row")
         row, position = reads_padding.nonzero()[0].tolist()
@@ -714,14 +722,15 @@ class ElmoModel(ElmoPreTrainedModel):
             Character ids of each word from `ElmoTokenizer`, without `<S>`/`</S>`: the model adds them.
             An all-zero word is padding, on either side.
         attention_mask (`torch.Tensor` [B, T], *optional*):
-            1 for words, 0 for padding. Defaults to the words that are not all zeros. A 1 at an all-zero (padding)
-            word is refused: the model would read the padding as a word.
+            1 for words, 0 for padding (bools, integers or floats; any other value is refused). Defaults to the words
+            that are not all zeros. A 1 at an all-zero (padding) word is refused: the model would read the padding as
+            a word.
         input_word_ids (`torch.LongTensor` [B, T], *optional*):
             Each word's id in word.dic, for a model with word input (`config.word_vocab_size`; its tokenizer
             returns them), integers (torch.long or torch.int); ignored at padding.
         initial_states (`tuple(torch.FloatTensor)`, (h [L, B, 2P], c [L, B, 2C]), *optional*):
-            LSTM state to start from, usually the `final_states` of the previous batch. Zeros when omitted, so
-            the same sentence always gets the same vectors.
+            LSTM state to start from, usually the `final_states` of the previous batch, on the model's device (read
+            in the model's dtype). Zeros when omitted, so the same sentence always gets the same vectors.
         output_final_states (`bool`, *optional*, defaults to `True`):
             False: `final_states` is None, and the LSTMs skip each row's last step (`</S>` forward, `<S>` backward),
             whose only results are the final state and outputs at `<S>`/`</S>`, which are not returned; every output
@@ -885,6 +894,13 @@ class ElmoModel(ElmoPreTrainedModel):
                     f"initial_states {name} must be [{layers}, {batch}, {width}] "
                     f"(layers, batch, forward and backward halves), got {list(state.shape)}"
                 )
+            # Not moved (as transformers does not move a cache), nor an integer tensor cast: either is a caller's slip.
+            if state.device != like.device:
+                raise ValueError(f"initial_states {name} is on {state.device}, the model on {like.device}: move it there "
+                                 f"(a previous output's final_states are there already)")
+            if not state.is_floating_point():
+                raise ValueError(f"initial_states {name} must be floating-point (a previous output's final_states), "
+                                 f"got {state.dtype}")
         h = h.to(like.dtype).view(layers, batch, 2, proj).transpose(1, 2)
         c = c.to(like.dtype).view(layers, batch, 2, cell).transpose(1, 2)
         return h, c

@@ -93,7 +93,14 @@ def char_ids_to_word(char_ids: Sequence[int]) -> str | None:
 
 def _is_word_vector(ids) -> bool:
     """True for the character ids of one word (a flat, non-empty sequence of ints)."""
-    return len(ids) > 0 and isinstance(ids[0], (int, np.integer))
+    return len(ids) > 0 and (isinstance(ids[0], (int, np.integer)) or getattr(ids[0], "ndim", None) == 0)
+
+
+def _unless_a_list(ids):
+    """A tensor or an array (a batch, an example, a word, an id) as lists (an int for an id); a list as it is, its items
+    converted where decode meets them. transformers' to_py_obj tests every id of a list: batch_decode, which gives
+    decode the lists it has made, spent most of its time there, once more per example."""
+    return ids if isinstance(ids, (list, tuple)) else to_py_obj(ids)
 
 
 def _is_single_example(input_ids) -> bool:
@@ -681,16 +688,23 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def decode(self, token_ids, skip_special_tokens: bool = False, **kwargs) -> str | list[str]:
         """
         `[words, chars]` ids -> the words joined by single spaces; `[batch, words, chars]` -> one string per
-        example; `[chars]` -> that word. Padding words are always dropped; added special tokens with
+        example; `[chars]` -> that word; an int, a character id -> its name in the alphabet (`convert_ids_to_tokens`,
+        as transformers' decode reads an int). Padding words are always dropped; added special tokens with
         `skip_special_tokens=True`.
         """
-        token_ids = to_py_obj(token_ids)
+        token_ids = _unless_a_list(token_ids)
+        if isinstance(token_ids, int):
+            return self.convert_ids_to_tokens(token_ids)
+        return self._decode_lists(token_ids, self._special_words() if skip_special_tokens else set())
+
+    def _decode_lists(self, token_ids, dropped: set[str]) -> str | list[str]:
+        """`decode` of a word, an example or a batch."""
+        token_ids = _unless_a_list(token_ids)
         if _is_word_vector(token_ids):
             return self._read_word(token_ids) or ""
         if not _is_single_example(token_ids):
-            return [self.decode(example, skip_special_tokens=skip_special_tokens) for example in token_ids]
+            return [self._decode_lists(example, dropped) for example in token_ids]
         words = [self._read_word(char_ids) for char_ids in token_ids]  # None for padding
-        dropped = self._special_words() if skip_special_tokens else set()
         return self.convert_tokens_to_string([word for word in words if word is not None and word not in dropped])
 
 

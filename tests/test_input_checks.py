@@ -119,6 +119,24 @@ def test_an_attention_mask_that_reads_padding_is_refused(model_class, tokenizer)
 
 
 @pytest.mark.parametrize("model_class", MODEL_CLASSES)
+def test_an_attention_mask_of_values_other_than_0_and_1_is_refused(model_class, tokenizer):
+    """A mask holding 2, 0.5, -1 or NaN was read as 1 (a word) wherever it was not 0: refused, naming attention_mask
+    and the values. Masks of 0 and 1 as bools, integers or floats (transformers' forms) are read as the tokenizer's."""
+    model = model_class(ElmoConfig(**TINY)).eval()
+    batch = tokenizer(["a big word", "a"], padding=True, return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    with torch.no_grad():
+        expected = model(**batch)[0]
+        for same in (mask.bool(), mask.int(), mask.to(torch.uint8), mask.float(), mask.double()):
+            assert torch.equal(model(input_ids=ids, attention_mask=same)[0], expected), same.dtype
+    nan = mask.float().masked_fill(mask == 0, float("nan"))
+    for bad, shown in ((mask * 2, "2"), (mask * 0.5, "0.5"), (mask - 1, "-1"), (nan, "nan"), (mask * 3 - 1, "-1, 2")):
+        with pytest.raises(ValueError, match=rf"^attention_mask must hold only 0 \(padding\) and 1 \(a word\), got "
+                                             rf"{shown} \({bad.dtype}\)$"):
+            model(input_ids=ids, attention_mask=bad)
+
+
+@pytest.mark.parametrize("model_class", MODEL_CLASSES)
 def test_a_batch_of_no_sentences_gives_empty_outputs(model_class, tokenizer):
     config = ElmoConfig(**TINY)
     model = model_class(config).eval()
@@ -199,6 +217,7 @@ def test_each_input_check_reads_the_device_once(tokenizer):
         ("character ids", lambda: _check_character_ids(ids, config)),
         ("attention mask", lambda: _word_mask(ids, mask)),
         ("right-padded attention mask", lambda: _word_mask(ids, mask, right_padded=True)),
+        ("float attention mask", lambda: _word_mask(ids, mask.float())),
         ("multi-label labels", lambda: classifier._summed_loss(logits, multi_labels)),
         ("token labels", lambda: _check_class_ids(labels, (2, 3), 3, padding=padding)),
         ("labels without padding", lambda: _check_class_ids(labels.masked_fill(padding, -100), (2, 3), 3)),

@@ -167,6 +167,23 @@ def test_initial_states_that_are_not_two_tensors_are_refused_naming_them(fixture
         ElmoForPreTraining(config)(batch["input_ids"], initial_states=(torch.zeros(1, 2, 16),))
 
 
+def test_initial_states_on_another_device_or_not_floating_point_are_refused(fixture_model):
+    """initial_states on another device than the model (here the meta device; a GPU state given to a CPU model is the
+    same) gave a deep torch error, and integer states were cast silently: both are refused in one line naming them,
+    as transformers refuses a cache on another device rather than moving it. A floating-point state of another dtype
+    (float64 for a float32 model) is read in the model's dtype, as the same values."""
+    model, tokenizer = fixture_model
+    batch = tokenizer(SEEDS, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        h, c = model(**batch).final_states
+        carried = model(**batch, initial_states=(h, c)).last_hidden_state
+        assert torch.equal(model(**batch, initial_states=(h.double(), c.double())).last_hidden_state, carried)
+    with pytest.raises(ValueError, match=r"^initial_states h is on meta, the model on cpu: move it there "):
+        model(**batch, initial_states=(h.to("meta"), c))
+    with pytest.raises(ValueError, match=r"^initial_states c must be floating-point .*got torch.int64$"):
+        model(**batch, initial_states=(h, c.long()))
+
+
 # One value of the right type that each rule of VALUE_RULES refuses.
 OUT_OF_RANGE = {
     "char_embedding_dim": 0, "char_cnn_filters": [[2, 0]], "num_highway_layers": -1, "char_cnn_activation": "gelu",
@@ -286,6 +303,30 @@ def test_config_round_trips_and_maps_standard_names(tmp_path):
     assert config.cell_clip is None and config.proj_clip is None
     config.save_pretrained(tmp_path)
     assert ElmoConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()
+
+
+def test_hidden_size_and_vocab_size_are_refused_naming_the_field_to_set(tmp_path):
+    """config.hidden_size (2 * projection_dim) and config.vocab_size (n_characters) follow from other fields. Setting
+    one (an attribute, a keyword of the constructor or of from_pretrained) raised AttributeError "property has no
+    setter", after transformers had logged the whole config: now one line names the field to set instead. Setting a
+    field to the value it has changes nothing (generic code that copies it back)."""
+    config = ElmoConfig(cell_size=32, projection_dim=8)
+    config.save_pretrained(tmp_path)
+    hidden = r"^ElmoConfig.hidden_size is 2 \* projection_dim \(16\), the width of every layer: set projection_dim "
+    vocab = r"^ElmoConfig.vocab_size is n_characters \(262\), the size of the character alphabet: set n_characters "
+    for name, value, expected in (("hidden_size", 32, hidden), ("vocab_size", 30000, vocab)):
+        expected += rf"instead \(got {name}={value}\)"
+        for set_it in (lambda: setattr(config, name, value),
+                       lambda: ElmoConfig(cell_size=32, projection_dim=8, **{name: value}),
+                       lambda: ElmoConfig.from_pretrained(tmp_path, **{name: value}),
+                       lambda: AutoConfig.from_pretrained(tmp_path, **{name: value})):
+            with pytest.raises(ValueError, match=expected):
+                set_it()
+    config.hidden_size, config.vocab_size = 16, 262
+    loaded = AutoConfig.from_pretrained(tmp_path, hidden_size=16, vocab_size=262)
+    assert config.to_dict() == ElmoConfig(cell_size=32, projection_dim=8).to_dict()
+    assert loaded.to_dict() == AutoConfig.from_pretrained(tmp_path).to_dict()
+    assert (loaded.hidden_size, loaded.vocab_size) == (16, 262)
 
 
 @pytest.mark.parametrize("model_class", [ElmoModel, ElmoForPreTraining])
