@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,6 +55,7 @@ from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from modeling.data import (  # noqa: E402
+    IGNORE_INDEX,
     DataError,
     EncodedText,
     EvaluationStream,
@@ -141,8 +143,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     runs.add_argument("--resume", nargs="?", const="latest", help="continue from the latest checkpoint in OUTPUT_DIR (or from PATH); starts fresh when there is none")
     runs.add_argument("--overwrite-output-dir", action="store_true", help="start afresh in an OUTPUT_DIR that has checkpoints")
     runs.add_argument("--eval-steps", type=int, help="held-out perplexity every N steps; 0 = at the end only")
-    runs.add_argument("--eval-batch-size", type=int, default=64, help="rows per process for the held-out text")
-    runs.add_argument("--eval-unroll-steps", type=int, default=100)
+    runs.add_argument("--eval-batch-size", type=int, help="rows per process for the held-out text (default 64)")
+    runs.add_argument("--eval-unroll-steps", type=int, help="words per window of the held-out text (default 100)")
     runs.add_argument("--logging-steps", type=int)
     runs.add_argument("--report-to", nargs="*", default=[], help="Accelerate trackers, e.g. tensorboard wandb")
     return parser.parse_args(argv)
@@ -175,7 +177,8 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
             f"--word-embedding-dim must be a positive size, with --alphabet vocabulary, got {settings['word_embedding_dim']}"
         )
     at_least_one = {name: settings[name] for name in ("batch_size", "unroll_steps", "gradient_accumulation_steps", "logging_steps")}
-    at_least_one.update(eval_batch_size=args.eval_batch_size, eval_unroll_steps=args.eval_unroll_steps)
+    at_least_one.update({name: getattr(args, name) for name in ("eval_batch_size", "eval_unroll_steps")
+                         if getattr(args, name) is not None})
     for name, value in at_least_one.items():
         if value < 1:
             raise PretrainError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
@@ -195,7 +198,37 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
         if args.max_train_minutes:
             raise PretrainError("pass --epochs or --max-train-minutes, not both")
         settings["max_train_minutes"] = 0.0  # --epochs replaces a preset's time budget
+    check_options_take_effect(args, settings)
+    args.eval_batch_size = 64 if args.eval_batch_size is None else args.eval_batch_size
+    args.eval_unroll_steps = 100 if args.eval_unroll_steps is None else args.eval_unroll_steps
     return settings
+
+
+def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
+    """Refuse an option that this run would ignore (it trained as if the option had not been given)."""
+    if not args.validation_file:
+        for name in ("eval_steps", "eval_batch_size", "eval_unroll_steps"):
+            value = getattr(args, name)
+            if value is not None and not (name == "eval_steps" and value == 0):  # (0: no periodic evaluation)
+                raise PretrainError(f"--{name.replace('_', '-')} {value}: there is no --validation-file to evaluate "
+                                    "on; pass one, or drop the option")
+    if settings["weight_decay"] and settings["optimizer"] != "adamw":
+        raise PretrainError(f"--weight-decay {settings['weight_decay']:g} applies to AdamW only, and the optimizer is "
+                            f"{settings['optimizer']}; pass --optimizer adamw, or drop --weight-decay")
+    if args.new_vocabulary and not args.init_from:
+        raise PretrainError("--new-vocabulary builds a vocabulary for an --init-from model instead of its own; a new "
+                            "model's vocabulary is built from the training text anyway (or read from --vocab-file)")
+    if args.new_vocabulary and args.vocab_file:
+        raise PretrainError("--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other")
+    if args.unroll_steps is not None and settings["batching"] == "sentence":
+        raise PretrainError(f"--unroll-steps {args.unroll_steps} cuts the text into windows of --batching stream; "
+                            "--batching sentence reads whole sentences")
+    if args.warmup_steps and settings["lr_scheduler"] == "constant":  # (transformers' "constant" has no warm-up)
+        raise PretrainError(f"--warmup-steps {args.warmup_steps} needs a schedule with a warm-up; --lr-scheduler is "
+                            "constant: pass --lr-scheduler constant_with_warmup (or linear, cosine)")
+    if args.resume is not None and args.overwrite_output_dir:
+        raise PretrainError("--resume continues the run in --output-dir, --overwrite-output-dir starts afresh there; "
+                            "pass one of them")
 
 
 # ---- checkpoints ---------------------------------------------------------------------------------------------
@@ -411,18 +444,16 @@ def check_init_from(source: Path) -> ElmoConfig:
         raise PretrainError(f"--init-from {source / 'config.json'}: {error}") from None
 
 
-def choose_tokenizer(args, settings: dict, output_dir: Path, checkpoint: Path | None, train_sentences,
-                     main_process: bool, source_config: ElmoConfig | None) -> ElmoTokenizer:
+def choose_tokenizer(args, settings: dict, checkpoint: Path | None, train_sentences,
+                     source_config: ElmoConfig | None) -> ElmoTokenizer:
     """How the model spells words: a resumed run's own (kept in its checkpoint), --init-from's (`source_config` is
-    its config), or a new one (with --alphabet vocabulary, a character vocabulary built from the training text). The
-    main process saves a new one in OUTPUT_DIR before training; the other processes read it there."""
+    its config), or a new one (with --alphabet vocabulary, a character vocabulary built from the training text, the
+    same in every process). Nothing is written into OUTPUT_DIR: checkpoints and the final model save it."""
     if checkpoint is not None:
         if (checkpoint / "tokenizer_config.json").is_file():
             return ElmoTokenizer.from_pretrained(checkpoint)
         # (a checkpoint from before tokenizers were kept in them: its run spelled UTF-8 bytes)
         return ElmoTokenizer(max_characters_per_token=ElmoConfig.from_pretrained(checkpoint).max_characters_per_token)
-    if not main_process:
-        return ElmoTokenizer.from_pretrained(output_dir)
     if args.init_from:
         source = Path(args.init_from)
         if (source / "tokenizer_config.json").is_file():
@@ -442,16 +473,12 @@ def choose_tokenizer(args, settings: dict, output_dir: Path, checkpoint: Path | 
                                             max_words=args.vocab_size, min_count=args.min_count)
             except LexiconError as error:  # (a --vocab-size below word.dic's special entries and one word)
                 raise PretrainError(f"--alphabet vocabulary --vocab-size {args.vocab_size}: {error}") from None
-            lexicon.save(output_dir / "char.dic", output_dir / "word.dic")
             names = ["input_ids", "input_word_ids", "attention_mask"] if settings["word_embedding_dim"] else None
-            tokenizer = ElmoTokenizer(max_characters_per_token=characters, char_vocab_file=str(output_dir / "char.dic"),
-                                      word_vocab_file=str(output_dir / "word.dic"),
-                                      model_input_names=names or ["input_ids", "attention_mask"])
-    # An earlier run's char.dic or word.dic that this tokenizer does not write would be read with it from OUTPUT_DIR.
-    written = [] if tokenizer.lexicon is None else ["char.dic"] + (["word.dic"] if tokenizer.lexicon.words else [])
-    for name in {"char.dic", "word.dic"} - set(written):
-        (output_dir / name).unlink(missing_ok=True)
-    tokenizer.save_pretrained(output_dir)
+            with tempfile.TemporaryDirectory() as folder:  # (the tokenizer reads its dictionaries from files)
+                lexicon.save(Path(folder) / "char.dic", Path(folder) / "word.dic")
+                tokenizer = ElmoTokenizer(max_characters_per_token=characters, char_vocab_file=f"{folder}/char.dic",
+                                          word_vocab_file=f"{folder}/word.dic",
+                                          model_input_names=names or ["input_ids", "attention_mask"])
     return tokenizer
 
 
@@ -550,9 +577,23 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
     for name, record in records.items():
         (staging / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     _fsync_tree(staging)
+    # An earlier run's char.dic or word.dic that this tokenizer does not write would be read with it from OUTPUT_DIR.
+    for name in {"char.dic", "word.dic"} - {path.name for path in staging.iterdir()}:
+        (output_dir / name).unlink(missing_ok=True)
     for path in sorted(staging.iterdir(), key=lambda path: path.name == "trainer_state.json"):
         os.replace(path, output_dir / path.name)
     staging.rmdir()
+
+
+def loss_scale(optimizer: str, labels: torch.Tensor) -> float:
+    """What a batch's loss (the mean over its target words) is multiplied by for the gradient. bilm-tf's Adagrad
+    recipe takes the gradient of each row's loss summed over its words, averaged over the rows: for stream windows,
+    which hold --unroll-steps targets in every row, the mean times --unroll-steps (bilm-tf's `loss * unroll_steps`);
+    for sentence batches the mean times the batch's targets per row (its sentences' mean length + 1), which
+    --unroll-steps has nothing to do with. AdamW trains on the mean."""
+    if optimizer != "adagrad":
+        return 1.0
+    return int((labels != IGNORE_INDEX).sum()) / labels.shape[0]
 
 
 def make_optimizer(parameters: list[torch.nn.Parameter], settings: dict, device_type: str) -> torch.optim.Optimizer:
@@ -675,12 +716,10 @@ def train(args: argparse.Namespace) -> dict:
     main_process = accelerator.is_main_process
     check_output_location(output_dir, "folder", error=PretrainError, writes_inside=True)
     source_config = check_init_from(Path(args.init_from)) if args.init_from else None
-    if main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
+    # Nothing is written into OUTPUT_DIR until every check below has passed (a refused run leaves it as it was);
+    # only what a crash inside a save left is put right first, so that the checkpoints are seen as they are.
+    if main_process and output_dir.is_dir():
         clean_up_interrupted_saves(output_dir)
-        if args.overwrite_output_dir and args.resume is None:
-            for _, old in list_checkpoints(output_dir):
-                shutil.rmtree(old)
     accelerator.wait_for_everyone()
     checkpoint = find_resume_checkpoint(args, output_dir)
     if checkpoint is not None:
@@ -705,14 +744,13 @@ def train(args: argparse.Namespace) -> dict:
         validation_sentences = None
         if args.validation_file:
             validation_sentences = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
-    with accelerator.main_process_first():  # the main process writes a new character vocabulary first
-        tokenizer = choose_tokenizer(args, settings, output_dir, checkpoint, train_sentences, main_process,
-                                     source_config)
+    tokenizer = choose_tokenizer(args, settings, checkpoint, train_sentences, source_config)
     vocabulary = choose_vocabulary(args, checkpoint, train_sentences, tokenizer)
-    if main_process and checkpoint is None:
-        vocabulary.save(output_dir / "vocab.txt")
 
     model, new_softmax = build_model(args, settings, vocabulary, tokenizer, source_config)
+    if args.softmax_init is not None and not new_softmax:
+        raise PretrainError(f"--softmax-init {args.softmax_init} starts a new softmax, but --init-from {args.init_from} "
+                            "keeps its own (its vocab.txt is the softmax vocabulary); drop --softmax-init")
     model.set_fast_path(not args.plain_path)
     table = WordTable(model.config.max_characters_per_token, tokenizer)
     train_text = EncodedText.encode(train_sentences, table, vocabulary)
@@ -763,8 +801,6 @@ def train(args: argparse.Namespace) -> dict:
     model, optimizer = accelerator.prepare(model, optimizer)
     # Not prepared: Accelerate would step a prepared scheduler once per process and step.
     accelerator.register_for_checkpointing(scheduler)
-    # bilm-tf's Adagrad takes the gradient of the loss summed over the window's steps (loss x unroll_steps).
-    loss_scale = settings["unroll_steps"] if settings["optimizer"] == "adagrad" else 1.0
 
     step, states = 0, None
     earlier_seconds = 0.0  # of the processes before a resume, up to the checkpoint it resumes from
@@ -780,6 +816,12 @@ def train(args: argparse.Namespace) -> dict:
                                   saved_state["warmup_seconds"])
             set_learning_rate(optimizer, scheduler, clock.schedule_step(step))
         accelerator.print(f"resumed from {checkpoint} at step {step}")
+    if main_process:  # every check has passed: the run starts changing OUTPUT_DIR
+        output_dir.mkdir(parents=True, exist_ok=True)
+        if args.overwrite_output_dir:
+            for _, old in list_checkpoints(output_dir):
+                shutil.rmtree(old)
+    accelerator.wait_for_everyone()
     log = TrainingLog(output_dir / "log.jsonl", main_process, step if checkpoint is not None else None)
 
     def run_seconds() -> float:
@@ -826,11 +868,13 @@ def train(args: argparse.Namespace) -> dict:
             index = step * accumulation + micro
             if batches.starts_row_streams(index):
                 states = None
-            batch = {name: tensor.to(accelerator.device) for name, tensor in batches.batch(index).items()}
+            batch = batches.batch(index)
+            scale = loss_scale(settings["optimizer"], batch["labels"]) / accumulation
+            batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
             sync = contextlib.nullcontext() if micro == accumulation - 1 else accelerator.no_sync(model)
             with sync:
                 output = model(**batch, initial_states=states)
-                accelerator.backward(output.loss * (loss_scale / accumulation))
+                accelerator.backward(output.loss * scale)
             if batches.stateful:
                 states = tuple(state.detach() for state in output.final_states)
             losses = torch.stack([output.loss, output.forward_loss, output.backward_loss]).detach().double()

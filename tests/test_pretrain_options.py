@@ -1,0 +1,127 @@
+"""pretrain.py's option combinations: an option that would have no effect is refused in one line, a refused run
+leaves its output folder as it was, and Adagrad's loss scale is the one bilm-tf's recipe means for each batching."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from hf_elmo import ElmoForPreTraining
+from modeling.data import SentenceBatches, StreamBatches
+from modeling.pretrain import loss_scale
+
+from conftest import assert_one_error
+from test_pretraining import TRAIN, fixture_text, read_log, run_main, tiny_config
+
+DATA = ["--train-file", TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt", "--max-steps", 1, "--save-steps", 0]
+NEW = ["--preset", "tiny", *DATA]
+
+
+@pytest.fixture
+def tiny_model(tmp_path) -> Path:
+    """A tiny biLM with a full-softmax head over the fixture's vocabulary (so --init-from keeps that softmax)."""
+    torch.manual_seed(3)
+    folder = tmp_path / "tiny-model"
+    ElmoForPreTraining(tiny_config(lm_negative_samples=0, lm_dropout=0.0)).save_pretrained(folder)
+    shutil.copy(TRAIN / "vocab.txt", folder / "vocab.txt")
+    return folder
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() if path.is_file() else b"<folder>"
+            for path in sorted(folder.rglob("*"))}
+
+
+def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, capsys):
+    """Each of these runs trained as if the option had not been given (--new-vocabulary without --init-from even
+    replaced a new --alphabet vocabulary model's word.dic softmax with another vocabulary)."""
+    validation = ["--validation-file", TRAIN / "data.txt"]
+    adapt = ["--init-from", tiny_model, *DATA, "--batch-size", 2]
+    output = tmp_path / "out"
+    for arguments, message in [
+        ([*NEW, "--eval-steps", 2], "--eval-steps 2: there is no --validation-file to evaluate"),
+        ([*NEW, "--eval-batch-size", 8], "--eval-batch-size 8: there is no --validation-file to evaluate"),
+        ([*NEW, "--eval-unroll-steps", 8], "--eval-unroll-steps 8: there is no --validation-file to evaluate"),
+        ([*NEW, *validation, "--weight-decay", 0.01],
+         "--weight-decay 0.01 applies to AdamW only, and the optimizer is adagrad; pass --optimizer adamw"),
+        ([*NEW, "--new-vocabulary"], "--new-vocabulary builds a vocabulary for an --init-from model"),
+        ([*adapt, "--new-vocabulary"],
+         "--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other"),
+        ([*NEW, "--batching", "sentence", "--unroll-steps", 5],
+         "--unroll-steps 5 cuts the text into windows of --batching stream; --batching sentence reads whole sentences"),
+        ([*NEW, "--warmup-steps", 5], "--warmup-steps 5 needs a schedule with a warm-up; --lr-scheduler is constant"),
+        ([*NEW, "--resume", "--overwrite-output-dir"],
+         "--resume continues the run in --output-dir, --overwrite-output-dir starts afresh there; pass one of them"),
+        ([*adapt, "--softmax-init", "unigram"],
+         f"--softmax-init unigram starts a new softmax, but --init-from {tiny_model} keeps its own"),
+    ]:
+        code, _, err = run_main(capsys, *arguments, "--output-dir", output)
+        assert_one_error(code, err, message)
+        assert not output.exists()
+    # Where they apply, they are taken.
+    code, _, err = run_main(capsys, *NEW, *validation, "--eval-steps", 1, "--eval-batch-size", 2, "--eval-unroll-steps",
+                            5, "--max-steps", 2, "--optimizer", "adamw", "--weight-decay", 0.01, "--lr-scheduler",
+                            "linear", "--warmup-steps", 1, "--output-dir", output)
+    assert code == 0, err
+    assert [record["step"] for record in read_log(output) if "eval_average_perplexity" in record] == [1, 2]
+
+
+def test_a_refused_run_leaves_the_output_folder_as_it_was(tiny_model, tmp_path, capsys):
+    """--init-from a model whose weights do not load: vocab.txt and the tokenizer had already been written into the
+    output folder (and --overwrite-output-dir had deleted its checkpoints); a vocabulary limit refused with
+    --init-from came after the tokenizer was written too."""
+    no_weights = shutil.copytree(tiny_model, tmp_path / "no-weights")
+    (no_weights / "model.safetensors").unlink()
+    fresh = tmp_path / "fresh"
+    code, _, err = run_main(capsys, "--init-from", no_weights, *DATA, "--output-dir", fresh)
+    assert_one_error(code, err, f"--init-from {no_weights}: its weights do not load")
+    assert not fresh.exists()
+
+    used = tmp_path / "used"
+    (used / "checkpoint-3").mkdir(parents=True)
+    (used / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    for name in ("vocab.txt", "char.dic", "tokenizer_config.json"):
+        (used / name).write_text(f"an earlier run's {name}\n")
+    before = snapshot(used)
+    for arguments, message in [
+        (["--init-from", no_weights, *DATA], "its weights do not load"),
+        (["--init-from", tiny_model, "--train-file", TRAIN / "data.txt", "--vocab-size", 10],
+         "--vocab-size 10 would limit a vocabulary built from the training text"),
+    ]:
+        code, _, err = run_main(capsys, *arguments, "--overwrite-output-dir", "--output-dir", used)
+        assert_one_error(code, err, message)
+        assert snapshot(used) == before
+
+
+def adagrad_step(folder: Path, batch: dict, scale: float, learning_rate: float) -> dict[str, torch.Tensor]:
+    """The weights after one Adagrad step (bilm-tf's: accumulators start at 1) on `batch`'s loss times `scale`."""
+    model = ElmoForPreTraining.from_pretrained(folder).train()
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=learning_rate, initial_accumulator_value=1.0)
+    (model(**batch).loss * scale).backward()
+    optimizer.step()
+    return {name: tensor.detach() for name, tensor in model.state_dict().items()}
+
+
+def test_adagrad_with_sentence_batches_scales_the_loss_by_the_words_per_row(tiny_model, tmp_path, capsys):
+    """bilm-tf's Adagrad takes the gradient of each row's summed loss, averaged over the rows: for stream windows the
+    per-word mean times --unroll-steps. With --batching sentence the loss was still multiplied by --unroll-steps (20
+    here, a value that does not apply to sentences); it is the mean times the batch's target words per row now."""
+    text, table, vocabulary = fixture_text()
+    batch = SentenceBatches(text, table, vocabulary, batch_size=2, seed=0, shuffle=False).batch(0)
+    rows, targets = batch["labels"].shape[0], int((batch["labels"] != -100).sum())
+    assert loss_scale("adagrad", batch["labels"]) == targets / rows != 20  # (the test tells the two scales apart)
+    stream = StreamBatches(text, table, vocabulary, batch_size=2, unroll_steps=6, seed=0).batch(0)
+    assert loss_scale("adagrad", stream["labels"]) == 6 and loss_scale("adamw", batch["labels"]) == 1
+    output = tmp_path / "run"
+    code, _, err = run_main(capsys, "--init-from", tiny_model, *DATA, "--batching", "sentence", "--batch-size", 2,
+                            "--no-shuffle", "--optimizer", "adagrad", "--learning-rate", 0.2, "--dropout", 0,
+                            "--negative-samples", 0, "--max-grad-norm", 0, "--output-dir", output)
+    assert code == 0, err
+    trained = {name.removeprefix("model."): tensor for name, tensor in load_file(output / "model.safetensors").items()}
+    expected = adagrad_step(tiny_model, batch, targets / rows, 0.2)
+    unroll_scaled = adagrad_step(tiny_model, batch, 20.0, 0.2)
+    differences = {name: (trained[name] - expected[name]).abs().max().item() for name in trained}
+    assert max(differences.values()) < 1e-5, differences
+    assert max((trained[name] - unroll_scaled[name]).abs().max().item() for name in trained) > 1e-3
