@@ -1,6 +1,8 @@
-"""What the benchmark workers share: the JSON-lines channel to the driver, memory readings, timing.
+"""What the benchmark scripts share: the JSON-lines channel to the driver, memory readings, timing, the sections
+of a results file.
 
-Imported by `run.py`, `hf_worker.py` and `hf_train_worker.py` (the project's venv), `allennlp_worker.py`,
+Imported by `run.py` (and through it `train_bench.py`), `gpu_train_bench.py`, `hf_worker.py` and
+`hf_train_worker.py` (the project's venv), `allennlp_worker.py`,
 `allennlp_train_worker.py` and `elmoformanylangs_worker.py` (the peers' own venvs), so it uses only the standard
 library (and torch and numpy, which every venv has, where named).
 """
@@ -22,6 +24,17 @@ def memory_mb() -> dict[str, float]:
             if key in fields:
                 found[fields[key]] = int(line.split()[1]) / 1024
     return found
+
+
+def markdown_sections(text: str) -> list[tuple[str | None, str]]:
+    """`text` (a results file) cut before each "## " line: (None, what precedes the first), then for each section
+    (its heading line, the section: that line and every line up to the next "## " line). Joined, they are `text`."""
+    sections: list[tuple[str | None, list[str]]] = [(None, [])]
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            sections.append((line.splitlines()[0], []))
+        sections[-1][1].append(line)
+    return [(heading, "".join(lines)) for heading, lines in sections]
 
 
 def timed(function) -> tuple[float, object]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench_common import markdown_sections  # noqa: E402
 from hf_elmo.fast_linear import cpuinfo  # noqa: E402
 from hf_elmo.files import write_text_atomically  # noqa: E402
 
@@ -577,15 +578,8 @@ def other_cpu_sections(previous: str, heading: str) -> list[str]:
     "## CPU: " line and what follows it up to the next "## " line, in their order. A heading without family and
     model numbers (as runs wrote them before they were recorded) is of the kind whose name and vendor it gives."""
     this_kind = {heading, re.sub(r", family [^,]*, model [^)]*\)$", ")", heading)}
-    kept, current = [], None
-    for line in previous.splitlines():
-        if line.startswith("## "):
-            current = [] if line.startswith("## CPU: ") and line not in this_kind else None
-            if current is not None:
-                kept.append(current)
-        if current is not None:
-            current.append(line)
-    return ["\n".join(section).rstrip() for section in kept]
+    return [text.rstrip() for other, text in markdown_sections(previous)
+            if other is not None and other.startswith("## CPU: ") and other not in this_kind]
 
 
 def one_section_per_cpu(title: str, about: str, section: str, previous: str) -> list[str]:

@@ -2,6 +2,7 @@
 (`--device cpu`), so that code which only a lent GPU would run is exercised here (its smoke run checks the fused
 training path and writes only where it is told to), and the memory rates the README's Speed section quotes."""
 
+import re
 import subprocess
 import sys
 import time
@@ -121,3 +122,34 @@ def test_cpu_kinds_that_share_a_name_keep_sections_of_their_own(tmp_path):
     if Path("/proc/cpuinfo").is_file():
         assert cpu["family"] and cpu["model_number"] and run.section_heading(cpu).endswith(
             f", family {cpu['family']}, model {cpu['model_number']})")
+
+
+def sections_of(text: str) -> list[str]:
+    """`text` cut before each "## " line (the first part: what precedes the first)."""
+    return re.split(r"(?m)^(?=## )", text)
+
+
+def test_each_committed_results_file_reassembled_with_its_own_section_is_unchanged():
+    """RESULTS.md, TRAINING.md and GPU_RESULTS.md are rewritten by one parser of their sections
+    (`bench_common.markdown_sections`): a run of the kind whose section comes first gives back the committed text, a
+    new CPU kind's section goes first with every other kept whole, and a Training section of `gpu_train_bench.py` goes
+    at the end of GPU_RESULTS.md and replaces only itself."""
+    import gpu_train_bench
+    import run
+    import train_bench
+
+    new = "## CPU: New kind (NewVendor, family 1, model 2)\n\nnew figures\n"
+    for name, assemble in (("RESULTS.md", lambda text, section: run.assemble(text, section, GPU_RESULTS)),
+                           ("TRAINING.md", train_bench.assemble)):
+        text = (REPO / "benchmarks" / name).read_text(encoding="utf-8")
+        parts = sections_of(text)
+        cpus = [part for part in parts if part.startswith("## CPU: ")]
+        assert len(cpus) >= 3, name
+        assert assemble(text, cpus[0]) == text, name
+        added = assemble(text, new)
+        assert sections_of(added) == [parts[0], new + "\n", *cpus, *parts[1 + len(cpus):]], name
+    gpu = GPU_RESULTS.read_text(encoding="utf-8")
+    section = "\n## Training\n\n- figures\n"
+    once = gpu_train_bench.with_section(gpu, section)
+    assert once == gpu.rstrip("\n") + "\n" + section
+    assert gpu_train_bench.with_section(gpu_train_bench.with_section(once, "\n## Training\n\n- other\n"), section) == once
