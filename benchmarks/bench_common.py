@@ -1,6 +1,8 @@
-"""What the benchmark workers share: the JSON-lines channel to the driver, memory readings, timing.
+"""What the benchmark scripts share: the JSON-lines channel to the driver, memory readings, timing, the CPU's caches
+and its memory bandwidth, the sections of a results file.
 
-Imported by `run.py`, `hf_worker.py` and `hf_train_worker.py` (the project's venv), `allennlp_worker.py`,
+Imported by `run.py` (and through it `train_bench.py`), `gpu_train_bench.py`, `hf_worker.py` and
+`hf_train_worker.py` (the project's venv), `allennlp_worker.py`,
 `allennlp_train_worker.py` and `elmoformanylangs_worker.py` (the peers' own venvs), so it uses only the standard
 library (and torch and numpy, which every venv has, where named).
 """
@@ -10,6 +12,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 
 
 def memory_mb() -> dict[str, float]:
@@ -22,6 +25,63 @@ def memory_mb() -> dict[str, float]:
             if key in fields:
                 found[fields[key]] = int(line.split()[1]) / 1024
     return found
+
+
+def cpu0_caches() -> dict[str, str]:
+    """CPU 0's data and unified caches by level, sizes as sysfs writes them: {"L1": "48K", "L2": "1024K", ...}."""
+    caches = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
+            if kind != "Instruction":
+                caches[f"L{level}"] = (index / "size").read_text().strip()
+        except OSError:
+            continue
+    return caches
+
+
+def last_level_cache(caches: dict[str, str]) -> tuple[str, int] | None:
+    """The last level of `caches` (`cpu0_caches()`, or a results file's record of them): its name and size in bytes,
+    ("L3", 33554432); None where none is recorded."""
+    if not caches:
+        return None
+    level = max(caches, key=lambda name: int(name[1:]))
+    size, units = caches[level], {"K": 2**10, "M": 2**20, "G": 2**30}
+    return level, int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+
+
+def bandwidth_buffer_bytes(caches: dict[str, str]) -> int:
+    """The buffer the memory bandwidth is read from: 8 times the last level of `caches`, at least 512 MiB, so that
+    what of it the cache keeps from one read to the next adds a few percent (on an AMD EPYC Zen 5 with a 32 MiB L3,
+    2 threads: 5 times the L3 reads 11% faster than 16 times; the Intel Xeon here has a 260 MiB L3)."""
+    last = last_level_cache(caches)
+    return max(512 * 2**20, 8 * (last[1] if last else 0))
+
+
+def memory_bandwidth(seconds: float = 1.0) -> dict:
+    """The machine's memory bandwidth now, on torch's threads: the best read of a `bandwidth_buffer_bytes()` buffer
+    by `torch.amax`, which torch spreads over its threads. (A vector times a 256 MiB matrix, `make bench`'s probe
+    before, is no faster on 2 threads than on 1 in MKL: on an AMD EPYC Zen 5, 28 GB/s where 2 threads read at 45 to
+    65, so one sentence seemed to read its weights at 151% of it.)"""
+    import torch
+
+    buffer = torch.ones(bandwidth_buffer_bytes(cpu0_caches()) // 4)
+    torch.amax(buffer)
+    best, start = float("inf"), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        best = min(best, timed(lambda: torch.amax(buffer))[0])
+    return {"bandwidth_gbs": buffer.numel() * 4 / best / 1e9, "bandwidth_buffer_mib": buffer.numel() * 4 / 2**20}
+
+
+def markdown_sections(text: str) -> list[tuple[str | None, str]]:
+    """`text` (a results file) cut before each "## " line: (None, what precedes the first), then for each section
+    (its heading line, the section: that line and every line up to the next "## " line). Joined, they are `text`."""
+    sections: list[tuple[str | None, list[str]]] = [(None, [])]
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            sections.append((line.splitlines()[0], []))
+        sections[-1][1].append(line)
+    return [(heading, "".join(lines)) for heading, lines in sections]
 
 
 def timed(function) -> tuple[float, object]:

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
+from bench_common import markdown_sections  # noqa: E402
 from gpu_bench import run  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForPreTraining, fused_bilstm  # noqa: E402
 from hf_elmo.files import write_text_atomically  # noqa: E402
@@ -227,18 +228,12 @@ def with_section(text: str, section: str) -> str:
     """`text` (a results file) with `section` (starting with a blank line, then HEADING) in place of its sections of
     that heading (each up to the next `## ` heading; earlier versions of this script appended one a run), where the
     first of them was, or at its end."""
-    lines = text.splitlines(keepends=True)
-    kept, first, inside = [], None, False
-    for line in lines:
-        if line.startswith("## "):
-            inside = line.rstrip("\n") == HEADING
-            if inside and first is None:
-                first = len(kept)
-        if not inside:
-            kept.append(line)
-    if first is None:
-        first = len(kept)
-    head, tail = "".join(kept[:first]), "".join(kept[first:])
+    head, tail, found = [], [], False  # (the other sections before the first Training section, after it)
+    for heading, part in markdown_sections(text):
+        found = found or heading == HEADING
+        if heading != HEADING:
+            (tail if found else head).append(part)
+    head, tail = "".join(head), "".join(tail)
     head = head.rstrip("\n") + "\n" if head.strip() else ""
     tail = tail.rstrip("\n") + "\n" if tail.strip() else ""
     return head + section + ("\n" + tail if tail else "")

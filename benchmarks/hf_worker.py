@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import Channel, load_inputs, memory_mb, timed
+from bench_common import Channel, load_inputs, memory_bandwidth, memory_mb, timed
 
 channel = Channel()
 model_dir, inputs_file, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -84,7 +84,7 @@ def run(case: str, mode: str = "cold", save: str | None = None, approximation: s
 
 
 def ceiling(seconds: float = 1.0) -> dict:
-    """The machine's fp32 matrix multiply rate and its rate of streaming a weight matrix from memory, now.
+    """The machine's fp32 matrix multiply rate and its memory bandwidth (`bench_common.memory_bandwidth`), now.
 
     The rate is the best 2048 x 2048 x 2048 product of `torch.mm` and of each float32 kernel that hf_elmo chooses
     among (`fast_linear.float32_kernels`): on some CPUs one of them is faster than `torch.mm` (oneDNN's AVX-512
@@ -105,14 +105,7 @@ def ceiling(seconds: float = 1.0) -> dict:
             best[name] = min(best[name], timed(product)[0])
     fastest = min(best, key=best.get)
     gflops = 2 * 2048**3 / best[fastest] / 1e9
-    # A vector times a 256 MiB matrix stored input-major (the layout BLAS streams fastest): one LSTM step of
-    # one sentence is this kind of product.
-    matrix, vector = torch.randn(512, 1 << 17), torch.randn(512)
-    vector @ matrix
-    best, start = float("inf"), time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        best = min(best, timed(lambda: vector @ matrix)[0])
-    return {"gflops": gflops, "ceiling_kernel": fastest, "bandwidth_gbs": matrix.numel() * 4 / best / 1e9}
+    return {"gflops": gflops, "ceiling_kernel": fastest, **memory_bandwidth(seconds)}
 
 
 def step_rate(rows: int, steps: int = 20, repeats: int = 5) -> dict:

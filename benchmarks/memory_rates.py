@@ -3,7 +3,9 @@
     python benchmarks/memory_rates.py [--threads 2]
 
 Prints, with the CPU's model:
-* a vector times a 256 MiB matrix (from main memory), the rate `make bench` calls the memory bandwidth;
+* the memory bandwidth as `make bench` measures it (`bench_common.memory_bandwidth`: a read of a buffer 8 times
+  the last-level cache), and a vector times a 256 MiB matrix (from main memory), which `make bench` took for it
+  before (MKL's product is no faster on 2 threads than on 1);
 * one step of one layer and direction at the original size, its recurrent and projection products for one row
   (40 MiB of weights, read again at every step, so from the cache), by each exact float32 kernel of
   `hf_elmo/fast_linear.py`;
@@ -22,11 +24,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_common import bandwidth_buffer_bytes, cpu0_caches, memory_bandwidth  # noqa: E402
 from hf_elmo.fast_linear import cpu_name, float32_kernels  # noqa: E402
 
 CELL, PROJECTION, FILTERS = 4096, 512, 2048
-# A buffer larger than any cache here, written before a call that must read its weights from main memory.
-EVICT_MIB = 400
 
 
 def median_seconds(call, repeats: int, before=None) -> float:
@@ -50,6 +51,9 @@ def main(argv=None) -> None:
     print(f"CPU: {cpu_name()}; {args.threads} threads; torch {torch.__version__}")
     mib = 2**20
 
+    bandwidth = memory_bandwidth()
+    print(f"memory bandwidth, a read of {bandwidth['bandwidth_buffer_mib']:.0f} MiB (main memory): "
+          f"{bandwidth['bandwidth_gbs']:.1f} GB/s")
     matrix, vector = torch.randn(512, 1 << 17), torch.randn(512)
     seconds = median_seconds(lambda: vector @ matrix, args.repeats)
     print(f"vector x 256 MiB matrix (main memory): {matrix.numel() * 4 / seconds / 1e9:.1f} GB/s")
@@ -63,7 +67,8 @@ def main(argv=None) -> None:
         print(f"one step of one direction, 1 row, {step_bytes / mib:.0f} MiB of weights, {name}: "
               f"{seconds * 1e3:.2f} ms, {step_bytes / seconds / 1e9:.1f} GB/s")
 
-    evict = torch.empty(EVICT_MIB * mib // 4)
+    # Written before a call that must read its weights from main memory: larger than the caches, as the probe's.
+    evict = torch.empty(bandwidth_buffer_bytes(cpu0_caches()) // 4)
     once_a_sentence = [("a highway layer", 2 * FILTERS, FILTERS, 20),
                        ("the first layer's input, both directions", 8 * CELL, PROJECTION, 20),
                        ("the second layer's input, one direction", 4 * CELL, PROJECTION, 22)]

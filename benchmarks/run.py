@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench_common import cpu0_caches, last_level_cache, markdown_sections  # noqa: E402
 from hf_elmo.fast_linear import cpuinfo  # noqa: E402
 from hf_elmo.files import write_text_atomically  # noqa: E402
 
@@ -156,17 +157,58 @@ def needed_positions(sentences: list[list[str]]) -> tuple[int, int]:
     return sum(len(s) + 2 for s in sentences), sum(len(s) + 1 for s in sentences)
 
 
-def weight_bytes(config, steps: int, per_step_input: bool) -> float:
-    """Bytes of weights one sentence of `steps` positions must read when it is alone (batch of one):
-    every step reads the recurrent and projection weights of every layer and direction; the input weights
-    are read once (hf_elmo) or at every step (AllenNLP); the char encoder's weights are read once."""
-    proj, cell, width = config.projection_dim, config.cell_size, config.num_char_filters
-    recurrent = 4 * cell * proj + (cell * proj if config.has_lstm_projection else 0)
-    input_weight = 4 * cell * proj
-    per_step = config.num_lstm_layers * 2 * (recurrent + (input_weight if per_step_input else 0))
-    once = config.num_lstm_layers * 2 * (0 if per_step_input else input_weight)
-    char = config.num_highway_layers * 2 * width * width + width * proj + sum(w * config.char_embedding_dim * n for w, n in config.char_cnn_filters)
-    return 4.0 * (steps * per_step + once + char)
+def lstm_weights(config) -> tuple[int, int, int]:
+    """The weights of one layer and direction of the biLSTM: (input, recurrent, projection) counts."""
+    proj, cell = config.projection_dim, config.cell_size
+    return 4 * cell * proj, 4 * cell * proj, cell * proj if config.has_lstm_projection else 0
+
+
+def weight_bytes(config, words: int, reader: str) -> float:
+    """Bytes of weights (the matrices; their biases, a thousandth of them, left out) that `reader` reads for one
+    sentence of `words` words alone (a batch of one):
+    "allennlp": every step, `<S>` to `</S>` in each direction, multiplies each layer's input, recurrent and projection
+    weights (the first step's recurrent ones by the zero state too); the char encoder's are read once.
+    "hf-cold": hf_elmo's steps (each word and one boundary a direction: the last step's outputs are dropped) read the
+    recurrent and projection weights, except the first step, from the zero state, the recurrent ones; each layer's
+    input weights and the char encoder's are read once.
+    "hf-warm": as cold, but every word's char encoding and first-layer input gates are cached: neither is read."""
+    input_weight, recurrent, projection = lstm_weights(config)
+    chains = 2 * config.num_lstm_layers  # (a layer and direction each)
+    width = config.num_char_filters
+    char = (sum(w * config.char_embedding_dim * n for w, n in config.char_cnn_filters)
+            + config.num_highway_layers * 2 * width * width
+            + ((width + config.word_embedding_dim) * config.projection_dim if config.has_char_projection else 0))
+    if reader == "allennlp":
+        return 4.0 * (chains * (words + 2) * (input_weight + recurrent + projection) + char)
+    steps = chains * ((words + 1) * projection + words * recurrent)
+    if reader == "hf-cold":
+        return 4.0 * (steps + chains * input_weight + char)
+    return 4.0 * (steps + (chains - 2) * input_weight)
+
+
+def reread_bytes(config, reader: str) -> float:
+    """Bytes of weights that one layer and direction reads at each of its steps (`reader` as in `weight_bytes`; the
+    input weights only AllenNLP's). Both libraries run every step of one layer and direction before the next, so
+    these are read again step after step: from the cache where it holds them, not from memory."""
+    input_weight, recurrent, projection = lstm_weights(config)
+    return 4.0 * (recurrent + projection + (input_weight if reader == "allennlp" else 0))
+
+
+# Up to this many times the last-level cache, weights read over and over still come partly from it (on an AMD EPYC
+# Zen 5 with a 32 MiB L3, 2 threads: a 40 MiB buffer is read at twice the rate of a 512 MiB one, 64 MiB at 1.5x).
+PARTLY_CACHED = 4
+
+
+def bandwidth_share(fraction: float, reread: float, caches: dict[str, str]) -> str:
+    """`fraction` (weight bytes a second over the memory bandwidth) as RESULTS.md shows it, given `reread`
+    (`reread_bytes`) and the CPU's `caches`: where the reread weights fit in the last-level cache they do not come
+    from memory, and no share of its bandwidth is shown; up to PARTLY_CACHED times it, the share says so."""
+    last = last_level_cache(caches)
+    if last is not None and reread <= last[1]:
+        return f"weights in the {last[0]} cache"
+    if last is not None and reread <= PARTLY_CACHED * last[1]:
+        return f"{fraction:.0%} of bandwidth, partly from the {last[0]} cache"
+    return f"{fraction:.0%} of bandwidth"
 
 
 def max_difference(first: Path, second: Path, layers: int) -> list[float]:
@@ -197,18 +239,10 @@ def describe_cpu() -> dict:
     vector extensions, caches."""
     fields = cpuinfo()
     flags = fields.get("flags", "").split()
-    caches = {}
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
-            if kind != "Instruction":
-                caches[f"L{level}"] = (index / "size").read_text().strip()
-        except OSError:
-            continue
     return {"model": fields.get("model name", "unknown"), "vendor": fields.get("vendor_id", "unknown"),
             "family": fields.get("cpu family"), "model_number": fields.get("model"),
             "logical_cpus": os.cpu_count(), "extensions": [name for flag, name in EXTENSIONS.items() if flag in flags],
-            "caches": caches}
+            "caches": cpu0_caches()}
 
 
 def cpu_kind(cpu: dict) -> str:
@@ -364,8 +398,8 @@ def summarise(size_result: dict, inputs: dict) -> dict:
             if lib != "allennlp":
                 lstm_seconds = median([r["lstm_seconds"] for r in runs[f"{lib}-{case}"]])
                 row[lib]["lstm_flop_fraction"] = steps * lstm_flops / lstm_seconds / ceiling
-            if case == "single":  # AllenNLP also runs the step after </S> (forward) and <S> (backward)
-                need = sum(weight_bytes(config, len(s) + (2 if lib == "allennlp" else 1), lib == "allennlp") for s in sentences)
+            if case == "single":
+                need = sum(weight_bytes(config, len(s), lib) for s in sentences)
                 row[lib]["bandwidth_fraction"] = need / seconds / bandwidth
         # The machine's speed drifts between rounds: each ratio is taken within a round, then the median over rounds.
         for mode in ("cold", "warm"):
@@ -443,8 +477,9 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
              "every word is cached. Both libraries were warmed up before timing.",
              "- Ceilings, measured between rounds in the same run: fp32 matrix multiply = best 2048x2048x2048 "
              "product of `torch.mm` and of each float32 kernel hf_elmo chooses among in this build of torch "
-             "(`fast_linear.float32_kernels`: MKL's packed weights, oneDNN's reordered weights, plain BLAS); memory bandwidth = best vector x 256 MiB matrix product "
-             "(`vector @ matrix`, input-major).",
+             "(`fast_linear.float32_kernels`: MKL's packed weights, oneDNN's reordered weights, plain BLAS); memory bandwidth = best "
+             "read (`torch.amax`, on the benchmark's threads) of a buffer 8 times the last-level cache, at least 512 MiB "
+             "(`bench_common.memory_bandwidth`).",
              ""]
     targets = []
     for name, summary in summaries.items():
@@ -478,9 +513,11 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
             row = summary[case]
             lines.append(f"| {label} | {row['allennlp']['flop_fraction']:.0%} | {row['hf-cold']['flop_fraction']:.0%} | "
                          f"{row['hf-warm']['flop_fraction']:.0%} | {row['hf-warm']['lstm_flop_fraction']:.0%} |")
-        row = summary["single"]
-        lines.append(f"| 1 sentence, weight bytes streamed / bandwidth | {row['allennlp']['bandwidth_fraction']:.0%} | "
-                     f"{row['hf-cold']['bandwidth_fraction']:.0%} | {row['hf-warm']['bandwidth_fraction']:.0%} | |")
+        row, config = summary["single"], result["config_obj"]
+        share = {lib: bandwidth_share(row[lib]["bandwidth_fraction"], reread_bytes(config, lib), cpu["caches"])
+                 for lib in ("allennlp", "hf-cold", "hf-warm")}
+        lines.append(f"| 1 sentence, weight bytes streamed / bandwidth | {share['allennlp']} | {share['hf-cold']} | "
+                     f"{share['hf-warm']} | |")
         bound = summary["bound"]
         lines += ["", f"What the exact computation allows here (32 sentences): the recurrent and projection multiplies of "
                   f"each step take {len(inputs['batch'][0])} rows at a time and cannot leave the time loop; measured "
@@ -492,10 +529,16 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
                   f"reach {bound['lstm_flop_fraction']:.0%} of the ceiling, and the batch (the rest of it as measured) "
                   f"{bound['ratio_cold']:.2f}x AllenNLP cold and {bound['ratio_warm']:.2f}x warm: an upper bound "
                   "for this way of computing the exact model, on this machine and run."]
+        last = last_level_cache(cpu["caches"])
         lines += ["", "For one sentence every step must read the recurrent and projection weights of every layer and "
                   "direction (AllenNLP also re-reads the input weights at every step), so this case is bound by "
-                  "memory bandwidth; the last row is the weight traffic each library needs over the measured "
-                  "bandwidth.", "",
+                  "the rate they are read at; the last row is the weight traffic each library needs over the measured "
+                  "memory bandwidth. Both run a layer and direction's steps in turn, reading its weights again at "
+                  f"every step ({reread_bytes(config, 'hf-cold') / 2**20:.3g} MiB; AllenNLP's "
+                  f"{reread_bytes(config, 'allennlp') / 2**20:.3g} MiB)"
+                  + (f": against the {last[1] / 2**20:.3g} MiB {last[0]} cache, weights that fit come from it, not "
+                     f"from memory (no share of the bandwidth is shown), and up to {PARTLY_CACHED} times its size part "
+                     "of them still do, as the row says." if last else "."), "",
                   "| memory (MiB, peak resident) | AllenNLP | hf_elmo | ratio |", "|---|---|---|---|",
                   f"| after imports | {memory['allennlp']['imported']:.0f} | {memory['hf_elmo']['imported']:.0f} | |",
                   f"| after loading the checkpoint | {memory['allennlp']['load_peak']:.0f} | {memory['hf_elmo']['load_peak']:.0f} | {memory['load_ratio']:.2f}x |",
@@ -536,8 +579,8 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
                 ("original, 32 sentences, cache warm: >= 4x", f"{summary['batch']['ratio_warm']:.2f}x", summary["batch"]["ratio_warm"] >= 4),
                 ("original, biLSTM part >= 70% of the FLOP ceiling", f"{summary['batch']['hf-warm']['lstm_flop_fraction']:.0%}",
                  summary["batch"]["hf-warm"]["lstm_flop_fraction"] >= 0.7),
-                ("original, 1 sentence: >= 1.8x AllenNLP", f"{summary['single']['ratio_cold']:.2f}x "
-                 f"({summary['single']['hf-cold']['bandwidth_fraction']:.0%} of bandwidth)", summary["single"]["ratio_cold"] >= 1.8),
+                ("original, 1 sentence: >= 1.8x AllenNLP", f"{summary['single']['ratio_cold']:.2f}x ({share['hf-cold']})",
+                 summary["single"]["ratio_cold"] >= 1.8),
                 ("original, peak RSS of loading <= 0.75x AllenNLP", f"{memory['load_ratio']:.2f}x", memory["load_ratio"] <= 0.75),
             ]
         if name == "small":
@@ -577,15 +620,8 @@ def other_cpu_sections(previous: str, heading: str) -> list[str]:
     "## CPU: " line and what follows it up to the next "## " line, in their order. A heading without family and
     model numbers (as runs wrote them before they were recorded) is of the kind whose name and vendor it gives."""
     this_kind = {heading, re.sub(r", family [^,]*, model [^)]*\)$", ")", heading)}
-    kept, current = [], None
-    for line in previous.splitlines():
-        if line.startswith("## "):
-            current = [] if line.startswith("## CPU: ") and line not in this_kind else None
-            if current is not None:
-                kept.append(current)
-        if current is not None:
-            current.append(line)
-    return ["\n".join(section).rstrip() for section in kept]
+    return [text.rstrip() for other, text in markdown_sections(previous)
+            if other is not None and other.startswith("## CPU: ") and other not in this_kind]
 
 
 def one_section_per_cpu(title: str, about: str, section: str, previous: str) -> list[str]:

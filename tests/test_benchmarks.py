@@ -2,6 +2,7 @@
 (`--device cpu`), so that code which only a lent GPU would run is exercised here (its smoke run checks the fused
 training path and writes only where it is told to), and the memory rates the README's Speed section quotes."""
 
+import re
 import subprocess
 import sys
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from conftest import REPO
 
+from hf_elmo import ElmoConfig, ElmoModel
 from hf_elmo.fast_linear import float32_kernels
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -121,3 +123,94 @@ def test_cpu_kinds_that_share_a_name_keep_sections_of_their_own(tmp_path):
     if Path("/proc/cpuinfo").is_file():
         assert cpu["family"] and cpu["model_number"] and run.section_heading(cpu).endswith(
             f", family {cpu['family']}, model {cpu['model_number']})")
+
+
+def sections_of(text: str) -> list[str]:
+    """`text` cut before each "## " line (the first part: what precedes the first)."""
+    return re.split(r"(?m)^(?=## )", text)
+
+
+def test_each_committed_results_file_reassembled_with_its_own_section_is_unchanged():
+    """RESULTS.md, TRAINING.md and GPU_RESULTS.md are rewritten by one parser of their sections
+    (`bench_common.markdown_sections`): a run of the kind whose section comes first gives back the committed text, a
+    new CPU kind's section goes first with every other kept whole, and a Training section of `gpu_train_bench.py` goes
+    at the end of GPU_RESULTS.md and replaces only itself."""
+    import gpu_train_bench
+    import run
+    import train_bench
+
+    new = "## CPU: New kind (NewVendor, family 1, model 2)\n\nnew figures\n"
+    for name, assemble in (("RESULTS.md", lambda text, section: run.assemble(text, section, GPU_RESULTS)),
+                           ("TRAINING.md", train_bench.assemble)):
+        text = (REPO / "benchmarks" / name).read_text(encoding="utf-8")
+        parts = sections_of(text)
+        cpus = [part for part in parts if part.startswith("## CPU: ")]
+        assert len(cpus) >= 3, name
+        assert assemble(text, cpus[0]) == text, name
+        added = assemble(text, new)
+        assert sections_of(added) == [parts[0], new + "\n", *cpus, *parts[1 + len(cpus):]], name
+    gpu = GPU_RESULTS.read_text(encoding="utf-8")
+    section = "\n## Training\n\n- figures\n"
+    once = gpu_train_bench.with_section(gpu, section)
+    assert once == gpu.rstrip("\n") + "\n" + section
+    assert gpu_train_bench.with_section(gpu_train_bench.with_section(once, "\n## Training\n\n- other\n"), section) == once
+
+
+def test_one_sentence_weight_traffic_counts_the_models_own_weights():
+    """`make bench` divides the weight bytes one sentence reads by the memory bandwidth: they are the model's own
+    weight matrices, read as each library runs them (hf_elmo: every step the projection weights, every step but the
+    first, from the zero state, the recurrent ones, the rest once, and warm neither the char encoder's nor the first
+    layer's input weights; AllenNLP: every weight of the biLSTM at every step, `<S>` to `</S>`)."""
+    import run
+
+    for config in (ElmoConfig(cell_size=1024, projection_dim=128, num_highway_layers=1),  # the Small size
+                   ElmoConfig(cell_size=64, projection_dim=64, num_highway_layers=2,
+                              char_cnn_filters=[[1, 32], [2, 64]], word_vocab_size=10, word_embedding_dim=8,
+                              bos_word_id=1, eos_word_id=2)):  # (no LSTM projection; word input)
+        parameters = dict(ElmoModel(config).named_parameters())
+
+        def size(pattern: str) -> int:
+            return sum(p.numel() * p.element_size() for n, p in parameters.items() if re.fullmatch(pattern, n))
+
+        recurrent, projection = size(r"layers\.\d+\.recurrent_weight"), size(r"layers\.\d+\.projection_weight")
+        inputs, first_inputs = size(r"layers\.\d+\.input_weight"), size(r"layers\.0\.input_weight")
+        char = size(r"char_encoder\.(char_cnn|highway|projection)\..*weight")
+        assert char and inputs and (projection > 0) == config.has_lstm_projection
+        words, chains = 20, 2 * config.num_lstm_layers
+        assert run.weight_bytes(config, words, "hf-cold") == (words + 1) * projection + words * recurrent + inputs + char
+        assert run.weight_bytes(config, words, "hf-warm") == (words + 1) * projection + words * recurrent + inputs - first_inputs
+        assert run.weight_bytes(config, words, "allennlp") == (words + 2) * (projection + recurrent + inputs) + char
+        assert run.reread_bytes(config, "hf-cold") * chains == recurrent + projection
+        assert run.reread_bytes(config, "allennlp") * chains == recurrent + projection + inputs
+
+
+def test_the_memory_bandwidth_is_read_from_past_the_last_level_cache():
+    """The probe reads a buffer 8 times the last-level cache (at least 512 MiB), on the benchmark's threads; the one
+    before it, a vector times a 256 MiB matrix, was no faster on 2 threads than on 1, and on the Intel Xeon here (a
+    260 MiB L3) its matrix fitted in the cache."""
+    from bench_common import bandwidth_buffer_bytes, cpu0_caches, last_level_cache
+
+    assert last_level_cache({"L1": "48K", "L2": "1024K", "L3": "98304K"}) == ("L3", 96 * 2**20)
+    assert bandwidth_buffer_bytes({"L1": "48K", "L2": "2048K", "L3": "266240K"}) == 8 * 260 * 2**20  # (the Xeon's)
+    assert bandwidth_buffer_bytes({"L2": "1024K", "L3": "32768K"}) == bandwidth_buffer_bytes({}) == 512 * 2**20
+    caches = cpu0_caches()  # this machine's, as RESULTS.md records them
+    if Path("/sys/devices/system/cpu/cpu0/cache").is_dir():
+        assert caches and bandwidth_buffer_bytes(caches) >= 8 * last_level_cache(caches)[1], caches
+
+
+def test_weights_that_stay_in_the_cache_are_not_shown_as_a_share_of_memory_bandwidth():
+    """One sentence rereads a layer and direction's weights at every step (40 MiB at the original size, 2.5 MiB at
+    the Small): where the last-level cache holds them (the Intel Xeon's 260 MiB L3; every CPU here at the Small size)
+    RESULTS.md says so instead of a share of memory bandwidth, and where it holds part of them (the AMD EPYC Zen 5's
+    32 MiB L3 at the original size) the share says that part came from the cache."""
+    import run
+
+    original, small = ElmoConfig(), ElmoConfig(cell_size=1024, projection_dim=128, num_highway_layers=1)
+    assert run.reread_bytes(original, "hf-cold") == 40 * 2**20 and run.reread_bytes(original, "allennlp") == 72 * 2**20
+    zen5, xeon = {"L1": "48K", "L2": "1024K", "L3": "32768K"}, {"L1": "48K", "L2": "2048K", "L3": "266240K"}
+    assert run.bandwidth_share(1.51, run.reread_bytes(original, "hf-cold"), zen5) == (
+        "151% of bandwidth, partly from the L3 cache")
+    assert run.bandwidth_share(1.01, run.reread_bytes(original, "hf-cold"), xeon) == "weights in the L3 cache"
+    assert run.bandwidth_share(0.45, run.reread_bytes(small, "hf-warm"), zen5) == "weights in the L3 cache"
+    assert run.bandwidth_share(0.7, run.reread_bytes(original, "hf-cold"), {"L3": "8192K"}) == "70% of bandwidth"
+    assert run.bandwidth_share(0.7, run.reread_bytes(original, "hf-cold"), {}) == "70% of bandwidth"
