@@ -155,3 +155,39 @@ def test_every_option_the_readme_names_is_one_of_its_commands(capsys, monkeypatc
     named = set(re.findall(r"--[a-z][a-z0-9_-]*", README.read_text(encoding="utf-8")))
     assert len(named) > 50
     assert named - OTHER_TOOLS_OPTIONS - accepted == set()
+
+
+README_CPU_NAMES = {"family 26, model 2": "AMD EPYC Zen 5", "family 25, model 17": "AMD EPYC Zen 4",
+                    "family 23, model 49": "AMD EPYC Zen 2", "GenuineIntel": "Intel Xeon"}
+
+
+def results_speed_rows() -> dict:
+    """benchmarks/RESULTS.md's words/s rows at the original size and ELMoForManyLangs' released size, keyed by
+    (README case, README CPU name): [peer, hf_elmo cold, hf_elmo warm, cold ratio, warm ratio] as strings."""
+    text = (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+    rows = {}
+    for section in text.split("\n## CPU: ")[1:]:
+        heading = section.splitlines()[0]
+        names = [name for key, name in README_CPU_NAMES.items() if key in heading]
+        assert len(names) == 1, f"RESULTS.md section {heading!r} has no README name"
+        for size, peer in (("### original", "AllenNLP"), ("### ELMoForManyLangs", "ELMoForManyLangs")):
+            part = section.split(size, 1)[1].split("\n### ", 1)[0]
+            for case in ("32 sentences", "1 sentence at a time"):
+                cells = re.search(rf"^\| {case} \|(.*)\|$", part, re.M).group(1)
+                rows[(f"{case}, against {peer}", names[0])] = [cell.strip() for cell in cells.split("|")]
+    return rows
+
+
+def test_the_readmes_speed_table_is_results_md():
+    """README, Speed: "The figures below come from the four sections, each one run of 9 rounds": every row of its
+    table (peer words/s, hf_elmo cold and warm, both ratios) is the row of benchmarks/RESULTS.md's section for that
+    CPU, so that a new `make bench` run cannot leave the README quoting an older one."""
+    expected = results_speed_rows()
+    assert len(expected) == 16
+    seen, case = {}, None
+    for line in README.read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 8 and cells[1] in README_CPU_NAMES.values():
+            case = cells[0] or case
+            seen[(case, cells[1])] = [cell.replace(",", "").replace("*", "") for cell in cells[2:7]]
+    assert seen == expected
