@@ -9,6 +9,7 @@ subclass, `error=`).
 import contextlib
 import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -153,18 +154,27 @@ def plain_mode(folder: bool = False) -> int:
     return (0o777 if folder else 0o666) & ~umask
 
 
+def _mode_of_existing(path: Path) -> int | None:
+    """The permission bits of the file at `path` (of its target, for a link), or None where there is none."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return None
+
+
 @contextlib.contextmanager
 def atomic_file(path, mode: str = "w"):
     """An open file (`mode` "w" for UTF-8 text, "wb" for bytes) that becomes `path` when the block ends without an
     error, creating its folder: a reader sees the old file or the whole new one, never a part. The file gets the
-    mode a plain open would give it."""
+    mode a plain open would give it: the old file's own (a private file stays private), else the umask's."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
             yield out
-        os.chmod(temporary, plain_mode())
+        kept = _mode_of_existing(path)
+        os.chmod(temporary, plain_mode() if kept is None else kept)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
