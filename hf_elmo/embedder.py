@@ -5,6 +5,7 @@ Stateless by default: a sentence's vectors do not depend on what was embedded be
 LSTM state is carried from batch to batch, row by row, as the original `ElmoEmbedder` and `allennlp elmo` did.
 """
 
+import numbers
 import os
 from collections.abc import Iterable, Iterator
 
@@ -28,6 +29,14 @@ Sentence = str | list[str]
 def check_output_format(output_format: str) -> None:
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
+
+
+def check_batch_size(batch_size) -> None:
+    """A whole number of sentences, at least 1 (a float, 1.5 say, would fail only once the batches are cut)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise TypeError(f"batch_size must be an integer, got {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
 
 
 def check_sentences(sentences) -> None:
@@ -180,8 +189,7 @@ class ElmoEmbedder:
         checked at the call, before the first sentence is asked for.
         """
         check_sentences(sentences)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        check_batch_size(batch_size)
         check_output_format(output_format)
         return self._embed_sentences(sentences, batch_size, output_format)
 
