@@ -121,6 +121,14 @@ def model_folder_problem(path) -> str | None:
     return "its config.json is not a file" if (path / "config.json").exists() else "no config.json, not a model folder"
 
 
+def check_model_location(name, error: type[ValueError] = ValueError) -> None:
+    """Fail, naming `name` and why, unless it is a Hub id or a model folder (transformers would take a path that
+    names no model folder for a malformed Hub id)."""
+    problem = None if is_hub_id(str(name)) else model_folder_problem(name)
+    if problem:
+        raise error(f"{name}: {problem}")
+
+
 def check_output_location(path, kind: str, error: type[ValueError] = ValueError, writes_inside: bool = False) -> None:
     """Fail unless a `kind` ("file" or "folder") can be written at `path`, before any work is done.
 
@@ -241,4 +249,4 @@ class OutputLock:
             self._handle = None
 
 
-__all__ = ["OutputLock", "check_output_location", "check_text_file", "decode_utf8", "read_text_file", "sha256_file"]
+__all__ = ["OutputLock", "check_model_location", "check_output_location", "check_text_file", "decode_utf8", "read_text_file", "sha256_file"]
