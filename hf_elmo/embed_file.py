@@ -88,8 +88,8 @@ def plan_batches(sentences: list[str], batch_size: int, stateful: bool) -> list[
 
 def pin_frequent_words(embedder: ElmoEmbedder, sentences: list[str]) -> None:
     """Fill the model's inference caches with the most frequent words of `sentences` (and `<S>`, `</S>`, or the
-    boundaries of the tokenizer's character vocabulary), computed
-    in a fixed order, and keep exactly those until `unpin_words` (see the module docstring)."""
+    boundaries of the tokenizer's character vocabulary), computed in a fixed order, and keep exactly those until
+    `unpin_words` (see the module docstring)."""
     model, tokenizer = embedder.model, embedder.tokenizer
     token_cache, gate_cache = model.char_encoder.token_cache, model.layers[0].input_gate_cache
     unpin_words(embedder)
