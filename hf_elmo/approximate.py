@@ -209,8 +209,9 @@ def approximate_bilstm_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool
 
 def approximation_deviation(model, inputs: dict, kind: str) -> list[float]:
     """Largest |approximate - exact| of each layer of `hidden_states` on `inputs` (a tokenizer batch), for
-    `kind` in `APPROXIMATIONS`. `model`: an `ElmoModel` or a head, whose biLM (`model.elmo`) is measured. The
-    model is left exact."""
+    `kind` in `APPROXIMATIONS`. `model`: an `ElmoModel` or a head, whose biLM (`model.elmo`) is measured, in eval
+    mode (the approximations run in no other), against the exact biLSTM whatever approximation was set. The model is
+    left exact, in the mode it was in."""
     if kind not in APPROXIMATIONS:
         raise ValueError(f"unknown approximation {kind!r}: choose one of {APPROXIMATIONS}")
     model = model.base_model  # (a head's ElmoModel; an ElmoModel is its own)
@@ -218,11 +219,15 @@ def approximation_deviation(model, inputs: dict, kind: str) -> list[float]:
     check_approximation(kind, weight.device, weight.dtype)  # refused here, before any work, where it cannot run
     device = weight.device
     inputs = {name: value.to(device) for name, value in inputs.items()}
-    with torch.no_grad():
-        exact = model(**inputs).hidden_states
-        try:
+    training = model.training
+    try:
+        model.eval()
+        model.set_lstm_approximation(None)
+        with torch.no_grad():
+            exact = model(**inputs).hidden_states
             model.set_lstm_approximation(kind)
             approximate = model(**inputs).hidden_states
-        finally:
-            model.set_lstm_approximation(None)
+    finally:
+        model.set_lstm_approximation(None)
+        model.train(training)
     return [(a.float() - e).abs().max().item() if e.numel() else 0.0 for a, e in zip(approximate, exact)]

@@ -37,6 +37,12 @@ def add_embed_parser(commands) -> None:
     embed_parser.add_argument("--forget-sentences", action="store_true", help="do not write sentence_to_index")
 
 
+def report_error(error: Exception) -> int:
+    """Print `error: MESSAGE` in one line (some of transformers' messages span several) and give the exit code, 2."""
+    print("error: " + " ".join(line.strip() for line in str(error).splitlines() if line.strip()), file=sys.stderr)
+    return 2
+
+
 def embed(args: argparse.Namespace) -> int:
     from .embed_file import check_paths, process_state
     from .embedder import ElmoEmbedder
@@ -54,8 +60,7 @@ def embed(args: argparse.Namespace) -> int:
             use_sentence_keys=args.use_sentence_keys, forget_sentences=args.forget_sentences,
         )
     except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report_error(error)
     if state.is_main_process:
         print(
             f"hf-elmo embed: {summary['sentences']} sentences in {args.output} ({summary['batches']} batches: "
@@ -80,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run_demo(args.model, args.plot)
         except (ValueError, OSError) as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+            return report_error(error)
     elif args.command == "embed":
         return embed(args)
     return 0

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from .default_model import default_model_path
+from .embedder import load_model
 from .files import atomic_file, check_output_location
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
@@ -119,8 +120,10 @@ class SenseVectors:
 
 
 def load_default(model_path: str | None) -> tuple[ElmoModel, ElmoTokenizer, str]:
+    """The model `model_path` (a folder or Hub id; default: the default model), its tokenizer, and its path; one
+    that cannot be loaded is refused naming it (`embedder.load_model`)."""
     path = model_path or default_model_path()
-    return ElmoModel.from_pretrained(path).eval(), ElmoTokenizer.from_pretrained(path), path
+    return *load_model(path), path
 
 
 @torch.no_grad()

@@ -44,7 +44,7 @@ from accelerate import PartialState
 from accelerate.utils import broadcast_object_list, parse_flag_from_env
 from tqdm.auto import tqdm
 
-from .embedder import ElmoEmbedder, check_output_format, length_sorted_batches
+from .embedder import ElmoEmbedder, check_batch_size, check_output_format, length_sorted_batches
 from .files import OutputLock, check_output_location, read_text_file, sha256_file
 
 logger = logging.getLogger(__name__)
@@ -88,8 +88,8 @@ def plan_batches(sentences: list[str], batch_size: int, stateful: bool) -> list[
 
 def pin_frequent_words(embedder: ElmoEmbedder, sentences: list[str]) -> None:
     """Fill the model's inference caches with the most frequent words of `sentences` (and `<S>`, `</S>`, or the
-    boundaries of the tokenizer's character vocabulary), computed
-    in a fixed order, and keep exactly those until `unpin_words` (see the module docstring)."""
+    boundaries of the tokenizer's character vocabulary), computed in a fixed order, and keep exactly those until
+    `unpin_words` (see the module docstring)."""
     model, tokenizer = embedder.model, embedder.tokenizer
     token_cache, gate_cache = model.char_encoder.token_cache, model.layers[0].input_gate_cache
     unpin_words(embedder)
@@ -247,8 +247,7 @@ def embed_file(
     """
     started = time.perf_counter()
     check_output_format(output_format)
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    check_batch_size(batch_size)
     state = process_state()
     if embedder.stateful and state.num_processes > 1:
         raise ValueError(

@@ -5,6 +5,7 @@ Stateless by default: a sentence's vectors do not depend on what was embedded be
 LSTM state is carried from batch to batch, row by row, as the original `ElmoEmbedder` and `allennlp elmo` did.
 """
 
+import numbers
 import os
 from collections.abc import Iterable, Iterator
 
@@ -13,7 +14,7 @@ import torch
 from transformers import BatchEncoding
 
 from .default_model import default_model_path
-from .files import is_hub_id, model_folder_problem
+from .files import check_model_location
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 
@@ -28,6 +29,14 @@ Sentence = str | list[str]
 def check_output_format(output_format: str) -> None:
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, got {output_format!r}")
+
+
+def check_batch_size(batch_size) -> None:
+    """A whole number of sentences, at least 1 (a float, 1.5 say, would fail only once the batches are cut)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise TypeError(f"batch_size must be an integer, got {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
 
 
 def check_sentences(sentences) -> None:
@@ -72,6 +81,19 @@ def usable_device(device: str | torch.device | None) -> torch.device:
     return device
 
 
+def load_model(model_name_or_path: str | os.PathLike, **model_kwargs) -> tuple[ElmoModel, ElmoTokenizer]:
+    """The `ElmoModel` (in eval mode) and the tokenizer of a model folder or Hub id. A path that names no model
+    folder is refused (ValueError) and a model that cannot be loaded (OSError) is named, with why: transformers'
+    messages do not name a Hub id it cannot reach."""
+    check_model_location(model_name_or_path)
+    try:
+        model = ElmoModel.from_pretrained(model_name_or_path, **model_kwargs).eval()
+        tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path)
+    except OSError as error:
+        raise OSError(f"{model_name_or_path}: cannot load the model ({error})") from None
+    return model, tokenizer
+
+
 class ElmoEmbedder:
     """
     Embed sentences with every ELMo layer.
@@ -94,13 +116,8 @@ class ElmoEmbedder:
         self.device = usable_device(device)  # before the model loads
         if model_name_or_path is None:
             model_name_or_path = default_model_path()
-        # A path that names no model folder, said so (transformers would take it for a malformed Hub id).
-        problem = None if is_hub_id(str(model_name_or_path)) else model_folder_problem(model_name_or_path)
-        if problem:
-            raise ValueError(f"{model_name_or_path}: {problem}")
         self.model_name_or_path = str(model_name_or_path)
-        self.model = ElmoModel.from_pretrained(model_name_or_path, **model_kwargs).eval()
-        self.tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path)
+        self.model, self.tokenizer = load_model(model_name_or_path, **model_kwargs)
         self.model.to(self.device)
         self.stateful = stateful
         self.states: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -180,8 +197,7 @@ class ElmoEmbedder:
         checked at the call, before the first sentence is asked for.
         """
         check_sentences(sentences)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        check_batch_size(batch_size)
         check_output_format(output_format)
         return self._embed_sentences(sentences, batch_size, output_format)
 

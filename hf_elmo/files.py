@@ -9,6 +9,7 @@ subclass, `error=`).
 import contextlib
 import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -120,6 +121,14 @@ def model_folder_problem(path) -> str | None:
     return "its config.json is not a file" if (path / "config.json").exists() else "no config.json, not a model folder"
 
 
+def check_model_location(name, error: type[ValueError] = ValueError) -> None:
+    """Fail, naming `name` and why, unless it is a Hub id or a model folder (transformers would take a path that
+    names no model folder for a malformed Hub id)."""
+    problem = None if is_hub_id(str(name)) else model_folder_problem(name)
+    if problem:
+        raise error(f"{name}: {problem}")
+
+
 def check_output_location(path, kind: str, error: type[ValueError] = ValueError, writes_inside: bool = False) -> None:
     """Fail unless a `kind` ("file" or "folder") can be written at `path`, before any work is done.
 
@@ -153,18 +162,27 @@ def plain_mode(folder: bool = False) -> int:
     return (0o777 if folder else 0o666) & ~umask
 
 
+def _mode_of_existing(path: Path) -> int | None:
+    """The permission bits of the file at `path` (of its target, for a link), or None where there is none."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return None
+
+
 @contextlib.contextmanager
 def atomic_file(path, mode: str = "w"):
     """An open file (`mode` "w" for UTF-8 text, "wb" for bytes) that becomes `path` when the block ends without an
     error, creating its folder: a reader sees the old file or the whole new one, never a part. The file gets the
-    mode a plain open would give it."""
+    mode a plain open would give it: the old file's own (a private file stays private), else the umask's."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
             yield out
-        os.chmod(temporary, plain_mode())
+        kept = _mode_of_existing(path)
+        os.chmod(temporary, plain_mode() if kept is None else kept)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -231,4 +249,4 @@ class OutputLock:
             self._handle = None
 
 
-__all__ = ["OutputLock", "check_output_location", "check_text_file", "decode_utf8", "read_text_file", "sha256_file"]
+__all__ = ["OutputLock", "check_model_location", "check_output_location", "check_text_file", "decode_utf8", "read_text_file", "sha256_file"]

@@ -415,6 +415,18 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 f"takes {', '.join([*named, 'return_dict', *self._accepted_extra_kwargs])}"
             )
 
+    def _check_input_devices(self, **ids) -> None:
+        """One clear error for ids on another device than the model's character embedding, before anything reads
+        them (they are not moved, as transformers does not move a batch). An embedding on the meta device is one
+        that accelerate's offloading fills when it runs, and whose hook moves the ids there: nothing to check."""
+        model_device = self.get_input_embeddings().weight.device
+        if model_device.type == "meta":
+            return
+        for name, value in ids.items():
+            if isinstance(value, torch.Tensor) and value.device != model_device:
+                raise ValueError(f"{name} is on {value.device}, the model on {model_device}: move the batch there "
+                                 "(`batch.to(model.device)`)")
+
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks a weight of the biLM, holds one that
@@ -713,7 +725,7 @@ class ElmoModel(ElmoPreTrainedModel):
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
         initial_states: tuple[torch.Tensor, torch.Tensor] | None = None,
-        output_final_states: bool = True,
+        output_final_states: bool | None = True,
         input_word_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> ElmoModelOutput:
@@ -732,14 +744,18 @@ class ElmoModel(ElmoPreTrainedModel):
             LSTM state to start from, usually the `final_states` of the previous batch, on the model's device (read
             in the model's dtype). Zeros when omitted, so the same sentence always gets the same vectors.
         output_final_states (`bool`, *optional*, defaults to `True`):
-            False: `final_states` is None, and the LSTMs skip each row's last step (`</S>` forward, `<S>` backward),
-            whose only results are the final state and outputs at `<S>`/`</S>`, which are not returned; every output
-            is unchanged. (With `do_layer_norm` the scalar mixes' statistics include `<S>`/`</S>`: nothing is skipped.)
+            None reads as the default (True), as transformers reads None for its `output_*` flags. False:
+            `final_states` is None, and the LSTMs skip each row's last step (`</S>` forward, `<S>` backward), whose
+            only results are the final state and outputs at `<S>`/`</S>`, which are not returned; every output is
+            unchanged. (With `do_layer_norm` the scalar mixes' statistics include `<S>`/`</S>`: nothing is skipped.)
         Every layer is returned (`output_hidden_states` is accepted and has no effect); any other keyword argument is
         refused, naming it.
         """
         self._check_keywords(kwargs)
+        self._check_input_devices(input_ids=input_ids, input_word_ids=input_word_ids)
         _check_character_ids(input_ids, self.config)
+        if output_final_states is None:
+            output_final_states = True
         word_mask = _word_mask(input_ids, attention_mask)
         self._check_word_ids(input_word_ids, word_mask, "input_word_ids")
 
@@ -1356,6 +1372,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         Any other keyword argument is refused, naming it.
         """
         self._check_keywords(kwargs)
+        self._check_input_devices(input_ids=input_ids, backward_input_ids=backward_input_ids,
+                                  input_word_ids=input_word_ids, backward_input_word_ids=backward_input_word_ids)
         _check_character_ids(input_ids, self.config)
         if backward_input_ids is not None:
             _check_character_ids(backward_input_ids, self.config, "backward_input_ids")

@@ -6,8 +6,11 @@ import re
 import resource
 import signal
 
+import huggingface_hub.constants
 import pytest
 import torch
+
+from conftest import assert_only_an_error_line
 
 from hf_elmo.cli import main
 from hf_elmo.demo import SenseVectors, plot_senses
@@ -59,3 +62,21 @@ def test_a_picture_that_fails_to_be_written_leaves_the_one_there(tmp_path):
     assert picture.read_bytes() == b"the picture of an earlier run" and os.listdir(tmp_path) == ["senses.png"]
     plot_senses(vectors, str(picture))
     assert picture.read_bytes()[:4] == b"\x89PNG" and picture.stat().st_size > 4096
+
+
+def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    """README: for `hf-elmo demo` and `hf-elmo embed`, a model that cannot be loaded is one line `error: ...` naming
+    it. The demo gave transformers' messages: a relative path that names nothing was "Repo id must use alphanumeric
+    chars", a folder without config.json a missing weights file, and a Hub id it cannot reach two lines that name
+    no model."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty-folder").mkdir()
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    for model, message in [("./no-such-model", "./no-such-model: no such folder"),
+                           ("empty-folder", "empty-folder: no config.json, not a model folder"),
+                           ("hf-elmo-tests/no-such-elmo", "hf-elmo-tests/no-such-elmo: cannot load the model (")]:
+        for command in (["demo", "--plot", "senses.png"], ["embed", "in.txt", "out.hdf5"]):
+            assert main([*command, "--model", model]) == 2
+            assert_only_an_error_line(2, capsys.readouterr().err, f"error: {message}")
+    assert sorted(os.listdir(tmp_path)) == ["empty-folder", "in.txt"]

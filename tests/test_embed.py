@@ -884,3 +884,35 @@ def test_tokenising_ahead_in_a_thread_gives_the_same_bytes(model_path, tmp_path,
     embedder.embed_file(source, tmp_path / "in-turn.hdf5", batch_size=4, progress=False)  # (the CPU's default)
     assert set(threads) == {threading.get_ident()}
     assert_same_embeddings(tmp_path / "ahead.hdf5", tmp_path / "in-turn.hdf5", len(lines))
+
+
+def test_every_format_gives_float32_arrays_of_its_documented_shape(embedder, model_path):
+    """embed_batch and empty_embedding: [L + 1, words, 2P] for "all", [words, 2P] for the others, float32 (of a
+    float64 model too: model_kwargs reach from_pretrained), a sentence without words as 0 words; num_layers is L + 1
+    and hidden_size 2P."""
+    assert (embedder.num_layers, embedder.hidden_size) == (3, 32)
+    wider = ElmoEmbedder(model_path, torch_dtype=torch.float64)
+    assert wider.model.dtype == torch.float64
+    sentences = ["EU rejects German call .", "", ["Peter", "Blackburn"]]
+    for output_format in ("all", "top", "average", "mix"):
+        per_sentence = (3,) if output_format == "all" else ()
+        empty = embedder.empty_embedding(output_format)
+        assert empty.shape == (*per_sentence, 0, 32) and empty.dtype == np.float32, output_format
+        found, wide = embedder.embed_batch(sentences, output_format), wider.embed_batch(sentences, output_format)
+        assert [array.shape for array in found] == [(*per_sentence, words, 32) for words in (5, 0, 2)], output_format
+        for array, wide_array in zip(found, wide, strict=True):
+            assert array.dtype == wide_array.dtype == np.float32 and np.allclose(array, wide_array, atol=1e-5)
+        assert embedder.embed_sentence(sentences[0], output_format).shape == found[0].shape
+
+
+def test_a_batch_size_that_is_not_a_whole_number_is_refused_at_the_call(embedder, tmp_path):
+    """embed_sentences checks its arguments at the call: a batch_size of 1.5 failed only once the first batch was
+    cut, and embed_file's when it planned the batches, each with a raw `range` TypeError that named no argument."""
+    source = write_lines(tmp_path / "in.txt", ["a b"])
+    for batch_size in (1.5, "8", True):
+        with pytest.raises(TypeError, match=rf"^batch_size must be an integer, got {re.escape(repr(batch_size))}$"):
+            embedder.embed_sentences(["a b"], batch_size=batch_size)
+        with pytest.raises(TypeError, match=rf"^batch_size must be an integer, got {re.escape(repr(batch_size))}$"):
+            embedder.embed_file(source, tmp_path / "out.hdf5", batch_size=batch_size)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
+    assert [array.shape for array in embedder.embed_sentences(["a b"], batch_size=np.int64(2))] == [(3, 2, 32)]

@@ -4,13 +4,15 @@ per output lock, and what is a Hub id."""
 import fcntl
 import os
 import re
+import stat
 
 import pytest
 
 from conftest import unwritable_folder
 
 from hf_elmo import files
-from hf_elmo.files import OutputLock, atomic_file, check_output_location, check_text_file, is_hub_id, read_text_file
+from hf_elmo.files import (OutputLock, atomic_file, check_output_location, check_text_file, is_hub_id, read_text_file,
+                           write_text_atomically)
 
 
 def test_text_files_are_checked_in_blocks_without_cutting_a_character(tmp_path, monkeypatch):
@@ -103,3 +105,40 @@ def test_a_folder_here_is_never_a_hub_id(tmp_path, monkeypatch):
     assert is_hub_id("someone/elmo") and is_hub_id("elmo")
     (tmp_path / "someone" / "elmo").mkdir(parents=True)
     assert not is_hub_id("someone/elmo") and is_hub_id("someone/other")
+
+
+def test_an_atomic_write_keeps_the_mode_of_the_file_it_replaces(tmp_path):
+    """atomic_file gives the mode a plain open would: a file it replaces keeps its own (a private file, 0600, was
+    made readable by everyone, 0644 under the usual umask), and a new file gets the umask's."""
+    private = tmp_path / "token.json"
+    private.write_text("old")
+    private.chmod(0o600)
+    umask = os.umask(0o022)
+    try:
+        write_text_atomically(private, "new")
+        write_text_atomically(tmp_path / "new.json", "new")
+    finally:
+        os.umask(umask)
+    assert private.read_text() == "new" and stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o644
+    assert sorted(os.listdir(tmp_path)) == ["new.json", "token.json"]
+
+
+def test_text_files_and_output_locations_that_cannot_be_used_are_named(tmp_path):
+    """check_text_file: a missing, empty or folder path, by the caller's name for the file and in the caller's error
+    class; check_output_location: a file where a folder of the path belongs, or a file where a folder is asked."""
+
+    class InputError(ValueError):
+        pass
+
+    (tmp_path / "empty.txt").write_text("")
+    for path, message in [(tmp_path / "missing.txt", "corpus not found"), (tmp_path / "empty.txt", "the corpus is empty"),
+                          (tmp_path, "is a folder, not a file")]:
+        with pytest.raises(InputError, match=f"^{re.escape(str(path))}: {message}$"):
+            check_text_file(path, "corpus", error=InputError)
+    blocker = tmp_path / "empty.txt"
+    with pytest.raises(ValueError, match=f"^{re.escape(str(blocker))}: is a file, so {re.escape(str(blocker))}/sub/out.hdf5 "
+                                         r"cannot be written \(a folder belongs there\)$"):
+        check_output_location(blocker / "sub" / "out.hdf5", "file")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(blocker))}: is a file, not a folder$"):
+        check_output_location(blocker, "folder")

@@ -182,6 +182,37 @@ def test_the_backward_text_of_pretraining_is_checked_against_the_forward_one(tok
         words(input_ids=ids, input_word_ids=word_ids, backward_input_ids=ids, backward_input_word_ids=word_ids)
 
 
+# Where ids can be put that the model is not on: the meta device (which holds no numbers) and, where this machine has
+# one, the other of CPU and CUDA.
+OTHER_DEVICES = [("cpu", "meta")] + ([("cpu", "cuda:0"), ("cuda:0", "cpu")] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("model_class", MODEL_CLASSES)
+@pytest.mark.parametrize("model_device, ids_device", OTHER_DEVICES)
+def test_ids_on_another_device_than_the_model_are_refused_naming_both(model_class, model_device, ids_device,
+                                                                      tokenizer):
+    """Character ids (and word ids, and pretraining's backward text) on another device gave a raw torch error (from
+    reading their range back, `.item()` of a meta tensor, or deep in the embedding): one error naming the ids and
+    both devices, before anything reads them. The attention mask alone may be elsewhere: it is moved to the ids."""
+    batch = tokenizer(["a big word", "a"], padding=True, return_tensors="pt")
+    model = model_class(ElmoConfig(**TINY)).to(model_device).eval()
+    ids, mask = batch["input_ids"].to(model_device), batch["attention_mask"]
+    message = rf"^{{}} is on {ids_device}, the model on {model_device}: move the batch there \(`batch.to\(model.device\)`\)$"
+    with pytest.raises(ValueError, match=message.format("input_ids")):
+        model(input_ids=ids.to(ids_device), attention_mask=mask)
+    if model_class is ElmoForPreTraining:
+        with pytest.raises(ValueError, match=message.format("backward_input_ids")):
+            model(input_ids=ids, backward_input_ids=ids.to(ids_device))
+    words = model_class(ElmoConfig(**WORD_INPUT)).to(model_device).eval()
+    word_ids = torch.tensor([[4, 5, 6], [7, 0, 0]], device=model_device)
+    with pytest.raises(ValueError, match=message.format("input_word_ids")):
+        words(input_ids=ids, input_word_ids=word_ids.to(ids_device))
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask.to(model_device))
+        if ids_device != "meta":
+            model(input_ids=ids, attention_mask=mask.to(ids_device))
+
+
 class HostReads(TorchDispatchMode):
     """The operations run inside the block that make the host wait for the device on a GPU: a tensor read as a
     Python value (`bool()`, `.item()`), and those whose result's size depends on the values (nonzero, boolean

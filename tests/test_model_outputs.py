@@ -98,3 +98,17 @@ def test_highway_layers_use_relu_whatever_the_char_cnn_activation():
     fused = encoder(char_ids)  # autograd on, weights that need gradients: the fused training path
     for found in (fast, plain, fused.detach()):
         torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_output_final_states_none_reads_as_its_default(base_path):
+    """`output_final_states=None`, as transformers' `output_*` flags are often passed on, was read as False (no final
+    states): it is the documented default, True, and gives what leaving it out gives."""
+    model = ElmoModel.from_pretrained(base_path).eval()
+    batch = ElmoTokenizer.from_pretrained(base_path)(SENTENCES, is_split_into_words=True, padding=True,
+                                                     return_tensors="pt")
+    with torch.no_grad():
+        default, none = model(**batch), model(**batch, output_final_states=None)
+    assert none.final_states is not None and default.final_states is not None
+    for found, expected in zip(none.final_states, default.final_states, strict=True):
+        assert torch.equal(found, expected)
+    assert torch.equal(none.last_hidden_state, default.last_hidden_state)
