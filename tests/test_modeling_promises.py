@@ -277,3 +277,52 @@ def test_default_corpus_commands_refuse_downloads_they_cannot_use(tmp_path, caps
     monkeypatch.setattr(default_corpus, "POS_TRAIN_SENTENCES", 100)
     assert default_corpus.main(["brown-pos", str(brown), str(out)]) == 0
     assert sum(1 for _ in (out / "train.jsonl").open()) == 100
+
+
+# ---- export_default.py ------------------------------------------------------------------------------------------
+
+
+SETTINGS = {"batch_size": 4, "unroll_steps": 5, "epochs": 1, "negative_samples": 8, "learning_rate": 0.01, "dropout": 0.1}
+RESULTS = {"forward_perplexity": 10.0, "backward_perplexity": 11.0, "average_perplexity": 10.5, "target_words": 99}
+SOURCE = {"description": "the fixture text", "package": "tests", "license": "-", "train_words": 1234, "valid_words": 56}
+
+
+def fake_run(converted, folder):
+    """A pretraining output folder for export_default.py: the fixture biLM, its tokenizer, the run's records."""
+    shutil.copytree(converted["allennlp-elmo"], folder)
+    (folder / "trainer_state.json").write_text(json.dumps({"step": 10, "seconds": 180, "settings": SETTINGS,
+                                                           "device": "a test CPU"}))
+    (folder / "eval_results.json").write_text(json.dumps(RESULTS))
+    (folder / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n")
+    return folder
+
+
+def test_export_refuses_records_without_what_the_card_reads_before_writing_anything(converted, tmp_path, capsys):
+    """A sources.json, trainer_state.json or eval_results.json of another shape was a KeyError, TypeError or
+    AttributeError traceback after the new folder was staged (a `default-model.partial` left behind)."""
+    run = fake_run(converted, tmp_path / "run")
+    sources, output = tmp_path / "sources.json", tmp_path / "default-model"
+    sources.write_text(json.dumps({"fixture": SOURCE}))
+    state = run / "trainer_state.json"
+    cases = [
+        (sources, '["fixture"]', f"--sources {sources}: the sources file is not a JSON object, one entry per source"),
+        (sources, json.dumps({"fixture": {"description": "d"}}),
+         f"--sources {sources}: the source 'fixture' has no package, license, train_words, valid_words"),
+        (state, json.dumps({"step": 10}), f"--run-dir {state}: the training state has no seconds, settings"),
+        (state, json.dumps({"step": 1, "seconds": 1, "settings": {k: v for k, v in SETTINGS.items() if k != "unroll_steps"}}),
+         f"--run-dir {state}: the training state's settings has no unroll_steps"),
+        (run / "eval_results.json", json.dumps({"forward_perplexity": 1.0}),
+         f"--run-dir {run / 'eval_results.json'}: the evaluation results has no backward_perplexity"),
+        (run / "vocab.txt", "<S>\nthe\n", f"--run-dir {run / 'vocab.txt'}: must contain <S>, </S>, <UNK>; missing </S>, <UNK>"),
+    ]
+    for path, text, message in cases:
+        kept = path.read_text()
+        path.write_text(text)
+        code = export_default.main(["--run-dir", str(run), "--sources", str(sources), "--output", str(output)])
+        assert_one_error(code, capsys.readouterr().err, message)
+        path.write_text(kept)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run", "sources.json"]
+    assert export_default.main(["--run-dir", str(run), "--sources", str(sources), "--output", str(output)]) == 0
+    card = (output / "README.md").read_text()
+    assert "softmax\nvocabulary of 4 words" in card and "10 steps of 4 rows x 5 words (200 words, 1\nepochs)" in card
+    assert "3 minutes of training on a test CPU." in card and "| fixture | the fixture text | tests | - | 1,234 | 56 |" in card
