@@ -11,8 +11,8 @@ majority-class baseline) and a model card (README.md) with those results. It is 
 as the trained model did before the script reports success; it is written completely or not at all. Bad input
 (a model, data or output folder that cannot be used, a data file that does not read as its format, named with
 its line, a size or count below 1, --epochs not above 0, a learning rate, warmup, dropout or L2 coefficient out
-of range, --sequence-pooling with --task ner) is one line `error: ...` and exit code 2, before the training. A model given by Hub id is named as the card's `base_model`; a local folder is not (it means nothing on
-the Hub).
+of range, --sequence-pooling with --task ner) is one line `error: ...` and exit code 2, before the training. A
+model given by Hub id is named as the card's `base_model`; a local folder is not (it means nothing on the Hub).
 """
 
 import argparse
