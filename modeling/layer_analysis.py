@@ -11,12 +11,13 @@ is the second LSTM's output plus layer 1, that output alone (layer 2 minus layer
 with several `--seeds` each task model is trained once per seed (its initialisation and the order of its batches),
 the table gives the mean and the standard deviation between seeds, and the findings are judged on the means.
 
-The frozen features of every sentence are computed once and cached in OUTPUT_DIR (keyed by the model's weights,
-and for the untrained model by the first seed, which initialises it);
+The frozen features of every sentence are computed once and cached in OUTPUT_DIR (keyed by the model's weights and
+the split's sentences and labels, and for the untrained model by the first seed, which initialises it);
 `results.json` and `results.md` hold the table. `--update-card` writes the table into a model card's
 layer-analysis section (`make layer-analysis` updates the default model's). Arguments that cannot be used (an epoch
-count below 1, missing task data, a card without that section) are one line `error: ...` and exit code 2, before
-anything is loaded.
+count below 1, missing task data, a card without that section, a seed given twice) are one line `error: ...` and exit code 2, before
+anything is loaded; so is a task data file that does not read as its format (named with its line), before the model
+is loaded and anything written.
 """
 
 import argparse
@@ -41,7 +42,7 @@ from hf_elmo.files import (atomic_file, check_output_location, model_folder_prob
 
 from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, replace_layer_analysis  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
-from modeling.task_data import NER_TAGS, conll2003_files, load_conll2003  # noqa: E402
+from modeling.task_data import NER_TAGS, BadTaskData, MissingTaskData, conll2003_files, load_conll2003  # noqa: E402
 
 INPUTS = {
     "untrained": "(a) character CNN of an untrained model",
@@ -99,6 +100,11 @@ def compute_features(model: ElmoModel, tokenizer: ElmoTokenizer, sentences: list
     for words in sentences:
         offsets.append(offsets[-1] + len(words))
     return Features(torch.cat(per_sentence), offsets, torch.tensor([label for row in labels for label in row]))
+
+
+def data_key(sentences: list[list[str]], labels: list[list[int]]) -> str:
+    """What the features of a split are computed from besides the model: its words and their labels."""
+    return hashlib.sha256(json.dumps([list(sentences), list(labels)]).encode()).hexdigest()[:16]  # (datasets Columns)
 
 
 def cached_features(cache: Path, compute) -> Features:
@@ -228,16 +234,35 @@ def fit(model: nn.Module, splits: dict[str, Features], epochs: int, losses, scor
 
 
 def read_brown(folder: Path) -> tuple[dict[str, tuple[list, list]], list[str]]:
+    """The Brown tagging splits (`default_corpus.py brown-pos`): per split the sentences' words and tag ids, and the
+    tags; a line that is not a record of as many tags as tokens is a BadTaskData naming the file and the line."""
     splits = {}
     for split in ("train", "validation", "test"):
         path = folder / f"{split}.jsonl"
         if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing: run `make data`")
-        records = [json.loads(line) for line in path.open(encoding="utf-8")]
+            raise MissingTaskData(f"{path}: missing; `make data` writes it")
+        records = [brown_record(path, number, line)
+                   for number, line in enumerate(read_text_file(path, "tagging file", error=BadTaskData).splitlines(), 1)
+                   if line.strip()]
         splits[split] = ([r["tokens"] for r in records], [r["tags"] for r in records])
     tags = sorted({t for _, tag_rows in splits.values() for row in tag_rows for t in row})
     index = {t: i for i, t in enumerate(tags)}
     return {s: (words, [[index[t] for t in row] for row in rows]) for s, (words, rows) in splits.items()}, tags
+
+
+def brown_record(path: Path, number: int, line: str) -> dict:
+    """Line `number` of a tagging file: {"tokens": [words], "tags": [one tag per word]}, at least one word."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise BadTaskData(f"{path}: line {number} is not JSON ({error.msg})") from None
+    tokens, tags = (record.get(name) if isinstance(record, dict) else None for name in ("tokens", "tags"))
+    if not (isinstance(tokens, list) and isinstance(tags, list) and all(isinstance(x, str) for x in tokens + tags)):
+        raise BadTaskData(f"{path}: line {number} is not a record {{\"tokens\": [words], \"tags\": [tags]}}")
+    if not tokens or len(tokens) != len(tags):
+        raise BadTaskData(f"{path}: line {number} has {len(tokens)} tokens and {len(tags)} tags; each token needs "
+                          "its tag")
+    return record
 
 
 def over_seeds(runs: list[dict]) -> dict:
@@ -337,6 +362,9 @@ def argument_problem(args) -> str | None:
         return f"--dropout must be at least 0 and below 1, got {args.dropout}"
     if not args.learning_rate > 0:
         return f"--learning-rate must be above 0, got {args.learning_rate}"
+    repeated = sorted({seed for seed in args.seeds if args.seeds.count(seed) > 1})
+    if repeated:  # (its runs would be the same, shrinking the spread the table reports between seeds)
+        return f"--seeds must differ, got {', '.join(map(str, repeated))} more than once"
     problem = model_folder_problem(args.model) if args.model else None
     if problem:
         return f"--model {args.model}: {problem}"
@@ -379,6 +407,12 @@ def main(argv=None) -> dict | int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     started = time.perf_counter()
+    try:  # (read before the model: a file that does not read is one line, with nothing loaded or written)
+        conll = load_conll2003(args.conll_dir)
+        brown, brown_tags = read_brown(Path(args.brown_dir))
+    except (BadTaskData, MissingTaskData) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -389,8 +423,6 @@ def main(argv=None) -> dict | int:
     untrained = ElmoModel(model.config).eval()
     key = weights_key(model)
 
-    conll = load_conll2003(args.conll_dir)
-    brown, brown_tags = read_brown(Path(args.brown_dir))
     tasks = {
         "ner": {split: (conll[split]["words"], conll[split]["ner_tags"]) for split in ("train", "validation", "test")},
         "pos": brown,
@@ -405,7 +437,7 @@ def main(argv=None) -> dict | int:
                                                     ("untrained", untrained, True, f"-{args.seeds[0]}")):
             features[task, which] = {
                 split: cached_features(
-                    output_dir / f"features-{task}-{split}-{which}-{key}{seeded}-{len(words)}.pt",
+                    output_dir / f"features-{task}-{split}-{which}-{key}{seeded}-{len(words)}-{data_key(words, labels)}.pt",
                     lambda: compute_features(encoder, tokenizer, list(words), list(labels), token_only),
                 )
                 for split, (words, labels) in splits.items()

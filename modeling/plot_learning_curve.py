@@ -19,14 +19,19 @@ from hf_elmo.files import atomic_file, check_output_location, read_text_file  # 
 
 
 def read_log(path: str) -> list[dict]:
-    """The records of a log.jsonl, or a ValueError naming the file and the line that does not read."""
+    """The records of a log.jsonl, or a ValueError naming the file and the line that does not read as a record of
+    an optimizer step (a JSON object with its `step`)."""
     records = []
     for number, line in enumerate(read_text_file(path, "training log").splitlines(), 1):
         if line.strip():
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 raise ValueError(f"{path}: line {number} is not a JSON record") from None
+            if not isinstance(record, dict) or "step" not in record:
+                raise ValueError(f"{path}: line {number} is not a record of a training step (a JSON object with a "
+                                 "\"step\")")
+            records.append(record)
     return records
 
 

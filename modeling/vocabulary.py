@@ -2,7 +2,8 @@
 
 A vocabulary file has one word per line: `<S>`, `</S>`, `<UNK>` first, then the words by descending frequency,
 the order the log-uniform sampler of the sampled softmax assumes. Files written by bilm-tf and the released
-`vocab-2016-09-10.txt` read as they are (the line `!!!MAXTERMID` is skipped; a word's id is its line).
+`vocab-2016-09-10.txt` read as they are (the line `!!!MAXTERMID` and empty lines are skipped; a word's id is its
+line's position among the others).
 
 ELMoForManyLangs' models predict the words of their word.dic, whose special words are `<bos>`, `<eos>` and
 `<oov>` (`Vocabulary.from_word_dictionary`); a vocabulary file that holds those instead of bilm-tf's reads as such.

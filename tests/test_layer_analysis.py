@@ -49,6 +49,7 @@ def task_data(folder):
     ("max sentences 0", r"^error: --max-sentences must be at least 1, got 0$"),
     ("dropout 1", r"^error: --dropout must be at least 0 and below 1, got 1\.0$"),
     ("learning rate 0", r"^error: --learning-rate must be above 0, got 0\.0$"),
+    ("seeds twice", r"^error: --seeds must differ, got 1 more than once$"),
 ])
 def test_unusable_arguments_are_one_error_line_and_exit_code_2_before_anything_is_loaded(case, message, tmp_path,
                                                                                           capsys):
@@ -69,7 +70,7 @@ def test_unusable_arguments_are_one_error_line_and_exit_code_2_before_anything_i
         args += ["--model", str(tmp_path / "nowhere")]
     args += {"batch size 0": ["--batch-size", "0"], "ner hidden 0": ["--ner-hidden", "0"],
              "max sentences 0": ["--max-sentences", "0"], "dropout 1": ["--dropout", "1"],
-             "learning rate 0": ["--learning-rate", "0"]}.get(case, [])
+             "learning rate 0": ["--learning-rate", "0"], "seeds twice": ["--seeds", "1", "0", "1"]}.get(case, [])
     assert main(args) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and captured.err.startswith("error: "), captured.err
@@ -112,7 +113,7 @@ def test_without_model_the_default_model_and_a_card_changed_during_the_run_is_on
     settings = json.loads((run / "results.json").read_text())["settings"]
     assert settings["model"] == "the default model (hf_elmo/default-model)"
     key = weights_key(ElmoModel.from_pretrained(default_model_path()))
-    assert (run / f"features-ner-train-trained-{key}-5.pt").is_file()
+    assert len(list(run.glob(f"features-ner-train-trained-{key}-5-*.pt"))) == 1
 
 
 def test_scalar_mix_input_starts_as_the_average_and_single_layers_pick_their_layer():
