@@ -112,8 +112,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     training = parser.add_argument_group("training (defaults from the preset)")
     training.add_argument("--output-dir", required=True)
-    training.add_argument("--max-steps", type=int, help="optimizer steps (default: --epochs over the training text)")
-    training.add_argument("--epochs", type=float)
+    training.add_argument("--max-steps", type=int,
+                          help="optimizer steps (default: --epochs over the training text; with --max-train-minutes: "
+                               "at most this many)")
+    training.add_argument("--epochs", type=float, help="passes over the training text (default: the preset's); not "
+                                                        "with --max-steps or --max-train-minutes")
     training.add_argument("--max-train-minutes", type=float,
                           help="train for this long instead of --epochs: the schedule follows the clock (evaluations "
                                "and checkpoints not counted); 0 = off")
@@ -139,7 +142,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     runs = parser.add_argument_group("checkpoints and logging")
     runs.add_argument("--save-steps", type=int, help="checkpoint every N steps; 0 = only the final model")
-    runs.add_argument("--save-total-limit", type=int, default=2, help="checkpoints kept (bilm-tf keeps 2)")
+    runs.add_argument("--save-total-limit", type=int,
+                      help="the latest checkpoints kept (default 2, as bilm-tf; 0 = every one), with --save-steps")
     runs.add_argument("--resume", nargs="?", const="latest", help="continue from the latest checkpoint in OUTPUT_DIR (or from PATH); starts fresh when there is none")
     runs.add_argument("--overwrite-output-dir", action="store_true", help="start afresh in an OUTPUT_DIR that has checkpoints")
     runs.add_argument("--eval-steps", type=int, help="held-out perplexity every N steps; 0 = at the end only")
@@ -194,11 +198,17 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
         raise PretrainError(f"--max-steps must be 0 or more, got {args.max_steps}")
     if settings["max_train_minutes"] < 0:
         raise PretrainError(f"--max-train-minutes must be 0 (off) or more, got {settings['max_train_minutes']}")
+    if args.save_total_limit is not None and args.save_total_limit < 0:
+        raise PretrainError(f"--save-total-limit must be 0 (every checkpoint kept) or more, got {args.save_total_limit}")
     if args.epochs is not None:
         if args.max_train_minutes:
             raise PretrainError("pass --epochs or --max-train-minutes, not both")
+        if args.max_steps is not None:  # (--max-steps won, and --epochs was ignored)
+            raise PretrainError(f"--epochs {args.epochs:g} and --max-steps {args.max_steps} both set the run's length; "
+                                "pass one of them (--max-steps counts optimizer steps, --epochs passes over the text)")
         settings["max_train_minutes"] = 0.0  # --epochs replaces a preset's time budget
     check_options_take_effect(args, settings)
+    args.save_total_limit = 2 if args.save_total_limit is None else args.save_total_limit
     args.eval_batch_size = 64 if args.eval_batch_size is None else args.eval_batch_size
     args.eval_unroll_steps = 100 if args.eval_unroll_steps is None else args.eval_unroll_steps
     return settings
@@ -226,6 +236,10 @@ def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
     if args.warmup_steps and settings["lr_scheduler"] == "constant":  # (transformers' "constant" has no warm-up)
         raise PretrainError(f"--warmup-steps {args.warmup_steps} needs a schedule with a warm-up; --lr-scheduler is "
                             "constant: pass --lr-scheduler constant_with_warmup (or linear, cosine)")
+    if args.save_total_limit is not None and not settings["save_steps"]:
+        raise PretrainError(f"--save-total-limit {args.save_total_limit} keeps the latest checkpoints that --save-steps "
+                            "writes, and --save-steps is 0 (no checkpoints, only the final model); pass --save-steps N, "
+                            "or drop --save-total-limit")
     if args.resume is not None and args.overwrite_output_dir:
         raise PretrainError("--resume continues the run in --output-dir, --overwrite-output-dir starts afresh there; "
                             "pass one of them")

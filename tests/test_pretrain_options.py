@@ -56,6 +56,12 @@ def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, cap
          "--resume continues the run in --output-dir, --overwrite-output-dir starts afresh there; pass one of them"),
         ([*adapt, "--softmax-init", "unigram"],
          f"--softmax-init unigram starts a new softmax, but --init-from {tiny_model} keeps its own"),
+        ([*NEW, "--epochs", 2],  # (--max-steps won, silently)
+         "--epochs 2 and --max-steps 1 both set the run's length; pass one of them"),
+        ([*NEW, "--save-total-limit", 3],
+         "--save-total-limit 3 keeps the latest checkpoints that --save-steps writes, and --save-steps is 0"),
+        ([*NEW, "--save-steps", 1, "--save-total-limit", -1],
+         "--save-total-limit must be 0 (every checkpoint kept) or more, got -1"),
     ]:
         code, _, err = run_main(capsys, *arguments, "--output-dir", output)
         assert_one_error(code, err, message)
@@ -66,6 +72,11 @@ def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, cap
                             "linear", "--warmup-steps", 1, "--output-dir", output)
     assert code == 0, err
     assert [record["step"] for record in read_log(output) if "eval_average_perplexity" in record] == [1, 2]
+    for limit, kept in [(1, ["checkpoint-2"]), (0, ["checkpoint-1", "checkpoint-2"])]:
+        code, _, err = run_main(capsys, *NEW, "--max-steps", 3, "--save-steps", 1, "--save-total-limit", limit,
+                                "--output-dir", tmp_path / f"limit-{limit}")
+        assert code == 0, err
+        assert sorted(path.name for path in (tmp_path / f"limit-{limit}").glob("checkpoint-*")) == kept
 
 
 def test_a_refused_run_leaves_the_output_folder_as_it_was(tiny_model, tmp_path, capsys):
