@@ -126,7 +126,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     training.add_argument("--shuffle", action=argparse.BooleanOptionalAction, help="shuffle the sentences every epoch")
     training.add_argument("--negative-samples", type=int, help="sampled softmax negatives; 0 = full softmax")
     training.add_argument("--softmax-init", choices=["random", "unigram"],
-                          help="a new softmax: random (bilm-tf) or the unigram model of the training text (weights 0, bias log frequency)")
+                          help="a new softmax: random (bilm-tf) or the unigram model of the training text (weights 0, "
+                               "bias log frequency); refused where --init-from's softmax is kept, where a preset's "
+                               "does not apply (the run says so; trainer_state.json's softmax_start: init-from)")
     training.add_argument("--dropout", type=float, help="LM dropout: each LSTM layer's input and the softmax input")
     training.add_argument("--optimizer", choices=["adagrad", "adamw"])
     training.add_argument("--learning-rate", type=float)
@@ -765,6 +767,11 @@ def train(args: argparse.Namespace) -> dict:
     if args.softmax_init is not None and not new_softmax:
         raise PretrainError(f"--softmax-init {args.softmax_init} starts a new softmax, but --init-from {args.init_from} "
                             "keeps its own (its vocab.txt is the softmax vocabulary); drop --softmax-init")
+    # How the softmax started, recorded with the run: a preset's (or bilm-tf's default) softmax_init starts a new one.
+    softmax_start = settings["softmax_init"] if new_softmax else "init-from"
+    if not new_softmax and checkpoint is None:
+        accelerator.print(f"--init-from {args.init_from}: its softmax goes on (this run's vocabulary is its own), so "
+                          f"softmax_init {settings['softmax_init']} (a new softmax's start) does not apply")
     model.set_fast_path(not args.plain_path)
     table = WordTable(model.config.max_characters_per_token, tokenizer)
     train_text = EncodedText.encode(train_sentences, table, vocabulary)
@@ -938,7 +945,7 @@ def train(args: argparse.Namespace) -> dict:
             unlogged = {"sums": accelerator.reduce(sums, "sum").tolist(), "steps": steps_in_sums,
                         "seconds": time.perf_counter() - started}
             trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings,
-                             "data": data, **(clock.state() if clock else {}), "seconds": run_seconds(),
+                             "softmax_start": softmax_start, "data": data, **(clock.state() if clock else {}), "seconds": run_seconds(),
                              "unlogged": unlogged}
             save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, tokenizer,
                             args.save_total_limit)
@@ -963,6 +970,7 @@ def train(args: argparse.Namespace) -> dict:
         final_state = {
             "step": step,
             "settings": settings,
+            "softmax_start": softmax_start,
             "epoch": step * accumulation / batches.steps_per_epoch,
             "data": data,
             "parameters": parameter_count,
