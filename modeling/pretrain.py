@@ -97,7 +97,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="whitespace: pre-tokenised text (bilm-tf's format); tokenizer: split raw text with ElmoTokenizer")
     data.add_argument("--vocab-file", help="softmax vocabulary in bilm-tf's format (<S>, </S>, <UNK>, then by frequency)")
     data.add_argument("--vocab-size", type=int, help="build the vocabulary from the training text: at most this many words")
-    data.add_argument("--min-count", type=int, default=1, help="build the vocabulary from words seen this often")
+    data.add_argument("--min-count", type=int, help="build the vocabulary from words seen this often (default 1)")
     data.add_argument("--new-vocabulary", action="store_true", help="with --init-from: build a vocabulary from the training text even if the model has one")
 
     model = parser.add_argument_group("model")
@@ -183,7 +183,7 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
             f"--word-embedding-dim must be a positive size, with --alphabet vocabulary, got {settings['word_embedding_dim']}"
         )
     at_least_one = {name: settings[name] for name in ("batch_size", "unroll_steps", "gradient_accumulation_steps", "logging_steps")}
-    at_least_one.update({name: getattr(args, name) for name in ("eval_batch_size", "eval_unroll_steps")
+    at_least_one.update({name: getattr(args, name) for name in ("eval_batch_size", "eval_unroll_steps", "min_count")
                          if getattr(args, name) is not None})
     for name, value in at_least_one.items():
         if value < 1:
@@ -486,7 +486,7 @@ def choose_tokenizer(args, settings: dict, checkpoint: Path | None, train_senten
         else:
             try:
                 lexicon = ElmoLexicon.build(count_words(train_sentences), characters, with_words=True,
-                                            max_words=args.vocab_size, min_count=args.min_count)
+                                            max_words=args.vocab_size, min_count=args.min_count or 1)  # (None: not given)
             except LexiconError as error:  # (a --vocab-size below word.dic's special entries and one word)
                 raise PretrainError(f"--alphabet vocabulary --vocab-size {args.vocab_size}: {error}") from None
             names = ["input_ids", "input_word_ids", "attention_mask"] if settings["word_embedding_dim"] else None
@@ -501,8 +501,7 @@ def choose_tokenizer(args, settings: dict, checkpoint: Path | None, train_senten
 def choose_vocabulary(args, checkpoint: Path | None, train_sentences, tokenizer: ElmoTokenizer) -> Vocabulary:
     if checkpoint is not None:  # the run's own (its digest was checked with the checkpoint's other files)
         return Vocabulary.from_file(checkpoint / "vocab.txt")
-    limits = [f"--{name.replace('_', '-')} {value}" for name, value, unset in
-              (("vocab_size", args.vocab_size, None), ("min_count", args.min_count, 1)) if value != unset]
+    limits = given_options(args, ("vocab_size", "min_count"))
     # (with --alphabet vocabulary a new model's word.dic was built from the text, within the limits)
     limited = not args.init_from and tokenizer.lexicon is not None
 
@@ -521,7 +520,34 @@ def choose_vocabulary(args, checkpoint: Path | None, train_sentences, tokenizer:
     if not args.new_vocabulary and tokenizer.lexicon is not None and tokenizer.lexicon.words is not None:
         unlimited("--init-from's word.dic", "pass --new-vocabulary to build one from the text")
         return Vocabulary.from_word_dictionary(tokenizer.lexicon.words)  # ELMoForManyLangs' softmax: word.dic
-    return Vocabulary.from_counts(count_words(train_sentences), max_size=args.vocab_size, min_count=args.min_count)
+    return Vocabulary.from_counts(count_words(train_sentences), max_size=args.vocab_size, min_count=args.min_count or 1)
+
+
+def given_options(args, names: tuple[str, ...]) -> list[str]:
+    """The options among `names` that the command line gave, as it spelled them (`--min-count 3`, `--new-vocabulary`)."""
+    given = []
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value is not False:
+            given.append(f"--{name.replace('_', '-')}" + ("" if value is True else f" {value}"))
+    return given
+
+
+def check_resumed_vocabulary(args, settings: dict, checkpoint: Path, train_sentences, source_config: ElmoConfig | None,
+                             vocabulary: Vocabulary) -> None:
+    """A resumed run predicts its checkpoint's `vocabulary`. The options that choose a new run's must choose that one
+    (the run's own command), or the resume would ignore them."""
+    given = given_options(args, ("vocab_file", "vocab_size", "min_count", "new_vocabulary"))
+    if not given:
+        return
+    tokenizer = choose_tokenizer(args, settings, None, train_sentences, source_config)  # (a new --alphabet's word.dic)
+    chosen = choose_vocabulary(args, None, train_sentences, tokenizer)
+    if chosen != vocabulary:
+        raise PretrainError(
+            f"--resume {checkpoint}: {' and '.join(given)} would choose another vocabulary than the one the run was "
+            f"started with ({checkpoint / 'vocab.txt'}), which a resumed run keeps: {len(chosen):,} words against its "
+            f"{len(vocabulary):,}; drop {'them' if len(given) > 1 else 'it'}, or pass the run's own"
+        )
 
 
 def build_model(args, settings: dict, vocabulary: Vocabulary, tokenizer: ElmoTokenizer,
@@ -762,6 +788,8 @@ def train(args: argparse.Namespace) -> dict:
             validation_sentences = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
     tokenizer = choose_tokenizer(args, settings, checkpoint, train_sentences, source_config)
     vocabulary = choose_vocabulary(args, checkpoint, train_sentences, tokenizer)
+    if checkpoint is not None:
+        check_resumed_vocabulary(args, settings, checkpoint, train_sentences, source_config, vocabulary)
 
     model, new_softmax = build_model(args, settings, vocabulary, tokenizer, source_config)
     if args.softmax_init is not None and not new_softmax:
