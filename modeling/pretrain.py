@@ -16,10 +16,11 @@ softmax's) built from the training text, and with `--word-embedding-dim` each wo
 Every `--save-steps` optimizer steps, the whole training state goes to OUTPUT_DIR/checkpoint-STEP/: weights,
 optimizer, scheduler, random generators, and each process's carried LSTM state. A checkpoint is written into a
 hidden folder and renamed when complete, so a crash at any moment (kill -9 included) leaves only complete ones,
-and `--resume` continues exactly as if nothing had happened. The final model is saved with save_pretrained at
-the top of OUTPUT_DIR (it loads as `ElmoModel` with AutoModel, as `ElmoForPreTraining`, and through its config's
-auto_map, which names every ELMo class, as either head with only transformers), with log.jsonl
-(losses and held-out perplexities) and eval_results.json.
+and `--resume` continues exactly as if nothing had happened (a run that has finished says so and trains nothing; with
+a larger --max-steps the rest of its learning-rate schedule is spread over the steps left). The final model is
+saved with save_pretrained at the top of OUTPUT_DIR (it loads as `ElmoModel` with AutoModel, as
+`ElmoForPreTraining`, and through its config's auto_map, which names every ELMo class, as either head with only
+transformers), with log.jsonl (losses and held-out perplexities) and eval_results.json.
 """
 
 import argparse
@@ -384,6 +385,56 @@ def check_same_text(checkpoint: Path, data: dict) -> None:
             )
 
 
+def changed_options(saved: dict, settings: dict) -> list[str]:
+    """The options that a resumed run must share with its run (FIXED_ON_RESUME) and that `settings` give otherwise than
+    the run's `saved` settings did, as `name='then', now 'now'`. Options that older versions did not record had
+    their default."""
+    return [f"{name}={saved.get(name, FORMER_DEFAULTS.get(name))!r}, now {settings.get(name)!r}"
+            for name in FIXED_ON_RESUME if saved.get(name, FORMER_DEFAULTS.get(name)) != settings.get(name)]
+
+
+def checkpoint_record(checkpoint: Path) -> dict:
+    """What names one save of a checkpoint: its folder and its trainer_state.json's digest (which lists the digests
+    of all its other files)."""
+    return {"name": checkpoint.name, "trainer_state_sha256": sha256_file(checkpoint / "trainer_state.json")}
+
+
+def finished_run(output_dir: Path, checkpoint: Path | None, settings: dict, data: dict) -> dict | None:
+    """OUTPUT_DIR's final trainer_state.json where it is the end of the run that `--resume` would continue: written
+    after that run's latest checkpoint (`checkpoint`, or none is left), by a run of these options on this text. None
+    where there is no such final model (the run did not finish, or a later one started since)."""
+    try:
+        state = json.loads((output_dir / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or "latest_checkpoint" not in state:  # (older versions did not record it)
+        return None
+    if checkpoint is not None and state["latest_checkpoint"] != checkpoint_record(checkpoint):
+        return None
+    same_text = all(state["data"][f"{role}_sha256"] == data[f"{role}_sha256"] for role in ("train", "validation"))
+    return state if same_text and not changed_options(state["settings"], settings) else None
+
+
+def finished_run_message(args, settings: dict, output_dir: Path, finished: dict, checkpoint: Path | None,
+                         max_steps: int, clock) -> tuple[str, bool]:
+    """What a resume of a run that has `finished` (its final trainer_state.json) says, and whether that run is what
+    this command asks for (nothing to train). Fewer steps than it has are refused: they would replace its model."""
+    if finished["step"] > max_steps:
+        raise PretrainError(
+            f"{output_dir}: the run finished at step {finished['step']}, past the {max_steps} steps this command trains "
+            f"for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {finished['step']} or more"
+        )
+    spent = clock is not None and finished.get("train_seconds", 0.0) >= clock.budget
+    if finished["step"] == max_steps or spent:
+        length = (f"its {settings['max_train_minutes']:g} minutes of training spent" if spent
+                  else f"--max-steps {max_steps}" if args.max_steps is not None
+                  else f"the {max_steps} steps of --epochs {settings['epochs']:g}")
+        return (f"{output_dir}: the run finished at step {finished['step']} ({length}): nothing to train; its final "
+                "model is there (a larger --max-steps trains on)"), True
+    start = f"from {checkpoint}, the latest checkpoint" if checkpoint else "from the beginning: no checkpoint is left"
+    return f"{output_dir}: the run finished at step {finished['step']}; it goes on to step {max_steps} {start}", False
+
+
 def load_carried_states(checkpoint: Path, process_index: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
     path = checkpoint / f"lstm_states_{process_index}.safetensors"
     if not path.is_file():
@@ -696,6 +747,59 @@ class TrainingClock:
         return {"train_seconds": self.seconds, "warmup_seconds": self.warmup_seconds}
 
 
+class StepSchedule:
+    """The learning-rate schedule of a run that counts steps: the scheduler's course of `course_steps` steps, step by
+    step, as planned. A resume with another --max-steps (or --epochs) spreads the rest of the course, from where it
+    stood at the checkpoint (`from_position` at step `from_step`), evenly over the steps up to the new last one
+    (`to_step`), as TrainingClock spreads it over the time left: the rate goes on from the checkpoint's, without a
+    jump, and ends its course (0, for linear and cosine) at the new last step. The warm-up still counts steps. The
+    checkpoints record it, so that a later resume of the same length continues it exactly."""
+
+    def __init__(self, course_steps: int, from_step: int = 0, from_position: float = 0, to_step: int | None = None):
+        self.course_steps, self.from_step, self.from_position = course_steps, from_step, from_position
+        self.to_step = course_steps if to_step is None else to_step
+
+    def schedule_step(self, step: int) -> float:
+        """Where the scheduler's course stands after `step` steps (`step` itself as planned)."""
+        if step < self.from_step:  # (in the warm-up)
+            return step
+        if self.to_step <= self.from_step:
+            return self.from_position
+        # (multiplied before dividing: a planned course gives `step` exactly, as the scheduler counted it)
+        course_left, steps_left = self.course_steps - self.from_position, self.to_step - self.from_step
+        return self.from_position + (step - self.from_step) * course_left / steps_left
+
+    def ending_at(self, step: int, max_steps: int, warmup_steps: int) -> "StepSchedule":
+        """This schedule for a run resumed at `step` that ends at `max_steps`: itself where that is its own end."""
+        if max_steps == self.to_step:
+            return self
+        start = max(step, warmup_steps)
+        return StepSchedule(self.course_steps, start, self.schedule_step(start), max_steps)
+
+    def state(self) -> dict:
+        return {"course_steps": self.course_steps, "from_step": self.from_step, "from_position": self.from_position,
+                "to_step": self.to_step}
+
+
+def planned_steps(max_steps: int | None, epochs: float, batches, accumulation: int) -> int:
+    """A run's optimizer steps: --max-steps, or those of --epochs over the training text."""
+    return max_steps if max_steps is not None else math.ceil(epochs * batches.steps_per_epoch / accumulation)
+
+
+def resumed_schedule(saved_state: dict, batches, accumulation: int) -> StepSchedule:
+    """The step schedule that a checkpoint's run followed."""
+    if "schedule" in saved_state:
+        return StepSchedule(**saved_state["schedule"])
+    # (older versions did not record it: their scheduler ran over their own run's steps, as planned)
+    saved = saved_state["settings"]
+    return StepSchedule(max(planned_steps(saved.get("max_steps"), saved["epochs"], batches, accumulation), 1))
+
+
+def course_state(clock: TrainingClock | None, schedule: StepSchedule | None) -> dict:
+    """What a checkpoint and the final model record of the learning-rate schedule's course."""
+    return clock.state() if clock is not None else {"schedule": schedule.state()}
+
+
 def keep_freed_memory() -> None:
     """Have glibc's malloc keep freed memory for reuse instead of handing it back to the system: every training step
     allocates and frees the same large buffers, and memory fresh from the system costs a page fault per 4 KiB on
@@ -767,17 +871,10 @@ def train(args: argparse.Namespace) -> dict:
     if checkpoint is not None:
         verify_resume_checkpoint(checkpoint)
         saved_state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-        saved = saved_state["settings"]
-        # Options that older versions did not record had their default.
-        changed = [name for name in FIXED_ON_RESUME if saved.get(name, FORMER_DEFAULTS.get(name)) != settings.get(name)]
+        changed = changed_options(saved_state["settings"], settings)
         if changed:
-            raise PretrainError(
-                f"--resume {checkpoint}: the run was started with other options ("
-                + ", ".join(f"{name}={saved.get(name, FORMER_DEFAULTS.get(name))!r}, now {settings.get(name)!r}" for name in changed)
-                + "); resume with the original command"
-            )
-    elif args.resume is not None:
-        accelerator.print(f"no checkpoint in {output_dir}: starting from the beginning")
+            raise PretrainError(f"--resume {checkpoint}: the run was started with other options ({', '.join(changed)}); "
+                                "resume with the original command")
     set_seed(args.seed)
 
     # Data: every process reads the corpus (the datasets cache is built once) and the same vocabulary.
@@ -826,14 +923,14 @@ def train(args: argparse.Namespace) -> dict:
     else:
         batches = SentenceBatches(train_text, table, vocabulary, settings["batch_size"], **shared)
     accumulation = settings["gradient_accumulation_steps"]
-    clock = None
+    clock, schedule, planned = None, None, None  # the learning-rate schedule's course follows the clock or the steps
     if settings["max_train_minutes"]:
         clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"])
         max_steps = args.max_steps if args.max_steps is not None else sys.maxsize
         schedule_steps = settings["warmup_steps"] + TrainingClock.COURSE_STEPS
     else:
-        max_steps = args.max_steps if args.max_steps is not None else math.ceil(settings["epochs"] * batches.steps_per_epoch / accumulation)
-        schedule_steps = max(max_steps, 1)
+        max_steps = planned_steps(args.max_steps, settings["epochs"], batches, accumulation)
+        schedule = StepSchedule(max(max_steps, 1))
     if checkpoint is not None:
         resumed_step = saved_state["step"]
         if resumed_step > max_steps:  # (it would end at once, at the checkpoint's step, replacing the final model)
@@ -841,6 +938,28 @@ def train(args: argparse.Namespace) -> dict:
                 f"--resume {checkpoint}: that run is at step {resumed_step}, past the {max_steps} steps this command "
                 f"trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {resumed_step} or more"
             )
+        if clock is not None:
+            clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"], saved_state["train_seconds"],
+                                  saved_state["warmup_seconds"])
+        else:
+            planned = resumed_schedule(saved_state, batches, accumulation)
+            schedule = planned.ending_at(resumed_step, max_steps, settings["warmup_steps"])
+    course = clock if clock is not None else schedule
+    if schedule is not None:
+        schedule_steps = schedule.course_steps
+    finished_state = finished_run(output_dir, checkpoint, settings, data) if args.resume == "latest" else None
+    if finished_state is not None:
+        message, done = finished_run_message(args, settings, output_dir, finished_state, checkpoint, max_steps, clock)
+        accelerator.print(message)
+        if done:
+            results = output_dir / "eval_results.json"
+            return json.loads(results.read_text(encoding="utf-8")) if results.is_file() else {}
+    if checkpoint is None and args.resume is not None:
+        accelerator.print(f"no checkpoint in {output_dir}: starting from the beginning")
+    elif checkpoint is not None and schedule is not planned and settings["lr_scheduler"] != "constant":
+        accelerator.print(f"the {settings['lr_scheduler']} schedule, planned to end at step {planned.to_step}, goes on "
+                          f"from its rate at step {schedule.from_step} and ends its course at step {max_steps}, this "
+                          "run's last")
 
     if args.freeze_body:
         model.elmo.requires_grad_(False)
@@ -848,7 +967,9 @@ def train(args: argparse.Namespace) -> dict:
     optimizer = make_optimizer(parameters, settings, accelerator.device.type)
     scheduler = get_scheduler(settings["lr_scheduler"], optimizer, num_warmup_steps=settings["warmup_steps"], num_training_steps=schedule_steps)
     model, optimizer = accelerator.prepare(model, optimizer)
-    # Not prepared: Accelerate would step a prepared scheduler once per process and step.
+    # Not prepared: Accelerate would step a prepared scheduler once per process and step. Not stepped either: after
+    # each step the rate is set from where the course stands (`course`). Its state stays in the checkpoints, which
+    # Accelerate loads only with the same registered objects.
     accelerator.register_for_checkpointing(scheduler)
 
     step, states = 0, None
@@ -860,16 +981,15 @@ def train(args: argparse.Namespace) -> dict:
         earlier_seconds = saved_state.get("seconds", 0.0)  # (checkpoints of older versions did not record it)
         unlogged = saved_state.get("unlogged")  # (nor this: their sums restarted at the checkpoint)
         states = load_carried_states(checkpoint, accelerator.process_index, accelerator.device)
-        if clock is not None:
-            clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"], saved_state["train_seconds"],
-                                  saved_state["warmup_seconds"])
-            set_learning_rate(optimizer, scheduler, clock.schedule_step(step))
+        set_learning_rate(optimizer, scheduler, course.schedule_step(step))
         accelerator.print(f"resumed from {checkpoint} at step {step}")
     if main_process:  # every check has passed: the run starts changing OUTPUT_DIR
         output_dir.mkdir(parents=True, exist_ok=True)
         if args.overwrite_output_dir:
             for _, old in list_checkpoints(output_dir):
                 shutil.rmtree(old)
+        if checkpoint is None:  # an earlier run's record would tell a later --resume that this run had finished
+            (output_dir / "trainer_state.json").unlink(missing_ok=True)
     accelerator.wait_for_everyone()
     log = TrainingLog(output_dir / "log.jsonl", main_process, step if checkpoint is not None else None)
 
@@ -935,12 +1055,10 @@ def train(args: argparse.Namespace) -> dict:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        if clock is None:
-            scheduler.step()
-        else:
+        if clock is not None:
             seconds = torch.tensor([time.perf_counter() - step_started], dtype=torch.float64, device=accelerator.device)
             clock.add(accelerator.reduce(seconds, "max").item(), step)
-            set_learning_rate(optimizer, scheduler, clock.schedule_step(step))
+        set_learning_rate(optimizer, scheduler, course.schedule_step(step))
         finished = step >= max_steps or (clock is not None and clock.done)
         steps_in_sums += 1
         progress.update(1)
@@ -973,7 +1091,8 @@ def train(args: argparse.Namespace) -> dict:
             unlogged = {"sums": accelerator.reduce(sums, "sum").tolist(), "steps": steps_in_sums,
                         "seconds": time.perf_counter() - started}
             trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings,
-                             "softmax_start": softmax_start, "data": data, **(clock.state() if clock else {}), "seconds": run_seconds(),
+                             "softmax_start": softmax_start, "data": data, **course_state(clock, schedule),
+                             "seconds": run_seconds(),
                              "unlogged": unlogged}
             save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, tokenizer,
                             args.save_total_limit)
@@ -995,6 +1114,7 @@ def train(args: argparse.Namespace) -> dict:
             )
         source = "pretrained with `modeling/pretrain.py`" + (f" `--preset {args.preset}`" if args.preset else "")
         source += f" from `{args.init_from}`" if args.init_from else ""
+        checkpoints = list_checkpoints(output_dir)
         final_state = {
             "step": step,
             "settings": settings,
@@ -1002,7 +1122,9 @@ def train(args: argparse.Namespace) -> dict:
             "epoch": step * accumulation / batches.steps_per_epoch,
             "data": data,
             "parameters": parameter_count,
-            **(clock.state() if clock else {}),
+            **course_state(clock, schedule),
+            # (a later --resume tells by it that this final model ends the run of that checkpoint)
+            "latest_checkpoint": checkpoint_record(checkpoints[-1][1]) if checkpoints else None,
             "seconds": run_seconds(),
             "device": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else cpu_name(),
             "weights_digest_per_process": digests,
