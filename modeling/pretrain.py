@@ -16,10 +16,11 @@ softmax's) built from the training text, and with `--word-embedding-dim` each wo
 Every `--save-steps` optimizer steps, the whole training state goes to OUTPUT_DIR/checkpoint-STEP/: weights,
 optimizer, scheduler, random generators, and each process's carried LSTM state. A checkpoint is written into a
 hidden folder and renamed when complete, so a crash at any moment (kill -9 included) leaves only complete ones,
-and `--resume` continues exactly as if nothing had happened. The final model is saved with save_pretrained at
-the top of OUTPUT_DIR (it loads as `ElmoModel` with AutoModel, as `ElmoForPreTraining`, and through its config's
-auto_map, which names every ELMo class, as either head with only transformers), with log.jsonl
-(losses and held-out perplexities) and eval_results.json.
+and `--resume` continues exactly as if nothing had happened (a run that has finished says so and trains nothing; with
+a larger --max-steps the rest of its learning-rate schedule is spread over the steps left). The final model is
+saved with save_pretrained at the top of OUTPUT_DIR (it loads as `ElmoModel` with AutoModel, as
+`ElmoForPreTraining`, and through its config's auto_map, which names every ELMo class, as either head with only
+transformers), with log.jsonl (losses and held-out perplexities) and eval_results.json.
 """
 
 import argparse
@@ -97,7 +98,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="whitespace: pre-tokenised text (bilm-tf's format); tokenizer: split raw text with ElmoTokenizer")
     data.add_argument("--vocab-file", help="softmax vocabulary in bilm-tf's format (<S>, </S>, <UNK>, then by frequency)")
     data.add_argument("--vocab-size", type=int, help="build the vocabulary from the training text: at most this many words")
-    data.add_argument("--min-count", type=int, default=1, help="build the vocabulary from words seen this often")
+    data.add_argument("--min-count", type=int, help="build the vocabulary from words seen this often (default 1)")
     data.add_argument("--new-vocabulary", action="store_true", help="with --init-from: build a vocabulary from the training text even if the model has one")
 
     model = parser.add_argument_group("model")
@@ -112,8 +113,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     training = parser.add_argument_group("training (defaults from the preset)")
     training.add_argument("--output-dir", required=True)
-    training.add_argument("--max-steps", type=int, help="optimizer steps (default: --epochs over the training text)")
-    training.add_argument("--epochs", type=float)
+    training.add_argument("--max-steps", type=int,
+                          help="optimizer steps (default: --epochs over the training text; with --max-train-minutes: "
+                               "at most this many)")
+    training.add_argument("--epochs", type=float, help="passes over the training text (default: the preset's); not "
+                                                        "with --max-steps or --max-train-minutes")
     training.add_argument("--max-train-minutes", type=float,
                           help="train for this long instead of --epochs: the schedule follows the clock (evaluations "
                                "and checkpoints not counted); 0 = off")
@@ -123,7 +127,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     training.add_argument("--shuffle", action=argparse.BooleanOptionalAction, help="shuffle the sentences every epoch")
     training.add_argument("--negative-samples", type=int, help="sampled softmax negatives; 0 = full softmax")
     training.add_argument("--softmax-init", choices=["random", "unigram"],
-                          help="a new softmax: random (bilm-tf) or the unigram model of the training text (weights 0, bias log frequency)")
+                          help="a new softmax: random (bilm-tf) or the unigram model of the training text (weights 0, "
+                               "bias log frequency); refused where --init-from's softmax is kept, where a preset's "
+                               "does not apply (the run says so; trainer_state.json's softmax_start: init-from)")
     training.add_argument("--dropout", type=float, help="LM dropout: each LSTM layer's input and the softmax input")
     training.add_argument("--optimizer", choices=["adagrad", "adamw"])
     training.add_argument("--learning-rate", type=float)
@@ -139,7 +145,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     runs = parser.add_argument_group("checkpoints and logging")
     runs.add_argument("--save-steps", type=int, help="checkpoint every N steps; 0 = only the final model")
-    runs.add_argument("--save-total-limit", type=int, default=2, help="checkpoints kept (bilm-tf keeps 2)")
+    runs.add_argument("--save-total-limit", type=int,
+                      help="the latest checkpoints kept (default 2, as bilm-tf; 0 = every one), with --save-steps")
     runs.add_argument("--resume", nargs="?", const="latest", help="continue from the latest checkpoint in OUTPUT_DIR (or from PATH); starts fresh when there is none")
     runs.add_argument("--overwrite-output-dir", action="store_true", help="start afresh in an OUTPUT_DIR that has checkpoints")
     runs.add_argument("--eval-steps", type=int, help="held-out perplexity every N steps; 0 = at the end only")
@@ -177,7 +184,7 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
             f"--word-embedding-dim must be a positive size, with --alphabet vocabulary, got {settings['word_embedding_dim']}"
         )
     at_least_one = {name: settings[name] for name in ("batch_size", "unroll_steps", "gradient_accumulation_steps", "logging_steps")}
-    at_least_one.update({name: getattr(args, name) for name in ("eval_batch_size", "eval_unroll_steps")
+    at_least_one.update({name: getattr(args, name) for name in ("eval_batch_size", "eval_unroll_steps", "min_count")
                          if getattr(args, name) is not None})
     for name, value in at_least_one.items():
         if value < 1:
@@ -194,11 +201,17 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
         raise PretrainError(f"--max-steps must be 0 or more, got {args.max_steps}")
     if settings["max_train_minutes"] < 0:
         raise PretrainError(f"--max-train-minutes must be 0 (off) or more, got {settings['max_train_minutes']}")
+    if args.save_total_limit is not None and args.save_total_limit < 0:
+        raise PretrainError(f"--save-total-limit must be 0 (every checkpoint kept) or more, got {args.save_total_limit}")
     if args.epochs is not None:
         if args.max_train_minutes:
             raise PretrainError("pass --epochs or --max-train-minutes, not both")
+        if args.max_steps is not None:  # (--max-steps won, and --epochs was ignored)
+            raise PretrainError(f"--epochs {args.epochs:g} and --max-steps {args.max_steps} both set the run's length; "
+                                "pass one of them (--max-steps counts optimizer steps, --epochs passes over the text)")
         settings["max_train_minutes"] = 0.0  # --epochs replaces a preset's time budget
     check_options_take_effect(args, settings)
+    args.save_total_limit = 2 if args.save_total_limit is None else args.save_total_limit
     args.eval_batch_size = 64 if args.eval_batch_size is None else args.eval_batch_size
     args.eval_unroll_steps = 100 if args.eval_unroll_steps is None else args.eval_unroll_steps
     return settings
@@ -226,6 +239,10 @@ def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
     if args.warmup_steps and settings["lr_scheduler"] == "constant":  # (transformers' "constant" has no warm-up)
         raise PretrainError(f"--warmup-steps {args.warmup_steps} needs a schedule with a warm-up; --lr-scheduler is "
                             "constant: pass --lr-scheduler constant_with_warmup (or linear, cosine)")
+    if args.save_total_limit is not None and not settings["save_steps"]:
+        raise PretrainError(f"--save-total-limit {args.save_total_limit} keeps the latest checkpoints that --save-steps "
+                            "writes, and --save-steps is 0 (no checkpoints, only the final model); pass --save-steps N, "
+                            "or drop --save-total-limit")
     if args.resume is not None and args.overwrite_output_dir:
         raise PretrainError("--resume continues the run in --output-dir, --overwrite-output-dir starts afresh there; "
                             "pass one of them")
@@ -368,6 +385,56 @@ def check_same_text(checkpoint: Path, data: dict) -> None:
             )
 
 
+def changed_options(saved: dict, settings: dict) -> list[str]:
+    """The options that a resumed run must share with its run (FIXED_ON_RESUME) and that `settings` give otherwise than
+    the run's `saved` settings did, as `name='then', now 'now'`. Options that older versions did not record had
+    their default."""
+    return [f"{name}={saved.get(name, FORMER_DEFAULTS.get(name))!r}, now {settings.get(name)!r}"
+            for name in FIXED_ON_RESUME if saved.get(name, FORMER_DEFAULTS.get(name)) != settings.get(name)]
+
+
+def checkpoint_record(checkpoint: Path) -> dict:
+    """What names one save of a checkpoint: its folder and its trainer_state.json's digest (which lists the digests
+    of all its other files)."""
+    return {"name": checkpoint.name, "trainer_state_sha256": sha256_file(checkpoint / "trainer_state.json")}
+
+
+def finished_run(output_dir: Path, checkpoint: Path | None, settings: dict, data: dict) -> dict | None:
+    """OUTPUT_DIR's final trainer_state.json where it is the end of the run that `--resume` would continue: written
+    after that run's latest checkpoint (`checkpoint`, or none is left), by a run of these options on this text. None
+    where there is no such final model (the run did not finish, or a later one started since)."""
+    try:
+        state = json.loads((output_dir / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or "latest_checkpoint" not in state:  # (older versions did not record it)
+        return None
+    if checkpoint is not None and state["latest_checkpoint"] != checkpoint_record(checkpoint):
+        return None
+    same_text = all(state["data"][f"{role}_sha256"] == data[f"{role}_sha256"] for role in ("train", "validation"))
+    return state if same_text and not changed_options(state["settings"], settings) else None
+
+
+def finished_run_message(args, settings: dict, output_dir: Path, finished: dict, checkpoint: Path | None,
+                         max_steps: int, clock) -> tuple[str, bool]:
+    """What a resume of a run that has `finished` (its final trainer_state.json) says, and whether that run is what
+    this command asks for (nothing to train). Fewer steps than it has are refused: they would replace its model."""
+    if finished["step"] > max_steps:
+        raise PretrainError(
+            f"{output_dir}: the run finished at step {finished['step']}, past the {max_steps} steps this command trains "
+            f"for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {finished['step']} or more"
+        )
+    spent = clock is not None and finished.get("train_seconds", 0.0) >= clock.budget
+    if finished["step"] == max_steps or spent:
+        length = (f"its {settings['max_train_minutes']:g} minutes of training spent" if spent
+                  else f"--max-steps {max_steps}" if args.max_steps is not None
+                  else f"the {max_steps} steps of --epochs {settings['epochs']:g}")
+        return (f"{output_dir}: the run finished at step {finished['step']} ({length}): nothing to train; its final "
+                "model is there (a larger --max-steps trains on)"), True
+    start = f"from {checkpoint}, the latest checkpoint" if checkpoint else "from the beginning: no checkpoint is left"
+    return f"{output_dir}: the run finished at step {finished['step']}; it goes on to step {max_steps} {start}", False
+
+
 def load_carried_states(checkpoint: Path, process_index: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
     path = checkpoint / f"lstm_states_{process_index}.safetensors"
     if not path.is_file():
@@ -470,7 +537,7 @@ def choose_tokenizer(args, settings: dict, checkpoint: Path | None, train_senten
         else:
             try:
                 lexicon = ElmoLexicon.build(count_words(train_sentences), characters, with_words=True,
-                                            max_words=args.vocab_size, min_count=args.min_count)
+                                            max_words=args.vocab_size, min_count=args.min_count or 1)  # (None: not given)
             except LexiconError as error:  # (a --vocab-size below word.dic's special entries and one word)
                 raise PretrainError(f"--alphabet vocabulary --vocab-size {args.vocab_size}: {error}") from None
             names = ["input_ids", "input_word_ids", "attention_mask"] if settings["word_embedding_dim"] else None
@@ -485,8 +552,7 @@ def choose_tokenizer(args, settings: dict, checkpoint: Path | None, train_senten
 def choose_vocabulary(args, checkpoint: Path | None, train_sentences, tokenizer: ElmoTokenizer) -> Vocabulary:
     if checkpoint is not None:  # the run's own (its digest was checked with the checkpoint's other files)
         return Vocabulary.from_file(checkpoint / "vocab.txt")
-    limits = [f"--{name.replace('_', '-')} {value}" for name, value, unset in
-              (("vocab_size", args.vocab_size, None), ("min_count", args.min_count, 1)) if value != unset]
+    limits = given_options(args, ("vocab_size", "min_count"))
     # (with --alphabet vocabulary a new model's word.dic was built from the text, within the limits)
     limited = not args.init_from and tokenizer.lexicon is not None
 
@@ -505,7 +571,34 @@ def choose_vocabulary(args, checkpoint: Path | None, train_sentences, tokenizer:
     if not args.new_vocabulary and tokenizer.lexicon is not None and tokenizer.lexicon.words is not None:
         unlimited("--init-from's word.dic", "pass --new-vocabulary to build one from the text")
         return Vocabulary.from_word_dictionary(tokenizer.lexicon.words)  # ELMoForManyLangs' softmax: word.dic
-    return Vocabulary.from_counts(count_words(train_sentences), max_size=args.vocab_size, min_count=args.min_count)
+    return Vocabulary.from_counts(count_words(train_sentences), max_size=args.vocab_size, min_count=args.min_count or 1)
+
+
+def given_options(args, names: tuple[str, ...]) -> list[str]:
+    """The options among `names` that the command line gave, as it spelled them (`--min-count 3`, `--new-vocabulary`)."""
+    given = []
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value is not False:
+            given.append(f"--{name.replace('_', '-')}" + ("" if value is True else f" {value}"))
+    return given
+
+
+def check_resumed_vocabulary(args, settings: dict, checkpoint: Path, train_sentences, source_config: ElmoConfig | None,
+                             vocabulary: Vocabulary) -> None:
+    """A resumed run predicts its checkpoint's `vocabulary`. The options that choose a new run's must choose that one
+    (the run's own command), or the resume would ignore them."""
+    given = given_options(args, ("vocab_file", "vocab_size", "min_count", "new_vocabulary"))
+    if not given:
+        return
+    tokenizer = choose_tokenizer(args, settings, None, train_sentences, source_config)  # (a new --alphabet's word.dic)
+    chosen = choose_vocabulary(args, None, train_sentences, tokenizer)
+    if chosen != vocabulary:
+        raise PretrainError(
+            f"--resume {checkpoint}: {' and '.join(given)} would choose another vocabulary than the one the run was "
+            f"started with ({checkpoint / 'vocab.txt'}), which a resumed run keeps: {len(chosen):,} words against its "
+            f"{len(vocabulary):,}; drop {'them' if len(given) > 1 else 'it'}, or pass the run's own"
+        )
 
 
 def build_model(args, settings: dict, vocabulary: Vocabulary, tokenizer: ElmoTokenizer,
@@ -654,6 +747,59 @@ class TrainingClock:
         return {"train_seconds": self.seconds, "warmup_seconds": self.warmup_seconds}
 
 
+class StepSchedule:
+    """The learning-rate schedule of a run that counts steps: the scheduler's course of `course_steps` steps, step by
+    step, as planned. A resume with another --max-steps (or --epochs) spreads the rest of the course, from where it
+    stood at the checkpoint (`from_position` at step `from_step`), evenly over the steps up to the new last one
+    (`to_step`), as TrainingClock spreads it over the time left: the rate goes on from the checkpoint's, without a
+    jump, and ends its course (0, for linear and cosine) at the new last step. The warm-up still counts steps. The
+    checkpoints record it, so that a later resume of the same length continues it exactly."""
+
+    def __init__(self, course_steps: int, from_step: int = 0, from_position: float = 0, to_step: int | None = None):
+        self.course_steps, self.from_step, self.from_position = course_steps, from_step, from_position
+        self.to_step = course_steps if to_step is None else to_step
+
+    def schedule_step(self, step: int) -> float:
+        """Where the scheduler's course stands after `step` steps (`step` itself as planned)."""
+        if step < self.from_step:  # (in the warm-up)
+            return step
+        if self.to_step <= self.from_step:
+            return self.from_position
+        # (multiplied before dividing: a planned course gives `step` exactly, as the scheduler counted it)
+        course_left, steps_left = self.course_steps - self.from_position, self.to_step - self.from_step
+        return self.from_position + (step - self.from_step) * course_left / steps_left
+
+    def ending_at(self, step: int, max_steps: int, warmup_steps: int) -> "StepSchedule":
+        """This schedule for a run resumed at `step` that ends at `max_steps`: itself where that is its own end."""
+        if max_steps == self.to_step:
+            return self
+        start = max(step, warmup_steps)
+        return StepSchedule(self.course_steps, start, self.schedule_step(start), max_steps)
+
+    def state(self) -> dict:
+        return {"course_steps": self.course_steps, "from_step": self.from_step, "from_position": self.from_position,
+                "to_step": self.to_step}
+
+
+def planned_steps(max_steps: int | None, epochs: float, batches, accumulation: int) -> int:
+    """A run's optimizer steps: --max-steps, or those of --epochs over the training text."""
+    return max_steps if max_steps is not None else math.ceil(epochs * batches.steps_per_epoch / accumulation)
+
+
+def resumed_schedule(saved_state: dict, batches, accumulation: int) -> StepSchedule:
+    """The step schedule that a checkpoint's run followed."""
+    if "schedule" in saved_state:
+        return StepSchedule(**saved_state["schedule"])
+    # (older versions did not record it: their scheduler ran over their own run's steps, as planned)
+    saved = saved_state["settings"]
+    return StepSchedule(max(planned_steps(saved.get("max_steps"), saved["epochs"], batches, accumulation), 1))
+
+
+def course_state(clock: TrainingClock | None, schedule: StepSchedule | None) -> dict:
+    """What a checkpoint and the final model record of the learning-rate schedule's course."""
+    return clock.state() if clock is not None else {"schedule": schedule.state()}
+
+
 def keep_freed_memory() -> None:
     """Have glibc's malloc keep freed memory for reuse instead of handing it back to the system: every training step
     allocates and frees the same large buffers, and memory fresh from the system costs a page fault per 4 KiB on
@@ -725,17 +871,10 @@ def train(args: argparse.Namespace) -> dict:
     if checkpoint is not None:
         verify_resume_checkpoint(checkpoint)
         saved_state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-        saved = saved_state["settings"]
-        # Options that older versions did not record had their default.
-        changed = [name for name in FIXED_ON_RESUME if saved.get(name, FORMER_DEFAULTS.get(name)) != settings.get(name)]
+        changed = changed_options(saved_state["settings"], settings)
         if changed:
-            raise PretrainError(
-                f"--resume {checkpoint}: the run was started with other options ("
-                + ", ".join(f"{name}={saved.get(name, FORMER_DEFAULTS.get(name))!r}, now {settings.get(name)!r}" for name in changed)
-                + "); resume with the original command"
-            )
-    elif args.resume is not None:
-        accelerator.print(f"no checkpoint in {output_dir}: starting from the beginning")
+            raise PretrainError(f"--resume {checkpoint}: the run was started with other options ({', '.join(changed)}); "
+                                "resume with the original command")
     set_seed(args.seed)
 
     # Data: every process reads the corpus (the datasets cache is built once) and the same vocabulary.
@@ -746,11 +885,18 @@ def train(args: argparse.Namespace) -> dict:
             validation_sentences = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
     tokenizer = choose_tokenizer(args, settings, checkpoint, train_sentences, source_config)
     vocabulary = choose_vocabulary(args, checkpoint, train_sentences, tokenizer)
+    if checkpoint is not None:
+        check_resumed_vocabulary(args, settings, checkpoint, train_sentences, source_config, vocabulary)
 
     model, new_softmax = build_model(args, settings, vocabulary, tokenizer, source_config)
     if args.softmax_init is not None and not new_softmax:
         raise PretrainError(f"--softmax-init {args.softmax_init} starts a new softmax, but --init-from {args.init_from} "
                             "keeps its own (its vocab.txt is the softmax vocabulary); drop --softmax-init")
+    # How the softmax started, recorded with the run: a preset's (or bilm-tf's default) softmax_init starts a new one.
+    softmax_start = settings["softmax_init"] if new_softmax else "init-from"
+    if not new_softmax and checkpoint is None:
+        accelerator.print(f"--init-from {args.init_from}: its softmax goes on (this run's vocabulary is its own), so "
+                          f"softmax_init {settings['softmax_init']} (a new softmax's start) does not apply")
     model.set_fast_path(not args.plain_path)
     table = WordTable(model.config.max_characters_per_token, tokenizer)
     train_text = EncodedText.encode(train_sentences, table, vocabulary)
@@ -777,14 +923,14 @@ def train(args: argparse.Namespace) -> dict:
     else:
         batches = SentenceBatches(train_text, table, vocabulary, settings["batch_size"], **shared)
     accumulation = settings["gradient_accumulation_steps"]
-    clock = None
+    clock, schedule, planned = None, None, None  # the learning-rate schedule's course follows the clock or the steps
     if settings["max_train_minutes"]:
         clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"])
         max_steps = args.max_steps if args.max_steps is not None else sys.maxsize
         schedule_steps = settings["warmup_steps"] + TrainingClock.COURSE_STEPS
     else:
-        max_steps = args.max_steps if args.max_steps is not None else math.ceil(settings["epochs"] * batches.steps_per_epoch / accumulation)
-        schedule_steps = max(max_steps, 1)
+        max_steps = planned_steps(args.max_steps, settings["epochs"], batches, accumulation)
+        schedule = StepSchedule(max(max_steps, 1))
     if checkpoint is not None:
         resumed_step = saved_state["step"]
         if resumed_step > max_steps:  # (it would end at once, at the checkpoint's step, replacing the final model)
@@ -792,6 +938,28 @@ def train(args: argparse.Namespace) -> dict:
                 f"--resume {checkpoint}: that run is at step {resumed_step}, past the {max_steps} steps this command "
                 f"trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {resumed_step} or more"
             )
+        if clock is not None:
+            clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"], saved_state["train_seconds"],
+                                  saved_state["warmup_seconds"])
+        else:
+            planned = resumed_schedule(saved_state, batches, accumulation)
+            schedule = planned.ending_at(resumed_step, max_steps, settings["warmup_steps"])
+    course = clock if clock is not None else schedule
+    if schedule is not None:
+        schedule_steps = schedule.course_steps
+    finished_state = finished_run(output_dir, checkpoint, settings, data) if args.resume == "latest" else None
+    if finished_state is not None:
+        message, done = finished_run_message(args, settings, output_dir, finished_state, checkpoint, max_steps, clock)
+        accelerator.print(message)
+        if done:
+            results = output_dir / "eval_results.json"
+            return json.loads(results.read_text(encoding="utf-8")) if results.is_file() else {}
+    if checkpoint is None and args.resume is not None:
+        accelerator.print(f"no checkpoint in {output_dir}: starting from the beginning")
+    elif checkpoint is not None and schedule is not planned and settings["lr_scheduler"] != "constant":
+        accelerator.print(f"the {settings['lr_scheduler']} schedule, planned to end at step {planned.to_step}, goes on "
+                          f"from its rate at step {schedule.from_step} and ends its course at step {max_steps}, this "
+                          "run's last")
 
     if args.freeze_body:
         model.elmo.requires_grad_(False)
@@ -799,7 +967,9 @@ def train(args: argparse.Namespace) -> dict:
     optimizer = make_optimizer(parameters, settings, accelerator.device.type)
     scheduler = get_scheduler(settings["lr_scheduler"], optimizer, num_warmup_steps=settings["warmup_steps"], num_training_steps=schedule_steps)
     model, optimizer = accelerator.prepare(model, optimizer)
-    # Not prepared: Accelerate would step a prepared scheduler once per process and step.
+    # Not prepared: Accelerate would step a prepared scheduler once per process and step. Not stepped either: after
+    # each step the rate is set from where the course stands (`course`). Its state stays in the checkpoints, which
+    # Accelerate loads only with the same registered objects.
     accelerator.register_for_checkpointing(scheduler)
 
     step, states = 0, None
@@ -811,16 +981,15 @@ def train(args: argparse.Namespace) -> dict:
         earlier_seconds = saved_state.get("seconds", 0.0)  # (checkpoints of older versions did not record it)
         unlogged = saved_state.get("unlogged")  # (nor this: their sums restarted at the checkpoint)
         states = load_carried_states(checkpoint, accelerator.process_index, accelerator.device)
-        if clock is not None:
-            clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"], saved_state["train_seconds"],
-                                  saved_state["warmup_seconds"])
-            set_learning_rate(optimizer, scheduler, clock.schedule_step(step))
+        set_learning_rate(optimizer, scheduler, course.schedule_step(step))
         accelerator.print(f"resumed from {checkpoint} at step {step}")
     if main_process:  # every check has passed: the run starts changing OUTPUT_DIR
         output_dir.mkdir(parents=True, exist_ok=True)
         if args.overwrite_output_dir:
             for _, old in list_checkpoints(output_dir):
                 shutil.rmtree(old)
+        if checkpoint is None:  # an earlier run's record would tell a later --resume that this run had finished
+            (output_dir / "trainer_state.json").unlink(missing_ok=True)
     accelerator.wait_for_everyone()
     log = TrainingLog(output_dir / "log.jsonl", main_process, step if checkpoint is not None else None)
 
@@ -886,12 +1055,10 @@ def train(args: argparse.Namespace) -> dict:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        if clock is None:
-            scheduler.step()
-        else:
+        if clock is not None:
             seconds = torch.tensor([time.perf_counter() - step_started], dtype=torch.float64, device=accelerator.device)
             clock.add(accelerator.reduce(seconds, "max").item(), step)
-            set_learning_rate(optimizer, scheduler, clock.schedule_step(step))
+        set_learning_rate(optimizer, scheduler, course.schedule_step(step))
         finished = step >= max_steps or (clock is not None and clock.done)
         steps_in_sums += 1
         progress.update(1)
@@ -924,7 +1091,8 @@ def train(args: argparse.Namespace) -> dict:
             unlogged = {"sums": accelerator.reduce(sums, "sum").tolist(), "steps": steps_in_sums,
                         "seconds": time.perf_counter() - started}
             trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings,
-                             "data": data, **(clock.state() if clock else {}), "seconds": run_seconds(),
+                             "softmax_start": softmax_start, "data": data, **course_state(clock, schedule),
+                             "seconds": run_seconds(),
                              "unlogged": unlogged}
             save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, tokenizer,
                             args.save_total_limit)
@@ -946,13 +1114,17 @@ def train(args: argparse.Namespace) -> dict:
             )
         source = "pretrained with `modeling/pretrain.py`" + (f" `--preset {args.preset}`" if args.preset else "")
         source += f" from `{args.init_from}`" if args.init_from else ""
+        checkpoints = list_checkpoints(output_dir)
         final_state = {
             "step": step,
             "settings": settings,
+            "softmax_start": softmax_start,
             "epoch": step * accumulation / batches.steps_per_epoch,
             "data": data,
             "parameters": parameter_count,
-            **(clock.state() if clock else {}),
+            **course_state(clock, schedule),
+            # (a later --resume tells by it that this final model ends the run of that checkpoint)
+            "latest_checkpoint": checkpoint_record(checkpoints[-1][1]) if checkpoints else None,
             "seconds": run_seconds(),
             "device": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else cpu_name(),
             "weights_digest_per_process": digests,

@@ -1,6 +1,7 @@
 """pretrain.py's option combinations: an option that would have no effect is refused in one line, a refused run
 leaves its output folder as it was, and Adagrad's loss scale is the one bilm-tf's recipe means for each batching."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -56,6 +57,12 @@ def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, cap
          "--resume continues the run in --output-dir, --overwrite-output-dir starts afresh there; pass one of them"),
         ([*adapt, "--softmax-init", "unigram"],
          f"--softmax-init unigram starts a new softmax, but --init-from {tiny_model} keeps its own"),
+        ([*NEW, "--epochs", 2],  # (--max-steps won, silently)
+         "--epochs 2 and --max-steps 1 both set the run's length; pass one of them"),
+        ([*NEW, "--save-total-limit", 3],
+         "--save-total-limit 3 keeps the latest checkpoints that --save-steps writes, and --save-steps is 0"),
+        ([*NEW, "--save-steps", 1, "--save-total-limit", -1],
+         "--save-total-limit must be 0 (every checkpoint kept) or more, got -1"),
     ]:
         code, _, err = run_main(capsys, *arguments, "--output-dir", output)
         assert_one_error(code, err, message)
@@ -66,6 +73,34 @@ def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, cap
                             "linear", "--warmup-steps", 1, "--output-dir", output)
     assert code == 0, err
     assert [record["step"] for record in read_log(output) if "eval_average_perplexity" in record] == [1, 2]
+    for limit, kept in [(1, ["checkpoint-2"]), (0, ["checkpoint-1", "checkpoint-2"])]:
+        code, _, err = run_main(capsys, *NEW, "--max-steps", 3, "--save-steps", 1, "--save-total-limit", limit,
+                                "--output-dir", tmp_path / f"limit-{limit}")
+        assert code == 0, err
+        assert sorted(path.name for path in (tmp_path / f"limit-{limit}").glob("checkpoint-*")) == kept
+
+
+def test_a_presets_softmax_init_starts_a_new_softmax_only_and_the_run_says_which(tiny_model, tmp_path, capsys):
+    """--preset default's softmax_init unigram with --init-from a model whose softmax is kept: the run kept the softmax
+    and said nothing (its trainer_state.json recorded softmax_init unigram). It says so now, and trainer_state.json
+    records how the softmax started; with another vocabulary the softmax is new and the preset's unigram start
+    applies."""
+    adapt = ["--preset", "default", "--init-from", tiny_model, "--train-file", TRAIN / "data.txt", "--batch-size", 2,
+             "--unroll-steps", 5, "--max-steps", 0, "--save-steps", 0]
+    source = load_file(tiny_model / "model.safetensors")
+    for name, options, start in [("kept", [], "init-from"), ("new", ["--new-vocabulary", "--vocab-size", 10], "unigram")]:
+        code, out, err = run_main(capsys, *adapt, *options, "--output-dir", tmp_path / name)
+        assert code == 0, err
+        said = (f"--init-from {tiny_model}: its softmax goes on (this run's vocabulary is its own), so softmax_init "
+                "unigram (a new softmax's start) does not apply")
+        assert (said in out) == (start == "init-from"), out
+        state = json.loads((tmp_path / name / "trainer_state.json").read_text())
+        assert (state["softmax_start"], state["settings"]["softmax_init"]) == (start, "unigram")
+        softmax = load_file(tmp_path / name / "model.safetensors")
+        if start == "init-from":
+            assert all(torch.equal(softmax[part], source[part]) for part in ("softmax.weight", "softmax.bias"))
+        else:
+            assert softmax["softmax.weight"].shape[0] == 10 and not softmax["softmax.weight"].any()
 
 
 def test_a_refused_run_leaves_the_output_folder_as_it_was(tiny_model, tmp_path, capsys):

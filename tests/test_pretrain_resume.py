@@ -1,0 +1,130 @@
+"""pretrain.py --resume beyond a crash: the vocabulary options of a resumed run, a finished run resumed, and a resume
+with a larger --max-steps, whose learning-rate schedule goes on from the rate the run had."""
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_one_error
+from test_pretrain_options import snapshot
+from test_pretraining import TRAIN, losses, read_log, run_main
+
+TEXT = ["--preset", "tiny", "--train-file", TRAIN / "data.txt", "--logging-steps", 1, "--seed", 7]
+# AdamW with a warm-up of 2 steps and a linear decay, checkpoints every 4 steps.
+LINEAR = [*TEXT, "--vocab-file", TRAIN / "vocab.txt", "--optimizer", "adamw", "--learning-rate", 0.01,
+          "--lr-scheduler", "linear", "--warmup-steps", 2, "--save-steps", 4]
+
+
+def train(capsys, *arguments) -> str:
+    code, out, err = run_main(capsys, *arguments)
+    assert code == 0, err
+    return out
+
+
+def rates(folder: Path) -> dict[int, float]:
+    return {record["step"]: record["learning_rate"] for record in read_log(folder) if "loss" in record}
+
+
+def linear_rate(position: float, warmup: int = 2, steps: int = 10, peak: float = 0.01) -> float:
+    """transformers' linear schedule with warm-up at a (possibly fractional) step."""
+    return peak * position / warmup if position < warmup else peak * max(0.0, (steps - position) / (steps - warmup))
+
+
+def test_vocabulary_options_of_a_resume_must_choose_the_checkpoints_vocabulary(tmp_path, capsys):
+    """A resumed run predicts its checkpoint's vocabulary: --vocab-file, --vocab-size and --min-count (even
+    --min-count 1, the default) were silently ignored there. Now a resume refuses those that would choose another
+    vocabulary, naming them, and accepts those that choose the checkpoint's (`make pretrain-default` resumes with its
+    --min-count 3)."""
+    counts = Counter((TRAIN / "data.txt").read_text().split())
+    assert len({sum(count >= least for count in counts.values()) for least in (1, 2, 3)}) == 3  # 3 vocabularies
+    folder = tmp_path / "run"
+    train(capsys, *TEXT, "--min-count", 3, "--max-steps", 4, "--save-steps", 2, "--output-dir", folder)
+    checkpoint, before = folder / "checkpoint-2", snapshot(folder)
+    started_with = (checkpoint / "vocab.txt").read_bytes()
+    resume = [*TEXT, "--save-steps", 2, "--output-dir", folder, "--resume", "--max-steps"]
+    for options, named in [(["--min-count", 2], "--min-count 2"), (["--min-count", 1], "--min-count 1"),
+                           (["--vocab-size", 10, "--min-count", 3], "--vocab-size 10 and --min-count 3"),
+                           (["--vocab-file", TRAIN / "vocab.txt"], f"--vocab-file {TRAIN / 'vocab.txt'}")]:
+        code, _, err = run_main(capsys, *resume, 6, *options)
+        assert_one_error(code, err, f"--resume {checkpoint}: {named} would choose another vocabulary than the one the run "
+                                    f"was started with ({checkpoint / 'vocab.txt'}), which a resumed run keeps")
+        assert snapshot(folder) == before
+    # Options that choose the checkpoint's vocabulary are accepted, and none.
+    out = train(capsys, *resume, 6, "--min-count", 3, "--vocab-size", 1000)
+    assert f"resumed from {checkpoint} at step 2" in out
+    out = train(capsys, *resume, 8)
+    assert f"resumed from {folder / 'checkpoint-4'} at step 4" in out
+    assert (folder / "vocab.txt").read_bytes() == started_with
+
+
+def test_a_finished_run_resumed_says_so_and_changes_nothing(tmp_path, capsys):
+    """`--resume` of a run that has finished (the same command run again, e.g. `make ptb-cpu` twice) trained again from
+    its last checkpoint and replaced the final model; with --save-steps 0 it trained again from the beginning. It now
+    says that the run is finished and leaves the folder as it was; fewer --max-steps than the run has are refused (they
+    would replace the final model with an earlier one); --resume PATH still continues from that checkpoint. A run with
+    a time budget is finished when its time is spent."""
+    for name, save_steps in [("checkpoints", 4), ("final-only", 0)]:
+        folder = tmp_path / name
+        command = [*LINEAR, "--max-steps", 6, "--save-steps", save_steps, "--output-dir", folder]
+        train(capsys, *command)
+        before = snapshot(folder)
+        out = train(capsys, *command, "--resume")
+        assert f"{folder}: the run finished at step 6 (--max-steps 6): nothing to train" in out, name
+        assert "resumed from" not in out and snapshot(folder) == before, name
+        code, _, err = run_main(capsys, *command, "--max-steps", 5, "--resume")
+        assert_one_error(code, err, f"{folder}: the run finished at step 6, past the 5 steps this command trains for")
+        assert snapshot(folder) == before
+    out = train(capsys, *LINEAR, "--max-steps", 6, "--output-dir", tmp_path / "checkpoints", "--resume",
+                tmp_path / "checkpoints" / "checkpoint-4")
+    assert f"resumed from {tmp_path / 'checkpoints' / 'checkpoint-4'} at step 4" in out
+    # A run with a time budget is finished once its time is spent.
+    timed = [*LINEAR, "--max-train-minutes", 0.01, "--output-dir", tmp_path / "timed"]
+    train(capsys, *timed)
+    before = snapshot(tmp_path / "timed")
+    out = train(capsys, *timed, "--resume")
+    assert "(its 0.01 minutes of training spent): nothing to train" in out and snapshot(tmp_path / "timed") == before
+
+
+def test_a_longer_resume_goes_on_from_the_rate_it_had_and_ends_the_schedule_at_the_new_last_step(tmp_path, capsys):
+    """A resume with a larger --max-steps rebuilt the linear schedule for the new length: at step 9 of a 10-step run
+    resumed for 20 steps the rate jumped from a quarter of its peak back up to 0.61 of it. The rest of the schedule
+    (from the checkpoint's step to the planned last one) is now spread over the steps left, as --max-train-minutes
+    spreads it over the time left: the rate falls on from where it was to 0 at the new last step. The checkpoints
+    record the schedule, so resuming the longer run again continues it exactly; a checkpoint of an older version
+    (without the record) follows its own run's --max-steps, as then."""
+    folder = tmp_path / "run"
+    train(capsys, *LINEAR, "--max-steps", 10, "--output-dir", folder)
+    planned = rates(folder)
+    assert list(planned.values()) == pytest.approx([linear_rate(step) for step in range(1, 11)])
+    older = shutil.copytree(folder, tmp_path / "older")
+
+    out = train(capsys, *LINEAR, "--max-steps", 20, "--output-dir", folder, "--resume")
+    assert f"resumed from {folder / 'checkpoint-8'} at step 8" in out
+    longer = rates(folder)
+    assert sorted(longer) == list(range(1, 21))
+    assert [longer[step] for step in range(1, 9)] == [planned[step] for step in range(1, 9)]
+    # Steps 8 to 20 run the course that steps 8 to 10 had left.
+    assert [longer[step] for step in range(9, 21)] == pytest.approx(
+        [linear_rate(8 + (step - 8) * 2 / 12) for step in range(9, 21)], rel=1e-9)
+    assert longer[9] < longer[8] and longer[20] == 0.0
+
+    again = shutil.copytree(folder, tmp_path / "again")
+    train(capsys, *LINEAR, "--max-steps", 20, "--output-dir", again, "--resume", again / "checkpoint-12")
+    assert rates(again) == longer and losses(again) == pytest.approx(losses(folder), abs=1e-6)
+    # Longer still: from step 16 (the latest checkpoint), the rest of that course over steps 16 to 30.
+    train(capsys, *LINEAR, "--max-steps", 30, "--output-dir", folder, "--resume")
+    longest = rates(folder)
+    at_16 = 8 + 8 * 2 / 12
+    assert [longest[step] for step in range(17, 31)] == pytest.approx(
+        [linear_rate(at_16 + (step - 16) * (10 - at_16) / 14) for step in range(17, 31)], rel=1e-9)
+
+    # An older checkpoint's schedule: its run's own --max-steps (10) planned it.
+    state_file = older / "checkpoint-8" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    del state["schedule"]
+    state_file.write_text(json.dumps(state))
+    train(capsys, *LINEAR, "--max-steps", 20, "--output-dir", older, "--resume", state_file.parent)
+    assert rates(older) == pytest.approx(longer, rel=1e-12)
