@@ -23,15 +23,7 @@ from modeling.finetune import finetune, parse_args
 from modeling.task_data import NER_TAGS, BadTaskData, load_conll2003
 
 from test_default_model import write_downloads
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tiny fixture model trains fastest on one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from test_finetune import one_thread  # noqa: F401 (autouse: one thread for the tiny model)
 
 
 def conll_text(sentences: list[list[tuple[str, str]]]) -> str:
