@@ -249,4 +249,5 @@ class OutputLock:
             self._handle = None
 
 
-__all__ = ["OutputLock", "check_model_location", "check_output_location", "check_text_file", "decode_utf8", "read_text_file", "sha256_file"]
+__all__ = ["OutputLock", "check_model_location", "check_output_location", "check_text_file", "decode_utf8",
+           "read_text_file", "sha256_file"]

@@ -39,7 +39,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from conversion.convert_original_elmo import atomic_output_dir, check_output_dir  # noqa: E402
 from conversion.original_format import ConversionError  # noqa: E402
 from hf_elmo import ElmoTokenizer  # noqa: E402
-from hf_elmo.files import is_hub_id, model_folder_problem  # noqa: E402
+from hf_elmo.files import check_model_location, is_hub_id  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
 from modeling.task_data import (NER_TAGS, SENTIMENT_LABELS, BadTaskData, MissingTaskData, load_conll2003,  # noqa: E402
@@ -166,9 +166,10 @@ def check_inputs(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if not valid(value):  # (NaN fails every comparison: refused too)
             raise FinetuneError(f"--{name.replace('_', '-')} must be {wanted}, got {value:g}")
-    problem = None if is_hub_id(args.model) else model_folder_problem(args.model)
-    if problem:
-        raise FinetuneError(f"--model {args.model}: {problem}")
+    try:
+        check_model_location(args.model, FinetuneError)
+    except FinetuneError as error:
+        raise FinetuneError(f"--model {error}") from None
     try:
         check_output_dir(args.output_dir, args.overwrite)
     except ConversionError as error:
