@@ -29,7 +29,7 @@ from hf_elmo import (
     fast_linear,
 )
 from hf_elmo.approximate import Bf16Multiplies, approximation_deviation, native_bfloat16_extension
-from hf_elmo.fast_bilstm import derived_weights, ExactMultiplies
+from hf_elmo.fast_bilstm import ExactMultiplies, built_derived_weights, derived_weights
 from hf_elmo.fast_linear import FastLinear
 from hf_elmo.fast_char_encoder import fast_char_encoder
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer
@@ -179,11 +179,14 @@ def test_original_size_layer_fast_path_matches_plain_with_every_kernel(
         fast = layer(inputs, step_mask, h, c, inputs_repeat=inputs_repeat)
         slow = layer._plain_forward(inputs, step_mask, h, c)
         alone = layer(inputs[:, 2:3], step_mask[2:3], h[:, 2:3], c[:, 2:3], inputs_repeat=inputs_repeat)  # one sentence
-    multiplies = derived_weights(layer, "exact", ExactMultiplies)
-    linears = list(multiplies._linears.values())
-    assert all(isinstance(linear, FastLinear) for linear in linears) == (device == "cpu") and linears
-    if kernel != "measured" and device == "cpu":
-        assert all(set(linear._prepared) == {kernel} for linear in linears)
+    if device == "cpu":
+        linears = list(derived_weights(layer, "exact", ExactMultiplies)._linears.values())
+        assert linears and all(isinstance(linear, FastLinear) for linear in linears)
+    else:  # on a GPU the exact path is the CUDA graphs' static loop (cuda_graphs.py), not these multiplies
+        assert built_derived_weights(layer, "exact") is None
+        assert built_derived_weights(layer, "cuda_graphs") is not None
+        if kernel != "measured":
+            assert all(set(linear._prepared) == {kernel} for linear in linears)
     # Unit-scale random inputs drive outputs and states up to the clip (3): hold them to 1e-6 relative, 3e-6 absolute
     # (sums of 4096 products in another order: MKL's packed kernel on AMD EPYC differs from the plain path by 2.5e-6).
     for a, b in zip(fast, slow):

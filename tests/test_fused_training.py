@@ -101,7 +101,7 @@ def layer_run(layer, inputs, mask, h, c):
     """A loss over every output of the layer: its outputs and both final states, with fixed random weights."""
     outputs, final_h, final_c = layer(inputs, mask, h, c)
     generator = torch.Generator().manual_seed(7)
-    weights = [torch.randn(t.shape, generator=generator).to(t.dtype) for t in (outputs, final_h, final_c)]
+    weights = [torch.randn(t.shape, generator=generator).to(t.device, t.dtype) for t in (outputs, final_h, final_c)]
     return sum((t * w).sum() for t, w in zip((outputs, final_h, final_c), weights))
 
 
