@@ -198,6 +198,12 @@ class GraphedBiLstm:
         entry.graph.replay()
 
 
+def runs_graphed(layer, inputs: torch.Tensor) -> bool:
+    """Whether the exact inference path of `layer` runs here (float32 weights, CUDA inputs): it masks any pattern of
+    steps, so the caller need not read the mask from the device to check that every row starts at step 0."""
+    return inputs.is_cuda and layer.recurrent_weight.dtype == torch.float32
+
+
 def graphed_bilstm_layer(layer, inputs, step_mask, h, c, dtype: torch.dtype = torch.float32):
     """`ElmoBiLstmLayer.forward` on a GPU through the layer's CUDA graphs (kept beside the layer, rebuilt
     when a weight changes): exact float32, or bfloat16 multiplies with `dtype=torch.bfloat16`."""

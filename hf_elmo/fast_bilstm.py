@@ -208,9 +208,9 @@ def fast_bilstm_layer(
     layer, whose rows are token vectors (a word's every occurrence has the same row): the input half of the
     gates is computed once per distinct row, through this cache, which keeps them for later batches when
     `use_cache`."""
-    if multiplies is None and inputs.is_cuda and layer.recurrent_weight.dtype == torch.float32:
-        from .cuda_graphs import graphed_bilstm_layer  # (it builds on this module)
+    from .cuda_graphs import graphed_bilstm_layer, runs_graphed  # (it builds on this module)
 
+    if multiplies is None and runs_graphed(layer, inputs):
         return graphed_bilstm_layer(layer, inputs, step_mask, h, c)
     if multiplies is None:
         multiplies = derived_weights(layer, "exact", ExactMultiplies)

@@ -23,6 +23,7 @@ from collections import OrderedDict
 
 import torch
 
+from .static_shapes import has_static_shapes
 
 # Whether CUDA tensors go through the layers' CUDA graph recordings (`LayerGraphs`); False runs the fused path
 # unrecorded, which benchmarks/gpu_train_bench.py measures against.
@@ -58,9 +59,12 @@ def fused_bilstm_layer(
 
     graphs: where to keep recordings of the layer (`LayerGraphs`); by default CUDA graphs for CUDA tensors, none
     elsewhere."""
-    # Where every row runs every step (stream batching), the per-step masking is skipped.
-    all_valid = bool(step_mask.all())
-    if graphs is None and inputs.is_cuda and RECORD_CUDA_GRAPHS:
+    # Where every row runs every step (stream batching), the per-step masking is skipped; in `static_shapes()`, which
+    # reads no device value, every step is masked (the same numbers), and a recording of the whole step holds the
+    # layer's kernels (a CUDA graph cannot record another).
+    static = has_static_shapes()
+    all_valid = not static and bool(step_mask.all())
+    if graphs is None and inputs.is_cuda and RECORD_CUDA_GRAPHS and not static:
         graphs = _CUDA_GRAPHS.get(layer)
         if graphs is None:
             graphs = _CUDA_GRAPHS[layer] = LayerGraphs(record=True)

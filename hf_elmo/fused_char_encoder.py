@@ -26,6 +26,7 @@ from torch.nn import functional as F
 
 from .fast_char_encoder import BLOCK_WORDS, blocks_by_length, filter_matrix, window_products
 from .fused_bilstm import multiply_dtype
+from .static_shapes import has_static_shapes
 
 
 def fused_char_encoder_fallback(encoder) -> str | None:
@@ -58,20 +59,29 @@ def distinct_words(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def fused_char_encoder(encoder, rows: torch.Tensor) -> torch.Tensor:
     """[N, K] character ids (or [N, K + 1], the word id last, with word input: see `ElmoCharacterEncoder.split_rows`)
-    -> [N, P] word vectors, as `ElmoCharacterEncoder._plain_forward`, under autograd."""
-    distinct, inverse = distinct_words(rows)
-    char_ids, word_ids = encoder.split_rows(distinct)
-    # Shortest words first, so that each block is cut after its own longest word; on a GPU one block (every distinct
-    # word), which keeps the number of launches and host syncs down.
-    block_words = BLOCK_WORDS if char_ids.device.type == "cpu" else max(char_ids.shape[0], 1)
-    order, blocks = blocks_by_length(encoder, char_ids, block_words)
+    -> [N, P] word vectors, as `ElmoCharacterEncoder._plain_forward`, under autograd. In `static_shapes()` every row
+    is encoded, in one block of all its characters (finding the distinct words and their lengths reads the device)."""
+    if has_static_shapes():
+        char_ids, word_ids = encoder.split_rows(rows)
+        order, inverse = None, None
+        blocks = [(0, char_ids.shape[0], char_ids.shape[1])]
+    else:
+        distinct, inverse = distinct_words(rows)
+        char_ids, word_ids = encoder.split_rows(distinct)
+        # Shortest words first, so that each block is cut after its own longest word; on a GPU one block (every
+        # distinct word), which keeps the number of launches and host syncs down.
+        block_words = BLOCK_WORDS if char_ids.device.type == "cpu" else max(char_ids.shape[0], 1)
+        order, blocks = blocks_by_length(encoder, char_ids, block_words)
+        char_ids = char_ids.index_select(0, order)
+        word_ids = None if word_ids is None else word_ids.index_select(0, order)
 
     weight = encoder.char_embedding.weight
-    pooled = _CharFilters.apply(char_ids.index_select(0, order), tuple(blocks), multiply_dtype(weight), weight,
+    pooled = _CharFilters.apply(char_ids, tuple(blocks), multiply_dtype(weight), weight,
                                 *(conv.weight for conv in encoder.char_cnn))
     bias = torch.cat([conv.bias for conv in encoder.char_cnn])
-    x = encoder.activation(pooled + bias)
-    x = encoder.highway_and_projection(x, None if word_ids is None else word_ids.index_select(0, order))
+    x = encoder.highway_and_projection(encoder.activation(pooled + bias), word_ids)
+    if order is None:
+        return x
     # Back from length order to the distinct words' order, then to every occurrence (index_select: its backward
     # is an index_add, several times faster on CPU than the index_put of x[index]).
     return x.index_select(0, torch.argsort(order)[inverse])

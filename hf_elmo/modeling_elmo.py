@@ -24,12 +24,14 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .approximate import APPROXIMATIONS, approximate_bilstm_layer, check_approximation, clear_approximation_caches
 from .configuration_elmo import VALUE_RULES, ElmoConfig, check_value
+from .cuda_graphs import runs_graphed
 from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
 from .files import atomic_file
 from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback
 from .fused_bilstm import fused_bilstm_layer, fused_training_fallback
 from .fused_softmax import fused_sampled_softmax_loss
+from .static_shapes import has_static_shapes
 from .token_cache import DEFAULT_GATE_CACHE_BYTES, DEFAULT_MAX_WORDS, ElmoTokenCache
 from .tokenization_elmo import ElmoTokenizer  # noqa: F401 - a saved model folder carries the tokenizer's code too
 
@@ -63,7 +65,7 @@ def _check_character_ids(input_ids, config: ElmoConfig, name: str = "input_ids")
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 3 or input_ids.shape[-1] != chars:
         raise ValueError(f"{name} must be [batch, words, {chars}] character ids, got {_shape_of(input_ids)}")
     _check_integer_ids(input_ids, name, "character")
-    if input_ids.numel() and not _is_exporting():  # (an exported program does not check its inputs' values)
+    if input_ids.numel() and not _reads_no_values():
         low, high = torch.aminmax(input_ids)
         if bool((low < 0) | (high >= config.n_characters)):  # (one read of the device's result)
             outside = (low if low < 0 else high).item()
@@ -97,8 +99,8 @@ def _word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, rig
             raise ValueError(f"attention_mask must be {list(words.shape)}, got {_shape_of(attention_mask)}")
         attention_mask = attention_mask.to(words.device)
         mask = attention_mask.bool()
-    if _is_exporting() or (attention_mask is None and not right_padded):  # (an exported program does not check its
-        return mask  # inputs' values; the default mask cannot read padding, and nothing else is to be checked)
+    if _reads_no_values() or (attention_mask is None and not right_padded):  # (the default mask cannot read
+        return mask  # padding, and nothing else is to be checked)
     # Every check is read from the device at once; which one failed is worked out only for the message.
     reads_padding = (mask & ~words) if attention_mask is not None else torch.zeros_like(mask)
     not_a_prefix = not_binary = torch.zeros((), dtype=torch.bool, device=mask.device)
@@ -131,7 +133,7 @@ def _check_class_ids(labels, shape, num_classes: int, name: str = "labels", clas
     if not isinstance(labels, torch.Tensor) or labels.shape != shape:
         raise ValueError(f"{name} must be {list(shape)}, got {_shape_of(labels)}")
     _check_integer_ids(labels, name, "class")
-    if _is_exporting():  # (an exported program does not check its inputs' values)
+    if _reads_no_values():
         return
     # One read of the device's result (no boolean indexing, whose result's size the host must wait for); the first
     # wrong id is looked up only for the message.
@@ -149,6 +151,12 @@ def _is_exporting() -> bool:
     words repeat, what is cached, whether rows start together), which an exported graph cannot hold: the plain
     computation is exported."""
     return torch.compiler.is_exporting()
+
+
+def _reads_no_values() -> bool:
+    """Neither an exported program nor a CUDA graph recording (`static_shapes.py`) can read the device's values:
+    there the inputs' values go unchecked (the caller of a recording checks them on the host)."""
+    return _is_exporting() or has_static_shapes()
 
 
 class ElmoHighway(nn.Module):
@@ -214,6 +222,8 @@ class ElmoCharacterEncoder(nn.Module):
         if torch.is_grad_enabled() and any(parameter.requires_grad for parameter in self.parameters()):
             if fused_char_encoder_fallback(self) is None:
                 return fused_char_encoder(self, rows)
+            return self._plain_forward(rows)
+        if has_static_shapes():  # the inference path's cache and word sorting read the device
             return self._plain_forward(rows)
         # Frozen under autograd, an embedding's hook (enable_input_require_grads') may make the output require
         # gradients, which the inference path (out= buffers, detached weights) cannot give.
@@ -308,10 +318,12 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         if needs_grad:
             if fused_training_fallback(self, inputs, h, c) is None:
                 return fused_bilstm_layer(self, inputs, step_mask, h, c)
-        elif not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0:
+        elif not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0 and not has_static_shapes():
             if self.approximation is not None and not self.training:
                 return approximate_bilstm_layer(self, inputs, step_mask, h, c, inputs_repeat)
-            if self.use_fast_path and bool(step_mask[:, 0].all()):
+            # The packed loop needs every row to start at step 0 (ElmoModel's rows start with <S>); the GPU's graphed
+            # loop takes any mask, and reading this one would make the host wait for the layer before.
+            if self.use_fast_path and (runs_graphed(self, inputs) or bool(step_mask[:, 0].all())):
                 # On a GPU the input multiply is cheap and the cache's lookup (keys on the host) is not.
                 gate_cache = self.input_gate_cache if inputs_repeat and inputs.device.type == "cpu" else None
                 return fast_bilstm_layer(
@@ -804,6 +816,8 @@ class ElmoModel(ElmoPreTrainedModel):
         if not isinstance(word_ids, torch.Tensor) or word_ids.shape != mask.shape:
             raise ValueError(f"{name} must be [{mask.shape[0]}, {mask.shape[1]}], got {_shape_of(word_ids)}")
         _check_integer_ids(word_ids, name, "word")
+        if _reads_no_values():
+            return
         if bool((((word_ids < 0) | (word_ids >= vocab_size)) & mask.to(word_ids.device)).any()):
             raise ValueError(f"{name} holds ids outside word.dic [0, {vocab_size}) at words that are not padding")
 
@@ -1121,7 +1135,7 @@ class ElmoForSequenceClassification(ElmoTaskModel):
                     "0/1 floats for multi-label classification (single-label class ids are integers)")
                 expected = " or ".join(str(list(shape)) for shape in shapes)
                 raise ValueError(f"labels must be {expected} {what}, got {labels.dtype} {list(labels.shape)}")
-            if problem_type != "regression" and labels.numel() and not _is_exporting():
+            if problem_type != "regression" and labels.numel() and not _reads_no_values():
                 low, high = torch.aminmax(labels.float())
                 if bool((low < 0) | (high > 1)):  # (one read of the device's result)
                     raise ValueError(f"labels holds {(low if low < 0 else high).item()}: multi-label classification "
@@ -1262,7 +1276,8 @@ def sampled_softmax_loss(
 
 
 def full_softmax_loss(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """Per-token cross-entropy over the whole vocabulary: hidden [N, P], targets [N] -> [N].
+    """Per-token cross-entropy over the whole vocabulary: hidden [N, P], targets [N] -> [N] (0 where the target is
+    -100).
 
     Computed in chunks of tokens so that the logits of a large vocabulary never fill memory.
     """
@@ -1374,6 +1389,48 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         self._check_keywords(kwargs)
         self._check_input_devices(input_ids=input_ids, backward_input_ids=backward_input_ids,
                                   input_word_ids=input_word_ids, backward_input_word_ids=backward_input_word_ids)
+        mask = self.check_inputs(input_ids, attention_mask, labels, backward_labels, backward_input_ids,
+                                 input_word_ids, backward_input_word_ids)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+
+        token_layer, backward_layer = self._token_layers(
+            input_ids, backward_input_ids, mask, input_word_ids, backward_input_word_ids
+        )
+        layer0 = torch.cat([token_layer, token_layer if backward_layer is None else backward_layer], dim=-1)
+        hidden_states, _, final_states = self.elmo._run_bilstm(
+            layer0, mask, initial_states, return_hidden_states=output_hidden_states
+        )
+        top = hidden_states[-1]
+        loss = forward_loss = backward_loss = None
+        if labels is not None:
+            forward_top, backward_top = top.split(self.config.projection_dim, dim=-1)
+            forward_loss = self._language_model_loss(forward_top, labels)
+            backward_loss = self._language_model_loss(backward_top, backward_labels)
+            loss = 0.5 * (forward_loss + backward_loss)
+        return ElmoForPreTrainingOutput(
+            loss=loss,
+            forward_loss=forward_loss,
+            backward_loss=backward_loss,
+            last_hidden_state=top,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            final_states=final_states,
+        )
+
+    def check_inputs(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        backward_labels: torch.LongTensor | None = None,
+        backward_input_ids: torch.LongTensor | None = None,
+        input_word_ids: torch.LongTensor | None = None,
+        backward_input_word_ids: torch.LongTensor | None = None,
+    ) -> torch.Tensor:
+        """What `forward` refuses in its inputs, on whatever device they are: shapes, dtypes, character ids outside
+        the alphabet, a mask that is not right-padded, word and label ids outside their vocabularies. Returns the
+        word mask [B, S]. In `static_shapes()` no value is checked (nothing may read the device there): a caller
+        who records a step checks each batch with this first, on the host (`modeling/graphed_step.py`)."""
         _check_character_ids(input_ids, self.config)
         if backward_input_ids is not None:
             _check_character_ids(backward_input_ids, self.config, "backward_input_ids")
@@ -1390,31 +1447,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             self.elmo._check_word_ids(backward_input_word_ids, mask, "backward_input_word_ids")
         elif backward_input_word_ids is not None:
             raise ValueError("backward_input_word_ids are the word ids of backward_input_ids: pass both, or neither")
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-
-        token_layer, backward_layer = self._token_layers(
-            input_ids, backward_input_ids, mask, input_word_ids, backward_input_word_ids
-        )
-        layer0 = torch.cat([token_layer, token_layer if backward_layer is None else backward_layer], dim=-1)
-        hidden_states, _, final_states = self.elmo._run_bilstm(
-            layer0, mask, initial_states, return_hidden_states=output_hidden_states
-        )
-        top = hidden_states[-1]
-        loss = forward_loss = backward_loss = None
-        if labels is not None:
-            forward_top, backward_top = top.split(self.config.projection_dim, dim=-1)
-            forward_loss = self._language_model_loss(forward_top, labels, "labels")
-            backward_loss = self._language_model_loss(backward_top, backward_labels, "backward_labels")
-            loss = 0.5 * (forward_loss + backward_loss)
-        return ElmoForPreTrainingOutput(
-            loss=loss,
-            forward_loss=forward_loss,
-            backward_loss=backward_loss,
-            last_hidden_state=top,
-            hidden_states=tuple(hidden_states) if output_hidden_states else None,
-            final_states=final_states,
-        )
+        for name, ids in (("labels", labels), ("backward_labels", backward_labels)):
+            if ids is not None:
+                _check_class_ids(ids, mask.shape, self.config.lm_vocab_size, name, "the vocabulary")
+        return mask
 
     def _token_layers(
         self,
@@ -1431,13 +1467,19 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         its frequent words), and on the characters up to the longest word's end plus one window of the widest
         filter (the windows further right hold padding characters only, all alike, so the max over positions
         keeps its value). With word input, a word is its characters and its word id. Under torch.export, which cannot
-        hold their data-dependent shapes, every word is encoded.
+        hold their data-dependent shapes, every word is encoded; in `static_shapes()` every position, padding too
+        (then set to 0).
         """
         streams = [input_ids] if backward_input_ids is None else [input_ids, backward_input_ids]
         word_streams = None
         if input_word_ids is not None:
             word_streams = [input_word_ids] if backward_input_ids is None else [input_word_ids, backward_input_word_ids]
         exporting = _is_exporting()
+        if has_static_shapes():
+            parts = [self.elmo.char_encoder(ids.flatten(0, 1), None if word_streams is None else word_streams[i].flatten())
+                     for i, ids in enumerate(streams)]
+            layers = [torch.where(mask.unsqueeze(-1), part.view(*mask.shape, part.shape[-1]), 0.0) for part in parts]
+            return layers[0], layers[1] if len(layers) == 2 else None
         if exporting:
             parts = [self.elmo.char_encoder(ids[mask], None if word_streams is None else word_streams[i][mask])
                      for i, ids in enumerate(streams)]
@@ -1460,20 +1502,24 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         ]
         return layers[0], layers[1] if len(layers) == 2 else None
 
-    def _language_model_loss(self, hidden: torch.Tensor, labels: torch.Tensor, name: str) -> torch.Tensor:
+    def _language_model_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Mean negative log-likelihood of one direction: hidden [B, S, P], labels [B, S] -> []."""
         vocab_size = self.config.lm_vocab_size
-        _check_class_ids(labels, hidden.shape[:2], vocab_size, name, "the vocabulary")
         labels = labels.to(hidden.device, torch.long)  # (torch.int is accepted; the losses index with long ids)
         keep = labels != -100
-        # every position has a target (stream batching): a view, not a gather
-        every = not _is_exporting() and bool(keep.all())
+        negatives = self.config.lm_negative_samples
+        sampled = self.training and 0 < negatives < vocab_size
+        if has_static_shapes() and sampled:
+            raise ValueError("the sampled softmax draws its negatives on the host, which a CUDA graph cannot record: "
+                             "in static_shapes() only the full softmax (lm_negative_samples 0) trains")
+        # Every position has a target (stream batching): a view, not a gather. In static_shapes() every position is
+        # scored, and the full softmax's cross-entropy gives 0 where the label is -100.
+        every = has_static_shapes() or (not _is_exporting() and bool(keep.all()))
         targets = labels.flatten() if every else labels[keep]
         hidden = hidden.flatten(0, 1) if every else hidden[keep]
         if self.dropout is not None:
             hidden = self.dropout(hidden)
-        negatives = self.config.lm_negative_samples
-        if self.training and 0 < negatives < vocab_size:
+        if sampled:
             losses = sampled_softmax_loss(
                 hidden, targets, self.softmax.weight, self.softmax.bias, negatives, fused=self.use_fast_path
             )

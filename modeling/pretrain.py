@@ -67,6 +67,7 @@ from modeling.data import (  # noqa: E402
     read_corpus,
 )
 from modeling.evaluate import perplexity  # noqa: E402
+from modeling.graphed_step import GraphedTrainingStep, assign_learning_rates, graph_unsupported_reason  # noqa: E402
 from modeling.presets import PRESETS, TRAINING_DEFAULTS, training_settings  # noqa: E402
 from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
 
@@ -142,6 +143,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     training.add_argument("--seed", type=int, default=42)
     training.add_argument("--plain-path", action="store_true",
                           help="train with the plain computation that defines the model, not the fused fast path (same numbers, slower)")
+    training.add_argument("--no-cuda-graph", action="store_true",
+                          help="on one GPU, run each step's kernels one by one instead of replaying the step recorded as a "
+                               "CUDA graph (see modeling/graphed_step.py; slower)")
 
     runs = parser.add_argument_group("checkpoints and logging")
     runs.add_argument("--save-steps", type=int, help="checkpoint every N steps; 0 = only the final model")
@@ -824,8 +828,8 @@ def set_float32_precision(mixed_precision: str) -> None:
 
 def set_learning_rate(optimizer, scheduler, schedule_step: float) -> None:
     """The learning rate that `scheduler`'s own schedule gives at `schedule_step` (possibly fractional)."""
-    for group, base, multiplier in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
-        group["lr"] = base * multiplier(schedule_step)
+    assign_learning_rates(optimizer, [base * multiplier(schedule_step)
+                                      for base, multiplier in zip(scheduler.base_lrs, scheduler.lr_lambdas)])
 
 
 # ---- the run -------------------------------------------------------------------------------------------------
@@ -1029,31 +1033,53 @@ def train(args: argparse.Namespace) -> dict:
         if main_process:  # (the sums of all processes: the others start from zero, and logging adds them up)
             sums += torch.tensor(unlogged["sums"], dtype=torch.float64, device=accelerator.device)
         steps_in_sums, started = unlogged["steps"], started - unlogged["seconds"]
+    graphed, failure_said = None, False
+    if accelerator.device.type == "cuda":
+        unsupported = "--no-cuda-graph" if args.no_cuda_graph else graph_unsupported_reason(
+            accelerator.device, accelerator.num_processes, accumulation, batches.stateful, settings["optimizer"],
+            unwrapped.config.lm_negative_samples, unwrapped.config.lm_vocab_size, accelerator.mixed_precision)
+        if unsupported is None:
+            autocast_dtype = torch.bfloat16 if accelerator.mixed_precision == "bf16" else None
+            graphed = GraphedTrainingStep(unwrapped, optimizer.optimizer, settings["max_grad_norm"], autocast_dtype)
+        accelerator.print("each training step is recorded as one CUDA graph and replayed" if graphed else
+                          f"training steps are not recorded as a CUDA graph: {unsupported}")
     finished = step >= max_steps or (clock is not None and clock.done)
     while not finished:
         model.train()
         step_started = time.perf_counter()
-        for micro in range(accumulation):
-            index = step * accumulation + micro
-            if batches.starts_row_streams(index):
+        batch = batches.batch(step * accumulation) if graphed is not None else None
+        if graphed is not None and graphed.fits(batch):  # (stream windows always do)
+            if batches.starts_row_streams(step):
                 states = None
-            batch = batches.batch(index)
-            scale = loss_scale(settings["optimizer"], batch["labels"]) / accumulation
-            batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
-            sync = contextlib.nullcontext() if micro == accumulation - 1 else accelerator.no_sync(model)
-            with sync:
-                output = model(**batch, initial_states=states)
-                accelerator.backward(output.loss * scale)
-            if batches.stateful:
-                states = tuple(state.detach() for state in output.final_states)
-            losses = torch.stack([output.loss, output.forward_loss, output.backward_loss]).detach().double()
-            sums[:3] += losses / accumulation
-            sums[3] += (batch["labels"] != -100).sum()
-        grad_norm = None
-        if settings["max_grad_norm"]:
-            grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            losses, grad_norm, states = graphed.step(batch, states)
+            sums[:3] += losses
+            sums[3] += int((batch["labels"] != -100).sum())
+            if graphed.failure is not None and not failure_said:
+                accelerator.print(f"the training step could not be recorded as a CUDA graph ({graphed.failure}); its "
+                                  "kernels run one by one")
+                failure_said = True
+        else:
+            for micro in range(accumulation):
+                index = step * accumulation + micro
+                if batches.starts_row_streams(index):
+                    states = None
+                batch = batches.batch(index)
+                scale = loss_scale(settings["optimizer"], batch["labels"]) / accumulation
+                batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
+                sync = contextlib.nullcontext() if micro == accumulation - 1 else accelerator.no_sync(model)
+                with sync:
+                    output = model(**batch, initial_states=states)
+                    accelerator.backward(output.loss * scale)
+                if batches.stateful:
+                    states = tuple(state.detach() for state in output.final_states)
+                losses = torch.stack([output.loss, output.forward_loss, output.backward_loss]).detach().double()
+                sums[:3] += losses / accumulation
+                sums[3] += (batch["labels"] != -100).sum()
+            grad_norm = None
+            if settings["max_grad_norm"]:
+                grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings["max_grad_norm"])
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         step += 1
         if clock is not None:
             seconds = torch.tensor([time.perf_counter() - step_started], dtype=torch.float64, device=accelerator.device)
@@ -1072,7 +1098,7 @@ def train(args: argparse.Namespace) -> dict:
                 "loss": totals[0].item() / (steps_in_sums * accelerator.num_processes),
                 "forward_loss": totals[1].item() / (steps_in_sums * accelerator.num_processes),
                 "backward_loss": totals[2].item() / (steps_in_sums * accelerator.num_processes),
-                "learning_rate": optimizer.param_groups[0]["lr"],
+                "learning_rate": float(optimizer.param_groups[0]["lr"]),  # (a tensor in a recorded step)
                 "words_per_second": totals[3].item() / elapsed,
             }
             if grad_norm is not None:

@@ -137,3 +137,20 @@ def test_whole_model_through_the_static_loop_matches_the_fast_path(converted, de
                             [*reference.hidden_states, *reference.final_states]):
                 assert torch.allclose(a.cpu(), b, rtol=2e-6, atol=2e-6)
     assert len(runners) == 2 and all(len(runner.buckets) == 2 for runner in runners.values())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_row_that_starts_late_is_masked_like_the_plain_loop(trained_layers, device):
+    """On a GPU the layer reads no mask from the device before its graph runs (the host would wait for the layer
+    before): the static loop takes any mask, here a row whose steps start at 3, and gives the plain loop's
+    numbers; on CPU the packed loop refuses such a row and the plain loop runs."""
+    layer = trained_layers[0].to(device)
+    inputs, step_mask, h, c = (t.to(device) for t in ragged(4, 9, layer, seed=5))
+    step_mask[1, :3] = False
+    with torch.no_grad():
+        found = layer(inputs, step_mask, h, c)
+        expected = layer._plain_forward(inputs, step_mask, h, c)
+    for a, b in zip(found, expected):
+        assert torch.allclose(a, b, rtol=2e-6, atol=2e-6)
+    assert torch.all(found[0][:, 1, :3] == 0)
+    layer.cpu()
