@@ -128,3 +128,28 @@ def test_a_longer_resume_goes_on_from_the_rate_it_had_and_ends_the_schedule_at_t
     state_file.write_text(json.dumps(state))
     train(capsys, *LINEAR, "--max-steps", 20, "--output-dir", older, "--resume", state_file.parent)
     assert rates(older) == pytest.approx(longer, rel=1e-12)
+
+
+def test_a_checkpoint_of_a_recorded_run_resumes_on_the_cpu(tmp_path, capsys):
+    """A run whose steps were recorded as a CUDA graph (modeling/graphed_step.py) saves AdamW with a tensor learning
+    rate and `capturable`: resumed on a CPU, it goes on as the run that was not interrupted (the same learning rates,
+    logged as numbers)."""
+    import torch
+
+    folder = tmp_path / "run"
+    train(capsys, *LINEAR, "--max-steps", 6, "--output-dir", folder)
+    optimizer_file = folder / "checkpoint-4" / "optimizer.bin"
+    state = torch.load(optimizer_file, weights_only=True)
+    for group in state["param_groups"]:  # as a recorded run's checkpoint holds it
+        group["lr"], group["capturable"] = torch.tensor(float(group["lr"])), True
+    torch.save(state, optimizer_file)
+    trainer_state_file = folder / "checkpoint-4" / "trainer_state.json"
+    trainer_state = json.loads(trainer_state_file.read_text())
+    trainer_state["files"]["optimizer.bin"] = None  # (its recorded digest is the saved file's)
+    trainer_state_file.write_text(json.dumps(trainer_state))
+    (folder / "model.safetensors").unlink()  # (the final model: the run resumes from checkpoint-4)
+    (folder / "trainer_state.json").unlink()
+    uninterrupted = rates(folder)
+    out = train(capsys, *LINEAR, "--max-steps", 6, "--output-dir", folder, "--resume")
+    assert f"resumed from {folder / 'checkpoint-4'} at step 4" in out
+    assert rates(folder)[6] == pytest.approx(uninterrupted[6])
