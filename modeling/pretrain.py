@@ -1034,13 +1034,13 @@ def train(args: argparse.Namespace) -> dict:
             sums += torch.tensor(unlogged["sums"], dtype=torch.float64, device=accelerator.device)
         steps_in_sums, started = unlogged["steps"], started - unlogged["seconds"]
     graphed, failure_said = None, False
+    unsupported = "--no-cuda-graph" if args.no_cuda_graph else graph_unsupported_reason(
+        accelerator.device, accelerator.num_processes, accumulation, batches.stateful, settings["optimizer"],
+        unwrapped.config.lm_negative_samples, unwrapped.config.lm_vocab_size, accelerator.mixed_precision)
+    if unsupported is None:
+        autocast_dtype = torch.bfloat16 if accelerator.mixed_precision == "bf16" else None
+        graphed = GraphedTrainingStep(unwrapped, optimizer.optimizer, settings["max_grad_norm"], autocast_dtype)
     if accelerator.device.type == "cuda":
-        unsupported = "--no-cuda-graph" if args.no_cuda_graph else graph_unsupported_reason(
-            accelerator.device, accelerator.num_processes, accumulation, batches.stateful, settings["optimizer"],
-            unwrapped.config.lm_negative_samples, unwrapped.config.lm_vocab_size, accelerator.mixed_precision)
-        if unsupported is None:
-            autocast_dtype = torch.bfloat16 if accelerator.mixed_precision == "bf16" else None
-            graphed = GraphedTrainingStep(unwrapped, optimizer.optimizer, settings["max_grad_norm"], autocast_dtype)
         accelerator.print("each training step is recorded as one CUDA graph and replayed" if graphed else
                           f"training steps are not recorded as a CUDA graph: {unsupported}")
     finished = step >= max_steps or (clock is not None and clock.done)

@@ -5,6 +5,7 @@ step."""
 
 import contextlib
 import copy
+import shutil
 
 import pytest
 import torch
@@ -234,3 +235,35 @@ def test_graph_unsupported_reasons():
                            ({"optimizer": "adagrad"}, "Adagrad"), ({"negative_samples": 8}, "sampled softmax"),
                            ({"mixed_precision": "fp16"}, "fp16")]:
         assert reason in graph_unsupported_reason(**{**usual, **change})
+
+
+def test_pretrain_trains_through_the_step_as_it_would_record_it(tmp_path, capsys, monkeypatch):
+    """pretrain.py's branch for a recorded step, run unrecorded on the CPU (the recording itself needs CUDA): the same
+    logged losses as its usual loop, a checkpoint in the middle, and a resume from it that ends as the run did."""
+    import functools
+
+    from modeling import pretrain
+    from test_pretraining import TRAIN, losses, run_main
+
+    arguments = ["--preset", "tiny", "--train-file", TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt",
+                 "--negative-samples", 0, "--optimizer", "adamw", "--learning-rate", 0.01, "--lr-scheduler", "linear",
+                 "--warmup-steps", 2, "--logging-steps", 1, "--seed", 7, "--max-steps", 8, "--save-steps", 4]
+    code, _, err = run_main(capsys, *arguments, "--output-dir", tmp_path / "usual")
+    assert code == 0, err
+    steps = []
+    monkeypatch.setattr(pretrain, "graph_unsupported_reason", lambda *args: None)
+    monkeypatch.setattr(pretrain, "GraphedTrainingStep", functools.partial(GraphedTrainingStep, record=False))
+    monkeypatch.setattr(GraphedTrainingStep, "step", lambda self, *a, step=GraphedTrainingStep.step: steps.append(1)
+                        or step(self, *a))
+    for folder in ("graphed", "resumed"):
+        code, _, err = run_main(capsys, *arguments, "--output-dir", tmp_path / folder)
+        assert code == 0, err
+    expected = losses(tmp_path / "usual")
+    assert len(steps) == 16 and sorted(losses(tmp_path / "graphed")) == sorted(expected) == list(range(1, 9))
+    assert max(abs(losses(tmp_path / "graphed")[s] - expected[s]) for s in expected) <= 1e-5, (losses(tmp_path / "graphed"), expected)
+    shutil.rmtree(tmp_path / "resumed" / "checkpoint-8", ignore_errors=True)
+    for name in ("model.safetensors", "trainer_state.json"):
+        (tmp_path / "resumed" / name).unlink()
+    code, out, err = run_main(capsys, *arguments, "--output-dir", tmp_path / "resumed", "--resume")
+    assert code == 0 and "at step 4" in out, err
+    assert abs(losses(tmp_path / "resumed")[8] - expected[8]) <= 1e-5
