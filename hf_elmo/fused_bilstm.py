@@ -23,7 +23,7 @@ from collections import OrderedDict
 
 import torch
 
-from .static_shapes import has_static_shapes
+from .static_shapes import has_static_shapes, static_batch_is_full
 
 # Whether CUDA tensors go through the layers' CUDA graph recordings (`LayerGraphs`); False runs the fused path
 # unrecorded, which benchmarks/gpu_train_bench.py measures against.
@@ -59,11 +59,11 @@ def fused_bilstm_layer(
 
     graphs: where to keep recordings of the layer (`LayerGraphs`); by default CUDA graphs for CUDA tensors, none
     elsewhere."""
-    # Where every row runs every step (stream batching), the per-step masking is skipped; in `static_shapes()`, which
-    # reads no device value, every step is masked (the same numbers), and a recording of the whole step holds the
-    # layer's kernels (a CUDA graph cannot record another).
+    # Where every row runs every step (stream batching), the per-step masking is skipped; `static_shapes()` reads no
+    # device value: its caller says so (`full`), or every step is masked (the same numbers). A recording of the whole
+    # step holds the layer's kernels there (a CUDA graph cannot record another).
     static = has_static_shapes()
-    all_valid = not static and bool(step_mask.all())
+    all_valid = static_batch_is_full() if static else bool(step_mask.all())
     if graphs is None and inputs.is_cuda and RECORD_CUDA_GRAPHS and not static:
         graphs = _CUDA_GRAPHS.get(layer)
         if graphs is None:

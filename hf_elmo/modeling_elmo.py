@@ -31,7 +31,7 @@ from .files import atomic_file
 from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback
 from .fused_bilstm import fused_bilstm_layer, fused_training_fallback
 from .fused_softmax import fused_sampled_softmax_loss
-from .static_shapes import has_static_shapes
+from .static_shapes import has_static_shapes, static_batch_is_full
 from .token_cache import DEFAULT_GATE_CACHE_BYTES, DEFAULT_MAX_WORDS, ElmoTokenCache
 from .tokenization_elmo import ElmoTokenizer  # noqa: F401 - a saved model folder carries the tokenizer's code too
 
@@ -1478,7 +1478,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if has_static_shapes():
             parts = [self.elmo.char_encoder(ids.flatten(0, 1), None if word_streams is None else word_streams[i].flatten())
                      for i, ids in enumerate(streams)]
-            layers = [torch.where(mask.unsqueeze(-1), part.view(*mask.shape, part.shape[-1]), 0.0) for part in parts]
+            layers = [part.view(*mask.shape, part.shape[-1]) for part in parts]
+            if not static_batch_is_full():
+                layers = [torch.where(mask.unsqueeze(-1), layer, 0.0) for layer in layers]
             return layers[0], layers[1] if len(layers) == 2 else None
         if exporting:
             parts = [self.elmo.char_encoder(ids[mask], None if word_streams is None else word_streams[i][mask])

@@ -14,18 +14,27 @@ tests hold it to the usual path.
 import contextlib
 
 _depth = 0
+_full = False
 
 
 @contextlib.contextmanager
-def static_shapes():
-    """Within the block, the model's shapes follow from its inputs' shapes alone, and it reads no device value."""
-    global _depth
-    _depth += 1
+def static_shapes(full: bool = False):
+    """Within the block, the model's shapes follow from its inputs' shapes alone, and it reads no device value.
+    `full`: the caller has checked that every position of the batch is a word with a target (stream windows always
+    are), so that nothing needs masking."""
+    global _depth, _full
+    outer = _full
+    _depth, _full = _depth + 1, full
     try:
         yield
     finally:
-        _depth -= 1
+        _depth, _full = _depth - 1, outer
 
 
 def has_static_shapes() -> bool:
     return _depth > 0
+
+
+def static_batch_is_full() -> bool:
+    """In `static_shapes(full=True)`: every position is a word with a target."""
+    return _depth > 0 and _full

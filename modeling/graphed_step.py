@@ -42,6 +42,14 @@ def graph_unsupported_reason(device: torch.device, num_processes: int, accumulat
     return next((reason for found, reason in reasons if found), None)
 
 
+def is_full(batch: dict[str, torch.Tensor]) -> bool:
+    """Every position of the batch a word with a target (stream windows always are: nothing needs masking)."""
+    words = [(batch[name] > 0).any(-1).all() for name in ("input_ids", "backward_input_ids") if name in batch]
+    targets = [(batch[name] != -100).all() for name in ("labels", "backward_labels")]
+    mask = batch.get("attention_mask")
+    return all(bool(found) for found in [*words, *targets]) and (mask is None or bool((mask == 1).all()))
+
+
 class GraphedTrainingStep:
     """`step(batch, states)` trains `model` on one batch of CPU tensors as the usual loop does (forward in
     `autocast_dtype` if given, backward, gradient norm clipped at `max_grad_norm` if set, `optimizer.step()`), and
@@ -62,14 +70,16 @@ class GraphedTrainingStep:
                 group["capturable"] = True
                 group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=self.device)
         self.parameters = [p for group in optimizer.param_groups for p in group["params"]]
-        self.inputs = self.states = self.results = None
+        self.inputs = self.states = self.results = self.full = None
         self.graph, self.steps, self.failure = None, 0, None
         self._staging, self._copied, self._turn = None, None, 0
 
     def fits(self, batch: dict[str, torch.Tensor]) -> bool:
-        """Whether `batch` has the shapes (and names) of the recorded inputs; the first batch fixes them."""
+        """Whether `batch` has the shapes (and names) of the recorded inputs, and is full if the first was (the first
+        batch fixes both; see `is_full`)."""
         return self.inputs is None or (batch.keys() == self.inputs.keys()
-                                       and all(batch[k].shape == self.inputs[k].shape for k in batch))
+                                       and all(batch[k].shape == self.inputs[k].shape for k in batch)
+                                       and (not self.full or is_full(batch)))
 
     def step(self, batch: dict[str, torch.Tensor], states: tuple[torch.Tensor, torch.Tensor] | None):
         self.model.check_inputs(**batch)
@@ -100,6 +110,7 @@ class GraphedTrainingStep:
         return losses, grad_norm, self.states
 
     def _allocate(self, batch: dict[str, torch.Tensor]) -> None:
+        self.full = is_full(batch)
         self.inputs = {name: torch.empty_like(tensor, device=self.device) for name, tensor in batch.items()}
         config = self.model.config
         rows, layers = batch["input_ids"].shape[0], config.num_lstm_layers
@@ -131,7 +142,7 @@ class GraphedTrainingStep:
         forward = type(self.model).forward.__get__(self.model)
         # (Recorded, the gradients are then allocated in the graph's memory, and each replay writes them anew.)
         self.optimizer.zero_grad(set_to_none=True)
-        with static_shapes(), torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
+        with static_shapes(full=self.full), torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
                                              enabled=self.autocast_dtype is not None, cache_enabled=False):
             output = forward(**self.inputs, initial_states=self.states)
         output.loss.backward()

@@ -15,7 +15,7 @@ from conftest import DEVICES, FIXTURES
 from hf_elmo import ElmoConfig, ElmoForPreTraining
 from hf_elmo.static_shapes import has_static_shapes, static_shapes
 from modeling.data import EncodedText, StreamBatches, WordTable, load_sentences, sentence_batch
-from modeling.graphed_step import GraphedTrainingStep, graph_unsupported_reason, assign_learning_rates
+from modeling.graphed_step import GraphedTrainingStep, assign_learning_rates, graph_unsupported_reason, is_full
 from modeling.presets import TINY_MODEL
 from modeling.vocabulary import Vocabulary
 
@@ -68,10 +68,10 @@ class NoHostReads(TorchDispatchMode):
         return super().__exit__(*exc)
 
 
-def loss_and_gradients(model, batch, static: bool, states=None, guard=False):
+def loss_and_gradients(model, batch, static: bool, states=None, guard=False, full=False):
     model.zero_grad(set_to_none=True)
     torch.manual_seed(3)  # the same dropout masks on both
-    with static_shapes() if static else contextlib.nullcontext(), NoHostReads() if guard else contextlib.nullcontext():
+    with static_shapes(full) if static else contextlib.nullcontext(), NoHostReads() if guard else contextlib.nullcontext():
         output = model(**batch, initial_states=states)
         output.loss.backward()
     return output, {name: p.grad.clone() for name, p in model.named_parameters()}
@@ -88,7 +88,7 @@ def padded_batch(corpus) -> dict:
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "plain-path"])
-@pytest.mark.parametrize("kind", ["stream", "padded", "word-input"])
+@pytest.mark.parametrize("kind", ["stream", "stream-full", "padded", "word-input"])
 def test_static_shapes_give_the_usual_loss_and_gradients(corpus, fast, kind):
     """Every position encoded instead of each distinct word once, the LSTM masking every step, every position
     scored: the same loss, gradients and final states to float32 rounding, dropout included where every position
@@ -101,18 +101,19 @@ def test_static_shapes_give_the_usual_loss_and_gradients(corpus, fast, kind):
     model = tiny_model(vocabulary, **overrides)
     model.set_fast_path(fast)
     batch = padded_batch(corpus) if kind == "padded" else stream(corpus).batch(3)
+    assert is_full(batch) == (kind != "padded")
     if kind == "word-input":
         batch["input_word_ids"] = batch["input_ids"][..., 1] % 40
         batch["backward_input_word_ids"] = batch["backward_input_ids"][..., 1] % 40
     states = None
-    if kind == "stream":
+    if kind.startswith("stream"):
         torch.manual_seed(1)
         config = model.config
         states = (torch.randn(2, 3, 2 * config.projection_dim), torch.randn(2, 3, 2 * config.cell_size))
     if kind == "padded":
         assert not bool((batch["labels"] != -100).all())
     usual, usual_gradients = loss_and_gradients(model, batch, static=False, states=states)
-    static, static_gradients = loss_and_gradients(model, batch, static=True, states=states)
+    static, static_gradients = loss_and_gradients(model, batch, static=True, states=states, full=kind == "stream-full")
     assert abs(static.loss.item() - usual.loss.item()) <= 1e-6 * usual.loss.item()
     worst = max((relative(static_gradients[n], g), n) for n, g in usual_gradients.items())
     assert worst[0] <= 1e-5, worst
@@ -122,12 +123,13 @@ def test_static_shapes_give_the_usual_loss_and_gradients(corpus, fast, kind):
 
 @pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "plain-path"])
 def test_static_shapes_read_no_device_value(corpus, fast):
-    """Forward and backward of a stream window in static_shapes() never read a value back (the guard fails on the
-    usual step, which does: so it can fail)."""
+    """Forward and backward of a stream window in static_shapes() never read a value back, full or not (the guard
+    fails on the usual step, which does: so it can fail)."""
     model = tiny_model(corpus[2])
     model.set_fast_path(fast)
     batch = stream(corpus).batch(0)
-    loss_and_gradients(model, batch, static=True, guard=True)
+    for full in (False, True):
+        loss_and_gradients(model, batch, static=True, guard=True, full=full)
     with pytest.raises(AssertionError, match="reads the device|tolist|numpy"):
         loss_and_gradients(model, batch, static=False, guard=True)
 
@@ -188,7 +190,10 @@ def test_unrecorded_graphed_step_is_the_usual_step(corpus):
     assert graphed.graph is None and graphed.failure is None
     restarted, _, _ = graphed_steps(copy.deepcopy(model), batches, 3, record=False, restart_at=2)
     assert abs(restarted[2] - found[2]) > 1e-4  # the third step from zero state, not the carried one
-    assert not graphed.fits({**batches.batch(0), "labels": batches.batch(0)["labels"][:2]})
+    assert graphed.full and not graphed.fits({**batches.batch(0), "labels": batches.batch(0)["labels"][:2]})
+    unfinished = batches.batch(0)
+    unfinished["labels"][1, -1] = -100  # (the shapes of the recording, but a position without a target)
+    assert not graphed.fits(unfinished)
 
 
 def test_graphed_step_checks_each_batch_on_the_host(corpus):
