@@ -1,5 +1,6 @@
 """ElmoEmbedder and `hf-elmo embed`: the layout of `allennlp elmo`, the original stateful numbers, resuming, 2 processes."""
 
+import hashlib
 import json
 import os
 import re
@@ -690,6 +691,58 @@ def test_a_run_resumes_with_the_model_folder_spelled_another_way(model_path, tmp
     monkeypatch.chdir(model_path.parent)
     summary = ElmoEmbedder(f"./{model_path.name}").embed_file(source, output, batch_size=2, progress=False)
     assert (summary["computed"], summary["resumed"]) == (7, 3) and not partial.exists()
+
+
+def test_the_models_digest_is_hashed_once_and_again_after_any_change_of_a_weight(model_path, tmp_path, monkeypatch):
+    """The manifest's model_sha256 keeps a run from resuming another model's batches. It is the sha256 of the
+    state_dict that earlier versions wrote (their interrupted runs resume), hashed once per model (0.4 s of every run
+    at the original size) and again after a weight changes: in place, by load_state_dict, by an optimizer step, by a
+    move to another dtype. A run stopped, then resumed in the same process after a weight changed, is refused."""
+    from hf_elmo import embed_file as embed_module
+
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
+    model = embedder.model
+
+    def sha256_now() -> str:  # (as earlier versions hashed the weights)
+        digest = hashlib.sha256()
+        for name, tensor in model.state_dict().items():
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+
+    hash_state_dict, hashed = embed_module._state_dict_sha256, []
+
+    def hash_noted(tensors):
+        hashed.append(1)
+        return hash_state_dict(tensors)
+
+    monkeypatch.setattr(embed_module, "_state_dict_sha256", hash_noted)
+    first, saved = embed_module._model_fingerprint(model), {k: v.clone() for k, v in model.state_dict().items()}
+    assert first == sha256_now() == json.loads((partial / "manifest.json").read_text())["model_sha256"]
+    assert embed_module._model_fingerprint(model) == first and not hashed  # (the run hashed them)
+    weight = model.layers[0].recurrent_weight
+
+    def in_place():
+        with torch.no_grad():
+            weight.mul_(2)
+
+    def optimizer_step():
+        weight.grad = torch.ones_like(weight)
+        torch.optim.SGD([weight], lr=0.1).step()
+        weight.grad = None
+
+    changes = {"in place": in_place, "load_state_dict": lambda: model.load_state_dict(saved),
+               "optimizer step": optimizer_step, "dtype": lambda: model.to(torch.float64)}
+    for count, (change, make) in enumerate(changes.items(), start=1):
+        make()
+        digest = embed_module._model_fingerprint(model)
+        assert len(hashed) == count and digest == sha256_now(), change
+        assert embed_module._model_fingerprint(model) == digest and len(hashed) == count, change
+        assert (digest == first) == (change == "load_state_dict"), change
+    model.to(torch.float32).load_state_dict(saved)
+    in_place()
+    with pytest.raises(ValueError, match=r"holds batches of an interrupted run with different model_sha256"):
+        embedder.embed_file(source, output, batch_size=2, progress=False)
 
 
 KILL_DURING_FINAL_WRITE = """
