@@ -939,6 +939,84 @@ def test_tokenising_ahead_in_a_thread_gives_the_same_bytes(model_path, tmp_path,
     assert_same_embeddings(tmp_path / "ahead.hdf5", tmp_path / "in-turn.hdf5", len(lines))
 
 
+@pytest.mark.parametrize("stateful", [False, True])
+def test_writing_behind_the_model_gives_the_same_bytes_and_holds_few_batches(model_path, tmp_path, stateful,
+                                                                              monkeypatch):
+    """What `hf-elmo embed` does on a GPU (each batch's file written in a thread while the model computes the next
+    batch), here on the CPU with a slow disk: every batch file is written in another thread, never more than
+    WRITES_WAITING + 1 computed batches wait for the writer, and the file is the same, byte for byte. A run stopped
+    with writes waiting finishes them first (their batches are whole) and resumes to the same bytes."""
+    from hf_elmo import embed_file as embed_module
+
+    lines = fixture_lines() + ["", "last"]
+    source = write_lines(tmp_path / "in.txt", lines)
+    embedder, batches = ElmoEmbedder(model_path, stateful=stateful), len(plan_batches(lines, 3, stateful))
+    embedder.embed_file(source, tmp_path / "in-turn.hdf5", batch_size=3, progress=False, write_behind=False)
+    save_batch, forward = embed_module._save_batch, embedder.model.forward
+    threads, written, waiting = set(), [], []
+
+    def slow_save_batch(*args):
+        threads.add(threading.get_ident())
+        time.sleep(0.05)
+        save_batch(*args)
+        written.append(args[0].name)
+
+    def forward_noting_the_batches_waiting(*args, **kwargs):
+        waiting.append(len(waiting) - len(written))  # batches computed before this one and not yet written
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(embed_module, "_save_batch", slow_save_batch)
+    embedder.model.forward = forward_noting_the_batches_waiting
+    embedder.embed_file(source, tmp_path / "behind.hdf5", batch_size=3, progress=False, write_behind=True)
+    assert len(written) == batches and threading.get_ident() not in threads
+    assert max(waiting) == embed_module.WRITES_WAITING + 1, waiting
+    assert (tmp_path / "behind.hdf5").read_bytes() == (tmp_path / "in-turn.hdf5").read_bytes()
+
+    output, partial = tmp_path / "stopped.hdf5", tmp_path / "stopped.hdf5.partial"
+    stop_after_batches(embedder, 5)  # (writes queued then: batches 4 and 5 at least)
+    with pytest.raises(KeyboardInterrupt):
+        embedder.embed_file(source, output, batch_size=3, progress=False, write_behind=True)
+    del embedder.model.forward
+    assert len(finished_batches(partial)) == 5 and not list(partial.glob(".*tmp-*"))
+    summary = embedder.embed_file(source, output, batch_size=3, progress=False, write_behind=True)
+    assert (summary["computed"], summary["resumed"]) == (batches - 5, 5)
+    assert_same_embeddings(output, tmp_path / "in-turn.hdf5", len(lines))
+
+
+def test_a_write_that_fails_behind_the_model_is_the_runs_error_and_leaves_no_part_of_its_batch(model_path, tmp_path,
+                                                                                                monkeypatch):
+    """A batch file that cannot be written (here the disk fills in the middle of batch 3's) while the model computes
+    the next batches stops the run within two batches with the write's own error, raised by embed_file: that batch
+    file is not there, not even in part, and the next run computes the batches missing, to the bytes of a run never
+    stopped."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    embedder = ElmoEmbedder(model_path)
+    embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    create_dataset, failed_in, batches_run = h5py.Group.create_dataset, [], []
+
+    def disk_full_in_batch_3(group, name, *args, **kwargs):
+        if Path(group.file.filename).name.startswith(".00000003.hdf5.tmp-") and len(group.file) == 1:
+            failed_in.append(threading.get_ident())
+            raise OSError(28, "No space left on device")
+        return create_dataset(group, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", disk_full_in_batch_3)
+    forward = embedder.model.forward
+    embedder.model.forward = lambda *args, **kwargs: batches_run.append(1) or forward(*args, **kwargs)
+    with pytest.raises(OSError, match=r"No space left on device"):
+        embedder.embed_file(source, output, batch_size=2, progress=False, write_behind=True)
+    del embedder.model.forward
+    assert failed_in and threading.get_ident() not in failed_in and len(batches_run) <= 4 + 2
+    finished = finished_batches(partial)
+    assert "00000003.hdf5" not in finished and {"00000000.hdf5", "00000001.hdf5", "00000002.hdf5"} <= finished.keys()
+    assert not list(partial.glob(".*tmp-*")) and not output.exists()
+    monkeypatch.undo()
+    summary = embedder.embed_file(source, output, batch_size=2, progress=False, write_behind=True)
+    assert (summary["computed"], summary["resumed"]) == (10 - len(finished), len(finished))
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
+
+
 def dataset_properties(path: Path) -> dict:
     """What a reader can see of each dataset of an HDF5 file, and of the file: names in order, attributes, and per
     dataset the character set of its name, its bytes, type, shape, layout, filters, fill value and times, and
