@@ -65,6 +65,11 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
     return batches
 
 
+def sentence_arrays(layers: np.ndarray, words: list[list[str]]) -> list[np.ndarray]:
+    """One contiguous array per sentence, its own words only, from a batch's padded layers [B, ..., T, 2P]."""
+    return [np.ascontiguousarray(layers[row, ..., : len(sentence), :]) for row, sentence in enumerate(words)]
+
+
 def usable_device(device: str | torch.device | None) -> torch.device:
     """`device` (default CPU) as a `torch.device`, or a ValueError saying why this machine cannot run on it."""
     available = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
@@ -161,14 +166,22 @@ class ElmoEmbedder:
             return words, None
         return words, self.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
 
-    @torch.inference_mode()
     def embed_tokenized(self, tokenized: tuple[list[list[str]], BatchEncoding | None], output_format: str = "all"
                         ) -> list[np.ndarray]:
         """`embed_batch` of what `tokenize_batch` returned."""
+        layers = self.layers_tokenized(tokenized, output_format)
+        return [] if layers is None else sentence_arrays(layers.cpu().numpy(), tokenized[0])
+
+    @torch.inference_mode()
+    def layers_tokenized(self, tokenized: tuple[list[list[str]], BatchEncoding | None], output_format: str = "all"
+                         ) -> torch.Tensor | None:
+        """`embed_tokenized` before its numbers leave the model's device: float32 [B, L + 1, T, 2P] for `"all"`,
+        [B, T, 2P] for the others, padded to the longest sentence (None for no sentences). `hf-elmo embed` copies
+        them to the host while the model goes on to the next batch."""
         check_output_format(output_format)
         words, batch = tokenized
         if not words:
-            return []
+            return None
         batch = batch.to(self.device)
         output = self.model(**batch, initial_states=self._initial_states(len(words)), output_final_states=self.stateful)
         if self.stateful:
@@ -181,8 +194,7 @@ class ElmoEmbedder:
             layers = torch.stack(output.hidden_states).mean(dim=0)
         else:
             layers = output.elmo_representations[0]
-        layers = layers.float().cpu().numpy()
-        return [np.ascontiguousarray(layers[row, ..., : len(sentence), :]) for row, sentence in enumerate(words)]
+        return layers.float()
 
     def embed_sentence(self, sentence: Sentence, output_format: str = "all") -> np.ndarray:
         """One sentence: [L + 1, words, 2P] (or [words, 2P], see `embed_batch`)."""

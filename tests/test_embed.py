@@ -1,5 +1,6 @@
 """ElmoEmbedder and `hf-elmo embed`: the layout of `allennlp elmo`, the original stateful numbers, resuming, 2 processes."""
 
+import hashlib
 import json
 import os
 import re
@@ -692,20 +693,72 @@ def test_a_run_resumes_with_the_model_folder_spelled_another_way(model_path, tmp
     assert (summary["computed"], summary["resumed"]) == (7, 3) and not partial.exists()
 
 
+def test_the_models_digest_is_hashed_once_and_again_after_any_change_of_a_weight(model_path, tmp_path, monkeypatch):
+    """The manifest's model_sha256 keeps a run from resuming another model's batches. It is the sha256 of the
+    state_dict that earlier versions wrote (their interrupted runs resume), hashed once per model (0.4 s of every run
+    at the original size) and again after a weight changes: in place, by load_state_dict, by an optimizer step, by a
+    move to another dtype. A run stopped, then resumed in the same process after a weight changed, is refused."""
+    from hf_elmo import embed_file as embed_module
+
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
+    model = embedder.model
+
+    def sha256_now() -> str:  # (as earlier versions hashed the weights)
+        digest = hashlib.sha256()
+        for name, tensor in model.state_dict().items():
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+
+    hash_state_dict, hashed = embed_module._state_dict_sha256, []
+
+    def hash_noted(tensors):
+        hashed.append(1)
+        return hash_state_dict(tensors)
+
+    monkeypatch.setattr(embed_module, "_state_dict_sha256", hash_noted)
+    first, saved = embed_module._model_fingerprint(model), {k: v.clone() for k, v in model.state_dict().items()}
+    assert first == sha256_now() == json.loads((partial / "manifest.json").read_text())["model_sha256"]
+    assert embed_module._model_fingerprint(model) == first and not hashed  # (the run hashed them)
+    weight = model.layers[0].recurrent_weight
+
+    def in_place():
+        with torch.no_grad():
+            weight.mul_(2)
+
+    def optimizer_step():
+        weight.grad = torch.ones_like(weight)
+        torch.optim.SGD([weight], lr=0.1).step()
+        weight.grad = None
+
+    changes = {"in place": in_place, "load_state_dict": lambda: model.load_state_dict(saved),
+               "optimizer step": optimizer_step, "dtype": lambda: model.to(torch.float64)}
+    for count, (change, make) in enumerate(changes.items(), start=1):
+        make()
+        digest = embed_module._model_fingerprint(model)
+        assert len(hashed) == count and digest == sha256_now(), change
+        assert embed_module._model_fingerprint(model) == digest and len(hashed) == count, change
+        assert (digest == first) == (change == "load_state_dict"), change
+    model.to(torch.float32).load_state_dict(saved)
+    in_place()
+    with pytest.raises(ValueError, match=r"holds batches of an interrupted run with different model_sha256"):
+        embedder.embed_file(source, output, batch_size=2, progress=False)
+
+
 KILL_DURING_FINAL_WRITE = """
 import os, signal, sys
 import h5py
 from hf_elmo.cli import main
 from hf_elmo.embed_file import plan_batches
 
-create_dataset = h5py.Group.create_dataset
+copy = h5py.h5o.copy
 
-def create_dataset_then_die(group, name, *args, **kwargs):
-    if name == "5" and ".tmp-" in group.file.filename and not os.path.basename(group.file.filename)[1].isdigit():
+def copy_then_die(source, source_name, dest, name, *args):
+    if name == b"5":  # (only the output file is written by copies)
         os.kill(os.getpid(), signal.SIGKILL)  # in the middle of writing the output file itself
-    return create_dataset(group, name, *args, **kwargs)
+    return copy(source, source_name, dest, name, *args)
 
-h5py.Group.create_dataset = create_dataset_then_die
+h5py.h5o.copy = copy_then_die
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -884,6 +937,135 @@ def test_tokenising_ahead_in_a_thread_gives_the_same_bytes(model_path, tmp_path,
     embedder.embed_file(source, tmp_path / "in-turn.hdf5", batch_size=4, progress=False)  # (the CPU's default)
     assert set(threads) == {threading.get_ident()}
     assert_same_embeddings(tmp_path / "ahead.hdf5", tmp_path / "in-turn.hdf5", len(lines))
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_writing_behind_the_model_gives_the_same_bytes_and_holds_few_batches(model_path, tmp_path, stateful,
+                                                                              monkeypatch):
+    """What `hf-elmo embed` does on a GPU (each batch's file written in a thread while the model computes the next
+    batch), here on the CPU with a slow disk: every batch file is written in another thread, never more than
+    WRITES_WAITING + 1 computed batches wait for the writer, and the file is the same, byte for byte. A run stopped
+    with writes waiting finishes them first (their batches are whole) and resumes to the same bytes."""
+    from hf_elmo import embed_file as embed_module
+
+    lines = fixture_lines() + ["", "last"]
+    source = write_lines(tmp_path / "in.txt", lines)
+    embedder, batches = ElmoEmbedder(model_path, stateful=stateful), len(plan_batches(lines, 3, stateful))
+    embedder.embed_file(source, tmp_path / "in-turn.hdf5", batch_size=3, progress=False, write_behind=False)
+    save_batch, forward = embed_module._save_batch, embedder.model.forward
+    threads, written, waiting = set(), [], []
+
+    def slow_save_batch(*args):
+        threads.add(threading.get_ident())
+        time.sleep(0.05)
+        save_batch(*args)
+        written.append(args[0].name)
+
+    def forward_noting_the_batches_waiting(*args, **kwargs):
+        waiting.append(len(waiting) - len(written))  # batches computed before this one and not yet written
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(embed_module, "_save_batch", slow_save_batch)
+    embedder.model.forward = forward_noting_the_batches_waiting
+    embedder.embed_file(source, tmp_path / "behind.hdf5", batch_size=3, progress=False, write_behind=True)
+    assert len(written) == batches and threading.get_ident() not in threads
+    assert max(waiting) == embed_module.WRITES_WAITING + 1, waiting
+    assert (tmp_path / "behind.hdf5").read_bytes() == (tmp_path / "in-turn.hdf5").read_bytes()
+
+    output, partial = tmp_path / "stopped.hdf5", tmp_path / "stopped.hdf5.partial"
+    stop_after_batches(embedder, 5)  # (writes queued then: batches 4 and 5 at least)
+    with pytest.raises(KeyboardInterrupt):
+        embedder.embed_file(source, output, batch_size=3, progress=False, write_behind=True)
+    del embedder.model.forward
+    assert len(finished_batches(partial)) == 5 and not list(partial.glob(".*tmp-*"))
+    summary = embedder.embed_file(source, output, batch_size=3, progress=False, write_behind=True)
+    assert (summary["computed"], summary["resumed"]) == (batches - 5, 5)
+    assert_same_embeddings(output, tmp_path / "in-turn.hdf5", len(lines))
+
+
+def test_a_write_that_fails_behind_the_model_is_the_runs_error_and_leaves_no_part_of_its_batch(model_path, tmp_path,
+                                                                                                monkeypatch):
+    """A batch file that cannot be written (here the disk fills in the middle of batch 3's) while the model computes
+    the next batches stops the run within two batches with the write's own error, raised by embed_file: that batch
+    file is not there, not even in part, and the next run computes the batches missing, to the bytes of a run never
+    stopped."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    embedder = ElmoEmbedder(model_path)
+    embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    create_dataset, failed_in, batches_run = h5py.Group.create_dataset, [], []
+
+    def disk_full_in_batch_3(group, name, *args, **kwargs):
+        if Path(group.file.filename).name.startswith(".00000003.hdf5.tmp-") and len(group.file) == 1:
+            failed_in.append(threading.get_ident())
+            raise OSError(28, "No space left on device")
+        return create_dataset(group, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", disk_full_in_batch_3)
+    forward = embedder.model.forward
+    embedder.model.forward = lambda *args, **kwargs: batches_run.append(1) or forward(*args, **kwargs)
+    with pytest.raises(OSError, match=r"No space left on device"):
+        embedder.embed_file(source, output, batch_size=2, progress=False, write_behind=True)
+    del embedder.model.forward
+    assert failed_in and threading.get_ident() not in failed_in and len(batches_run) <= 4 + 2
+    finished = finished_batches(partial)
+    assert "00000003.hdf5" not in finished and {"00000000.hdf5", "00000001.hdf5", "00000002.hdf5"} <= finished.keys()
+    assert not list(partial.glob(".*tmp-*")) and not output.exists()
+    monkeypatch.undo()
+    summary = embedder.embed_file(source, output, batch_size=2, progress=False, write_behind=True)
+    assert (summary["computed"], summary["resumed"]) == (10 - len(finished), len(finished))
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
+
+
+def dataset_properties(path: Path) -> dict:
+    """What a reader can see of each dataset of an HDF5 file, and of the file: names in order, attributes, and per
+    dataset the character set of its name, its bytes, type, shape, layout, filters, fill value and times, and
+    attributes."""
+    found = {}
+    with h5py.File(path, "r") as handle:
+        found[""] = (list(handle), dict(handle.attrs), handle.id.get_create_plist().get_link_creation_order())
+        for name, dataset in handle.items():
+            plist, fill = dataset.id.get_create_plist(), np.zeros(1, dataset.dtype)
+            plist.get_fill_value(fill)
+            data = dataset[...]
+            data = data.tolist() if data.dtype.kind == "O" else data.tobytes()  # (strings: as themselves)
+            found[name] = (handle.id.links.get_info(name.encode()).cset, data, dataset.dtype, dataset.shape,
+                           dataset.chunks, plist.get_layout(),
+                           plist.get_nfilters(), fill.tobytes(), plist.get_fill_time(), plist.get_alloc_time(),
+                           plist.get_obj_track_times(), plist.get_attr_creation_order(), dict(dataset.attrs))
+    return found
+
+
+def test_the_output_copies_each_lines_dataset_as_it_is_in_its_batch_file(embedder, tmp_path, monkeypatch):
+    """The output file gets each line's dataset by HDF5's own copy from its batch file (3 times as fast as reading it
+    into numpy and writing it again): what a reader sees is what the round trip through numpy wrote, dataset by
+    dataset (bytes, type, shape, layout, filters, fill value, attributes) and for the file (names in order, manifest),
+    blank lines, sentence keys (one not ASCII: its name is marked UTF-8) and sentence_to_index included."""
+    lines = ["EU rejects German call .", "", "Peter Blackburn", "Zürich ist schön .", "EU rejects German call"]
+    source = write_lines(tmp_path / "in.txt", lines)
+    keyed = write_lines(tmp_path / "keyed.txt", [line for line in lines if line])
+    runs = {"all": (source, {}), "top": (source, {"output_format": "top"}),
+            "forget": (source, {"forget_sentences": True}),
+            "keys": (keyed, {"use_sentence_keys": True, "output_format": "mix"})}
+    copy, copied = h5py.h5o.copy, []
+
+    def copy_noted(source, source_name, dest, name, *args):
+        copied.append(name.decode())
+        return copy(source, source_name, dest, name, *args)
+
+    def copy_through_numpy(source, source_name, dest, name, *args):  # (what embed did before)
+        h5py.Group(dest).create_dataset(name.decode(), data=h5py.Dataset(h5py.h5d.open(source, source_name))[...])
+
+    for name, (text, options) in runs.items():
+        monkeypatch.setattr(h5py.h5o, "copy", copy_noted)
+        embedder.embed_file(text, tmp_path / f"{name}.hdf5", batch_size=2, progress=False, **options)
+        monkeypatch.setattr(h5py.h5o, "copy", copy_through_numpy)
+        embedder.embed_file(text, tmp_path / f"{name}-numpy.hdf5", batch_size=2, progress=False, **options)
+        found = dataset_properties(tmp_path / f"{name}.hdf5")
+        assert found == dataset_properties(tmp_path / f"{name}-numpy.hdf5"), name
+        keys = found[""][0]
+        assert copied == [key for key in keys if key not in ("1", "sentence_to_index")], name  # (line 1 is blank)
+        copied.clear()
 
 
 def test_every_format_gives_float32_arrays_of_its_documented_shape(embedder, model_path):
