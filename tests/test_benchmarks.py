@@ -1,5 +1,5 @@
-"""The benchmark scripts that `make test` does not otherwise run: the GPU training benchmark on CPU
-(`--device cpu`), so that code which only a lent GPU would run is exercised here (its smoke run checks the fused
+"""The benchmark scripts that `make test` does not otherwise run: the GPU training benchmark and the GPU profile on
+CPU (`--device cpu`, or no GPU), so that code which only a lent GPU would run is exercised here (its smoke run checks the fused
 training path and writes only where it is told to), and the memory rates the README's Speed section quotes."""
 
 import re
@@ -50,6 +50,22 @@ def test_gpu_training_benchmark_smoke_run_writes_no_results_unless_told(tmp_path
         assert output.read_text() == "earlier\n" + printed + "\n## Later\n\nkept\n"
     assert printed.count("## Training") == 1 and printed.startswith("\n## Training\n") and RUNNING not in printed
     assert [path.name for path in tmp_path.iterdir()] == ["results.md"]
+
+
+def test_gpu_profile_runs_every_part_on_the_cpu(tmp_path):
+    """benchmarks/gpu_profile.py, whose figures GPU_RESULTS.md quotes, runs each part where there is no GPU (tiny
+    sizes): one line per part, and the profiler's tables in OUTPUT_DIR/profile.txt; the whole step goes through the
+    recorded step's code (unrecorded on CPU) without failing."""
+    result = subprocess.run([sys.executable, REPO / "benchmarks" / "gpu_profile.py", tmp_path, "train", "train-layers",
+                             "inference", "gemm"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("== ")]
+    assert [line.split(":")[0].split(" (")[0] for line in lines] == [
+        "== train train", "== train train-layers", "== inference, original size, 32 sentences, exact",
+        "== inference, original size, 256 sentences, exact", "== gemm"], lines
+    assert "not recorded" not in lines[0]
+    tables = (tmp_path / "profile.txt").read_text()
+    assert len(re.findall(r"(?m)^--- .*, by self_(device|cpu)_time_total$", tables)) == 8
 
 
 def test_a_gpu_training_benchmark_cut_short_leaves_the_parts_it_measured(tmp_path):
@@ -152,7 +168,7 @@ def test_each_committed_results_file_reassembled_with_its_own_section_is_unchang
     gpu = GPU_RESULTS.read_text(encoding="utf-8")
     section = "\n## Training\n\n- figures\n"
     once = gpu_train_bench.with_section(gpu, section)
-    assert once == gpu.rstrip("\n") + "\n" + section
+    assert once == gpu.split("\n## Training\n")[0].rstrip("\n") + "\n" + section  # (in place of the committed one)
     assert gpu_train_bench.with_section(gpu_train_bench.with_section(once, "\n## Training\n\n- other\n"), section) == once
 
 
