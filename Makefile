@@ -71,7 +71,7 @@ bench-train: setup ptb-data $(ALLENNLP_VENV)/bin/python
 # What benchmarks/gpu.sh needs besides torch, for a GPU machine without network (same Python version).
 .PHONY: gpu-deps
 gpu-deps: setup
-	$(PIP) install --target build/gpu-deps "transformers>=5,<6" tokenizers safetensors datasets
+	$(PIP) install --target build/gpu-deps "transformers>=5.23,<6" tokenizers safetensors datasets
 
 # ---- transformers' own common tests (tests/test_transformers_*.py) ---------------------------------------------
 # The wheel ships no tests: pip downloads the source distribution of the installed transformers version, and its
