@@ -56,9 +56,10 @@ class GraphedTrainingStep:
     returns the losses [3] (loss, forward, backward; float64, on the model's device), the gradient norm before
     clipping (or None) and the final LSTM states, which the next step takes as `states` (None: start from zero).
 
-    The returned tensors are the recording's own: read them before the next step. With `record`, `optimizer` must be
-    a torch AdamW on CUDA: it is switched to `capturable`, with a tensor learning rate (`assign_learning_rates` fills
-    it); `record=False` (any device) runs the same step unrecorded."""
+    The returned tensors are the recording's own: read them before the next step. The parameters' gradients stay in
+    place after a step (the recording's own, too): a step outside it must set them to None first. With `record`,
+    `optimizer` must be a torch AdamW on CUDA: it is switched to `capturable`, with a tensor learning rate
+    (`assign_learning_rates` fills it); `record=False` (any device) runs the same step unrecorded."""
 
     def __init__(self, model, optimizer: torch.optim.Optimizer, max_grad_norm: float | None,
                  autocast_dtype: torch.dtype | None, record: bool = True):
@@ -142,8 +143,9 @@ class GraphedTrainingStep:
         forward = type(self.model).forward.__get__(self.model)
         # (Recorded, the gradients are then allocated in the graph's memory, and each replay writes them anew.)
         self.optimizer.zero_grad(set_to_none=True)
-        with static_shapes(full=self.full), torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
-                                             enabled=self.autocast_dtype is not None, cache_enabled=False):
+        autocast = torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
+                                  enabled=self.autocast_dtype is not None, cache_enabled=False)
+        with static_shapes(full=self.full), autocast:
             output = forward(**self.inputs, initial_states=self.states)
         output.loss.backward()
         grad_norm = None

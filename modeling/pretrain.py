@@ -1059,6 +1059,8 @@ def train(args: argparse.Namespace) -> dict:
                                   "kernels run one by one")
                 failure_said = True
         else:
+            if graphed is not None:  # (a recorded step leaves its gradients in place, which backward would add to)
+                optimizer.zero_grad(set_to_none=True)
             for micro in range(accumulation):
                 index = step * accumulation + micro
                 if batches.starts_row_streams(index):
