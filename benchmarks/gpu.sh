@@ -12,7 +12,8 @@
 # Writes benchmarks/GPU_RESULTS.md (or $OUT/GPU_RESULTS.md when OUT is set); benchmarks/gpu_train_bench.py then
 # writes its training section into it (the fused training path's checks and speed), replacing an earlier one: the
 # file is rewritten after each part, so a timeout leaves the parts measured so far, marked as cut short. Takes under
-# 10 minutes.
+# 10 minutes. Where the time goes: `python3 benchmarks/gpu_profile.py DIR [PART ...]` (torch.profiler; see its
+# docstring).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
