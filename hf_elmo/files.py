@@ -70,11 +70,11 @@ def read_text_file(path, what: str = "text file", error: type[ValueError] = Valu
         raise error(str(failure)) from None
 
 
-def check_text_file(path, what: str = "text file", error: type[ValueError] = ValueError) -> None:
-    """Fail unless `path` is a readable, non-empty UTF-8 file; reads it in blocks, for corpora of any size."""
+def check_text_file(path, what: str = "text file", error: type[ValueError] = ValueError,
+                    allow_empty: bool = False) -> None:
+    """Fail unless `path` is a readable UTF-8 file, non-empty unless `allow_empty`, with the messages of
+    `read_text_file`; reads it in blocks, for corpora of any size."""
     path = Path(path)
-    if path.is_dir():
-        raise error(f"{path}: is a folder, not a file")
     try:
         with open(path, "rb") as handle:
             line, offset, pending, empty = 1, 0, b"", True
@@ -89,11 +89,14 @@ def check_text_file(path, what: str = "text file", error: type[ValueError] = Val
             decode_utf8(pending, path, line, offset)
     except FileNotFoundError:
         raise error(f"{path}: {what} not found") from None
+    except IsADirectoryError:  # (learnt from open, as read_text_file does: an is_dir() before it raised a bare
+        # PermissionError for a file in a folder that this process may not search)
+        raise error(f"{path}: is a folder, not a file") from None
     except OSError as failure:
         raise error(f"{path}: cannot read the {what} ({failure.strerror})") from None
     except ValueError as failure:
         raise error(str(failure)) from None
-    if empty:
+    if empty and not allow_empty:
         raise error(f"{path}: the {what} is empty")
 
 

@@ -20,7 +20,7 @@ import torch
 from conftest import FIXTURE_SETS, assert_only_an_error_line, run_two_processes, unwritable_folder
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
-from hf_elmo.embed_file import plan_batches
+from hf_elmo.embed_file import plan_batches, read_sentences
 from hf_elmo.embedder import SORT_WINDOW_BATCHES, length_sorted_batches
 
 FIXTURE = FIXTURE_SETS["allennlp-elmo"]
@@ -509,6 +509,47 @@ def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp
                               "other.hdf5.lock: is a folder, where the lock of")
 
 
+def test_an_input_that_cannot_be_read_fails_before_the_model_loads(tmp_path, capsys):
+    """Checked first, with the message that reading it gives: the model named here does not exist, and the error is
+    about the input (it came only once the model had loaded). An empty input passes the check: it has no lines."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "latin1.txt").write_bytes("fine\ncaf\xe9\n".encode("latin-1"))
+    messages = {
+        tmp_path / "missing.txt": "input file not found",
+        tmp_path / "folder": "is a folder, not a file",
+        tmp_path / "latin1.txt": "line 2 is not UTF-8 text (invalid continuation byte at byte 8)",
+    }
+    if os.geteuid() != 0:  # (root reads any file)
+        unreadable = write_lines(tmp_path / "unreadable.txt", ["a b"])
+        unreadable.chmod(0)
+        messages[unreadable] = "cannot read the input file (Permission denied)"
+    for source, message in messages.items():
+        with pytest.raises(ValueError, match=f"^{re.escape(f'{source}: {message}')}$"):
+            read_sentences(source)  # what the command said, once the model had loaded
+        code, err = run_cli(capsys, "embed", source, tmp_path / "out.hdf5", "--model", tmp_path / "no-such-model")
+        assert_only_an_error_line(code, err, f"error: {source}: {message}")
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    assert_only_an_error_line(*run_cli(capsys, "embed", empty, tmp_path / "out.hdf5", "--model", tmp_path / "no-such-model"),
+                              "no-such-model: no such folder")
+    assert not list(tmp_path.glob("out.hdf5*"))
+
+
+def test_a_piped_input_is_read_once(model_path, tmp_path, capsys):
+    """`hf-elmo embed <(zcat corpus.gz) OUT`: the check before the model loads leaves a pipe alone (reading it would
+    use up its text, and the run would embed nothing)."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"a b\nc d e\n")
+    os.close(write_end)
+    try:
+        assert main(["embed", f"/dev/fd/{read_end}", str(tmp_path / "out.hdf5"), "--top", "--model", str(model_path)]) == 0
+    finally:
+        os.close(read_end)
+    output = read_all(tmp_path / "out.hdf5")
+    assert json.loads(output["sentence_to_index"][0]) == {"a b": "0", "c d e": "1"}
+    assert output["0"].shape == (2, 32) and output["1"].shape == (3, 32)
+
+
 def test_devices_that_this_machine_lacks_fail_clearly(tmp_path, capsys):
     """Checked before the model loads: the model named here does not exist, and the error is about the device."""
     source = write_lines(tmp_path / "in.txt", ["a b"])
@@ -749,7 +790,7 @@ KILL_DURING_FINAL_WRITE = """
 import os, signal, sys
 import h5py
 from hf_elmo.cli import main
-from hf_elmo.embed_file import plan_batches
+from hf_elmo.embed_file import plan_batches, read_sentences
 
 copy = h5py.h5o.copy
 

@@ -125,8 +125,9 @@ def test_an_atomic_write_keeps_the_mode_of_the_file_it_replaces(tmp_path):
 
 
 def test_text_files_and_output_locations_that_cannot_be_used_are_named(tmp_path):
-    """check_text_file: a missing, empty or folder path, by the caller's name for the file and in the caller's error
-    class; check_output_location: a file where a folder of the path belongs, or a file where a folder is asked."""
+    """check_text_file: a missing, empty (unless allowed) or folder path, by the caller's name for the file and in the
+    caller's error class; check_output_location: a file where a folder of the path belongs, or a file where a folder
+    is asked."""
 
     class InputError(ValueError):
         pass
@@ -136,6 +137,7 @@ def test_text_files_and_output_locations_that_cannot_be_used_are_named(tmp_path)
                           (tmp_path, "is a folder, not a file")]:
         with pytest.raises(InputError, match=f"^{re.escape(str(path))}: {message}$"):
             check_text_file(path, "corpus", error=InputError)
+    check_text_file(tmp_path / "empty.txt", "input file", allow_empty=True)  # (hf-elmo embed: a file of no lines)
     blocker = tmp_path / "empty.txt"
     with pytest.raises(ValueError, match=f"^{re.escape(str(blocker))}: is a file, so {re.escape(str(blocker))}/sub/out.hdf5 "
                                          r"cannot be written \(a folder belongs there\)$"):
