@@ -6,6 +6,9 @@ Layout of the output (what `allennlp elmo` wrote, so that existing readers work 
                             for "top", "average" and "mix". A blank line gives a dataset with 0 words.
     "sentence_to_index"     shape (1,), a JSON string {sentence: "line number"}; left out with `forget_sentences`
                             or `use_sentence_keys`.
+An empty input file has no lines, so its output has no line datasets: only `sentence_to_index`, holding {} (what
+`allennlp elmo` wrote for it), or nothing with `forget_sentences` or `use_sentence_keys`. A warning names the
+input: an empty one is more often a mistake than not.
 
 How the work is kept: each batch is written, as soon as it is computed, to its own small HDF5 file in
 `OUTPUT.partial/` (atomically: a killed run leaves whole batches or nothing; on a GPU by a thread of its own, while
@@ -292,6 +295,8 @@ def embed_file(
     input_file, output_file = Path(input_file), Path(output_file)
     sentences = read_sentences(input_file)
     check_paths(input_file, output_file)
+    if not sentences and state.is_main_process:
+        logger.warning(f"{input_file}: the input file has no lines, so {output_file} will hold no sentences")
     if use_sentence_keys:
         _check_sentence_keys(sentences, input_file)
     manifest = {

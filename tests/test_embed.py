@@ -256,6 +256,36 @@ def test_output_formats_and_keys(embedder, tmp_path):
     assert not list(tmp_path.glob("bad.hdf5*"))
 
 
+def test_an_empty_input_gives_an_output_of_no_lines_and_a_warning(embedder, model_path, tmp_path, caplog):
+    """An empty input file (or one of only a byte-order mark) has no lines: its output has no line datasets, only
+    sentence_to_index holding {} (what `allennlp elmo` wrote for it), or nothing with --forget-sentences or
+    --use-sentence-keys, stateless or stateful; the input is named in a warning, on the command's stderr too (the
+    output was made without a word)."""
+    empty, bom_only = tmp_path / "empty.txt", tmp_path / "bom.txt"
+    empty.write_bytes(b"")
+    bom_only.write_bytes(b"\xef\xbb\xbf")
+    for source in (empty, bom_only):
+        caplog.clear()
+        summary = embedder.embed_file(source, tmp_path / f"{source.stem}.hdf5", progress=False)
+        assert (summary["sentences"], summary["batches"], summary["computed"]) == (0, 0, 0)
+        output = read_all(tmp_path / f"{source.stem}.hdf5")
+        assert list(output) == ["sentence_to_index"] and json.loads(output["sentence_to_index"][0]) == {}
+        warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+        assert warnings == [f"{source}: the input file has no lines, so {tmp_path / f'{source.stem}.hdf5'} will hold "
+                            "no sentences"]
+    for option in ("forget_sentences", "use_sentence_keys"):
+        embedder.embed_file(empty, tmp_path / f"{option}.hdf5", progress=False, **{option: True})
+        assert read_all(tmp_path / f"{option}.hdf5") == {}
+    result = subprocess.run([*HF_ELMO, "embed", empty, tmp_path / "stateful.hdf5", "--stateful", "--model", model_path],
+                            env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"{empty}: the input file has no lines, so {tmp_path / 'stateful.hdf5'} will hold no sentences" in result.stderr
+    assert "hf-elmo embed: 0 sentences in" in result.stderr
+    assert list(read_all(tmp_path / "stateful.hdf5")) == ["sentence_to_index"]
+    assert sorted(path.name for path in tmp_path.iterdir() if "hdf5" in path.name) == [
+        "bom.hdf5", "empty.hdf5", "forget_sentences.hdf5", "stateful.hdf5", "use_sentence_keys.hdf5"]
+
+
 MIX_WEIGHTS, MIX_GAMMA = [2.0, -1.0, 0.5], 1.7
 
 
