@@ -7,6 +7,7 @@ subclass, `error=`).
 """
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -176,9 +177,13 @@ def _mode_of_existing(path: Path) -> int | None:
 @contextlib.contextmanager
 def atomic_file(path, mode: str = "w"):
     """An open file (`mode` "w" for UTF-8 text, "wb" for bytes) that becomes `path` when the block ends without an
-    error, creating its folder: a reader sees the old file or the whole new one, never a part. The file gets the
-    mode a plain open would give it: the old file's own (a private file stays private), else the umask's."""
-    path = Path(path)
+    error, creating its folder: a reader sees the old file or the whole new one, never a part. A link at `path` is
+    written through, as a plain open writes: its target becomes the new file (made beside the target, on its file
+    system) and the link stays (replacing the link itself left the target as it was). The file gets the mode a
+    plain open would give it: the old file's own (a private file stays private), else the umask's."""
+    path = Path(os.path.realpath(path))
+    if path.is_symlink():  # links in a loop, which realpath leaves as they are
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
