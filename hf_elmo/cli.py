@@ -44,7 +44,7 @@ def report_error(error: Exception) -> int:
 
 
 def embed(args: argparse.Namespace) -> int:
-    from .embed_file import check_paths, process_state
+    from .embed_file import check_input_file, check_paths, process_state
     from .embedder import ElmoEmbedder
 
     if args.batch_size < 1:
@@ -53,7 +53,8 @@ def embed(args: argparse.Namespace) -> int:
     state = process_state()
     device = state.device if state.num_processes > 1 else args.device
     try:
-        check_paths(args.input, args.output)  # before the model loads
+        check_input_file(args.input)  # both before the model loads, which takes long
+        check_paths(args.input, args.output)
         embedder = ElmoEmbedder(args.model, device=device, stateful=args.stateful)
         summary = embedder.embed_file(
             args.input, args.output, output_format=args.output_format, batch_size=args.batch_size,

@@ -6,6 +6,9 @@ Layout of the output (what `allennlp elmo` wrote, so that existing readers work 
                             for "top", "average" and "mix". A blank line gives a dataset with 0 words.
     "sentence_to_index"     shape (1,), a JSON string {sentence: "line number"}; left out with `forget_sentences`
                             or `use_sentence_keys`.
+An empty input file has no lines, so its output has no line datasets: only `sentence_to_index`, holding {} (what
+`allennlp elmo` wrote for it), or nothing with `forget_sentences` or `use_sentence_keys`. A warning names the
+input: an empty one is more often a mistake than not.
 
 How the work is kept: each batch is written, as soon as it is computed, to its own small HDF5 file in
 `OUTPUT.partial/` (atomically: a killed run leaves whole batches or nothing; on a GPU by a thread of its own, while
@@ -33,6 +36,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterator
@@ -48,7 +52,7 @@ from tqdm.auto import tqdm
 
 from .embedder import ElmoEmbedder, check_batch_size, check_output_format, length_sorted_batches, sentence_arrays
 from .fast_bilstm import derived_weights
-from .files import OutputLock, check_output_location, read_text_file, sha256_file
+from .files import OutputLock, check_output_location, check_text_file, read_text_file, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +82,19 @@ def read_sentences(path: str | os.PathLike) -> list[str]:
     if lines[-1] == "":  # the newline that ends the last line does not start another
         lines.pop()
     return [line.strip() for line in lines]
+
+
+def check_input_file(path: str | os.PathLike) -> None:
+    """Fail as `read_sentences` would, with its message, unless `path` reads as UTF-8 text (an empty file does: it
+    has no lines), so that the command names a bad input before the model loads; reads the file in blocks. A pipe
+    or a terminal (`<(zcat corpus.gz)`, `/dev/stdin`) is left to `read_sentences`: reading it here would use up
+    its text."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None  # (missing or unreadable: check_text_file names why)
+    if mode is None or stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        check_text_file(path, "input file", allow_empty=True)
 
 
 def plan_batches(sentences: list[str], batch_size: int, stateful: bool) -> list[list[int]]:
@@ -278,6 +295,8 @@ def embed_file(
     input_file, output_file = Path(input_file), Path(output_file)
     sentences = read_sentences(input_file)
     check_paths(input_file, output_file)
+    if not sentences and state.is_main_process:
+        logger.warning(f"{input_file}: the input file has no lines, so {output_file} will hold no sentences")
     if use_sentence_keys:
         _check_sentence_keys(sentences, input_file)
     manifest = {
@@ -571,4 +590,5 @@ def _batch_file_problem(path: Path, sentences: list[str], batches: list[list[int
     return None
 
 
-__all__ = ["check_paths", "embed_file", "pin_frequent_words", "plan_batches", "read_sentences", "unpin_words"]
+__all__ = ["check_input_file", "check_paths", "embed_file", "pin_frequent_words", "plan_batches", "read_sentences",
+           "unpin_words"]

@@ -7,6 +7,7 @@ subclass, `error=`).
 """
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -70,11 +71,11 @@ def read_text_file(path, what: str = "text file", error: type[ValueError] = Valu
         raise error(str(failure)) from None
 
 
-def check_text_file(path, what: str = "text file", error: type[ValueError] = ValueError) -> None:
-    """Fail unless `path` is a readable, non-empty UTF-8 file; reads it in blocks, for corpora of any size."""
+def check_text_file(path, what: str = "text file", error: type[ValueError] = ValueError,
+                    allow_empty: bool = False) -> None:
+    """Fail unless `path` is a readable UTF-8 file, non-empty unless `allow_empty`, with the messages of
+    `read_text_file`; reads it in blocks, for corpora of any size."""
     path = Path(path)
-    if path.is_dir():
-        raise error(f"{path}: is a folder, not a file")
     try:
         with open(path, "rb") as handle:
             line, offset, pending, empty = 1, 0, b"", True
@@ -89,11 +90,14 @@ def check_text_file(path, what: str = "text file", error: type[ValueError] = Val
             decode_utf8(pending, path, line, offset)
     except FileNotFoundError:
         raise error(f"{path}: {what} not found") from None
+    except IsADirectoryError:  # (learnt from open, as read_text_file does: an is_dir() before it raised a bare
+        # PermissionError for a file in a folder that this process may not search)
+        raise error(f"{path}: is a folder, not a file") from None
     except OSError as failure:
         raise error(f"{path}: cannot read the {what} ({failure.strerror})") from None
     except ValueError as failure:
         raise error(str(failure)) from None
-    if empty:
+    if empty and not allow_empty:
         raise error(f"{path}: the {what} is empty")
 
 
@@ -173,9 +177,13 @@ def _mode_of_existing(path: Path) -> int | None:
 @contextlib.contextmanager
 def atomic_file(path, mode: str = "w"):
     """An open file (`mode` "w" for UTF-8 text, "wb" for bytes) that becomes `path` when the block ends without an
-    error, creating its folder: a reader sees the old file or the whole new one, never a part. The file gets the
-    mode a plain open would give it: the old file's own (a private file stays private), else the umask's."""
-    path = Path(path)
+    error, creating its folder: a reader sees the old file or the whole new one, never a part. A link at `path` is
+    written through, as a plain open writes: its target becomes the new file (made beside the target, on its file
+    system) and the link stays (replacing the link itself left the target as it was). The file gets the mode a
+    plain open would give it: the old file's own (a private file stays private), else the umask's."""
+    path = Path(os.path.realpath(path))
+    if path.is_symlink():  # links in a loop, which realpath leaves as they are
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

@@ -26,6 +26,15 @@ def _is_elmo(model) -> bool:
     return getattr(model.config, "model_type", None) == "elmo"
 
 
+def _aggregation_strategy(value) -> AggregationStrategy:
+    """`value`, an `AggregationStrategy` or its name in any case, as the strategy; transformers' own lookup,
+    `AggregationStrategy[value.upper()]`, raised a bare KeyError ('BEST') for a name it lacks."""
+    names = [strategy.value for strategy in AggregationStrategy]
+    if isinstance(value, str) and value.lower() in names:  # (an AggregationStrategy is a str too)
+        return AggregationStrategy(value.lower())
+    raise ValueError(f"aggregation_strategy must be one of {', '.join(names)}, got {value!r}")
+
+
 class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
     """The feature-extraction pipeline; for ELMo models, the top biLSTM layer of each sentence, [1, words, 2P] (of
     the biLM inside a task model too, as `pipeline()` gives when it loads that model's folder itself)."""
@@ -57,9 +66,7 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         # boundaries; every ELMo position is a whole word, so they need none.
         preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(**kwargs)
         if aggregation_strategy is not None:
-            if isinstance(aggregation_strategy, str):
-                aggregation_strategy = AggregationStrategy[aggregation_strategy.upper()]
-            postprocess_params["aggregation_strategy"] = aggregation_strategy
+            postprocess_params["aggregation_strategy"] = _aggregation_strategy(aggregation_strategy)
         return preprocess_params, forward_params, postprocess_params
 
     def preprocess(self, sentence, offset_mapping=None, **preprocess_params):

@@ -20,7 +20,7 @@ import torch
 from conftest import FIXTURE_SETS, assert_only_an_error_line, run_two_processes, unwritable_folder
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
-from hf_elmo.embed_file import plan_batches
+from hf_elmo.embed_file import plan_batches, read_sentences
 from hf_elmo.embedder import SORT_WINDOW_BATCHES, length_sorted_batches
 
 FIXTURE = FIXTURE_SETS["allennlp-elmo"]
@@ -254,6 +254,36 @@ def test_output_formats_and_keys(embedder, tmp_path):
         embedder.embed_file(duplicated, tmp_path / "dup.hdf5", use_sentence_keys=True)
     assert not (tmp_path / "blank.hdf5").exists() and not (tmp_path / "dup.hdf5.partial").exists()
     assert not list(tmp_path.glob("bad.hdf5*"))
+
+
+def test_an_empty_input_gives_an_output_of_no_lines_and_a_warning(embedder, model_path, tmp_path, caplog):
+    """An empty input file (or one of only a byte-order mark) has no lines: its output has no line datasets, only
+    sentence_to_index holding {} (what `allennlp elmo` wrote for it), or nothing with --forget-sentences or
+    --use-sentence-keys, stateless or stateful; the input is named in a warning, on the command's stderr too (the
+    output was made without a word)."""
+    empty, bom_only = tmp_path / "empty.txt", tmp_path / "bom.txt"
+    empty.write_bytes(b"")
+    bom_only.write_bytes(b"\xef\xbb\xbf")
+    for source in (empty, bom_only):
+        caplog.clear()
+        summary = embedder.embed_file(source, tmp_path / f"{source.stem}.hdf5", progress=False)
+        assert (summary["sentences"], summary["batches"], summary["computed"]) == (0, 0, 0)
+        output = read_all(tmp_path / f"{source.stem}.hdf5")
+        assert list(output) == ["sentence_to_index"] and json.loads(output["sentence_to_index"][0]) == {}
+        warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+        assert warnings == [f"{source}: the input file has no lines, so {tmp_path / f'{source.stem}.hdf5'} will hold "
+                            "no sentences"]
+    for option in ("forget_sentences", "use_sentence_keys"):
+        embedder.embed_file(empty, tmp_path / f"{option}.hdf5", progress=False, **{option: True})
+        assert read_all(tmp_path / f"{option}.hdf5") == {}
+    result = subprocess.run([*HF_ELMO, "embed", empty, tmp_path / "stateful.hdf5", "--stateful", "--model", model_path],
+                            env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"{empty}: the input file has no lines, so {tmp_path / 'stateful.hdf5'} will hold no sentences" in result.stderr
+    assert "hf-elmo embed: 0 sentences in" in result.stderr
+    assert list(read_all(tmp_path / "stateful.hdf5")) == ["sentence_to_index"]
+    assert sorted(path.name for path in tmp_path.iterdir() if "hdf5" in path.name) == [
+        "bom.hdf5", "empty.hdf5", "forget_sentences.hdf5", "stateful.hdf5", "use_sentence_keys.hdf5"]
 
 
 MIX_WEIGHTS, MIX_GAMMA = [2.0, -1.0, 0.5], 1.7
@@ -509,6 +539,47 @@ def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp
                               "other.hdf5.lock: is a folder, where the lock of")
 
 
+def test_an_input_that_cannot_be_read_fails_before_the_model_loads(tmp_path, capsys):
+    """Checked first, with the message that reading it gives: the model named here does not exist, and the error is
+    about the input (it came only once the model had loaded). An empty input passes the check: it has no lines."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "latin1.txt").write_bytes("fine\ncaf\xe9\n".encode("latin-1"))
+    messages = {
+        tmp_path / "missing.txt": "input file not found",
+        tmp_path / "folder": "is a folder, not a file",
+        tmp_path / "latin1.txt": "line 2 is not UTF-8 text (invalid continuation byte at byte 8)",
+    }
+    if os.geteuid() != 0:  # (root reads any file)
+        unreadable = write_lines(tmp_path / "unreadable.txt", ["a b"])
+        unreadable.chmod(0)
+        messages[unreadable] = "cannot read the input file (Permission denied)"
+    for source, message in messages.items():
+        with pytest.raises(ValueError, match=f"^{re.escape(f'{source}: {message}')}$"):
+            read_sentences(source)  # what the command said, once the model had loaded
+        code, err = run_cli(capsys, "embed", source, tmp_path / "out.hdf5", "--model", tmp_path / "no-such-model")
+        assert_only_an_error_line(code, err, f"error: {source}: {message}")
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    assert_only_an_error_line(*run_cli(capsys, "embed", empty, tmp_path / "out.hdf5", "--model", tmp_path / "no-such-model"),
+                              "no-such-model: no such folder")
+    assert not list(tmp_path.glob("out.hdf5*"))
+
+
+def test_a_piped_input_is_read_once(model_path, tmp_path, capsys):
+    """`hf-elmo embed <(zcat corpus.gz) OUT`: the check before the model loads leaves a pipe alone (reading it would
+    use up its text, and the run would embed nothing)."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"a b\nc d e\n")
+    os.close(write_end)
+    try:
+        assert main(["embed", f"/dev/fd/{read_end}", str(tmp_path / "out.hdf5"), "--top", "--model", str(model_path)]) == 0
+    finally:
+        os.close(read_end)
+    output = read_all(tmp_path / "out.hdf5")
+    assert json.loads(output["sentence_to_index"][0]) == {"a b": "0", "c d e": "1"}
+    assert output["0"].shape == (2, 32) and output["1"].shape == (3, 32)
+
+
 def test_devices_that_this_machine_lacks_fail_clearly(tmp_path, capsys):
     """Checked before the model loads: the model named here does not exist, and the error is about the device."""
     source = write_lines(tmp_path / "in.txt", ["a b"])
@@ -749,7 +820,7 @@ KILL_DURING_FINAL_WRITE = """
 import os, signal, sys
 import h5py
 from hf_elmo.cli import main
-from hf_elmo.embed_file import plan_batches
+from hf_elmo.embed_file import plan_batches, read_sentences
 
 copy = h5py.h5o.copy
 

@@ -1,6 +1,7 @@
 """hf_elmo/files.py: text checked in blocks without cutting a character, files written whole or not at all, one run
 per output lock, and what is a Hub id."""
 
+import errno
 import fcntl
 import os
 import re
@@ -67,6 +68,42 @@ def test_a_file_written_atomically_is_the_old_one_or_the_whole_new_one(tmp_path)
     assert (tmp_path / "new" / "folder" / "picture.png").read_bytes() == b"\x89PNG"
 
 
+def test_a_file_written_atomically_through_a_link_replaces_its_target_and_keeps_the_link(tmp_path):
+    """atomic_file at a link writes what a plain open would: the link's target (through a chain of links, relative
+    ones, one whose target is not there yet), atomically, in the target's folder, with the target's mode; the link
+    stays a link (it was replaced by a regular file, and the target left as it was). A write that fails leaves the
+    target; links in a loop fail as open fails on them."""
+    settings, links = tmp_path / "settings", tmp_path / "links"
+    settings.mkdir()
+    links.mkdir()
+    target = settings / "kernels.json"
+    target.write_text("old")
+    target.chmod(0o600)
+    (links / "kernels.json").symlink_to(os.path.relpath(target, links))
+    (links / "again.json").symlink_to("kernels.json")
+    for link in (links / "kernels.json", links / "again.json"):
+        write_text_atomically(link, f"new through {link.name}")
+        assert link.read_text() == target.read_text() == f"new through {link.name}"
+    assert os.readlink(links / "kernels.json") == "../settings/kernels.json"
+    assert os.readlink(links / "again.json") == "kernels.json"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    with pytest.raises(RuntimeError, match="stopped part way"):
+        with atomic_file(links / "again.json") as out:
+            out.write("half")
+            raise RuntimeError("stopped part way")
+    assert target.read_text() == "new through again.json"
+    assert sorted(os.listdir(links)) == ["again.json", "kernels.json"] and os.listdir(settings) == ["kernels.json"]
+    (links / "later.json").symlink_to(settings / "sub" / "later.json")  # (its target is not there yet)
+    write_text_atomically(links / "later.json", "made")
+    assert (settings / "sub" / "later.json").read_text() == "made" and (links / "later.json").is_symlink()
+    (links / "loop-a").symlink_to("loop-b")
+    (links / "loop-b").symlink_to("loop-a")
+    with pytest.raises(OSError) as raised:
+        write_text_atomically(links / "loop-a", "never")
+    assert raised.value.errno == errno.ELOOP
+    assert os.readlink(links / "loop-a") == "loop-b" and os.readlink(links / "loop-b") == "loop-a"
+
+
 def test_a_lock_whose_file_was_removed_meanwhile_is_taken_on_the_file_now_there(tmp_path, monkeypatch):
     """OutputLock, when the run that held the lock removes its file (its release) between this run's open and flock:
     the lock got on the removed file locks nothing, so the lock of a new file at the path is taken, and a further run
@@ -125,8 +162,9 @@ def test_an_atomic_write_keeps_the_mode_of_the_file_it_replaces(tmp_path):
 
 
 def test_text_files_and_output_locations_that_cannot_be_used_are_named(tmp_path):
-    """check_text_file: a missing, empty or folder path, by the caller's name for the file and in the caller's error
-    class; check_output_location: a file where a folder of the path belongs, or a file where a folder is asked."""
+    """check_text_file: a missing, empty (unless allowed) or folder path, by the caller's name for the file and in the
+    caller's error class; check_output_location: a file where a folder of the path belongs, or a file where a folder
+    is asked."""
 
     class InputError(ValueError):
         pass
@@ -136,6 +174,7 @@ def test_text_files_and_output_locations_that_cannot_be_used_are_named(tmp_path)
                           (tmp_path, "is a folder, not a file")]:
         with pytest.raises(InputError, match=f"^{re.escape(str(path))}: {message}$"):
             check_text_file(path, "corpus", error=InputError)
+    check_text_file(tmp_path / "empty.txt", "input file", allow_empty=True)  # (hf-elmo embed: a file of no lines)
     blocker = tmp_path / "empty.txt"
     with pytest.raises(ValueError, match=f"^{re.escape(str(blocker))}: is a file, so {re.escape(str(blocker))}/sub/out.hdf5 "
                                          r"cannot be written \(a folder belongs there\)$"):

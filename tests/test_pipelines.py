@@ -16,6 +16,7 @@ from transformers import (
     TokenClassificationPipeline,
     pipeline,
 )
+from transformers.pipelines.token_classification import AggregationStrategy
 
 from conftest import solved_tagger
 
@@ -103,6 +104,20 @@ def test_token_classification_gives_word_entities_with_their_spans(tagger_folder
 def test_token_classification_refuses_a_stride(tagger_folder):
     with pytest.raises(ValueError, match="takes no stride"):
         pipeline("token-classification", model=str(tagger_folder), aggregation_strategy="first", stride=2)
+
+
+def test_token_classification_names_an_unknown_aggregation_strategy(tagger_folder):
+    """One ValueError naming the value and the allowed ones, when the pipeline is made and when it is called
+    (transformers' lookup raised a bare KeyError: 'BEST'); a name in any case, or the enum itself, is taken."""
+    allowed = "none, simple, first, average, max"
+    with pytest.raises(ValueError, match=rf"^aggregation_strategy must be one of {allowed}, got 'best'$"):
+        pipeline("token-classification", model=str(tagger_folder), aggregation_strategy="best")
+    tagger = pipeline("token-classification", model=str(tagger_folder), aggregation_strategy="SIMPLE")
+    with pytest.raises(ValueError, match=rf"^aggregation_strategy must be one of {allowed}, got 3$"):
+        tagger(TEXTS[0], aggregation_strategy=3)
+    expected = expected_entities(TEXTS[0], spans_of(TEXTS[0]), "simple")
+    assert without_scores(tagger(TEXTS[0])) == expected
+    assert without_scores(tagger(TEXTS[0], aggregation_strategy=AggregationStrategy.SIMPLE)) == expected
 
 
 def test_token_classification_refuses_input_of_the_other_kind(tagger_folder):
