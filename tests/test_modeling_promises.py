@@ -320,6 +320,40 @@ def test_export_refuses_records_without_what_the_card_reads_before_writing_anyth
     assert "3 minutes of training on a test CPU." in card and "| fixture | the fixture text | tests | - | 1,234 | 56 |" in card
 
 
+def test_export_refuses_records_whose_figures_are_not_numbers_before_writing_anything(converted, tmp_path, capsys):
+    """A figure the card computes with or formats as a number, of another JSON type (a perplexity written as a string
+    in --previous-text-results, say), was a ValueError or TypeError traceback while the card was written, with
+    `default-model.partial` left behind; it is one error naming the file and the field, before anything is written."""
+    run = fake_run(converted, tmp_path / "run")
+    sources, previous, output = tmp_path / "sources.json", tmp_path / "previous.json", tmp_path / "default-model"
+    sources.write_text(json.dumps({"fixture": SOURCE}))
+    state = run / "trainer_state.json"
+    cases = [
+        (previous, {**RESULTS, "forward_perplexity": "162.6"},
+         f'--previous-text-results {previous}: the results file has forward_perplexity "162.6", not a number'),
+        (previous, {**RESULTS, "average_perplexity": True}, "the results file has average_perplexity true, not a number"),
+        (previous, {**RESULTS, "target_words": 62409.5}, "the results file has target_words 62409.5, not a whole number"),
+        (run / "eval_results.json", {**RESULTS, "backward_perplexity": None},
+         f"--run-dir {run / 'eval_results.json'}: the evaluation results has backward_perplexity null, not a number"),
+        (state, {"step": "10", "seconds": 180, "settings": SETTINGS},
+         f'--run-dir {state}: the training state has step "10", not a whole number'),
+        (state, {"step": 10, "seconds": 180, "settings": {**SETTINGS, "batch_size": 4.5}},
+         f"--run-dir {state}: the training state's settings has batch_size 4.5, not a whole number"),
+        (sources, {"fixture": {**SOURCE, "train_words": "1,234"}},
+         f"--sources {sources}: the source 'fixture' has train_words \"1,234\", not a whole number"),
+    ]
+    arguments = ["--run-dir", str(run), "--sources", str(sources), "--output", str(output),
+                 "--previous-text-results", str(previous)]
+    for path, document, message in cases:
+        kept = path.read_text() if path.exists() else json.dumps(RESULTS)
+        path.write_text(json.dumps(document))
+        assert_one_error(export_default.main(arguments), capsys.readouterr().err, message)
+        path.write_text(kept)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["previous.json", "run", "sources.json"]
+    assert export_default.main(arguments) == 0
+    assert "| before the splitter fix | 10.0 | 11.0 | 10.5 | 99 |" in (output / "README.md").read_text()
+
+
 # ---- ptb_data.py and plot_learning_curve.py ---------------------------------------------------------------------
 
 
