@@ -15,6 +15,7 @@ output that cannot be used is one line `error: ...` and exit code 2, before anyt
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -101,6 +102,28 @@ def read_sources(path: Path) -> dict:
     return sources
 
 
+def cpu_cores() -> str:
+    """The cores of this machine that this process may run on, "2 CPU cores" (a container's share, not the host's),
+    a core's hardware threads counted once."""
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    cores = len({thread_siblings(cpu) for cpu in usable})
+    return f"{cores} CPU core{'s' if cores > 1 else ''}"
+
+
+def thread_siblings(cpu: int) -> str:
+    """The logical CPUs of `cpu`'s core as Linux lists them ("0,8"), or `cpu` alone where it does not."""
+    try:
+        return Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+    except OSError:
+        return str(cpu)
+
+
+def training_machine(device: str) -> str:
+    """What the run trained on, beside `device` (the CPU's or GPU's name): this machine's cores where `device` is its
+    CPU (pretrain.py records no count, and `make pretrain-default` exports right after training), else `device`."""
+    return cpu_cores() if device == cpu_name() else device
+
+
 def layer_analysis_section(card: str) -> str:
     """The text between the layer-analysis markers of a card, or the placeholder."""
     if LAYER_ANALYSIS_START in card and LAYER_ANALYSIS_END in card:
@@ -150,9 +173,10 @@ def card_results(run: dict, sources: dict, layer_analysis: str, parameters: int,
     minutes = state["seconds"] / 60
     # pretrain.py records the device; a run from before it did was exported on the machine that trained it.
     device = state.get("device") or cpu_name()
+    machine = training_machine(device)
     return f"""## Training
 
-The default model of hf-elmo, which ships inside the package: trained from scratch on 2 CPU cores with
+The default model of hf-elmo, which ships inside the package: trained from scratch on {machine} with
 `make pretrain-default` (`modeling/pretrain.py --preset default --seed 1`), on text that public package registries
 ship. Held-out documents of every source were kept out of training.
 
@@ -178,7 +202,7 @@ Held-out perplexity (full softmax), against the default model this one replaced:
 
 ## Limits
 
-A small model trained for {minutes:.0f} minutes on 2 CPU cores: its vectors show what ELMo does
+A small model trained for {minutes:.0f} minutes on {machine}: its vectors show what ELMo does
 (contextual senses, a static layer 0, layers that specialise), far below the released ELMo models in quality.
 """
 

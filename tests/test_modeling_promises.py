@@ -6,6 +6,7 @@ plot_learning_curve.py (input they cannot use is one line `error: ...`, exit cod
 import bz2
 import fnmatch
 import json
+import os
 import shutil
 import sys
 import tarfile
@@ -19,6 +20,7 @@ from conftest import REPO, assert_one_error
 from transformers import AutoModelForSequenceClassification
 
 from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.fast_linear import cpu_name
 from modeling import default_corpus, export_default, layer_analysis, plot_learning_curve, ptb_data, task_data
 from modeling.finetune import main as finetune_main
 from modeling.finetune import finetune, parse_args
@@ -386,6 +388,36 @@ def test_export_refuses_records_whose_figures_are_not_numbers_before_writing_any
     assert sorted(path.name for path in tmp_path.iterdir()) == ["previous.json", "run", "sources.json"]
     assert export_default.main(arguments) == 0
     assert "| before the splitter fix | 10.0 | 11.0 | 10.5 | 99 |" in (output / "README.md").read_text()
+
+
+def test_the_card_names_the_machine_that_trained_the_model_with_its_cores(converted, tmp_path, monkeypatch):
+    """The card said "trained from scratch on 2 CPU cores" whatever the machine. Where the device pretrain.py recorded
+    is this machine's CPU, or a run recorded none, it says this machine's cores (here 16) besides the CPU's name;
+    where it is another device, that device."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    run = fake_run(converted, tmp_path / "run")
+    sources = tmp_path / "sources.json"
+    sources.write_text(json.dumps({"fixture": SOURCE}))
+    for number, (recorded, device, machine) in enumerate([(None, cpu_name(), "16 CPU cores"),
+                                                          (cpu_name(), cpu_name(), "16 CPU cores"),
+                                                          ("NVIDIA H200", "NVIDIA H200", "NVIDIA H200")]):
+        state = {"step": 10, "seconds": 180, "settings": SETTINGS, **({"device": recorded} if recorded else {})}
+        (run / "trainer_state.json").write_text(json.dumps(state))
+        output = tmp_path / f"model-{number}"
+        assert export_default.main(["--run-dir", str(run), "--sources", str(sources), "--output", str(output)]) == 0
+        card = " ".join((output / "README.md").read_text().split())
+        assert f"trained from scratch on {machine} with `make pretrain-default`" in card
+        assert f"3 minutes of training on {device}." in card and f"trained for 3 minutes on {machine}:" in card
+        assert "2 CPU cores" not in card
+
+
+def test_cpu_cores_counts_the_cores_this_process_may_use_a_cores_threads_once(monkeypatch):
+    """The CPUs of the process's affinity, two hardware threads of one core (as Linux lists its siblings) one core."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 4, 5, 6})
+    monkeypatch.setattr(export_default, "thread_siblings", lambda cpu: f"{cpu // 2},{cpu // 2 + 8}")  # 2 threads a core
+    assert export_default.cpu_cores() == "3 CPU cores"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert export_default.cpu_cores() == "1 CPU core"
 
 
 # ---- ptb_data.py and plot_learning_curve.py ---------------------------------------------------------------------
