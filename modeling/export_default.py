@@ -8,12 +8,14 @@ is refused, the old one left as it was) and put in its place by two renames (the
 `default-model.old`, the new one moved in; a run stopped between the two leaves the old folder there, and the next run
 moves it back first). The card's layer-analysis section is kept
 from the folder being replaced, and `modeling/layer_analysis.py --update-card` fills it. A run folder (weights that
-are not finite, or a training state, evaluation or vocabulary without what the card reads, included), sources file
-or output that cannot be used is one line `error: ...` and exit code 2, before anything is written.
+are not finite, or a training state, evaluation or vocabulary without what the card reads, included), sources file,
+--previous-text-results file (a figure the card reads that is missing or not a number, in any of them, included) or
+output that cannot be used is one line `error: ...` and exit code 2, before anything is written.
 """
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -43,14 +45,19 @@ class ExportError(ValueError):
     not reload to it; the message says which."""
 
 
-# What the card reads of each JSON document.
-SOURCE_FIELDS = ("description", "package", "license", "train_words", "valid_words")
-STATE_FIELDS = ("step", "seconds", "settings")
-SETTINGS_FIELDS = ("batch_size", "unroll_steps", "epochs", "negative_samples", "learning_rate", "dropout")
-RESULTS_FIELDS = ("forward_perplexity", "backward_perplexity", "average_perplexity", "target_words")
+# What the card reads of each JSON document: per field, what it must be where the card computes with it or formats
+# it as a number (None: anything, the card writes it as it is).
+NUMBER, WHOLE_NUMBER = "a number", "a whole number"
+SOURCE_FIELDS = {"description": None, "package": None, "license": None, "train_words": WHOLE_NUMBER,
+                 "valid_words": WHOLE_NUMBER}
+STATE_FIELDS = {"step": WHOLE_NUMBER, "seconds": NUMBER, "settings": None}
+SETTINGS_FIELDS = {"batch_size": WHOLE_NUMBER, "unroll_steps": WHOLE_NUMBER, "epochs": None, "negative_samples": None,
+                   "learning_rate": None, "dropout": None}
+RESULTS_FIELDS = {"forward_perplexity": NUMBER, "backward_perplexity": NUMBER, "average_perplexity": NUMBER,
+                  "target_words": WHOLE_NUMBER}
 
 
-def read_json(path: Path, what: str, option: str, fields: tuple[str, ...] = ()):
+def read_json(path: Path, what: str, option: str, fields: dict[str, str | None] | None = None):
     """The JSON document in `path` (a `what`, given by `option`), an object with `fields`, or an ExportError naming
     both."""
     try:
@@ -59,17 +66,30 @@ def read_json(path: Path, what: str, option: str, fields: tuple[str, ...] = ()):
         raise ExportError(f"{option} {error}") from None
     except json.JSONDecodeError as error:
         raise ExportError(f"{option} {path}: the {what} is not JSON ({error})") from None
-    require_fields(document, fields, f"{option} {path}: the {what}")
+    if fields:
+        require_fields(document, fields, f"{option} {path}: the {what}")
     return document
 
 
-def require_fields(document, fields: tuple[str, ...], described: str) -> None:
-    """An ExportError, beginning with `described`, unless `document` is an object with every one of `fields`."""
-    if fields and not isinstance(document, dict):
+def require_fields(document, fields: dict[str, str | None], described: str) -> None:
+    """An ExportError, beginning with `described`, unless `document` is an object with every one of `fields`, each
+    what it must be: the card is written after the new folder is staged, too late for a traceback."""
+    if not isinstance(document, dict):
         raise ExportError(f"{described} is not a JSON object")
     missing = [field for field in fields if field not in document]
     if missing:
         raise ExportError(f"{described} has no {', '.join(missing)}")
+    for field, kind in fields.items():
+        if not is_kind(document[field], kind):
+            raise ExportError(f"{described} has {field} {json.dumps(document[field])}, not {kind}")
+
+
+def is_kind(value, kind: str | None) -> bool:
+    """Whether `value` is `kind` (NUMBER, WHOLE_NUMBER or None: anything); true and false are not numbers here,
+    though Python's bool is an int."""
+    if kind is None:
+        return True
+    return not isinstance(value, bool) and isinstance(value, int if kind == WHOLE_NUMBER else (int, float))
 
 
 def read_sources(path: Path) -> dict:
@@ -80,6 +100,28 @@ def read_sources(path: Path) -> dict:
     for name, source in sources.items():
         require_fields(source, SOURCE_FIELDS, f"--sources {path}: the source {name!r}")
     return sources
+
+
+def cpu_cores() -> str:
+    """The cores of this machine that this process may run on, "2 CPU cores" (a container's share, not the host's),
+    a core's hardware threads counted once."""
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    cores = len({thread_siblings(cpu) for cpu in usable})
+    return f"{cores} CPU core{'s' if cores > 1 else ''}"
+
+
+def thread_siblings(cpu: int) -> str:
+    """The logical CPUs of `cpu`'s core as Linux lists them ("0,8"), or `cpu` alone where it does not."""
+    try:
+        return Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+    except OSError:
+        return str(cpu)
+
+
+def training_machine(device: str) -> str:
+    """What the run trained on, beside `device` (the CPU's or GPU's name): this machine's cores where `device` is its
+    CPU (pretrain.py records no count, and `make pretrain-default` exports right after training), else `device`."""
+    return cpu_cores() if device == cpu_name() else device
 
 
 def layer_analysis_section(card: str) -> str:
@@ -131,9 +173,10 @@ def card_results(run: dict, sources: dict, layer_analysis: str, parameters: int,
     minutes = state["seconds"] / 60
     # pretrain.py records the device; a run from before it did was exported on the machine that trained it.
     device = state.get("device") or cpu_name()
+    machine = training_machine(device)
     return f"""## Training
 
-The default model of hf-elmo, which ships inside the package: trained from scratch on 2 CPU cores with
+The default model of hf-elmo, which ships inside the package: trained from scratch on {machine} with
 `make pretrain-default` (`modeling/pretrain.py --preset default --seed 1`), on text that public package registries
 ship. Held-out documents of every source were kept out of training.
 
@@ -159,7 +202,7 @@ Held-out perplexity (full softmax), against the default model this one replaced:
 
 ## Limits
 
-A small model trained for {minutes:.0f} minutes on 2 CPU cores: its vectors show what ELMo does
+A small model trained for {minutes:.0f} minutes on {machine}: its vectors show what ELMo does
 (contextual senses, a static layer 0, layers that specialise), far below the released ELMo models in quality.
 """
 

@@ -37,10 +37,12 @@ if __package__ in (None, ""):
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import default_model_path  # noqa: E402
+from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.files import (atomic_file, check_output_location, model_folder_problem, read_text_file,  # noqa: E402
                             write_text_atomically)
 
-from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, replace_layer_analysis  # noqa: E402
+from modeling.export_default import (LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, cpu_cores,  # noqa: E402
+                                     replace_layer_analysis)
 from modeling.metrics import entity_scores  # noqa: E402
 from modeling.task_data import NER_TAGS, BadTaskData, MissingTaskData, conll2003_files, load_conll2003  # noqa: E402
 
@@ -328,7 +330,7 @@ def results_markdown(results: dict, settings: dict) -> str:
         f"Adam, learning rate {settings['learning_rate']}, batches of {settings['batch_size']} sentences (NER) or 256 "
         f"words (POS); {protocol}. Features of {settings['model']}; the untrained model has the same size, initialised "
         f"with seed {settings['seeds'][0]}. The whole run (`make layer-analysis`) took {settings['minutes']:.0f} "
-        f"minutes on 2 CPU cores{cached}.", width=115)
+        f"minutes on {settings['machine']}{cached}.", width=115)
     return f"""| input to the task model | NER test F1 | NER validation F1 | POS test accuracy | POS validation accuracy |
 |---|---|---|---|---|
 {rows}
@@ -473,7 +475,7 @@ def main(argv=None) -> dict | int:
                 "model": args.model or "the default model (hf_elmo/default-model)",
                 "ner_sentences": f"{split_sizes(tasks['ner'])} sentences",
                 "pos_sentences": f"{split_sizes(tasks['pos'])} sentences", "pos_tags": len(brown_tags),
-                "minutes": (time.perf_counter() - started) / 60,
+                "minutes": (time.perf_counter() - started) / 60, "machine": f"{cpu_cores()} of {cpu_name()}",
                 "features_cached": cached >= set(output_dir.glob("features-*.pt"))}
     results["settings"] = settings
     markdown = results_markdown(results, settings)

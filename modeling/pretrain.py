@@ -252,6 +252,26 @@ def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
                             "pass one of them")
 
 
+def checkpoint_notice(args: argparse.Namespace, settings: dict, max_steps: int) -> str | None:
+    """--save-steps against the run's steps, once they are known: a checkpoint comes at each multiple of save_steps
+    before the last step (the last saves the final model), so save_steps of max_steps or more writes none. Given on
+    the command line, that is refused (checkpoints were asked for); a preset's or the default save_steps only makes a
+    notice, returned, since a short try of a preset must run. A run of --max-train-minutes without --max-steps has no
+    known length (max_steps is sys.maxsize) and gets neither."""
+    save_steps = settings["save_steps"]
+    if not save_steps or save_steps < max_steps:
+        return None
+    counted = "--max-steps" if args.max_steps is not None else "its epochs over the training text"
+    length = f"{max_steps} steps ({counted})"
+    if args.save_steps is not None:
+        remedy = f"--save-steps below {max_steps}, or 0 for the final model only" if max_steps > 1 else "--save-steps 0"
+        raise PretrainError(f"--save-steps {save_steps} writes no checkpoint in this run of {length}: checkpoints come "
+                            f"before the last step, which saves the final model; pass {remedy}")
+    source = f"--preset {args.preset}'s" if args.preset else "the default"
+    return (f"no checkpoint in this run of {length}: save_steps is {save_steps} ({source}; --save-steps sets it); "
+            "only the final model is saved")
+
+
 # ---- checkpoints ---------------------------------------------------------------------------------------------
 
 
@@ -958,6 +978,9 @@ def train(args: argparse.Namespace) -> dict:
         if done:
             results = output_dir / "eval_results.json"
             return json.loads(results.read_text(encoding="utf-8")) if results.is_file() else {}
+    notice = checkpoint_notice(args, settings, max_steps)
+    if notice:
+        accelerator.print(notice)
     if checkpoint is None and args.resume is not None:
         accelerator.print(f"no checkpoint in {output_dir}: starting from the beginning")
     elif checkpoint is not None and schedule is not planned and settings["lr_scheduler"] != "constant":

@@ -1,6 +1,7 @@
 """modeling/layer_analysis.py: the paper's layer analysis, run small on the real task data with a fixture ELMo."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import torch
 from conftest import REPO, assert_one_error
 
 from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.fast_linear import cpu_name
 from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START
 import modeling.layer_analysis as layer_analysis
 from hf_elmo.default_model import default_model_path
@@ -166,7 +168,10 @@ def test_fit_reports_the_test_score_of_the_epoch_with_the_best_validation_score(
     assert best["test"] > 90.0
 
 
-def test_layer_analysis_trains_every_input_caches_features_and_fills_the_card(converted, tmp_path):
+def test_layer_analysis_trains_every_input_caches_features_and_fills_the_card(converted, tmp_path, monkeypatch):
+    """Every input trained, the features cached and the card filled; the table names the machine the run took its
+    minutes on, its cores (16 here) and its CPU (it said "2 CPU cores" on any machine)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     card = tmp_path / "README.md"
     card.write_text(f"# card\n{LAYER_ANALYSIS_START}\nPLACEHOLDER\n{LAYER_ANALYSIS_END}\nend\n", encoding="utf-8")
     args = ["--model", str(converted["allennlp-elmo"]), "--output-dir", str(tmp_path / "run"), "--max-sentences", "40",
@@ -190,6 +195,8 @@ def test_layer_analysis_trains_every_input_caches_features_and_fills_the_card(co
     # The table says when its features came from an earlier run's cache (its time then leaves their computation out).
     again_text = " ".join((tmp_path / "run" / "results.md").read_text(encoding="utf-8").split())
     assert "earlier run" not in first_text and "with the features of an earlier run (from its cache)." in again_text
+    assert f"minutes on 16 CPU cores of {cpu_name()}." in first_text and "2 CPU cores" not in first_text
+    assert results["settings"]["machine"] == f"16 CPU cores of {cpu_name()}"
     text = card.read_text(encoding="utf-8")
     assert "PLACEHOLDER" not in text and "| (e) learned scalar mix |" in text and text.endswith(f"{LAYER_ANALYSIS_END}\nend\n")
     assert json.loads((tmp_path / "run" / "results.json").read_text())["settings"]["max_sentences"] == 40

