@@ -1476,8 +1476,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             word_streams = [input_word_ids] if backward_input_ids is None else [input_word_ids, backward_input_word_ids]
         exporting = _is_exporting()
         if has_static_shapes():
-            parts = [self.elmo.char_encoder(ids.flatten(0, 1), None if word_streams is None else word_streams[i].flatten())
-                     for i, ids in enumerate(streams)]
+            word_streams = word_streams or [None] * len(streams)
+            parts = [self.elmo.char_encoder(ids.flatten(0, 1), None if words is None else words.flatten())
+                     for ids, words in zip(streams, word_streams)]
             layers = [part.view(*mask.shape, part.shape[-1]) for part in parts]
             if not static_batch_is_full():
                 layers = [torch.where(mask.unsqueeze(-1), layer, 0.0) for layer in layers]

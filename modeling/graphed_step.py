@@ -28,7 +28,8 @@ WARMUP_STEPS = 2
 
 
 def graph_unsupported_reason(device: torch.device, num_processes: int, accumulation: int, stateful: bool,
-                             optimizer: str, negative_samples: int, vocab_size: int, mixed_precision: str) -> str | None:
+                             optimizer: str, negative_samples: int, vocab_size: int,
+                             mixed_precision: str) -> str | None:
     """Why a run's steps cannot be recorded as one CUDA graph, or None where they can."""
     reasons = [
         (device.type != "cuda", "it runs on the CPU"),
