@@ -7,7 +7,8 @@ PARTs: `train` (the `ptb-gpu` step as pretrain.py runs it on one GPU: recorded w
 size's step, sampled softmax: not recordable), `inference` (exact, original size, 32 and 256 sentences, and bf16 at
 256), `gemm` (the original size's per-step recurrent product in several layouts, float32 without TF32 and bf16).
 Each prints its wall time and GPU kernel time a step on one line; the profiler's tables (top kernels by GPU time,
-top operations by host time) go to OUTPUT_DIR/profile.txt. Needs data/ptb (`make ptb-data`) for the training parts.
+top operations by host time) go to OUTPUT_DIR/profile.txt. The training parts read `--train-file` (default data/ptb's,
+from `make ptb-data`).
 Without CUDA every part runs on the CPU with the tiny preset, to check the script (its figures mean nothing).
 """
 
@@ -22,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from gpu_train_bench import ptb_data  # noqa: E402
+from gpu_train_bench import PTB, ptb_data  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer, fused_bilstm  # noqa: E402
 from modeling.graphed_step import GraphedTrainingStep  # noqa: E402
 from modeling.presets import PRESETS, training_settings  # noqa: E402
@@ -70,10 +71,10 @@ def timed(run, calls: int) -> float:
     return (time.perf_counter() - started) / calls
 
 
-def train(report: Report, part: str) -> None:
+def train(report: Report, part: str, text: Path) -> None:
     name = {"original": "original"}.get(part, "ptb-gpu") if DEVICE == "cuda" else "tiny"
     preset, training = PRESETS[name], training_settings(name)
-    batches, vocab_size = ptb_data(training["batch_size"], training["unroll_steps"])
+    batches, vocab_size = ptb_data(training["batch_size"], training["unroll_steps"], text)
     negatives = training["negative_samples"] if part == "original" else 0
     config = ElmoConfig(**preset["model"], lm_vocab_size=vocab_size, lm_dropout=training["dropout"],
                         lm_negative_samples=negatives)
@@ -169,6 +170,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("output_dir", type=Path)
     parser.add_argument("parts", nargs="*", choices=PARTS, default=["train", "inference"])
+    parser.add_argument("--train-file", type=Path, default=PTB / "train.txt", help="the training parts' text")
     args = parser.parse_args()
     args.output_dir.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -176,7 +178,7 @@ def main() -> int:
     report = Report(args.output_dir)
     for part in args.parts:
         if part.startswith("train") or part == "original":
-            train(report, part)
+            train(report, part, args.train_file)
         elif part == "inference":
             for sentences, mode in ((32, None), (256, None), (256, "bf16")):
                 if mode is None or DEVICE == "cuda":  # (bf16 on a CPU needs AVX512-BF16)

@@ -118,11 +118,12 @@ def pytest_on_cuda() -> str:
         "; ".join(summary) if summary else (result.stdout + result.stderr)[-800:])
 
 
-def ptb_data(batch_size: int, unroll_steps: int):
+def ptb_data(batch_size: int, unroll_steps: int, path: Path = PTB / "train.txt"):
+    """Stream batches of a text file (by default PTB's training text) and its vocabulary's size."""
     from modeling.data import EncodedText, StreamBatches, WordTable, count_words, read_corpus
     from modeling.vocabulary import Vocabulary
 
-    sentences = read_corpus([str(PTB / "train.txt")], "text", "whitespace", "train")
+    sentences = read_corpus([str(path)], "text", "whitespace", "train")
     vocabulary = Vocabulary.from_counts(count_words(sentences))
     table = WordTable(50)
     text = EncodedText.encode(sentences, table, vocabulary)

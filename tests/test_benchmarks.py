@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import REPO
+from conftest import FIXTURES, REPO
 
 from hf_elmo import ElmoConfig, ElmoModel
 from hf_elmo.fast_linear import float32_kernels
@@ -57,7 +57,8 @@ def test_gpu_profile_runs_every_part_on_the_cpu(tmp_path):
     sizes): one line per part, and the profiler's tables in OUTPUT_DIR/profile.txt; the whole step goes through the
     recorded step's code (unrecorded on CPU) without failing."""
     result = subprocess.run([sys.executable, REPO / "benchmarks" / "gpu_profile.py", tmp_path, "train", "train-layers",
-                             "inference", "gemm"], cwd=REPO, capture_output=True, text=True, timeout=600)
+                             "inference", "gemm", "--train-file", FIXTURES / "bilm-tf" / "train" / "data.txt"],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("== ")]
     assert [line.split(":")[0].split(" (")[0] for line in lines] == [
