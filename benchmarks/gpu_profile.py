@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from gpu_train_bench import PTB, ptb_data  # noqa: E402
+from gpu_train_bench import PTB, ptb_data, usual_step  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer, fused_bilstm  # noqa: E402
 from modeling.graphed_step import GraphedTrainingStep  # noqa: E402
 from modeling.presets import PRESETS, training_settings  # noqa: E402
@@ -92,14 +92,8 @@ def train(report: Report, part: str, text: Path) -> None:
         position += 1
         if graphed is not None:
             states = graphed.step(batch, states)[2]
-            return
-        with torch.autocast(DEVICE, dtype=torch.bfloat16):
-            output = model(**{k: v.to(DEVICE) for k, v in batch.items()}, initial_states=states)
-        output.loss.backward()
-        states = tuple(s.detach() for s in output.final_states)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        else:
+            states = usual_step(model, optimizer, batch, states, DEVICE)
 
     seconds = timed(step, 10 if DEVICE == "cuda" else 2)
     gpu_ms, kernels = report.profiled(f"train {part}", step, 6 if DEVICE == "cuda" else 1)

@@ -130,6 +130,18 @@ def ptb_data(batch_size: int, unroll_steps: int, path: Path = PTB / "train.txt")
     return StreamBatches(text, table, vocabulary, batch_size, unroll_steps, seed=1, shuffle=False), len(vocabulary)
 
 
+def usual_step(model, optimizer, batch: dict, states, device: str):
+    """pretrain.py's step outside a recording (bf16 autocast, gradient norm clipped at 5, the optimizer's step) on a
+    batch of CPU tensors; returns the final states to carry."""
+    with torch.autocast(device, dtype=torch.bfloat16):
+        output = model(**{k: v.to(device, non_blocking=True) for k, v in batch.items()}, initial_states=states)
+    output.loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return tuple(s.detach() for s in output.final_states)
+
+
 def step_speed(steps: int = 60) -> list[str]:
     """The `ptb-gpu` training step (bf16 autocast, fused AdamW, clipping, carried state) in this process: recorded
     whole as one CUDA graph (`modeling/graphed_step.py`, what pretrain.py runs on one GPU), with only each biLSTM
@@ -147,7 +159,6 @@ def step_speed(steps: int = 60) -> list[str]:
     torch.manual_seed(0)
     template = ElmoForPreTraining(config).train()
     words = training["batch_size"] * training["unroll_steps"]
-    autocast = torch.bfloat16
     cases = [("whole step recorded", True, True, True), ("each biLSTM layer recorded", False, True, True),
              ("nothing recorded", False, True, False), ("plain path", False, False, False)]
     lines = []
@@ -156,7 +167,7 @@ def step_speed(steps: int = 60) -> list[str]:
         model.set_fast_path(fast)
         fused_bilstm.RECORD_CUDA_GRAPHS = layers
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
-        graphed = GraphedTrainingStep(model, optimizer, 5.0, autocast, record=DEVICE == "cuda") if whole else None
+        graphed = GraphedTrainingStep(model, optimizer, 5.0, torch.bfloat16, record=DEVICE == "cuda") if whole else None
         states, started = None, None
         for step in range(steps):
             if step == steps // 3:
@@ -164,15 +175,8 @@ def step_speed(steps: int = 60) -> list[str]:
                 started = time.perf_counter()
             if graphed is not None:
                 _, _, states = graphed.step(batches.batch(step), states)
-                continue
-            batch = {k: v.to(DEVICE, non_blocking=True) for k, v in batches.batch(step).items()}
-            with torch.autocast(DEVICE, dtype=autocast):
-                output = model(**batch, initial_states=states)
-            output.loss.backward()
-            states = tuple(s.detach() for s in output.final_states)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            else:
+                states = usual_step(model, optimizer, batches.batch(step), states, DEVICE)
         synchronize()
         rate = words * (steps - steps // 3) / (time.perf_counter() - started)
         failure = f" (not recorded: {graphed.failure})" if graphed is not None and graphed.failure else ""

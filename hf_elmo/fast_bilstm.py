@@ -208,10 +208,11 @@ def fast_bilstm_layer(
     layer, whose rows are token vectors (a word's every occurrence has the same row): the input half of the
     gates is computed once per distinct row, through this cache, which keeps them for later batches when
     `use_cache`."""
-    from .cuda_graphs import graphed_bilstm_layer, runs_graphed  # (it builds on this module)
+    if multiplies is None and inputs.is_cuda:
+        from .cuda_graphs import graphed_bilstm_layer, runs_graphed  # (it builds on this module)
 
-    if multiplies is None and runs_graphed(layer, inputs):
-        return graphed_bilstm_layer(layer, inputs, step_mask, h, c)
+        if runs_graphed(layer, inputs):
+            return graphed_bilstm_layer(layer, inputs, step_mask, h, c)
     if multiplies is None:
         multiplies = derived_weights(layer, "exact", ExactMultiplies)
     directions, batch, steps, proj = inputs.shape
