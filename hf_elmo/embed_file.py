@@ -292,7 +292,9 @@ def embed_file(
             "--stateful carries the LSTM state through the file in order, so it cannot be split across "
             f"{state.num_processes} processes: run it in a single process"
         )
-    input_file, output_file = Path(input_file), Path(output_file)
+    # A link at the output is written through, as a plain open writes: the file, its batch folder and its lock go
+    # beside the link's target (the output is moved into place in one step, which would replace the link itself).
+    input_file, output_file = Path(input_file), Path(os.path.realpath(output_file))
     sentences = read_sentences(input_file)
     check_paths(input_file, output_file)
     if not sentences and state.is_main_process:

@@ -515,6 +515,25 @@ def test_the_input_is_never_the_output(model_path, tmp_path, capsys):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["hardlink.hdf5", "in.txt", "out.hdf5.lock", "symlink.hdf5"]
 
 
+def test_a_link_at_the_output_is_written_through(model_path, tmp_path, capsys):
+    """`hf-elmo embed IN LINK`, LINK a symbolic link (to a file of an earlier run, or to none yet): the link stays,
+    its target gets the embeddings (moving the finished file into place replaced the link with it), and the batch
+    folder and lock were beside the target, gone at the end."""
+    source = write_lines(tmp_path / "in.txt", ["a b c", "d e"])
+    ElmoEmbedder(model_path).embed_file(source, tmp_path / "reference.hdf5", progress=False)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "old.hdf5").write_bytes(b"an earlier run's output")
+    for link, target in (("to-old.hdf5", "data/old.hdf5"), ("to-new.hdf5", "data/new.hdf5")):
+        (tmp_path / link).symlink_to(target)
+        code, err = run_cli(capsys, "embed", source, tmp_path / link, "--model", model_path)
+        assert code == 0, err
+        assert (tmp_path / link).is_symlink() and os.readlink(tmp_path / link) == target
+        assert_same_embeddings(tmp_path / target, tmp_path / "reference.hdf5", 2)
+    assert sorted(path.name for path in (tmp_path / "data").iterdir()) == ["new.hdf5", "old.hdf5"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["data", "in.txt", "reference.hdf5", "to-new.hdf5",
+                                                                  "to-old.hdf5"]
+
+
 def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp_path, capsys, monkeypatch):
     """Checked first: the model named here does not exist, and the error is about the output."""
     source = write_lines(tmp_path / "in.txt", ["a b"])
