@@ -23,10 +23,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from gpu_train_bench import PTB, ptb_data, usual_step  # noqa: E402
-from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer, fused_bilstm  # noqa: E402
+from gpu_train_bench import PTB, preset_model, usual_step  # noqa: E402
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, fused_bilstm  # noqa: E402
 from modeling.graphed_step import GraphedTrainingStep  # noqa: E402
-from modeling.presets import PRESETS, training_settings  # noqa: E402
+from modeling.presets import training_settings  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PARTS = ("train", "train-layers", "original", "inference", "gemm")
@@ -73,13 +73,9 @@ def timed(run, calls: int) -> float:
 
 def train(report: Report, part: str, text: Path) -> None:
     name = {"original": "original"}.get(part, "ptb-gpu") if DEVICE == "cuda" else "tiny"
-    preset, training = PRESETS[name], training_settings(name)
-    batches, vocab_size = ptb_data(training["batch_size"], training["unroll_steps"], text)
-    negatives = training["negative_samples"] if part == "original" else 0
-    config = ElmoConfig(**preset["model"], lm_vocab_size=vocab_size, lm_dropout=training["dropout"],
-                        lm_negative_samples=negatives)
-    torch.manual_seed(0)
-    model = ElmoForPreTraining(config).to(DEVICE).train()
+    negatives = training_settings(name)["negative_samples"] if part == "original" else 0
+    model, batches, words = preset_model(name, negatives, text)
+    model.to(DEVICE)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
     whole = part == "train"
     graphed = GraphedTrainingStep(model, optimizer, 5.0, torch.bfloat16, record=DEVICE == "cuda") if whole else None
@@ -97,7 +93,6 @@ def train(report: Report, part: str, text: Path) -> None:
 
     seconds = timed(step, 10 if DEVICE == "cuda" else 2)
     gpu_ms, kernels = report.profiled(f"train {part}", step, 6 if DEVICE == "cuda" else 1)
-    words = training["batch_size"] * training["unroll_steps"]
     failure = f" (not recorded: {graphed.failure})" if graphed is not None and graphed.failure else ""
     report.line(f"== train {part} ({name}, bf16): {seconds * 1e3:.2f} ms a step, {words / seconds:,.0f} words/s; GPU "
                 f"kernels {gpu_ms:.2f} ms a step ({kernels:.0f} kernels){failure}")

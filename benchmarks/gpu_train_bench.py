@@ -130,6 +130,19 @@ def ptb_data(batch_size: int, unroll_steps: int, path: Path = PTB / "train.txt")
     return StreamBatches(text, table, vocabulary, batch_size, unroll_steps, seed=1, shuffle=False), len(vocabulary)
 
 
+def preset_model(name: str, negatives: int, text: Path = PTB / "train.txt"):
+    """A preset's model (its size and dropout; `negatives` sampled words, 0 for the full softmax), seeded 0, on the
+    CPU in train mode, with the stream batches of `text` and the words a step trains on."""
+    from modeling.presets import PRESETS, training_settings
+
+    training = training_settings(name)
+    batches, vocab_size = ptb_data(training["batch_size"], training["unroll_steps"], text)
+    config = ElmoConfig(**PRESETS[name]["model"], lm_vocab_size=vocab_size, lm_dropout=training["dropout"],
+                        lm_negative_samples=negatives)
+    torch.manual_seed(0)
+    return ElmoForPreTraining(config).train(), batches, training["batch_size"] * training["unroll_steps"]
+
+
 def usual_step(model, optimizer, batch: dict, states, device: str):
     """pretrain.py's step outside a recording (bf16 autocast, gradient norm clipped at 5, the optimizer's step) on a
     batch of CPU tensors; returns the final states to carry."""
@@ -148,17 +161,10 @@ def step_speed(steps: int = 60) -> list[str]:
     layer recorded, with nothing recorded, and on the plain path. Words/s over the last two thirds of the steps,
     timed as a run (the host waits for the GPU only at the end)."""
     from modeling.graphed_step import GraphedTrainingStep
-    from modeling.presets import PRESETS, training_settings
 
     steps = 6 if SMOKE else steps
     name = "tiny" if SMOKE else "ptb-gpu"
-    preset, training = PRESETS[name], training_settings(name)
-    batches, vocab_size = ptb_data(training["batch_size"], training["unroll_steps"])
-    config = ElmoConfig(**preset["model"], lm_vocab_size=vocab_size, lm_dropout=training["dropout"],
-                        lm_negative_samples=0)
-    torch.manual_seed(0)
-    template = ElmoForPreTraining(config).train()
-    words = training["batch_size"] * training["unroll_steps"]
+    template, batches, words = preset_model(name, negatives=0)
     cases = [("whole step recorded", True, True, True), ("each biLSTM layer recorded", False, True, True),
              ("nothing recorded", False, True, False), ("plain path", False, False, False)]
     lines = []

@@ -1466,16 +1466,14 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         runs once per distinct word of the batch (a vector depends on its word alone, and running text repeats
         its frequent words), and on the characters up to the longest word's end plus one window of the widest
         filter (the windows further right hold padding characters only, all alike, so the max over positions
-        keeps its value). With word input, a word is its characters and its word id. Under torch.export, which cannot
-        hold their data-dependent shapes, every word is encoded; in `static_shapes()` every position, padding too
-        (then set to 0).
+        keeps its value). With word input, a word is its characters and its word id. Where shapes may not follow
+        from data (torch.export, `static_shapes()`), every position is encoded, padding too (then set to 0).
         """
         streams = [input_ids] if backward_input_ids is None else [input_ids, backward_input_ids]
         word_streams = None
         if input_word_ids is not None:
             word_streams = [input_word_ids] if backward_input_ids is None else [input_word_ids, backward_input_word_ids]
-        exporting = _is_exporting()
-        if has_static_shapes():
+        if has_static_shapes() or _is_exporting():
             word_streams = word_streams or [None] * len(streams)
             parts = [self.elmo.char_encoder(ids.flatten(0, 1), None if words is None else words.flatten())
                      for ids, words in zip(streams, word_streams)]
@@ -1483,21 +1481,17 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             if not static_batch_is_full():
                 layers = [torch.where(mask.unsqueeze(-1), layer, 0.0) for layer in layers]
             return layers[0], layers[1] if len(layers) == 2 else None
-        if exporting:
-            parts = [self.elmo.char_encoder(ids[mask], None if word_streams is None else word_streams[i][mask])
-                     for i, ids in enumerate(streams)]
-        else:
-            words = torch.cat([ids[mask] for ids in streams])
-            if word_streams is not None:
-                word_ids = torch.cat([ids[mask] for ids in word_streams])
-                words = torch.cat([words, word_ids.unsqueeze(1).to(words.dtype)], dim=1)
-            distinct, inverse = distinct_words(words)
-            char_ids, word_ids = self.elmo.char_encoder.split_rows(distinct)
-            padding_starts = (char_ids != self.config.pad_char_id).sum(dim=1).max() if len(distinct) else 0
-            widest = max(width for width, _ in self.config.char_cnn_filters)
-            char_ids = char_ids[:, : min(char_ids.shape[1], int(padding_starts) + widest)]
-            parts = self.elmo.char_encoder(char_ids, word_ids).index_select(0, inverse).tensor_split(len(streams))
-        full = not exporting and bool(mask.all())  # no padding (stream batching): the vectors are the layer, in order
+        words = torch.cat([ids[mask] for ids in streams])
+        if word_streams is not None:
+            word_ids = torch.cat([ids[mask] for ids in word_streams])
+            words = torch.cat([words, word_ids.unsqueeze(1).to(words.dtype)], dim=1)
+        distinct, inverse = distinct_words(words)
+        char_ids, word_ids = self.elmo.char_encoder.split_rows(distinct)
+        padding_starts = (char_ids != self.config.pad_char_id).sum(dim=1).max() if len(distinct) else 0
+        widest = max(width for width, _ in self.config.char_cnn_filters)
+        char_ids = char_ids[:, : min(char_ids.shape[1], int(padding_starts) + widest)]
+        parts = self.elmo.char_encoder(char_ids, word_ids).index_select(0, inverse).tensor_split(len(streams))
+        full = bool(mask.all())  # no padding (stream batching): the vectors are the layer, in order
         layers = [
             part.view(*mask.shape, part.shape[-1]) if full
             else part.new_zeros(*mask.shape, part.shape[-1]).masked_scatter(mask.unsqueeze(-1), part)
