@@ -52,7 +52,7 @@ from tqdm.auto import tqdm
 
 from .embedder import ElmoEmbedder, check_batch_size, check_output_format, length_sorted_batches, sentence_arrays
 from .fast_bilstm import derived_weights
-from .files import OutputLock, check_output_location, check_text_file, read_text_file, sha256_file
+from .files import OutputLock, check_output_location, check_text_file, link_target, read_text_file, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -200,8 +200,8 @@ def companion_paths(output_file: Path) -> tuple[Path, Path]:
 
 def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -> None:
     """Before any work: the output can be written, and writing it (or its batch folder or lock) cannot destroy
-    the input."""
-    input_file, output_file = Path(input_file), Path(output_file)
+    the input. A link at the output is checked as its target (`embed_file` writes there); links in a loop: OSError."""
+    input_file, output_file = Path(input_file), link_target(output_file)
     check_output_location(output_file, "file")
     partial, lock = companion_paths(output_file)
     for path in (output_file, partial, lock):
@@ -294,7 +294,7 @@ def embed_file(
         )
     # A link at the output is written through, as a plain open writes: the file, its batch folder and its lock go
     # beside the link's target (the output is moved into place in one step, which would replace the link itself).
-    input_file, output_file = Path(input_file), Path(os.path.realpath(output_file))
+    input_file, output_file = Path(input_file), link_target(output_file)
     sentences = read_sentences(input_file)
     check_paths(input_file, output_file)
     if not sentences and state.is_main_process:

@@ -174,6 +174,15 @@ def _mode_of_existing(path: Path) -> int | None:
         return None
 
 
+def link_target(path) -> Path:
+    """Where a plain open would write `path`: the file at the end of its links (itself where it is none), which a
+    file moved into place must replace, not the link. Links in a loop: OSError (ELOOP), as open gives."""
+    target = Path(os.path.realpath(path))
+    if target.is_symlink():  # (realpath leaves links in a loop as they are)
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(target))
+    return target
+
+
 @contextlib.contextmanager
 def atomic_file(path, mode: str = "w"):
     """An open file (`mode` "w" for UTF-8 text, "wb" for bytes) that becomes `path` when the block ends without an
@@ -181,9 +190,7 @@ def atomic_file(path, mode: str = "w"):
     written through, as a plain open writes: its target becomes the new file (made beside the target, on its file
     system) and the link stays (replacing the link itself left the target as it was). The file gets the mode a
     plain open would give it: the old file's own (a private file stays private), else the umask's."""
-    path = Path(os.path.realpath(path))
-    if path.is_symlink():  # links in a loop, which realpath leaves as they are
-        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+    path = link_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -258,4 +265,4 @@ class OutputLock:
 
 
 __all__ = ["OutputLock", "check_model_location", "check_output_location", "check_text_file", "decode_utf8",
-           "read_text_file", "sha256_file"]
+           "link_target", "read_text_file", "sha256_file"]

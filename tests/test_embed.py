@@ -518,7 +518,7 @@ def test_the_input_is_never_the_output(model_path, tmp_path, capsys):
 def test_a_link_at_the_output_is_written_through(model_path, tmp_path, capsys):
     """`hf-elmo embed IN LINK`, LINK a symbolic link (to a file of an earlier run, or to none yet): the link stays,
     its target gets the embeddings (moving the finished file into place replaced the link with it), and the batch
-    folder and lock were beside the target, gone at the end."""
+    folder and lock were beside the target, gone at the end. Links in a loop are refused before the model loads."""
     source = write_lines(tmp_path / "in.txt", ["a b c", "d e"])
     ElmoEmbedder(model_path).embed_file(source, tmp_path / "reference.hdf5", progress=False)
     (tmp_path / "data").mkdir()
@@ -532,6 +532,12 @@ def test_a_link_at_the_output_is_written_through(model_path, tmp_path, capsys):
     assert sorted(path.name for path in (tmp_path / "data").iterdir()) == ["new.hdf5", "old.hdf5"]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["data", "in.txt", "reference.hdf5", "to-new.hdf5",
                                                                   "to-old.hdf5"]
+    # Links in a loop lead to no file: refused in one line before the model loads (a file replaced the link).
+    (tmp_path / "loop-a.hdf5").symlink_to("loop-b.hdf5")
+    (tmp_path / "loop-b.hdf5").symlink_to("loop-a.hdf5")
+    code, err = run_cli(capsys, "embed", source, tmp_path / "loop-a.hdf5", "--model", tmp_path / "no-model")
+    assert_only_an_error_line(code, err, "Too many levels of symbolic links", str(tmp_path / "loop-a.hdf5"))
+    assert (tmp_path / "loop-a.hdf5").is_symlink() and (tmp_path / "loop-b.hdf5").is_symlink()
 
 
 def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp_path, capsys, monkeypatch):
