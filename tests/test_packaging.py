@@ -74,6 +74,23 @@ def test_the_wheel_declares_the_command_and_the_license(wheel):
     assert "License-Expression: Apache-2.0" in wheel.read(metadata).decode().splitlines()
 
 
+
+def test_the_wheel_admits_no_python_that_transformers_refuses(wheel):
+    """Requires-Python is at least the installed transformers' (5.21 and newer need 3.11): with 3.10 admitted, pip on
+    3.10 failed with "No matching distribution found for transformers<6,>=5.23", which does not say that Python is
+    the problem. The README's quickstart says the same."""
+    from packaging.specifiers import SpecifierSet
+
+    (metadata,) = [name for name in wheel.namelist() if name.endswith(".dist-info/METADATA")]
+    (ours,) = re.findall(r"^Requires-Python: (.+)$", wheel.read(metadata).decode(), flags=re.MULTILINE)
+    theirs = SpecifierSet(importlib.metadata.metadata("transformers")["Requires-Python"])
+    floor = re.fullmatch(r">=(\d+)\.(\d+)", ours.strip())
+    assert floor, f"Requires-Python {ours!r}: expected >=MAJOR.MINOR"
+    major, minor = map(int, floor.groups())
+    assert f"{major}.{minor}" in theirs, f"hf-elmo admits Python {major}.{minor}, which transformers refuses ({theirs})"
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert f"On a machine with Python {major}.{minor}+," in readme
+
 # ---- the Makefile's torch build (TORCH_SPEC, kept in VENV/.torch-spec) --------------------------------------------
 
 GPU_SPEC = "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
