@@ -182,8 +182,10 @@ def _forward(inputs, step_mask, h, c, input_weight, recurrent_weight, bias, proj
             torch.where(valid[:, t], h_next, states_h[:, t], out=states_h[:, t + 1])
         if separate_h:
             inputs_and_h[:, t + 1, :, proj:].copy_(states_h[:, t + 1])
-    # A step's output is the new h where the step is valid, 0 elsewhere.
-    outputs = torch.where(valid, states_h[:, 1:], 0.0).transpose(1, 2)
+    # A step's output is the new h where the step is valid, 0 elsewhere; written batch-major into a tensor of its
+    # own, not returned as a transposed view (FSDP2 warns of a module that returns a view).
+    outputs = states_h.new_empty(directions, batch, steps, states_h.shape[-1])
+    torch.where(valid, states_h[:, 1:], states_h.new_zeros(()), out=outputs.transpose(1, 2))
     saved = (inputs_and_h, states_h if separate_h else None, states_c, gates, tanh_c, cell_out, c_pass, h_pass)
     return (outputs, states_h[:, steps].clone(), states_c[:, steps].clone()), saved
 

@@ -1,0 +1,28 @@
+"""FSDP2 as modeling/configs/fsdp.yaml shards the model, on two CPU processes (gloo): the same training as one process.
+
+Accelerate forms an FSDP group on GPUs only, so `accelerate launch --config_file modeling/configs/fsdp.yaml` cannot
+run here; tests/fsdp_probe.py applies the same sharding with torch's `fully_shard` itself."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import run_two_processes
+
+
+@pytest.mark.parametrize("path", ["fast", "plain"])
+def test_fsdp_sharded_training_is_one_process_training(path, tmp_path):
+    """3 steps of a stream (carried LSTM state, sampled softmax) with each biLSTM layer and the character encoder
+    sharded over 2 processes, each training on 2 of the 4 rows, give the losses and the weights of training on all 4
+    rows unsharded; and no FSDP warning (a module that returns a view tensor) reaches the user."""
+    probe = Path(__file__).with_name("fsdp_probe.py")
+    result = run_two_processes([probe, tmp_path, path], {**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "FSDP" not in result.stderr, result.stderr[-4000:]
+    run = json.loads((tmp_path / "result.json").read_text())
+    assert run["world_size"] == 2 and run["parameters_sharded"]
+    assert run["sharded_units"] == ["FSDPElmoBiLstmLayer", "FSDPElmoCharacterEncoder"]
+    assert run["losses"] == pytest.approx(run["expected_losses"], rel=1e-6)
+    assert run["largest_weight_change"] > 0.01  # (training moved the weights: the comparison below means something)
+    assert run["largest_weight_difference"] < 1e-6
