@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 import yaml
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 import hf_elmo.modeling_elmo as modeling
 from hf_elmo import ElmoConfig, ElmoForPreTraining
@@ -79,8 +80,7 @@ if rank == 0:
     result = {
         "world_size": world,
         "sharded_units": sorted({type(module).__name__ for module in units}),
-        "parameters_sharded": all(isinstance(parameter, torch.distributed.tensor.DTensor)
-                                  for parameter in sharded.parameters()),
+        "parameters_sharded": all(isinstance(parameter, DTensor) for parameter in sharded.parameters()),
         "losses": (losses / world).tolist(),
         "expected_losses": expected,
         "largest_weight_difference": max((trained[name] - reference[name]).abs().max().item() for name in reference),
