@@ -365,6 +365,20 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         return torch.stack(outputs, dim=2), h, c
 
 
+class ElmoLmDropout(nn.Dropout):
+    """bilm-tf's LM dropout (each LSTM layer's input and the softmax's): `nn.Dropout`'s inverted dropout, each value
+    kept with probability 1 - p and scaled by 1 / (1 - p), with the mask drawn as `uniform >= p`. torch's CPU
+    `bernoulli_` is slow: forward and backward of a [2, 64, 20, 300] input take 2.7 ms this way against 6.2 with
+    `nn.Dropout` (AMD EPYC Zen 4, 2 threads), and pretraining draws three such masks a step."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        # Drawn and scaled in float32 whatever x's dtype: bf16 would round 1 / (1 - p) coarsely.
+        mask = torch.rand_like(x, dtype=torch.float32).ge_(self.p).mul_(1 / (1 - self.p))
+        return x * mask.to(x.dtype)
+
+
 class ElmoScalarMix(nn.Module):
     """`gamma * sum_j softmax(s)_j * h_j` over the layers (Peters et al. 2018, eq. 1)."""
 
@@ -688,7 +702,7 @@ class ElmoModel(ElmoPreTrainedModel):
             ElmoScalarMix(config.num_lstm_layers + 1, config.do_layer_norm)
             for _ in range(config.num_output_representations if add_scalar_mix else 0)
         )
-        self.lstm_dropout = nn.Dropout(lm_dropout) if lm_dropout > 0 else None
+        self.lstm_dropout = ElmoLmDropout(lm_dropout) if lm_dropout > 0 else None
         self.dropout = nn.Dropout(config.dropout)
         self.gradient_checkpointing = False
         self.post_init()
@@ -1335,7 +1349,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             )
         self.elmo = ElmoModel(config, add_scalar_mix=False, lm_dropout=config.lm_dropout)
         self.softmax = nn.Linear(config.projection_dim, config.lm_vocab_size)  # row i scores word i
-        self.dropout = nn.Dropout(config.lm_dropout) if config.lm_dropout > 0 else None
+        self.dropout = ElmoLmDropout(config.lm_dropout) if config.lm_dropout > 0 else None
         self.use_fast_path = True  # the fused sampled softmax (fused_softmax.py); see set_fast_path
         self.post_init()
 

@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from hf_elmo.configuration_elmo import VALUE_RULES
+from hf_elmo.modeling_elmo import ElmoLmDropout
 from hf_elmo.token_cache import _OPTIMIZER_STEPS
 
 SEEDS = [["I", "eat", "an", "apple", "."], ["Apple", "is", "a", "company", "."]]
@@ -550,6 +551,26 @@ def test_the_char_encoder_alone_takes_word_ids_exactly_when_its_model_reads_them
             model.char_encoder(char_ids, word_ids)
         vectors = model.char_encoder(char_ids)
     assert vectors.shape == (char_ids.shape[0], model.config.projection_dim)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_lm_dropout_keeps_each_value_with_probability_1_minus_p_scaled_as_nn_dropout_scales(p):
+    """ElmoLmDropout draws its mask another way than nn.Dropout: the same distribution, the same scaled values (in
+    float32 and bf16), the mask's values as the gradient, and no change in evaluation mode."""
+    torch.manual_seed(0)
+    x = (torch.rand(1_000_000) + 1).requires_grad_()
+    dropout = ElmoLmDropout(p).train()
+    y = dropout(x)
+    y.backward(torch.ones_like(y))
+    kept = y != 0
+    assert abs(kept.double().mean().item() - (1 - p)) < 0.002  # (4 standard deviations of the mean)
+    scale = torch.tensor(1 / (1 - p))
+    assert torch.equal(y[kept], x[kept] * scale) and torch.equal(x.grad, kept * scale)
+    for dtype in (torch.float32, torch.bfloat16):
+        constant = torch.full((10_000,), 3.0, dtype=dtype)
+        ours, theirs = dropout(constant), torch.nn.Dropout(p).train()(constant)
+        assert set(ours.unique().tolist()) == set(theirs.unique().tolist()) == {0.0, (3.0 * scale).to(dtype).item()}
+    assert dropout.eval()(x) is x
 
 
 def test_lm_dropout_is_the_pretraining_models_and_active_in_training_only(converted):
