@@ -162,7 +162,7 @@ class Bf16Multiplies(ExactMultiplies):
                 self._linears[key] = FastLinear(weight, kernels=kernels)
             else:
                 stored = weight.to(torch.bfloat16).t().contiguous()  # [in, out]
-                self._linears[key] = lambda x, stored=stored: x.to(torch.bfloat16) @ stored
+                self._linears[key] = lambda x, stored=stored: (x.to(torch.bfloat16) @ stored).float()
         return self._linears[key]
 
     def input_gates(self, direction: int, x: torch.Tensor) -> torch.Tensor:
@@ -170,11 +170,6 @@ class Bf16Multiplies(ExactMultiplies):
 
     def both_input_gates(self, x: torch.Tensor) -> torch.Tensor:
         return torch.add(self.bias.view(-1), self.linear("both_input")(x)).view(x.shape[0], 2, -1)
-
-    def gates(self, direction: int, h: torch.Tensor | None, input_gates: torch.Tensor) -> torch.Tensor:
-        if h is None:
-            return input_gates.clone()
-        return torch.add(input_gates, self.recurrent(direction, h))
 
 
 def bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False):

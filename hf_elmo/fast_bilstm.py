@@ -152,10 +152,8 @@ def _step_output(multiplies, layer, direction: int, gates: torch.Tensor, c: torc
         h = multiplies.projection(direction, h)
     if layer.proj_clip is None or layer.projection_weight is None:
         out.copy_(h)
-    elif h.dtype == out.dtype:
+    else:
         torch.clamp(h, -layer.proj_clip, layer.proj_clip, out=out)
-    else:  # (a bfloat16 product)
-        out.copy_(h).clamp_(-layer.proj_clip, layer.proj_clip)
 
 
 def _rows_alike(x: torch.Tensor) -> bool:

@@ -181,12 +181,13 @@ def _onednn(weight: torch.Tensor):
 
 
 def onednn_bfloat16(weight: torch.Tensor):
-    """x [n, in] -> x W^T (+ bias) in bfloat16 by oneDNN (float32 accumulation, a bfloat16 result), the weight
-    stored in bfloat16 and reordered once."""
+    """x [n, in] -> x W^T (+ bias) in bfloat16 by oneDNN (float32 accumulation, rounded to bfloat16), the weight
+    stored in bfloat16 and reordered once. The result comes back in float32, as the exact candidates' does: the
+    conversions both ways are part of what the choice between them measures."""
     run_bfloat16 = _onednn(weight.to(torch.bfloat16))
 
     def run(x, bias=None):
-        return run_bfloat16(x.to(torch.bfloat16), None if bias is None else bias.to(torch.bfloat16))
+        return run_bfloat16(x.to(torch.bfloat16), None if bias is None else bias.to(torch.bfloat16)).float()
 
     return run
 

@@ -745,6 +745,20 @@ def test_approximations_report_their_deviation(fixture_model, kernel_choices, mo
 
 
 @needs_cpu_bfloat16
+@pytest.mark.parametrize("rows", [1, 32])
+def test_the_bfloat16_candidate_returns_its_bfloat16_product_in_float32(rows):
+    """`onednn_bfloat16` gives float32, as the exact candidates do (its choice measures the conversions), holding
+    the product of the bfloat16-rounded operands rounded to bfloat16 once."""
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(1000, 512) / 23, torch.randn(1000), torch.randn(rows, 512)
+    result = fast_linear.onednn_bfloat16(weight)(x, bias)
+    assert result.dtype == torch.float32
+    assert torch.equal(result, result.bfloat16().float())  # (one rounding to bfloat16, nothing added after)
+    exact = x.bfloat16().double() @ weight.bfloat16().double().t() + bias.bfloat16().double()
+    assert ((result.double() - exact).abs() <= 2.0**-8 * exact.abs() + 1e-6).all()
+
+
+@needs_cpu_bfloat16
 def test_bf16_mode_multiplies_in_bfloat16_and_leaves_the_exact_caches_alone(fixture_model, kernel_choices, monkeypatch):
     """With bfloat16 products forced (the first candidate, whatever their speed), the bf16 mode runs them
     (oneDNN's), gives float32 outputs a little off the exact ones, and fills a gate cache of its own: the
