@@ -165,6 +165,7 @@ class Bf16Multiplies(ExactMultiplies):
                 self._linears[key] = lambda x, stored=stored: (x.to(torch.bfloat16) @ stored).float()
         return self._linears[key]
 
+    # The bias is added in float32 after the product: passed to the bfloat16 kernel it would be rounded to bfloat16.
     def input_gates(self, direction: int, x: torch.Tensor) -> torch.Tensor:
         return torch.add(self.bias[direction], self.linear("input", direction)(x))
 
