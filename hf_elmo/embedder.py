@@ -164,7 +164,7 @@ class ElmoEmbedder:
         words = [split_sentence(sentence) for sentence in sentences]
         if not words:
             return words, None
-        return words, self.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
+        return words, self.tokenizer.encode_words(words)
 
     def embed_tokenized(self, tokenized: tuple[list[list[str]], BatchEncoding | None], output_format: str = "all"
                         ) -> list[np.ndarray]:

@@ -1,6 +1,7 @@
 """The benchmark scripts that `make test` does not otherwise run: the GPU training benchmark and the GPU profile on
 CPU (`--device cpu`, or no GPU), so that code which only a lent GPU would run is exercised here (its smoke run checks the fused
-training path and writes only where it is told to), and the memory rates the README's Speed section quotes."""
+training path and writes only where it is told to), the memory rates the README's Speed section quotes, and embed's
+host side (GPU_RESULTS.md quotes it)."""
 
 import re
 import subprocess
@@ -19,6 +20,7 @@ from gpu_train_bench import RUNNING  # noqa: E402
 GPU_TRAIN_BENCH = REPO / "benchmarks" / "gpu_train_bench.py"
 GPU_RESULTS = REPO / "benchmarks" / "GPU_RESULTS.md"
 MEMORY_RATES = REPO / "benchmarks" / "memory_rates.py"
+EMBED_HOST_SIDE = REPO / "benchmarks" / "embed_host_side.py"
 
 
 def smoke_run(*args: str) -> str:
@@ -85,6 +87,18 @@ def test_a_gpu_training_benchmark_cut_short_leaves_the_parts_it_measured(tmp_pat
     lines = written.rstrip("\n").splitlines()
     assert written.count("## Training") == 1 and any(line.startswith("- ") and "biLSTM layer" in line for line in lines), written
     assert lines[-1] == RUNNING or lines[-1].startswith("Training section:"), written
+
+
+def test_embed_host_side_measures_the_tokenizer_both_ways_and_embed_without_the_model(tmp_path):
+    result = subprocess.run([sys.executable, EMBED_HOST_SIDE, "--sentences", "200", "--batch-size", "64", "--folder",
+                             str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert "200 sentences" in lines[0] and f"files in {tmp_path}" in lines[0], lines
+    assert [line.split(":")[0].strip() for line in lines[1:]] == [
+        "tokenizer call", "encode_words", "embed without the model (host side)"], lines
+    assert all(re.search(r"[\d,]+ words/s", line) for line in lines[1:]), lines
+    assert list(tmp_path.iterdir()) == []  # (its temporary folder is gone)
 
 
 def test_memory_rates_measures_every_kernel_from_memory_and_from_the_cache():

@@ -679,3 +679,48 @@ def test_word_ids_align_labels(tok):
         [-100 if word_id is None else tags[i][word_id] for word_id in batch.word_ids(i)] for i in range(len(words))
     ]
     assert aligned == [[3, 0, 7], [1, -100, -100]]
+
+
+def _same_encoding(fast, slow) -> None:
+    assert list(fast.keys()) == list(slow.keys())
+    for key in slow:
+        assert fast[key].dtype == slow[key].dtype and fast[key].shape == slow[key].shape, key
+        assert torch.equal(fast[key], slow[key]), key
+    assert fast.first_word_index == slow.first_word_index
+    assert [fast.word_ids(i) for i in range(len(slow["input_ids"]))] == [slow.word_ids(i) for i in range(len(slow["input_ids"]))]
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_encode_words_gives_what_the_call_gives_from_its_cache_of_spelled_words(padding_side):
+    """`encode_words` (what `hf-elmo embed` encodes with) gathers spelled words from a cache: every batch gives
+    exactly the ids, mask and word ids of `tokenizer(words, is_split_into_words=True, padding=True)`, with bytes and
+    with char.dic and word.dic, words seen before and new ones, a word over 48 bytes, `<S>` and `<bos>`, sentences
+    without words, and after the cache was filled past its size and started again. What the call refuses, it
+    refuses with the call's message."""
+    texts = json.loads((FIXTURES / "allennlp-elmo" / "sentences.json").read_text(encoding="utf-8"))
+    english = [text.split() for row in texts for text in row]
+    sets = json.loads((ELMOFORMANYLANGS / "sentences.json").read_text(encoding="utf-8"))["sets"]
+    others = [list(words) for sentences in sets.values() for words in sentences]
+    batches = [english[:7], english[5:20], [["<S>", "x" * 60, "</S>", "<bos>", "天气"], [], ["a"]], others, english]
+    folder = ELMOFORMANYLANGS / "with_words"
+    for tokenizer in (ElmoTokenizer(padding_side=padding_side),
+                      ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic"),
+                                    padding_side=padding_side)):
+        tokenizer._spelled_words.max_words = 64  # (a fourth of the words: the cache starts again several times)
+        for batch in batches + batches:
+            slow = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+            _same_encoding(tokenizer.encode_words(batch), slow)
+        # (the last batch alone holds more words than that: it is kept whole, the batch before it was let go)
+        assert tokenizer._spelled_words.size - 1 == len({word for words in english for word in words}) > 64
+        _same_encoding(tokenizer.encode_words([[], []]), tokenizer([[], []], is_split_into_words=True, padding=True,
+                                                                     return_tensors="pt"))
+        with pytest.raises(ValueError, match="the word 'a\\\\ud800b' holds a lone surrogate"):
+            tokenizer.encode_words([["x"], ["a\ud800b"]])
+        with pytest.raises(TypeError, match="every word must be a str"):
+            tokenizer.encode_words([["x", 3]])
+        with pytest.raises(TypeError, match="each example is a list of words; example 1 is a str"):
+            tokenizer.encode_words([["x"], "a sentence"])
+        _same_encoding(tokenizer.encode_words([]), tokenizer([], is_split_into_words=True, padding=True, return_tensors="pt"))
+    copied = pickle.loads(pickle.dumps(tokenizer))  # (the cache and its lock are not carried: a copy starts empty)
+    assert copied._spelled_words.size == 1 and copied._spelled_words.max_words == 64
+    _same_encoding(copied.encode_words(others), tokenizer.encode_words(others))
