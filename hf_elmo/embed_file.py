@@ -24,8 +24,10 @@ what else is computed with it, by up to 1e-6. The model's per-word caches keep r
 earlier batches, so with caches that fill as they go, a batch's numbers would depend on what ran before it (and a
 resumed run, starting cold, would differ). So a run first fills them with the file's most frequent words (as many
 as they hold), computed together in a fixed order, and keeps exactly those: every other word is computed with its
-own batch and not kept. A batch's numbers are then a function of the file and the batch alone. Under `accelerate
-launch` or `torchrun`, batch k goes to process k mod N, and the first process writes the output file.
+own batch and not kept. A batch's numbers are then a function of the file and the batch alone, and of the number
+of threads a process computes with on a CPU (sums split across threads round differently): the manifest records it,
+and a run resumed with another is refused. Under `accelerate launch` or `torchrun`, batch k goes to process k mod N,
+and the first process writes the output file.
 """
 
 import contextlib
@@ -52,7 +54,8 @@ from tqdm.auto import tqdm
 
 from .embedder import ElmoEmbedder, check_batch_size, check_output_format, length_sorted_batches, sentence_arrays
 from .fast_bilstm import derived_weights
-from .files import OutputLock, check_output_location, check_text_file, link_target, read_text_file, sha256_file
+from .files import (OutputLock, check_output_location, check_text_file, decode_utf8, link_target, read_file_bytes,
+                    read_text_file)
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +80,27 @@ def process_state() -> PartialState:
 
 def read_sentences(path: str | os.PathLike) -> list[str]:
     """The lines of a UTF-8 text file, stripped of surrounding whitespace (`\\n`, `\\r\\n` and `\\r` end lines)."""
-    text = read_text_file(path, "input file")
+    return _lines(read_text_file(path, "input file"))
+
+
+def _lines(text: str) -> list[str]:
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines[-1] == "":  # the newline that ends the last line does not start another
         lines.pop()
     return [line.strip() for line in lines]
+
+
+def _read_input(path: Path) -> tuple[list[str], str]:
+    """`read_sentences(path)` and the sha256 of the file's bytes, from one read: a pipe gives its text once (a named
+    pipe opened a second time would wait for a writer that never comes)."""
+    data = read_file_bytes(path, "input file")
+    return _lines(decode_utf8(data, path)), hashlib.sha256(data).hexdigest()
+
+
+def _input_location(path: Path) -> str:
+    """The input as the manifest names it: a file by its resolved path, however it was spelled; a pipe or a terminal
+    as given (`/dev/fd/63` resolves to a name of its own for every run, so that a resumed run would not match)."""
+    return str(path.resolve()) if path.is_file() else str(path)
 
 
 def check_input_file(path: str | os.PathLike) -> None:
@@ -210,6 +229,11 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
                 f"{path}: is the input file {input_file} itself; writing the embeddings there would destroy the "
                 "text: give another output file"
             )
+    if partial.is_dir() and input_file.exists() and partial.resolve() in input_file.resolve().parents:
+        raise ValueError(
+            f"{input_file}: is inside {partial}, the folder of the batches of {output_file}, which the run removes "
+            "when it ends: move the input elsewhere, or give another output file"
+        )
     if partial.exists() and not partial.is_dir():
         raise ValueError(f"{partial}: is a file, where the batches of {output_file} are kept; move it away")
     if lock.is_dir():
@@ -295,15 +319,15 @@ def embed_file(
     # A link at the output is written through, as a plain open writes: the file, its batch folder and its lock go
     # beside the link's target (the output is moved into place in one step, which would replace the link itself).
     input_file, output_file = Path(input_file), link_target(output_file)
-    sentences = read_sentences(input_file)
+    sentences, input_sha256 = _read_input(input_file)
     check_paths(input_file, output_file)
     if not sentences and state.is_main_process:
         logger.warning(f"{input_file}: the input file has no lines, so {output_file} will hold no sentences")
     if use_sentence_keys:
         _check_sentence_keys(sentences, input_file)
     manifest = {
-        "input": str(input_file.resolve()),
-        "input_sha256": sha256_file(input_file),
+        "input": _input_location(input_file),
+        "input_sha256": input_sha256,
         "model": _model_location(embedder.model_name_or_path),
         "model_sha256": _model_fingerprint(embedder.model),
         "output_format": output_format,
@@ -311,6 +335,8 @@ def embed_file(
         "stateful": embedder.stateful,
         "use_sentence_keys": use_sentence_keys,
         "forget_sentences": forget_sentences,
+        # float32 sums on the CPU split across threads differ in their last bits with the number of threads
+        "cpu_threads": torch.get_num_threads() if embedder.device.type == "cpu" else None,
     }
     batches = plan_batches(sentences, batch_size, embedder.stateful)
     summary = {"sentences": len(sentences), "batches": len(batches), "computed": 0, "resumed": 0, "output": str(output_file)}
@@ -548,6 +574,13 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
             )
         if found is not None and found != manifest:
             differences = sorted(key for key in manifest if found.get(key) != manifest[key])
+            if differences == ["cpu_threads"] and isinstance(found.get("cpu_threads"), int):
+                raise ValueError(
+                    f"{partial}: holds batches of an interrupted run that computed with {found['cpu_threads']} "
+                    f"threads per process, this run with {manifest['cpu_threads']}, whose numbers differ in their "
+                    f"last bits: finish it with {found['cpu_threads']} (OMP_NUM_THREADS={found['cpu_threads']}, as "
+                    "torchrun sets 1 for several processes), or delete the folder to start again"
+                )
             raise ValueError(
                 f"{partial}: holds batches of an interrupted run with different {', '.join(differences)}; "
                 "rerun that command to finish it, or delete the folder to start again"

@@ -54,17 +54,22 @@ def whole_characters(data: bytes) -> int:
     return len(data) - continuation - 1 if length > continuation + 1 else len(data)
 
 
-def read_text_file(path, what: str = "text file", error: type[ValueError] = ValueError) -> str:
-    """The whole UTF-8 file `path` (a `what`: "vocabulary file", ...) as text, without a byte-order mark."""
+def read_file_bytes(path, what: str = "text file", error: type[ValueError] = ValueError) -> bytes:
+    """The bytes of the file `path` (a `what`), read once (a pipe gives them only once), with one clear error."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise error(f"{path}: {what} not found") from None
     except IsADirectoryError:
         raise error(f"{path}: is a folder, not a file") from None
     except OSError as failure:
         raise error(f"{path}: cannot read the {what} ({failure.strerror})") from None
+
+
+def read_text_file(path, what: str = "text file", error: type[ValueError] = ValueError) -> str:
+    """The whole UTF-8 file `path` (a `what`: "vocabulary file", ...) as text, without a byte-order mark."""
+    data = read_file_bytes(path, what, error)
     try:
         return decode_utf8(data, path)
     except ValueError as failure:
@@ -80,8 +85,8 @@ def check_text_file(path, what: str = "text file", error: type[ValueError] = Val
         with open(path, "rb") as handle:
             line, offset, pending, empty = 1, 0, b"", True
             while block := handle.read(CHECK_BLOCK_BYTES):
-                empty = False
                 data = pending + block
+                empty = empty and BYTE_ORDER_MARK.encode().startswith(data)  # (a byte-order mark alone is no text)
                 cut = whole_characters(data)  # a character may straddle the block's end
                 decode_utf8(data[:cut], path, line, offset)
                 line += data.count(b"\n", 0, cut)
@@ -223,7 +228,8 @@ class OutputLock:
     """An exclusive lock that one run holds on its output, as the file `path`, for as long as the run lasts.
 
     The lock is the operating system's (`flock`): it ends with the process however it ends, so a run that crashed
-    or was killed leaves nothing stuck. The file is removed when the lock is released.
+    or was killed leaves nothing stuck. The file is removed when the lock is released (after a kill it stays, unlocked,
+    until the next run releases it).
     """
 
     def __init__(self, path, output, error: type[ValueError] = ValueError):
@@ -265,4 +271,4 @@ class OutputLock:
 
 
 __all__ = ["OutputLock", "check_model_location", "check_output_location", "check_text_file", "decode_utf8",
-           "link_target", "read_text_file", "sha256_file"]
+           "link_target", "read_file_bytes", "read_text_file", "sha256_file"]

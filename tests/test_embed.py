@@ -19,6 +19,7 @@ import torch
 
 from conftest import FIXTURE_SETS, assert_only_an_error_line, run_two_processes, unwritable_folder
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
+from hf_elmo import embed_file as embed_module
 from hf_elmo.cli import main
 from hf_elmo.embed_file import plan_batches, read_sentences
 from hf_elmo.embedder import SORT_WINDOW_BATCHES, length_sorted_batches
@@ -512,6 +513,13 @@ def test_the_input_is_never_the_output(model_path, tmp_path, capsys):
     code, err = run_cli(capsys, "embed", lock_named_input, tmp_path / "out.hdf5", "--model", model_path)
     assert_only_an_error_line(code, err, "is the input file")
     assert source.read_bytes() == text and lock_named_input.read_text() == "a b\n"
+    # Nor may the input lie in the output's batch folder, which the run removes at its end.
+    (tmp_path / "out.hdf5.partial").mkdir()
+    inside = write_lines(tmp_path / "out.hdf5.partial" / "corpus.txt", ["a b"])
+    code, err = run_cli(capsys, "embed", inside, tmp_path / "out.hdf5", "--model", model_path)
+    assert_only_an_error_line(code, err, f"{inside}: is inside {tmp_path / 'out.hdf5.partial'}", "move the input")
+    assert inside.read_text() == "a b\n"
+    shutil.rmtree(tmp_path / "out.hdf5.partial")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["hardlink.hdf5", "in.txt", "out.hdf5.lock", "symlink.hdf5"]
 
 
@@ -603,6 +611,77 @@ def test_a_piped_input_is_read_once(model_path, tmp_path, capsys):
     output = read_all(tmp_path / "out.hdf5")
     assert json.loads(output["sentence_to_index"][0]) == {"a b": "0", "c d e": "1"}
     assert output["0"].shape == (2, 32) and output["1"].shape == (3, 32)
+
+
+def test_a_named_pipe_is_read_once_and_an_interrupted_piped_run_resumes(embedder, tmp_path):
+    """The input is read once, for its lines and for the digest that the manifest keeps: a named pipe opened a
+    second time would wait for a writer forever. A pipe's name (`/dev/fd/63`) is kept as given, so that the same
+    command on the same text resumes an interrupted run (resolved, the name was another every run)."""
+    lines = fixture_lines()[:6]
+    text = ("\n".join(lines) + "\n").encode()
+    reference = tmp_path / "reference.hdf5"
+    embedder.embed_file(write_lines(tmp_path / "in.txt", lines), reference, batch_size=2, progress=False)
+    fifo, results = tmp_path / "corpus.fifo", []
+    os.mkfifo(fifo)
+    feeder = threading.Thread(target=lambda: fifo.write_bytes(text))
+    run = threading.Thread(target=lambda: results.append(
+        embedder.embed_file(fifo, tmp_path / "fifo.hdf5", batch_size=2, progress=False)))
+    feeder.start(), run.start()
+    run.join(timeout=120)
+    stuck = run.is_alive()
+    if stuck:  # (waiting for a second writer: give it one, so that the test ends)
+        fifo.write_bytes(b"")
+        run.join()
+    feeder.join()
+    assert not stuck and results and results[0]["computed"] == 3
+    assert_same_embeddings(tmp_path / "fifo.hdf5", reference, 6)
+
+    def piped() -> int:
+        read_end, write_end = os.pipe()
+        os.write(write_end, text)
+        os.close(write_end)
+        return read_end
+
+    first = piped()  # (closed after its run, so that the second pipe is /dev/fd/ of the same number, as bash's <(...) is)
+    try:
+        stop_after_batches(embedder, 1)
+        with pytest.raises(KeyboardInterrupt):
+            embedder.embed_file(f"/dev/fd/{first}", tmp_path / "piped.hdf5", batch_size=2, progress=False)
+    finally:
+        del embedder.model.forward
+        os.close(first)
+    second = piped()
+    try:
+        assert second == first
+        summary = embedder.embed_file(f"/dev/fd/{second}", tmp_path / "piped.hdf5", batch_size=2, progress=False)
+    finally:
+        os.close(second)
+    assert (summary["resumed"], summary["computed"]) == (1, 2)
+    assert_same_embeddings(tmp_path / "piped.hdf5", reference, 6)
+
+
+def test_a_run_resumes_only_with_the_number_of_threads_it_computed_with(embedder, tmp_path):
+    """float32 sums split across threads differ in their last bits with the number of threads, so a run stopped
+    with 1 thread (as torchrun sets for several processes) and resumed with 2 would mix the two: refused, naming
+    both and how to finish; with the same number it resumes, to the bytes of an uninterrupted run."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:6])
+    embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    stop_after_batches(embedder, 1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            embedder.embed_file(source, tmp_path / "out.hdf5", batch_size=2, progress=False)
+    finally:
+        del embedder.model.forward
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(ValueError, match=r"computed with 1 threads per process, this run with 2, .*finish it with 1 "
+                                             r"\(OMP_NUM_THREADS=1"):
+            embedder.embed_file(source, tmp_path / "out.hdf5", batch_size=2, progress=False)
+    finally:
+        torch.set_num_threads(1)
+    summary = embedder.embed_file(source, tmp_path / "out.hdf5", batch_size=2, progress=False)
+    assert (summary["resumed"], summary["computed"]) == (1, 2)
+    assert_same_embeddings(tmp_path / "out.hdf5", tmp_path / "reference.hdf5", 6)
 
 
 def test_devices_that_this_machine_lacks_fail_clearly(tmp_path, capsys):
@@ -844,6 +923,7 @@ def test_the_models_digest_is_hashed_once_and_again_after_any_change_of_a_weight
 KILL_DURING_FINAL_WRITE = """
 import os, signal, sys
 import h5py
+from hf_elmo import embed_file as embed_module
 from hf_elmo.cli import main
 from hf_elmo.embed_file import plan_batches, read_sentences
 

@@ -170,8 +170,11 @@ def test_text_files_and_output_locations_that_cannot_be_used_are_named(tmp_path)
         pass
 
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "mark.txt").write_bytes(b"\xef\xbb\xbf")  # a byte-order mark alone: no text either
+    (tmp_path / "mark-x.txt").write_bytes(b"\xef\xbb\xbfx")
+    check_text_file(tmp_path / "mark-x.txt", "corpus")
     for path, message in [(tmp_path / "missing.txt", "corpus not found"), (tmp_path / "empty.txt", "the corpus is empty"),
-                          (tmp_path, "is a folder, not a file")]:
+                          (tmp_path / "mark.txt", "the corpus is empty"), (tmp_path, "is a folder, not a file")]:
         with pytest.raises(InputError, match=f"^{re.escape(str(path))}: {message}$"):
             check_text_file(path, "corpus", error=InputError)
     check_text_file(tmp_path / "empty.txt", "input file", allow_empty=True)  # (hf-elmo embed: a file of no lines)
