@@ -139,6 +139,13 @@ def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path
     for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
         if (path := Path(model_dir, name)).is_file():  # transformers' json error names no file
             _read_json_file(path)
+    # The ids before the tokenizer is built from the dictionaries, as on the way in (an id of 10**10 would exhaust the
+    # memory instead of being refused).
+    for name in ("char.dic", "word.dic") if config.word_vocab_size else ("char.dic",):
+        try:
+            _check_dense_ids(read_dictionary(Path(model_dir, name)), Path(model_dir, name))
+        except LexiconError as error:
+            raise ConversionError(str(error)) from None
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
     _check_lexicon_matches(tokenizer.lexicon, config, Path(model_dir))
     tensors = state_dict_to_package(model.state_dict(), config)
@@ -175,10 +182,7 @@ def _check_lexicon_matches(lexicon, config, model_dir: Path) -> None:
     """The package builds its embeddings from char.dic and word.dic, one row per entry, and spells with their ids:
     they must be the model's (its config's sizes and special ids), or the folder written would not load in the
     package, or would not read the model as hf_elmo does."""
-    word_input = config.word_vocab_size > 0
-    _check_dense_ids(lexicon.chars, model_dir / "char.dic")
-    if word_input:
-        _check_dense_ids(lexicon.words, model_dir / "word.dic")
+    word_input = config.word_vocab_size > 0  # (their ids were checked to be dense before the tokenizer was built)
     for field, value in lexicon.config_options(word_input=word_input).items():
         if getattr(config, field) != value:
             source = model_dir / ("word.dic" if "word" in field else "char.dic")

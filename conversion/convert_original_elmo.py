@@ -181,16 +181,19 @@ def _verify_reload(folder: Path, model: ElmoModel, tokenizer: ElmoTokenizer, rel
     """The saved folder must load through the Auto classes (`reloaded_tokenizer` is its tokenizer, loaded with
     AutoTokenizer) and reproduce `model` exactly. The errors name `output_dir`, the folder that `folder` (its staging
     folder, removed when the conversion fails) was to become."""
-    reloaded = AutoModel.from_pretrained(folder).eval()
+    try:
+        reloaded = AutoModel.from_pretrained(folder).eval()
+        probed = _probe_outputs(reloaded, reloaded_tokenizer)
+    except (ValueError, OSError, RuntimeError) as error:  # (what loading or running it raised names `folder`)
+        raise ConversionError(f"{output_dir}: the saved folder does not reload: "
+                              f"{str(error).replace(str(folder), str(output_dir))}") from None
     expected_state, found_state = model.state_dict(), reloaded.state_dict()
     if expected_state.keys() != found_state.keys():
         raise ConversionError(f"{output_dir}: reloaded weights differ in names from the converted ones")
     for name, tensor in expected_state.items():
         if not torch.equal(tensor, found_state[name]):
             raise ConversionError(f"{output_dir}: reloaded weight {name} differs from the converted one")
-    for layer, (expected, found) in enumerate(
-        zip(_probe_outputs(model, tokenizer), _probe_outputs(reloaded, reloaded_tokenizer))
-    ):
+    for layer, (expected, found) in enumerate(zip(_probe_outputs(model, tokenizer), probed)):
         if not torch.equal(expected, found):
             difference = (expected - found).abs().max().item()
             raise ConversionError(f"{output_dir}: reloaded model differs at output {layer} by {difference:.3g}")

@@ -237,6 +237,10 @@ def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
                             "model's vocabulary is built from the training text anyway (or read from --vocab-file)")
     if args.new_vocabulary and args.vocab_file:
         raise PretrainError("--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other")
+    if args.vocab_file and settings["alphabet"] == "vocabulary" and not args.init_from:
+        raise PretrainError(f"--vocab-file {args.vocab_file} would be the softmax vocabulary, but with --alphabet "
+                            "vocabulary the softmax's is the word.dic built from the training text (as ELMoForManyLangs "
+                            "reads it); drop --vocab-file (--vocab-size and --min-count limit word.dic)")
     if args.unroll_steps is not None and settings["batching"] == "sentence":
         raise PretrainError(f"--unroll-steps {args.unroll_steps} cuts the text into windows of --batching stream; "
                             "--batching sentence reads whole sentences")
@@ -454,7 +458,7 @@ def finished_run_message(args, settings: dict, output_dir: Path, finished: dict,
                   else f"--max-steps {max_steps}" if args.max_steps is not None
                   else f"the {max_steps} steps of --epochs {settings['epochs']:g}")
         return (f"{output_dir}: the run finished at step {finished['step']} ({length}): nothing to train; its final "
-                "model is there (a larger --max-steps trains on)"), True
+                "model is there (a larger --max-steps trains on, from its latest checkpoint)"), True
     start = f"from {checkpoint}, the latest checkpoint" if checkpoint else "from the beginning: no checkpoint is left"
     return f"{output_dir}: the run finished at step {finished['step']}; it goes on to step {max_steps} {start}", False
 

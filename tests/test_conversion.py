@@ -339,6 +339,9 @@ def test_failed_verification_leaves_nothing(original, tmp_path, monkeypatch):
 @pytest.mark.parametrize("damage, expected", [
     ("weight", "reloaded weight char_encoder.projection.weight differs from the converted one"),
     ("config", "reloaded model differs at output 1 by"),
+    # (what loading or running the saved folder raised named the staging folder, gone by then)
+    ("truncated weights", "the saved folder does not reload: .*out"),
+    ("tokenizer", "the saved folder does not reload: input_ids must be \\[batch, words, 50\\]"),
 ])
 def test_verification_refuses_a_saved_folder_that_does_not_reproduce_the_model(original, tmp_path, monkeypatch, damage,
                                                                                expected):
@@ -353,10 +356,22 @@ def test_verification_refuses_a_saved_folder_that_does_not_reproduce_the_model(o
             state = load_file(folder / "model.safetensors")
             state["char_encoder.projection.weight"] += 1e-3
             save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
-        else:  # the same weights, read with a much tighter projection clip
+        elif damage == "truncated weights":
+            (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:1000])
+        elif damage == "config":  # the same weights, read with a much tighter projection clip
             edit_config(folder, proj_clip=0.01)
 
+    save_tokenizer = ElmoTokenizer.save_pretrained
+
+    def damaged_tokenizer_save(self, folder, **kwargs):  # (words spelled with 40 characters, the model reads 50)
+        saved = save_tokenizer(self, folder, **kwargs)
+        settings = json.loads((Path(folder) / "tokenizer_config.json").read_text())
+        (Path(folder) / "tokenizer_config.json").write_text(json.dumps({**settings, "max_characters_per_token": 40}))
+        return saved
+
     monkeypatch.setattr(ElmoModel, "save_pretrained", damaged_save)
+    if damage == "tokenizer":
+        monkeypatch.setattr(ElmoTokenizer, "save_pretrained", damaged_tokenizer_save)
     with pytest.raises(ConversionError, match=expected) as raised:
         convert_original_to_hf(original / "options.json", original / "weights.hdf5", tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["original"]

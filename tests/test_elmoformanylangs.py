@@ -509,6 +509,11 @@ WAY_BACK_BAD_INPUTS = {
         lambda f: (f / "word.dic").write_text((f / "word.dic").read_text().replace("<pad>\t3", "<pad>\t99")),
         ["model/word.dic: its ids must be 0 .. 50"],
     ),
+    # (refused before the tokenizer is built, which would make a list of 10**10 names)
+    "a char.dic id far past its entries": (
+        lambda f: (f / "char.dic").write_text((f / "char.dic").read_text() + "新\t10000000000\n"),
+        ["model/char.dic: its ids must be 0 .. 61"],
+    ),
     "tokenizer_config.json not JSON": (lambda f: (f / "tokenizer_config.json").write_text("{"),
                                        ["model/tokenizer_config.json: not a JSON file"]),
     # (the read-back refused it, naming the staging folder, gone by then, and the package's tensor name)

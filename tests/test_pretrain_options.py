@@ -50,6 +50,9 @@ def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, cap
         ([*NEW, "--new-vocabulary"], "--new-vocabulary builds a vocabulary for an --init-from model"),
         ([*adapt, "--new-vocabulary"],
          "--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other"),
+        ([*NEW, "--alphabet", "vocabulary"],  # (--vocab-file took the softmax, beside a word.dic of another vocabulary)
+         f"--vocab-file {TRAIN / 'vocab.txt'} would be the softmax vocabulary, but with --alphabet vocabulary the "
+         "softmax's is the word.dic built from the training text"),
         ([*NEW, "--batching", "sentence", "--unroll-steps", 5],
          "--unroll-steps 5 cuts the text into windows of --batching stream; --batching sentence reads whole sentences"),
         ([*NEW, "--warmup-steps", 5], "--warmup-steps 5 needs a schedule with a warm-up; --lr-scheduler is constant"),

@@ -86,6 +86,14 @@ def test_a_finished_run_resumed_says_so_and_changes_nothing(tmp_path, capsys):
     before = snapshot(tmp_path / "timed")
     out = train(capsys, *timed, "--resume")
     assert "(its 0.01 minutes of training spent): nothing to train" in out and snapshot(tmp_path / "timed") == before
+    # More steps go on from the latest checkpoint; a run that kept none trains again from the beginning, saying so.
+    for name, start in [("checkpoints", f"from {tmp_path / 'checkpoints' / 'checkpoint-4'}, the latest checkpoint"),
+                        ("final-only", "from the beginning: no checkpoint is left")]:
+        folder = tmp_path / name
+        out = train(capsys, *LINEAR, "--max-steps", 7, "--save-steps", 4 if name == "checkpoints" else 0,
+                    "--output-dir", folder, "--resume")
+        assert f"{folder}: the run finished at step 6; it goes on to step 7 {start}" in out, out
+        assert json.loads((folder / "trainer_state.json").read_text())["step"] == 7
 
 
 def test_a_longer_resume_goes_on_from_the_rate_it_had_and_ends_the_schedule_at_the_new_last_step(tmp_path, capsys):

@@ -1566,9 +1566,16 @@ def test_resume_refuses_options_that_would_change_the_training(reference_copy, c
     """A run resumed with other training options would not be the run that was started: refused, naming each."""
     folder = reference_copy
     common = [*REFERENCE_ARGS, "--output-dir", folder, "--resume"]
-    for option, value, named in [("--batch-size", 8, "batch_size=4, now 8"), ("--learning-rate", 0.5, "learning_rate=0.2, now 0.5"),
-                                 ("--dropout", 0.3, "dropout=0.1, now 0.3")]:
-        code, _, err = run_main(capsys, *common, option, value)
+    for *options, named in [("--batch-size", 8, "batch_size=4, now 8"), ("--learning-rate", 0.5, "learning_rate=0.2, now 0.5"),
+                            ("--dropout", 0.3, "dropout=0.1, now 0.3"), ("--seed", 8, "seed=7, now 8"),
+                            ("--unroll-steps", 5, "unroll_steps=10, now 5"),
+                            ("--negative-samples", 8, "negative_samples=16, now 8"),
+                            ("--softmax-init", "unigram", "softmax_init='random', now 'unigram'"),
+                            ("--no-shuffle", "shuffle=True, now False"),
+                            ("--max-grad-norm", 5, "max_grad_norm=10.0, now 5.0"),
+                            ("--gradient-accumulation-steps", 2, "gradient_accumulation_steps=1, now 2"),
+                            ("--optimizer", "adamw", "optimizer='adagrad', now 'adamw'")]:
+        code, _, err = run_main(capsys, *common, *options)
         assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: the run was started with other options ({named})",
                          "resume with the original command")
     assert sorted(p.name for p in folder.glob("checkpoint-*")) == ["checkpoint-50", "checkpoint-55"]
