@@ -32,7 +32,8 @@ def exact_float32(values: np.ndarray, where: str) -> np.ndarray:
     if not np.isfinite(values).all():
         count = values.size - np.count_nonzero(np.isfinite(values))
         raise ConversionError(f"{where} holds {count} non-finite value{'s' if count > 1 else ''} (NaN or infinity)")
-    converted = values.astype(np.float32, copy=False)
+    with np.errstate(over="ignore"):  # (a value past float32's range becomes inf: refused below, with no warning)
+        converted = values.astype(np.float32, copy=False)
     if converted.dtype != values.dtype and not np.array_equal(converted, values):
         raise ConversionError(
             f"{where} has type {values.dtype}, with values that float32 cannot hold exactly: the model is float32, "

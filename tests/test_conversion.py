@@ -241,6 +241,11 @@ BAD_INPUTS = {
         lambda f: edit_weights(f, lambda h: replace_dataset(h, f"{PREFIX}/B", h[f"{PREFIX}/B"][...].astype(np.float64) + 1e-12)),
         ["weights.hdf5: dataset " + f"{PREFIX}/B", "has type float64, with values that float32 cannot hold exactly"],
     ),
+    # (numpy warned of the overflow on stderr, before the error line)
+    "float64 values past float32's range": (
+        lambda f: edit_weights(f, lambda h: replace_dataset(h, f"{PREFIX}/B", h[f"{PREFIX}/B"][...].astype(np.float64) + 1e39)),
+        ["weights.hdf5: dataset " + f"{PREFIX}/B", "has type float64, with values that float32 cannot hold exactly"],
+    ),
     "a NaN": (lambda f: edit_weights(f, lambda h: h[f"{PREFIX}/B"].__setitem__(3, np.nan)),
               ["weights.hdf5: dataset " + f"{PREFIX}/B holds 1 non-finite value (NaN or infinity)"]),
     "two NaNs": (lambda f: edit_weights(f, lambda h: h[f"{PREFIX}/B"].__setitem__(slice(3, 5), np.nan)),
@@ -265,6 +270,7 @@ BAD_INPUTS = {
 }
 
 
+@pytest.mark.filterwarnings("error")  # (a warning would be a line on stderr besides the error)
 @pytest.mark.parametrize("case", BAD_INPUTS)
 def test_bad_input_fails_clearly_and_writes_nothing(original, tmp_path, capsys, case):
     damage, must_mention = BAD_INPUTS[case]
