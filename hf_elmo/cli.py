@@ -53,7 +53,7 @@ def embed(args: argparse.Namespace) -> int:
     state = process_state()
     device = state.device if state.num_processes > 1 else args.device
     try:
-        check_input_file(args.input)  # both before the model loads, which takes long
+        check_input_file(args.input, args.use_sentence_keys)  # both before the model loads, which takes long
         check_paths(args.input, args.output)
         embedder = ElmoEmbedder(args.model, device=device, stateful=args.stateful)
         summary = embedder.embed_file(

@@ -103,9 +103,10 @@ def _input_location(path: Path) -> str:
     return str(path.resolve()) if path.is_file() else str(path)
 
 
-def check_input_file(path: str | os.PathLike) -> None:
+def check_input_file(path: str | os.PathLike, use_sentence_keys: bool = False) -> None:
     """Fail as `read_sentences` would, with its message, unless `path` reads as UTF-8 text (an empty file does: it
-    has no lines), so that the command names a bad input before the model loads; reads the file in blocks. A pipe
+    has no lines), so that the command names a bad input before the model loads; reads the file in blocks. With
+    `use_sentence_keys`, also unless every line can be a key (as `embed_file` requires; it reads the lines). A pipe
     or a terminal (`<(zcat corpus.gz)`, `/dev/stdin`) is left to `read_sentences`: reading it here would use up
     its text."""
     try:
@@ -114,6 +115,8 @@ def check_input_file(path: str | os.PathLike) -> None:
         mode = None  # (missing or unreadable: check_text_file names why)
     if mode is None or stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         check_text_file(path, "input file", allow_empty=True)
+        if use_sentence_keys:
+            _check_sentence_keys(read_sentences(path), path)
 
 
 def plan_batches(sentences: list[str], batch_size: int, stateful: bool) -> list[list[int]]:

@@ -218,7 +218,7 @@ def test_the_output_folder_is_made_when_missing(model_path, tmp_path):
     assert read_all(output)["0"].shape == (2, 32)
 
 
-def test_output_formats_and_keys(embedder, tmp_path):
+def test_output_formats_and_keys(embedder, tmp_path, capsys):
     lines = ["EU rejects German call .", "", "Peter Blackburn", "EU rejects German call ."]
     source = write_lines(tmp_path / "in.txt", lines)
     outputs = {}
@@ -255,6 +255,12 @@ def test_output_formats_and_keys(embedder, tmp_path):
         embedder.embed_file(duplicated, tmp_path / "dup.hdf5", use_sentence_keys=True)
     assert not (tmp_path / "blank.hdf5").exists() and not (tmp_path / "dup.hdf5.partial").exists()
     assert not list(tmp_path.glob("bad.hdf5*"))
+    # The command refuses them before the model loads (the model named here does not exist).
+    capsys.readouterr()
+    code, err = run_cli(capsys, "embed", duplicated, tmp_path / "dup.hdf5", "--use-sentence-keys", "--model",
+                        tmp_path / "no-model")
+    assert_only_an_error_line(code, err, "dup.txt: lines 0 and 2 are the same sentence")
+    assert not (tmp_path / "dup.hdf5.partial").exists()
 
 
 def test_an_empty_input_gives_an_output_of_no_lines_and_a_warning(embedder, model_path, tmp_path, caplog):
