@@ -1042,6 +1042,25 @@ def test_sentence_batches_with_gradient_accumulation(tmp_path):
     assert math.isfinite(log[-1]["eval_forward_perplexity"])
 
 
+def test_an_accumulated_step_is_the_step_of_the_whole_batch(tmp_path):
+    """--gradient-accumulation-steps 2 of 2 sentences is one step of the 4 (the loss of each micro-batch scaled by 1/2
+    for its gradient): the same gradient norm and the same weights after it, within float32 rounding. Dropout off and
+    the full softmax, so that nothing random depends on how the rows are split."""
+    from modeling import pretrain
+
+    common = [*map(str, TRAIN_ARGS), "--batching", "sentence", "--dropout", "0", "--negative-samples", "0",
+              "--max-steps", "1", "--save-steps", "0"]
+    runs = {}
+    for rows, accumulation in [(4, 1), (2, 2)]:
+        folder = tmp_path / f"{rows}x{accumulation}"
+        assert pretrain.main([*common, "--batch-size", str(rows), "--gradient-accumulation-steps", str(accumulation),
+                              "--output-dir", str(folder)]) == 0
+        runs[accumulation] = ([r["grad_norm"] for r in read_log(folder) if "loss" in r], load_file(folder / "model.safetensors"))
+    (whole_norm, whole), (accumulated_norm, accumulated) = runs[1], runs[2]
+    assert accumulated_norm == pytest.approx(whole_norm, rel=1e-5)
+    assert max((whole[name] - accumulated[name]).abs().max().item() for name in whole) < 1e-6
+
+
 def test_time_budget_ends_on_time_with_the_schedule_complete(tmp_path):
     """--max-train-minutes: as many steps as fit, the linear schedule spread over the time, a resume continues its clock."""
     folder = tmp_path / "run"
