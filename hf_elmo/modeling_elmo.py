@@ -1387,9 +1387,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         attention_mask (`torch.Tensor` [B, S], *optional*):
             1 for words, 0 for padding (a prefix of each row). Defaults to the words that are not all zeros.
         labels (`torch.LongTensor` [B, S], *optional*):
-            The forward LM's targets: the vocabulary id of the word after each position; -100 = no target.
+            The forward LM's targets: the vocabulary id of the word after each position; -100 = no target, as is
+            every padding position, whatever its label.
         backward_labels (`torch.LongTensor` [B, S], *optional*):
-            The backward LM's targets: the id of the word before each position; -100 = no target.
+            The backward LM's targets: the id of the word before each position; -100 = no target (and padding).
         backward_input_ids (`torch.LongTensor` [B, S, K], *optional*):
             A different text for the backward LM, in reading order left to right (it is read from its end), with
             the padding of `input_ids`. By default both directions read `input_ids`.
@@ -1419,8 +1420,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         loss = forward_loss = backward_loss = None
         if labels is not None:
             forward_top, backward_top = top.split(self.config.projection_dim, dim=-1)
-            forward_loss = self._language_model_loss(forward_top, labels)
-            backward_loss = self._language_model_loss(backward_top, backward_labels)
+            padding = ~mask.to(top.device)  # (no target there, whatever the labels hold: collators pad with anything)
+            forward_loss = self._language_model_loss(forward_top, labels.to(top.device).masked_fill(padding, -100))
+            backward_loss = self._language_model_loss(backward_top, backward_labels.to(top.device).masked_fill(padding, -100))
             loss = 0.5 * (forward_loss + backward_loss)
         return ElmoForPreTrainingOutput(
             loss=loss,
@@ -1463,7 +1465,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             raise ValueError("backward_input_word_ids are the word ids of backward_input_ids: pass both, or neither")
         for name, ids in (("labels", labels), ("backward_labels", backward_labels)):
             if ids is not None:
-                _check_class_ids(ids, mask.shape, self.config.lm_vocab_size, name, "the vocabulary")
+                _check_class_ids(ids, mask.shape, self.config.lm_vocab_size, name, "the vocabulary", padding=~mask)
         return mask
 
     def _token_layers(

@@ -483,8 +483,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         word_id = self.lexicon.word_id if self.returns_word_ids else None
         cache = self._spelled_words
         try:
-            if not sentences or any(isinstance(sentence, str) for sentence in sentences):
-                raise TypeError  # (the call reads these otherwise, or names the problem)
+            if not sentences or return_tensors is None or any(isinstance(sentence, str) for sentence in sentences):
+                raise TypeError  # (the call reads these otherwise, or names the problem; lists: the call's own)
             lengths = [len(sentence) for sentence in sentences]
             if max(lengths) > self.model_max_length or self.padding_side not in ("left", "right"):
                 raise ValueError  # (the call warns, or refuses the side)

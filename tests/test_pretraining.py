@@ -253,6 +253,26 @@ def test_pretraining_input_errors_are_clear():
         ElmoConfig(lm_negative_samples=-1)
 
 
+@pytest.mark.parametrize("negatives", [0, 8])
+def test_labels_at_padding_are_no_targets_whatever_they_hold(negatives):
+    """A padded row's labels beyond its words are not read: padded with -100, 0 or the vocabulary's size (outside
+    it), the losses are the same; before, a 0 there was scored as a target and the vocabulary's size refused."""
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(tiny_config(lm_negative_samples=negatives)).train(negatives > 0)  # (sampled: training)
+    table = WordTable(50)
+    ids = table.spell(np.array([table.ids("<S> a b c".split()), table.ids("<S> d".split()) + [0, 0]]))
+    ids[1, 2:] = 0  # (padding words: all zeros)
+    labels, backward_labels = torch.tensor([[4, 5, 6, 1], [7, 1, 0, 0]]), torch.tensor([[-100, 0, 4, 5], [-100, 0, 0, 0]])
+    losses = []
+    for pad in (-100, 0, model.config.lm_vocab_size):
+        torch.manual_seed(1)  # (the same dropout masks and negatives each time)
+        with torch.no_grad():
+            output = model(input_ids=ids, labels=labels.index_put((torch.tensor([1, 1]), torch.tensor([2, 3])), torch.tensor(pad)),
+                           backward_labels=backward_labels.index_put((torch.tensor([1, 1]), torch.tensor([2, 3])), torch.tensor(pad)))
+        losses.append((output.forward_loss.item(), output.backward_loss.item()))
+    assert losses[1] == losses[0] and losses[2] == losses[0], losses
+
+
 def test_unigram_softmax():
     from modeling.pretrain import set_unigram_softmax
 

@@ -721,6 +721,11 @@ def test_encode_words_gives_what_the_call_gives_from_its_cache_of_spelled_words(
         with pytest.raises(TypeError, match="each example is a list of words; example 1 is a str"):
             tokenizer.encode_words([["x"], "a sentence"])
         _same_encoding(tokenizer.encode_words([]), tokenizer([], is_split_into_words=True, padding=True, return_tensors="pt"))
+    for return_tensors in (None, "np"):  # (lists as the call gives them; arrays)
+        fast, slow = (tokenizer.encode_words(english[:3], return_tensors=return_tensors),
+                      tokenizer(english[:3], is_split_into_words=True, padding=True, return_tensors=return_tensors))
+        assert fast.keys() == slow.keys() and all(type(fast[key]) is type(slow[key]) for key in slow)
+        assert all(np.array_equal(fast[key], slow[key]) for key in slow)
     copied = pickle.loads(pickle.dumps(tokenizer))  # (the cache and its lock are not carried: a copy starts empty)
     assert copied._spelled_words.size == 1 and copied._spelled_words.max_words == 64
     _same_encoding(copied.encode_words(others), tokenizer.encode_words(others))
