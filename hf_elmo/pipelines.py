@@ -18,6 +18,7 @@ saved folder are loaded as remote code (the config is the first of them that `pi
 the task's class). This file imports only transformers, torch and numpy: it travels with saved folders.
 """
 
+import numpy as np
 from transformers.pipelines import PIPELINE_REGISTRY, FeatureExtractionPipeline, TokenClassificationPipeline
 from transformers.pipelines.token_classification import AggregationStrategy
 
@@ -106,14 +107,16 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
                 sentence, input_ids, scores, offset_mapping, special_tokens_mask, aggregation_strategy,
                 word_ids=word_ids, word_to_chars_map=word_to_chars_map,
             )
-        # Each position is one word, never part of one; its text is its span of the sentence.
+        # Each position is one word, never part of one; its text is its span of the sentence. A batch of a
+        # left-padding tokenizer puts padding words (all zeros) before the sentence's, which its spans do not count.
+        padded = np.asarray(input_ids).reshape(len(scores), -1).any(axis=1).argmax() if len(scores) else 0
         pre_entities = []
         for index, word_scores in enumerate(scores):
             if special_tokens_mask[index]:
                 continue
-            start, end = (int(offset) for offset in offset_mapping[index])
+            start, end = (int(offset) for offset in offset_mapping[index - padded])
             pre_entities.append({
-                "word": sentence[start:end], "scores": word_scores, "start": start, "end": end, "index": index,
+                "word": sentence[start:end], "scores": word_scores, "start": start, "end": end, "index": index - padded,
                 "is_subword": False,
             })
         return pre_entities
@@ -129,6 +132,7 @@ def register_pipelines() -> None:
     """Make `pipeline()` build the classes above for their tasks (for every model; see above)."""
     for task, pipeline_class in ELMO_PIPELINES.items():
         entry = PIPELINE_REGISTRY.supported_tasks[task]
-        # Replaced in place rather than through register_pipeline, which warns about overwriting a built-in task.
+        # Replaced in place rather than through register_pipeline, which warns about overwriting a built-in task,
+        # and marks the class as a custom pipeline (`_registered_impl`): saving any model's pipeline of it, a BERT's
+        # too, would write this file and `custom_pipelines` into its folder, which then loads only as remote code.
         entry["impl"] = pipeline_class
-        pipeline_class._registered_impl = {task: entry}

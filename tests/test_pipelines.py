@@ -101,6 +101,27 @@ def test_token_classification_gives_word_entities_with_their_spans(tagger_folder
     assert without_scores(tagger(WORDS, is_split_into_words=True)[0]) == expected_entities(joined, word_spans, strategy)
 
 
+def test_a_left_padding_tokenizer_gives_the_same_entities_batched(tagger_folder):
+    """Batched with a tokenizer that pads on the left, the padding words come before a sentence's own: its spans
+    count from its first word (the positions were read as spans, past the list's end: IndexError)."""
+    tokenizer = ElmoTokenizer.from_pretrained(tagger_folder, padding_side="left")
+    tagger = pipeline("token-classification", model=str(tagger_folder), tokenizer=tokenizer, aggregation_strategy="none")
+    assert_same_entities(tagger(TEXTS, batch_size=3), tagger(TEXTS))
+    assert without_scores(tagger(TEXTS, batch_size=3)[0]) == expected_entities(TEXTS[0], SPANS, "none")
+
+
+def test_a_saved_pipeline_is_a_plain_folder_for_any_model(tagger_folder, tiny_bert_folder, tmp_path):
+    """Saving a pipeline of either class writes the model's folder as transformers does for its own pipelines: no
+    `custom_pipelines` (a BERT's folder, given hf_elmo's pipeline code too, then loaded only as remote code, and an
+    ELMo's asked for trust_remote_code with hf_elmo installed); each loads back and tags as before."""
+    for name, folder in (("elmo", tagger_folder), ("bert", tiny_bert_folder)):
+        tagger = pipeline("token-classification", model=str(folder))
+        tagger.save_pretrained(tmp_path / name)
+        assert "custom_pipelines" not in (tmp_path / name / "config.json").read_text()
+        assert (tmp_path / name / "pipelines.py").exists() == (name == "elmo")  # (an ELMo folder's remote code)
+        assert pipeline("token-classification", model=str(tmp_path / name))(TEXTS) == tagger(TEXTS), name
+
+
 def test_token_classification_refuses_a_stride(tagger_folder):
     with pytest.raises(ValueError, match="takes no stride"):
         pipeline("token-classification", model=str(tagger_folder), aggregation_strategy="first", stride=2)
