@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     DataCollatorForTokenClassification,
@@ -206,6 +207,9 @@ def finetune(args: argparse.Namespace) -> dict:
     # Model: the biLM with a new classifier; the task mix starts as the checkpoint's mix
     extra = {"sequence_pooling": args.sequence_pooling or "mean_max"} if args.task == "sentiment" else {}
     try:
+        model_type = AutoConfig.from_pretrained(args.model).model_type
+        if model_type != "elmo":  # (the Auto class would build that model and fail inside it on ELMo's options)
+            raise FinetuneError(f"--model {args.model}: a {model_type} model, not an ELMo one")
         tokenizer = ElmoTokenizer.from_pretrained(args.model)
         model = auto_class.from_pretrained(
             args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)},
@@ -213,6 +217,15 @@ def finetune(args: argparse.Namespace) -> dict:
         )
     except OSError as error:  # a file of the folder missing, a Hub id not found or not reachable
         raise FinetuneError(f"--model {args.model}: {' '.join(str(error).split())}") from None
+    except RuntimeError as error:  # a fine-tuned model's classifier, whose shape is not this task's (transformers: "size
+        # mismatch ... ignore_mismatched_sizes")
+        raise FinetuneError(
+            f"--model {args.model}: its classifier does not fit --task {args.task} ({len(labels)} labels"
+            + (f", --sequence-pooling {extra['sequence_pooling']}" if extra else "") + "): it was fine-tuned for "
+            "another head; start from the biLM it was fine-tuned from"
+        ) from None
+    except FinetuneError:
+        raise
     except ValueError as error:  # the tokenizer's char.dic or word.dic missing or unreadable, a config field out of range
         message = str(error)
         if not message.startswith(f"{args.model}: "):  # (from_pretrained's own errors begin with the folder)

@@ -259,6 +259,26 @@ def test_a_model_whose_tokenizer_or_weights_do_not_load_is_one_clear_error(conve
     assert not (tmp_path / "out").exists()
 
 
+def test_a_model_of_another_kind_or_head_is_one_clear_error(converted, tmp_path, capsys):
+    """A BERT folder (built as a BERT by the Auto class, which failed inside it on ELMo's options) and a sentiment
+    model given for NER (its classifier of another shape: transformers' size-mismatch RuntimeError) were tracebacks;
+    each is one line naming --model, nothing written."""
+    from transformers import BertConfig, BertModel
+
+    BertModel(BertConfig(vocab_size=16, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32)).save_pretrained(tmp_path / "bert")
+    ElmoForSequenceClassification.from_pretrained(converted["allennlp-elmo"], num_labels=2,
+                                                  sequence_pooling="mean_max").save_pretrained(tmp_path / "sentiment")
+    ElmoTokenizer.from_pretrained(converted["allennlp-elmo"]).save_pretrained(tmp_path / "sentiment")
+    for model, message in [(tmp_path / "bert", f"--model {tmp_path / 'bert'}: a bert model, not an ELMo one"),
+                           (tmp_path / "sentiment", f"--model {tmp_path / 'sentiment'}: its classifier does not fit "
+                                                    "--task ner (9 labels): it was fine-tuned for another head")]:
+        code = main(["--task", "ner", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--max-steps", "1",
+                     "--max-train-examples", "4", "--max-eval-examples", "4"])
+        assert_one_error(code, capsys.readouterr().err, message)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_hub_base_model_is_named_on_the_card_and_a_local_folder_is_not(converted, tmp_path, monkeypatch):
     """--model OWNER/NAME, from the hub client's cache (the converted fixture laid out as its download, offline):
     the card names it as base_model and as the source. A folder of that name where the script runs wins over the
