@@ -256,6 +256,10 @@ class ElmoConfig(PreTrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs):
+        # Another model's config.json (transformers would only warn) fails on whichever ELMo field it lacks first.
+        if config_dict.get("model_type", cls.model_type) != cls.model_type:
+            raise ValueError(f"the config is of a {config_dict['model_type']} model, not an ELMo one (model_type "
+                             f"{config_dict['model_type']!r})")
         # transformers sets the keyword arguments of `from_pretrained(path, dropout=0.5)` one by one after
         # construction: they are checked, and read, as the same values given at construction are.
         loaded = super().from_dict(config_dict, **kwargs)

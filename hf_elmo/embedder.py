@@ -88,14 +88,18 @@ def usable_device(device: str | torch.device | None) -> torch.device:
 
 def load_model(model_name_or_path: str | os.PathLike, **model_kwargs) -> tuple[ElmoModel, ElmoTokenizer]:
     """The `ElmoModel` (in eval mode) and the tokenizer of a model folder or Hub id. A path that names no model
-    folder is refused (ValueError) and a model that cannot be loaded (OSError) is named, with why: transformers'
-    messages do not name a Hub id it cannot reach."""
+    folder is refused (ValueError) and a model that cannot be loaded (OSError), or is not an ELMo (ValueError), is
+    named, with why: transformers' messages do not name a Hub id it cannot reach."""
     check_model_location(model_name_or_path)
     try:
         model = ElmoModel.from_pretrained(model_name_or_path, **model_kwargs).eval()
         tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path)
     except OSError as error:
         raise OSError(f"{model_name_or_path}: cannot load the model ({error})") from None
+    except ValueError as error:  # (a config or a tokenizer file that is not an ELMo's: named, as above)
+        message = str(error)
+        raise ValueError(message if message.startswith(str(model_name_or_path)) else f"{model_name_or_path}: {message}"
+                         ) from None
     return model, tokenizer
 
 

@@ -1,6 +1,7 @@
 """The `hf-elmo` command."""
 
 import errno
+import json
 import os
 import re
 import resource
@@ -73,10 +74,13 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(tmp_path, capsys, m
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty-folder").mkdir()
     (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    (tmp_path / "bert").mkdir()  # (its config failed on an ELMo field it lacks, naming no model)
+    (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 16}))
     for model, message in [("./no-such-model", "./no-such-model: no such folder"),
                            ("empty-folder", "empty-folder: no config.json, not a model folder"),
+                           ("bert", "bert: the config is of a bert model, not an ELMo one (model_type 'bert')"),
                            ("hf-elmo-tests/no-such-elmo", "hf-elmo-tests/no-such-elmo: cannot load the model (")]:
         for command in (["demo", "--plot", "senses.png"], ["embed", "in.txt", "out.hdf5"]):
             assert main([*command, "--model", model]) == 2
             assert_only_an_error_line(2, capsys.readouterr().err, f"error: {message}")
-    assert sorted(os.listdir(tmp_path)) == ["empty-folder", "in.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["bert", "empty-folder", "in.txt"]
