@@ -150,6 +150,16 @@ def test_token_classification_refuses_input_of_the_other_kind(tagger_folder):
         tagger([WORDS])
 
 
+def test_feature_extraction_batched_is_unbatched_to_float_rounding_on_the_default_model():
+    """The README's figure: the default model's features batched and one sentence at a time within 2e-6."""
+    from hf_elmo.default_model import default_model_path
+
+    extractor = pipeline("feature-extraction", model=default_model_path())
+    texts = ["I eat an apple every day .", "Apple is a company .", "The bank of the river was steep and muddy ."]
+    for batched, alone in zip(extractor(texts, batch_size=3, return_tensors=True), extractor(texts, return_tensors=True)):
+        assert batched.shape == alone.shape and (batched - alone).abs().max().item() <= 2e-6
+
+
 def test_feature_extraction_of_a_task_model_gives_its_bilms_top_layer(tagger_folder):
     """A task model handed to the pipeline gives the features of the ELMo inside it, as its folder does (which
     pipeline() loads as the base model); it failed on the `output_final_states` the pipeline passes."""
