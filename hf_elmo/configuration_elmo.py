@@ -249,6 +249,9 @@ class ElmoConfig(PreTrainedConfig):
         super().__setattr__(key, value)
 
     def __post_init__(self, **kwargs):
+        for alias, name in self.attribute_map.items():  # (the base class would set them after the check)
+            if alias in kwargs:
+                setattr(self, name, kwargs.pop(alias))
         self.check_values()
         super().__post_init__(**kwargs)
         # After the base class has set the loaded keys: entries a folder already names win over ours.

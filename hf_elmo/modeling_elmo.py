@@ -1455,6 +1455,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                     f"backward_input_ids must have the shape of input_ids {list(input_ids.shape)}, "
                     f"got {list(backward_input_ids.shape)}"
                 )
+            # (an all-zero word among the backward text's words would be read as a word, one of input_ids refused)
+            if not _reads_no_values() and bool((backward_input_ids.ne(0).any(-1) != input_ids.ne(0).any(-1)).any()):
+                raise ValueError("backward_input_ids must have its words where input_ids has words, and padding "
+                                 "(all-zero words) where it has padding")
         mask = _word_mask(input_ids, attention_mask, right_padded=True)
         if (labels is None) != (backward_labels is None):
             raise ValueError("pass both labels (forward targets) and backward_labels, or neither")

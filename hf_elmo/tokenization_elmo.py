@@ -650,7 +650,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
                         if key in data:
                             data[key] = np.zeros((0, 0), dtype=np.int64)
             cut = {len(char_ids) for char_ids in data.get("overflowing_tokens", [])}
-            if "overflowing_tokens" in data and len(cut) <= 1:  # [batch, words cut, chars], also where none was cut
+            if len(cut) > 1:  # (transformers' own message spoke of a fast tokenizer, which ELMo has none of)
+                raise ValueError(
+                    f"overflowing_tokens: the examples lost different numbers of words ({', '.join(map(str, sorted(cut)))}), "
+                    "which make no tensor: pass return_tensors=None to get them as lists"
+                )
+            if "overflowing_tokens" in data:  # [batch, words cut, chars], also where none was cut
                 data["overflowing_tokens"] = np.asarray(data["overflowing_tokens"], dtype=np.int64).reshape(
                     len(examples), cut.pop() if cut else 0, self.max_characters_per_token
                 )

@@ -161,8 +161,8 @@ def test_a_batch_of_no_sentences_gives_empty_outputs(model_class, tokenizer):
 
 
 def test_the_backward_text_of_pretraining_is_checked_against_the_forward_one(tokenizer):
-    """backward_input_ids must have the shape of input_ids; a model with word input needs the backward text's word ids
-    with it; word ids of a backward text that is not given are refused, not ignored."""
+    """backward_input_ids must have the shape of input_ids and its padding; a model with word input needs the backward
+    text's word ids with it; word ids of a backward text that is not given are refused, not ignored."""
     batch = tokenizer(["a big word", "a"], padding=True, return_tensors="pt")
     ids, word_ids = batch["input_ids"], torch.tensor([[4, 5, 6], [7, 0, 0]])
     chars_only = ElmoForPreTraining(ElmoConfig(**TINY)).eval()
@@ -170,6 +170,12 @@ def test_the_backward_text_of_pretraining_is_checked_against_the_forward_one(tok
     with pytest.raises(ValueError, match=r"^backward_input_ids must have the shape of input_ids \[2, 3, 50\], got "
                                          r"\[2, 2, 50\]$"):
         chars_only(input_ids=ids, backward_input_ids=ids[:, :2])
+    padding_among_words = ids.clone()
+    padding_among_words[0, 1] = 0  # (the same word of input_ids is refused: "reading padding")
+    for backward in (padding_among_words, ids.flip(1)):  # (flipped: the second row's padding at its start)
+        with pytest.raises(ValueError, match=r"^backward_input_ids must have its words where input_ids has words, and "
+                                             r"padding \(all-zero words\) where it has padding$"):
+            chars_only(input_ids=ids, backward_input_ids=backward)
     without_backward_text = r"^backward_input_word_ids are the word ids of backward_input_ids: pass both, or neither$"
     with pytest.raises(ValueError, match=without_backward_text):
         chars_only(input_ids=ids, backward_input_word_ids=word_ids)

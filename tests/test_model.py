@@ -204,6 +204,10 @@ def test_config_refuses_every_value_out_of_its_range(field):
     value, requirement = OUT_OF_RANGE[field], VALUE_RULES[field][1]
     with pytest.raises(ValueError, match=f"^{re.escape(f'ElmoConfig.{field} must be {requirement}, got {value!r}')}$"):
         ElmoConfig(**{field: value})
+    aliases = {name: alias for alias, name in ElmoConfig.attribute_map.items()}
+    if field in aliases:  # (transformers' standard name, set after the check: accepted)
+        with pytest.raises(ValueError, match=f"^{re.escape(f'ElmoConfig.{field} must be {requirement}, got {value!r}')}$"):
+            ElmoConfig(**{aliases[field]: value})
 
 
 @pytest.mark.parametrize("field", ["dropout", "sequence_pooling", "num_output_representations", "cell_size",

@@ -240,6 +240,13 @@ def test_overflowing_tokens_are_the_words_cut_off(tok):
     for texts, shape in ((["a", "b c"], (2, 0, 50)), ("a", (1, 0, 50)), ([], (0, 0, 50))):
         uncut = tok(texts, padding=True, return_tensors="np", **options)
         assert uncut["overflowing_tokens"].shape == shape and not uncut["num_truncated_tokens"].any()
+    # Examples that lost different numbers of words make no tensor: named (transformers' message spoke of a fast
+    # tokenizer); as lists they come.
+    with pytest.raises(ValueError, match=r"^overflowing_tokens: the examples lost different numbers of words \(1, 2\), "
+                                         r"which make no tensor: pass return_tensors=None"):
+        tok(["a b c d", "e f g h i"], padding=True, return_tensors="pt", **options)
+    lists = tok(["a b c d", "e f g h i"], padding=True, **options)
+    assert [len(words) for words in lists["overflowing_tokens"]] == [1, 2]
 
 
 def test_optional_outputs(tok):
