@@ -887,6 +887,14 @@ def test_two_processes_train_one_model(tmp_path):
     two_weights, one_weights = load_file(tmp_path / "two" / "model.safetensors"), load_file(tmp_path / "one" / "model.safetensors")
     for name, tensor in one_weights.items():
         assert torch.allclose(two_weights[name], tensor, atol=1e-5), name
+    # Resumed from step 3 by two processes, each from its own carried LSTM state and random generators: the same run.
+    shutil.copytree(tmp_path / "two", tmp_path / "resumed")
+    run_pretrain(tmp_path, *common, "--batch-size", 2, "--output-dir", tmp_path / "resumed", "--resume",
+                 tmp_path / "resumed" / "checkpoint-3", processes=2)
+    resumed = losses(tmp_path / "resumed")
+    assert all(resumed[s] == pytest.approx(two[s], abs=1e-6) for s in (4, 5, 6)), (resumed, two)
+    for name, tensor in load_file(tmp_path / "resumed" / "model.safetensors").items():
+        assert torch.allclose(tensor, two_weights[name], atol=1e-6), name
 
 
 CONFIGS = REPO / "modeling" / "configs"
