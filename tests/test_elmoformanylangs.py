@@ -227,6 +227,7 @@ def test_way_back_gives_identical_tensors_and_dictionaries(converted_elmoformany
         assert list(found) == list(original), file_name
         for tensor_name, tensor in original.items():
             assert found[tensor_name].dtype == tensor.dtype and torch.equal(found[tensor_name], tensor), tensor_name
+            assert found[tensor_name].numpy().tobytes() == tensor.numpy().tobytes(), tensor_name  # (bits: -0.0 too)
             assert found[tensor_name].untyped_storage().nbytes() == found[tensor_name].nbytes, tensor_name
     for file_name in ("char.dic", "word.dic"):
         assert (back / file_name).read_bytes() == (source / file_name).read_bytes()
