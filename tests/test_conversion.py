@@ -408,6 +408,25 @@ def test_a_late_error_of_the_command_is_its_one_line_without_progress_bars(origi
     assert transformers_logging.is_progress_bar_enabled()
 
 
+def test_the_converters_leave_transformers_logging_as_they_found_it(converted, tmp_path):
+    """The converters quiet transformers (no progress bars; no warnings while the checkpoint loads) and put back its
+    verbosity and progress bars as they were, whatever they were, for a program that converts and goes on."""
+    from transformers.utils import logging as transformers_logging
+
+    verbosity, bars = transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled()
+    try:
+        for level, enabled in ((transformers_logging.INFO, True), (transformers_logging.DEBUG, False)):
+            transformers_logging.set_verbosity(level)
+            (transformers_logging.enable_progress_bar if enabled else transformers_logging.disable_progress_bar)()
+            back = convert_hf_to_original(converted["allennlp-elmo"], tmp_path / f"back-{level}")
+            convert_original_to_hf(back / "options.json", back / "weights.hdf5", tmp_path / f"hf-{level}")
+            assert transformers_logging.get_verbosity() == level
+            assert transformers_logging.is_progress_bar_enabled() == enabled
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        (transformers_logging.enable_progress_bar if bars else transformers_logging.disable_progress_bar)()
+
+
 def test_way_back_read_back_check_names_the_output_folder(converted, tmp_path, monkeypatch):
     """--to-original reads weights.hdf5 back before it reports success; a dataset that does not read back as written
     is named in the output folder (the staging folder beside it is gone when the user reads the message)."""
