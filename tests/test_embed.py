@@ -1099,6 +1099,35 @@ def test_stateless_batches_are_sorted_within_windows_of_consecutive_lines():
     assert batches[0] == [window - 1, window - 2]  # the shortest lines of the first window
 
 
+def test_embed_sentences_runs_batches_of_similar_length_and_yields_in_order(embedder):
+    """`embed_sentences` (stateless) as its docstring says: lines of 1 and 9 words alternating run in batches of one
+    length each (no padding computed), and the vectors come back in the input's order."""
+    sentences = [("a b c d e f g h i" if k % 2 else "a") for k in range(8)]
+    forward, widths = embedder.model.forward, []
+    embedder.model.forward = lambda *args, **kwargs: widths.append(
+        tuple(kwargs["attention_mask"].sum(dim=1).tolist())) or forward(*args, **kwargs)
+    try:
+        results = list(embedder.embed_sentences(sentences, batch_size=2, output_format="top"))
+    finally:
+        del embedder.model.forward
+    assert sorted(widths) == [(1, 1)] * 2 + [(9, 9)] * 2
+    assert [result.shape[0] for result in results] == [len(sentence.split()) for sentence in sentences]
+
+
+def test_the_commands_batch_size_is_the_functions():
+    """`hf-elmo embed` without --batch-size plans the batches that `embed_file` does without batch_size, so that a
+    run started by one resumes by the other (the manifest records the size)."""
+    import argparse
+    import inspect
+
+    from hf_elmo.cli import add_embed_parser
+
+    parser = argparse.ArgumentParser()
+    add_embed_parser(parser.add_subparsers(dest="command"))
+    default = inspect.signature(embed_module.embed_file).parameters["batch_size"].default
+    assert parser.parse_args(["embed", "in.txt", "out.hdf5"]).batch_size == default == 64
+
+
 @pytest.mark.parametrize("stateful", [False, True])
 def test_tokenising_ahead_in_a_thread_gives_the_same_bytes(model_path, tmp_path, stateful):
     """What `hf-elmo embed` does on a GPU (the next batch tokenised while the model computes this one), here on the
