@@ -259,6 +259,11 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
         raise ExportError(f"--run-dir {run_dir}: the weight {not_finite[0]} holds NaN or infinite values (the training "
                           "diverged); export a run whose weights are finite")
     parameters = sum(p.numel() for p in model.parameters())
+    probe = ["I eat an apple .", "天气不错！小天你说是吗？"]
+    try:  # (before anything is written: a tokenizer of another word length than the model's, say)
+        expected = model(**tokenizer(probe, padding=True, return_tensors="pt")).last_hidden_state
+    except ValueError as error:
+        raise ExportError(f"--run-dir {run_dir}: its tokenizer does not fit its model ({error})") from None
 
     staging = output.with_name(output.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -277,9 +282,12 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     if megabytes > MAX_MEGABYTES:
         shutil.rmtree(staging)
         raise ExportError(f"the default model is {megabytes:.1f} MB, over the {MAX_MEGABYTES} MB the repository allows")
-    check = ElmoModel.from_pretrained(staging).eval()
-    batch = tokenizer(["I eat an apple .", "天气不错！小天你说是吗？"], padding=True, return_tensors="pt")
-    if not torch.equal(model(**batch).last_hidden_state, check(**batch).last_hidden_state):
+    try:  # the model and its tokenizer, both as the written folder gives them
+        found = ElmoModel.from_pretrained(staging).eval()(
+            **ElmoTokenizer.from_pretrained(staging)(probe, padding=True, return_tensors="pt")).last_hidden_state
+    except (OSError, ValueError):
+        found = None
+    if found is None or not torch.equal(expected, found):
         raise ExportError(f"{staging}: the written folder does not reload to the same model; {output} is left as it "
                           "was (the written folder is kept to be examined)")
 

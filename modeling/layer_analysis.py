@@ -246,6 +246,8 @@ def read_brown(folder: Path) -> tuple[dict[str, tuple[list, list]], list[str]]:
         records = [brown_record(path, number, line)
                    for number, line in enumerate(read_text_file(path, "tagging file", error=BadTaskData).splitlines(), 1)
                    if line.strip()]
+        if not records:  # (as read_conll refuses one: the task model would fail on it after the features were made)
+            raise BadTaskData(f"{path}: no sentences")
         splits[split] = ([r["tokens"] for r in records], [r["tags"] for r in records])
     tags = sorted({t for _, tag_rows in splits.values() for row in tag_rows for t in row})
     index = {t: i for i, t in enumerate(tags)}
@@ -450,6 +452,9 @@ def main(argv=None) -> dict | int:
     for kind in args.inputs:
         if kind == "lstm2_own" and not (model.config.use_skip_connections and model.config.num_lstm_layers >= 2):
             print(f"{INPUTS[kind]}: left out, this model's layer 2 holds no skip connection from layer 1", flush=True)
+            continue
+        if kind.startswith("layer") and int(kind[-1]) > model.config.num_lstm_layers:
+            print(f"{INPUTS[kind]}: left out, this model has {model.config.num_lstm_layers} biLSTM layer(s)", flush=True)
             continue
         which = "untrained" if kind == "untrained" else "trained"
         ner_splits, pos_splits = features["ner", which], features["pos", which]

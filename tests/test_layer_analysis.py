@@ -137,6 +137,17 @@ def test_the_second_lstm_alone_is_left_out_for_a_model_without_skip_connections(
     assert list(results["inputs"]) == ["layer0"]
 
 
+def test_layers_a_model_lacks_are_left_out(converted, tmp_path):
+    """A model of one biLSTM layer: layer 2 (and the second LSTM alone) are left out, said in a line; the run was an
+    IndexError after the features were made."""
+    config = ElmoModel.from_pretrained(converted["allennlp-elmo"]).config
+    config.num_lstm_layers = 1
+    save_with_fixture_tokenizer(ElmoModel(config), tmp_path / "one-layer", converted)
+    results = main(["--model", str(tmp_path / "one-layer"), "--output-dir", str(tmp_path / "run"), "--max-sentences",
+                    "10", "--ner-epochs", "1", "--pos-epochs", "1", "--inputs", "layer1", "layer2", "lstm2_own"])
+    assert list(results["inputs"]) == ["layer1"]
+
+
 def test_fit_reports_the_test_score_of_the_epoch_with_the_best_validation_score():
     """A linear probe on words whose tag is the sign of their first feature, trained on the right tags in epoch 2
     only (on the flipped tags in epochs 1 and 3): validation peaks at epoch 2, and its test score is reported."""

@@ -208,6 +208,15 @@ def test_a_tagging_file_that_is_not_records_of_a_tag_per_token_is_one_error_befo
     assert not (tmp_path / "run").exists()
 
 
+def test_an_empty_tagging_file_is_one_error_before_the_model_loads(converted, tmp_path, capsys):
+    """A Brown split without sentences was read, and the run failed in torch.cat after the features were made."""
+    conll_dir, brown_dir = write_task_data(tmp_path / "data")
+    (tmp_path / "data" / "brown-pos" / "test.jsonl").write_text("\n")
+    code = layer_analysis.main(layer_analysis_args(converted, conll_dir, brown_dir, tmp_path / "run"))
+    assert_one_error(code, capsys.readouterr().err, f"error: {tmp_path / 'data' / 'brown-pos' / 'test.jsonl'}: no sentences")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_bad_conll_file_is_one_error_line_from_the_layer_analysis(converted, tmp_path, capsys):
     conll_dir, brown_dir = write_task_data(tmp_path / "data")
     valid = tmp_path / "data" / "conll2003" / "valid.txt"

@@ -682,6 +682,16 @@ def test_default_model_export_refuses_a_folder_that_does_not_reload_and_keeps_th
     assert ElmoModel.from_pretrained(old) is not None and not written.exists()
     assert f"{LAYER_ANALYSIS_START}\n{NO_LAYER_ANALYSIS}\n{LAYER_ANALYSIS_END}" in (old / "README.md").read_text()
 
+    # A run folder whose tokenizer spells words of another length than its model reads: refused before any writing.
+    mismatched = tmp_path / "mismatched"
+    shutil.copytree(reference_run, mismatched)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(mismatched)
+    shutil.rmtree(written, ignore_errors=True)
+    code = export_default.main([str(argument) for argument in ["--run-dir", mismatched, "--sources", sources, "--output", old]])
+    assert_one_error(code, capsys.readouterr().err, f"--run-dir {mismatched}: its tokenizer does not fit its model "
+                                                    "(input_ids must be [batch, words, 50]")
+    assert not written.exists()
+
     diverged = tmp_path / "diverged"
     shutil.copytree(reference_run, diverged)
     weights = load_file(diverged / "model.safetensors")
