@@ -33,15 +33,24 @@ def fused_char_encoder_fallback(encoder) -> str | None:
     """Why `encoder` must train through the plain path, or None where this path covers it."""
     if not encoder.use_fast_path:
         return "use_fast_path is False"
-    # This path never calls the embedding module, so its hooks would not run. One is known and needs no output:
-    # transformers' enable_input_require_grads (activation checkpointing adds it) makes the embedding's output
-    # require gradients, and this path's output requires them anyway (it runs only when a weight needs them).
-    hooks = list(encoder.char_embedding._forward_hooks.values()) + list(encoder.char_embedding._forward_pre_hooks.values())
-    if any(getattr(hook, "__name__", None) != "make_inputs_require_grads" for hook in hooks):
-        return "hooks on the character embedding"
+    if has_submodule_hooks(encoder):
+        return "forward hooks on its modules"
     if encoder.char_embedding.weight.dtype not in (torch.float32, torch.float64):
         return f"{encoder.char_embedding.weight.dtype} weights (float32 and float64 are covered)"
     return None
+
+
+def has_submodule_hooks(encoder) -> bool:
+    """Whether a module inside `encoder` (the embedding, a convolution, a highway layer, the projection) has a forward
+    hook, which the fast paths would skip: they never call those modules. One is known and needs no output:
+    transformers' enable_input_require_grads (activation checkpointing adds it) makes the embedding's output require
+    gradients, which the fused path's output does anyway (it runs only when a weight needs them)."""
+    for module in encoder.modules():
+        if module is not encoder:
+            hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
+            if any(getattr(hook, "__name__", None) != "make_inputs_require_grads" for hook in hooks):
+                return True
+    return False
 
 
 def distinct_words(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

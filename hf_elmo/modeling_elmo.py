@@ -28,7 +28,7 @@ from .cuda_graphs import runs_graphed
 from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
 from .files import atomic_file
-from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback
+from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback, has_submodule_hooks
 from .fused_bilstm import fused_bilstm_layer, fused_training_fallback
 from .fused_softmax import fused_sampled_softmax_loss
 from .static_shapes import has_static_shapes, static_batch_is_full
@@ -226,8 +226,9 @@ class ElmoCharacterEncoder(nn.Module):
         if has_static_shapes():  # the inference path's cache and word sorting read the device
             return self._plain_forward(rows)
         # Frozen under autograd, an embedding's hook (enable_input_require_grads') may make the output require
-        # gradients, which the inference path (out= buffers, detached weights) cannot give.
-        hooked = torch.is_grad_enabled() and any(
+        # gradients, which the inference path (out= buffers, detached weights) cannot give; any other hook on a
+        # module of the encoder must run, which only the plain computation does (uncached: it may change the output).
+        hooked = has_submodule_hooks(self) or torch.is_grad_enabled() and any(
             module._forward_hooks or module._forward_pre_hooks
             for module in (self.char_embedding, self.word_embedding) if module is not None
         )
@@ -318,12 +319,15 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         if needs_grad:
             if fused_training_fallback(self, inputs, h, c) is None:
                 return fused_bilstm_layer(self, inputs, step_mask, h, c)
-        elif not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0 and not has_static_shapes():
+        elif (not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0 and inputs.shape[2] > 0
+              and not has_static_shapes()):
+            # The packed loops (the fast one's, the approximations') need every row to start at step 0 (ElmoModel's
+            # rows start with <S>; a pretraining batch may hold an empty row); the GPU's graphed loop takes any
+            # mask, and reading this one would make the host wait for the layer before.
             if self.approximation is not None and not self.training:
-                return approximate_bilstm_layer(self, inputs, step_mask, h, c, inputs_repeat)
-            # The packed loop needs every row to start at step 0 (ElmoModel's rows start with <S>); the GPU's graphed
-            # loop takes any mask, and reading this one would make the host wait for the layer before.
-            if self.use_fast_path and (runs_graphed(self, inputs) or bool(step_mask[:, 0].all())):
+                if bool(step_mask[:, 0].all()):
+                    return approximate_bilstm_layer(self, inputs, step_mask, h, c, inputs_repeat)
+            elif self.use_fast_path and (runs_graphed(self, inputs) or bool(step_mask[:, 0].all())):
                 # On a GPU the input multiply is cheap and the cache's lookup (keys on the host) is not.
                 gate_cache = self.input_gate_cache if inputs_repeat and inputs.device.type == "cpu" else None
                 return fast_bilstm_layer(
@@ -710,8 +714,8 @@ class ElmoModel(ElmoPreTrainedModel):
     def clear_caches(self) -> None:
         """Empty the inference caches of per-word results: the token cache (word vectors) and the first biLSTM
         layer's input gates. They empty themselves when their weights change (see `token_cache.py`); this is for
-        timing a cold start, freeing their memory, or after writing weights through `.data`. The bf16 approximation's
-        own cache of input gates (`approximate.py`) is emptied too."""
+        timing a cold start or freeing their memory (after writing weights through `.data`, `weights_changed()`). The
+        bf16 approximation's own cache of input gates (`approximate.py`) is emptied too."""
         self.char_encoder.token_cache.clear()
         for layer in self.layers:
             layer.input_gate_cache.clear()
@@ -724,6 +728,13 @@ class ElmoModel(ElmoPreTrainedModel):
         result = super()._apply(fn, *args, **kwargs)
         self._drop_inference_state()
         return result
+
+    def weights_changed(self) -> None:
+        """Say that the weights were written where the model cannot see it (through `.data`, or by code that swaps
+        storages): the caches of per-word results and the copies of the weights that the fast inference paths
+        derive (packed or reordered for the multiply kernels) are dropped, to be made again from the weights as they
+        are. Writes through the parameters themselves (in place, an optimizer step, `load_state_dict`) are seen."""
+        self._drop_inference_state()
 
     def _drop_inference_state(self) -> None:
         """Empty the caches and drop the copies of the weights that the fast inference paths derive."""

@@ -581,6 +581,46 @@ def test_cache_is_dropped_when_the_weights_change(fixture_model):
     assert (reloaded - expected).abs().max().item() > 0.5
 
 
+def test_weights_written_through_data_are_used_after_weights_changed(fixture_model):
+    """A write through `.data` advances no version counter: the caches and the fast paths' reordered copies of the
+    weights keep the old values (clear_caches alone left those copies: 2 to 6 off) until `weights_changed()`."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    batch = tokenizer([["the", "weights", "change"], ["under", "it"]], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        model(**batch)  # (the caches filled, the copies of the weights made)
+        for parameter in (model.layers[0].bias, model.layers[1].recurrent_weight, model.char_encoder.highway[0].transform.bias,
+                          model.char_encoder.char_cnn[0].weight):
+            parameter.data.add_(0.25)
+        model.weights_changed()
+        found, expected = model(**batch), plain(model)(**batch)
+    assert largest_difference(outputs(found), outputs(expected)) < 1e-5
+
+
+def test_hooks_on_the_character_encoders_modules_run(fixture_model):
+    """A forward hook on a convolution, a highway layer or the projection (an adapter, a probe) runs: the fast paths,
+    which never call those modules, step aside for it, in inference and in training (its output was ignored)."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    batch = tokenizer([["a", "hooked", "word"]], is_split_into_words=True, return_tensors="pt")
+    for module in (model.char_encoder.char_cnn[0], model.char_encoder.highway[0], model.char_encoder.projection):
+        with torch.no_grad():
+            unhooked = model(**batch).hidden_states[0]
+        handle = module.register_forward_hook(lambda module, inputs, output: output * 2)
+        try:
+            with torch.no_grad():
+                expected = plain(model)(**batch).hidden_states[0]
+                found = model(**batch).hidden_states[0]
+            model.train()
+            trained = model(**batch).hidden_states[0]  # (autograd on: the fused training path's choice)
+            model.eval()
+        finally:
+            handle.remove()
+        assert not torch.allclose(expected, unhooked, atol=1e-3), module
+        assert (found - expected).abs().max().item() < 1e-6 and (trained - expected).abs().max().item() < 1e-5, module
+
+
 def test_caches_are_dropped_when_the_model_is_converted(fixture_model, converted):
     """README: the caches empty themselves when a weight changes through `.to()`: after `model.half().float()` (the
     weights rounded to float16, in storage that may sit at the old addresses) and after `.double()`, every output

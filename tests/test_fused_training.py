@@ -471,7 +471,7 @@ def paths_taken(monkeypatch, model, prepare=lambda: None, backward=True) -> dict
 def test_which_options_fall_back_to_the_plain_path(monkeypatch):
     """The fused paths cover float32 and float64 weights, autocast, masks, states and checkpointing; these fall back
     to the plain path: use_fast_path = False, bf16/fp16 weights, inputs of another dtype outside autocast, no steps,
-    and (char CNN only) hooks on the character embedding other than enable_input_require_grads' own."""
+    and (char CNN only) forward hooks on its modules other than enable_input_require_grads' own."""
     assert paths_taken(monkeypatch, tiny_model()) == {"biLSTM": "fused", "char CNN": "fused"}
     assert paths_taken(monkeypatch, tiny_model().double()) == {"biLSTM": "fused", "char CNN": "fused"}
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -488,6 +488,10 @@ def test_which_options_fall_back_to_the_plain_path(monkeypatch):
     model.enable_input_require_grads()  # transformers' hook, which this path does not need
     assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "fused"}
     model.char_encoder.char_embedding.register_forward_hook(lambda module, inputs, output: output * 2)
+    assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "plain"}
+    assert fused_char_encoder_fallback(model.char_encoder) == "forward hooks on its modules"
+    model = tiny_model()
+    model.char_encoder.highway[0].register_forward_pre_hook(lambda module, inputs: None)  # (any module's, pre too)
     assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "plain"}
 
     layer = tiny_model().layers[0]

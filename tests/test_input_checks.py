@@ -160,6 +160,27 @@ def test_a_batch_of_no_sentences_gives_empty_outputs(model_class, tokenizer):
         assert loss.item() == 0.0
 
 
+def test_pretraining_rows_without_words_run_as_the_plain_path_does():
+    """ElmoForPreTraining's rows need not start with a word: sentences of no words, alone ([2, 0, 50]: an IndexError
+    on the fast path) or beside others (the approximations' packed loops refused an empty row), give the plain
+    path's outputs."""
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(ElmoConfig(**TINY)).eval()
+    tokenizer = ElmoTokenizer()
+    for sentences in ([[], []], [["a", "b"], []]):
+        batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            model.elmo.set_fast_path(False)
+            expected = model(**batch, output_hidden_states=True)
+            model.elmo.set_fast_path(True)
+            for approximation in (None, "nn_lstm", "int8"):
+                model.elmo.set_lstm_approximation(approximation)
+                found = model(**batch, output_hidden_states=True)
+                for a, b in zip(found.hidden_states, expected.hidden_states):
+                    assert a.shape == b.shape and torch.allclose(a, b, atol=1e-6 if approximation is None else 0.1)
+            model.elmo.set_lstm_approximation(None)
+
+
 def test_the_backward_text_of_pretraining_is_checked_against_the_forward_one(tokenizer):
     """backward_input_ids must have the shape of input_ids and its padding; a model with word input needs the backward
     text's word ids with it; word ids of a backward text that is not given are refused, not ignored."""
