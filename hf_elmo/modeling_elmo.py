@@ -1518,7 +1518,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             words = torch.cat([words, word_ids.unsqueeze(1).to(words.dtype)], dim=1)
         distinct, inverse = distinct_words(words)
         char_ids, word_ids = self.elmo.char_encoder.split_rows(distinct)
-        padding_starts = (char_ids != self.config.pad_char_id).sum(dim=1).max() if len(distinct) else 0
+        # (the end of the longest word: after its last character that is not padding, wherever padding stands)
+        positions = torch.arange(1, char_ids.shape[1] + 1, device=char_ids.device)
+        padding_starts = ((char_ids != self.config.pad_char_id) * positions).amax() if len(distinct) else 0
         widest = max(width for width, _ in self.config.char_cnn_filters)
         char_ids = char_ids[:, : min(char_ids.shape[1], int(padding_starts) + widest)]
         parts = self.elmo.char_encoder(char_ids, word_ids).index_select(0, inverse).tensor_split(len(streams))

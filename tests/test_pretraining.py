@@ -214,6 +214,20 @@ def test_token_layer_computes_each_distinct_word_once_exactly(longest):
     assert torch.allclose(forward, plain, atol=1e-6) and torch.allclose(backward, plain_backward, atol=1e-6)
 
 
+def test_token_layer_keeps_a_hand_built_word_with_padding_characters_inside_whole():
+    """The characters are cut after the longest word's end, its last character that is not padding: a hand-built
+    word with padding characters inside it (the tokenizer makes none) was cut by its count of others (0.25 off)."""
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(tiny_config()).eval()
+    pad, word = model.config.pad_char_id, torch.full((50,), model.config.pad_char_id)
+    word[:8] = torch.tensor([259, 98, pad, pad, pad, pad, 101, 260])  # <bow> a _ _ _ _ d <eow>, then padding
+    input_ids = word.view(1, 1, 50)
+    with torch.no_grad():
+        (found, _), expected = model._token_layers(input_ids, None, torch.ones(1, 1, dtype=torch.bool)), \
+            model.elmo.char_encoder._plain_forward(input_ids.view(1, 50))
+    assert (found.view(1, -1) - expected).abs().max().item() < 1e-6
+
+
 def test_carried_state_continues_the_stream_exactly():
     """Two windows with the state carried give the loss of the two windows read at once."""
     torch.manual_seed(0)
@@ -1078,6 +1092,27 @@ def test_sentence_batches_with_gradient_accumulation(tmp_path):
     assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4]
     assert [r["epoch"] for r in log if "loss" in r] == [1.0, 2.0, 3.0, 4.0]  # 5 sentences: one step of 4 per epoch
     assert math.isfinite(log[-1]["eval_forward_perplexity"])
+
+
+def test_the_carried_state_starts_from_zero_at_each_epoch(tmp_path, monkeypatch, capsys):
+    """Stream batching carries the LSTM state from window to window, and starts it from zero where the rows begin
+    their text again (data.py: each epoch): the training loop passes no state exactly at those steps."""
+    from modeling import pretrain
+
+    forward, started_from_zero = ElmoForPreTraining.forward, []
+
+    def noting_the_state(self, *args, **kwargs):
+        if self.training:
+            started_from_zero.append(kwargs.get("initial_states") is None)
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(ElmoForPreTraining, "forward", noting_the_state)
+    capsys.readouterr()
+    assert pretrain.main([*map(str, TRAIN_ARGS), "--epochs", "2.5", "--save-steps", "0",
+                          "--output-dir", str(tmp_path / "run")]) == 0
+    per_epoch = int(re.search(r"(\d+) steps per epoch", capsys.readouterr().out)[1])
+    assert per_epoch > 1 and len(started_from_zero) >= 2 * per_epoch + 1
+    assert [step for step, zero in enumerate(started_from_zero) if zero] == [0, per_epoch, 2 * per_epoch]
 
 
 def test_an_accumulated_step_is_the_step_of_the_whole_batch(tmp_path):
