@@ -247,6 +247,29 @@ def test_carried_state_continues_the_stream_exactly():
     assert together.backward_loss.item() == pytest.approx((one.backward_loss.item() + two.backward_loss.item()) / 2, abs=1e-5)
 
 
+def test_stream_batches_read_the_text_in_order_or_shuffled_per_epoch_and_direction():
+    """`--no-shuffle` (the PTB presets) reads the sentences in the file's order; shuffling gives each epoch and each
+    direction an order of its own (data.py's docstring)."""
+    text, table, vocabulary = fixture_text()
+
+    def epoch_targets(batches, epoch, key):  # one row: the whole stream of the epoch, window after window
+        steps = batches.steps_per_epoch
+        return torch.cat([batches.batch(epoch * steps + k)[key] for k in range(steps)], dim=1)[0]
+
+    in_order = StreamBatches(text, table, vocabulary, batch_size=1, unroll_steps=5, seed=3, shuffle=False)
+    _, targets = text.stream(np.arange(text.num_sentences), vocabulary, backward=False)
+    read = epoch_targets(in_order, 0, "labels")
+    assert torch.equal(read, torch.from_numpy(targets[: len(read)]).long())
+    assert torch.equal(epoch_targets(in_order, 1, "labels"), read)
+    shuffled = StreamBatches(text, table, vocabulary, batch_size=1, unroll_steps=5, seed=3, shuffle=True)
+    first, second = epoch_targets(shuffled, 0, "labels"), epoch_targets(shuffled, 1, "labels")
+    assert not torch.equal(first, read) and not torch.equal(first, second)
+    # The backward LM's stream is not the forward one's order reversed: an order of its own.
+    backward = epoch_targets(shuffled, 0, "backward_labels").flip(0)
+    _, same_order = text.stream(shuffled._order(0, 0), vocabulary, backward=True)
+    assert not torch.equal(backward, torch.from_numpy(same_order[: len(backward)]).long().flip(0))
+
+
 def test_pretraining_input_errors_are_clear():
     model = ElmoForPreTraining(tiny_config())
     ids = torch.zeros(1, 3, 50, dtype=torch.long)
