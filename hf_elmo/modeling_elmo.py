@@ -1065,6 +1065,8 @@ class ElmoTaskModel(ElmoPreTrainedModel):
             denominator = torch.as_tensor(num_items_in_batch, device=summed_loss.device)
             share = num_items / denominator
         loss = summed_loss / denominator
+        # (set on the model's config after it was built, a negative one would be kept silently)
+        check_value("ElmoConfig.scalar_mix_l2_coef", self.config.scalar_mix_l2_coef, *VALUE_RULES["scalar_mix_l2_coef"])
         if self.config.scalar_mix_l2_coef:
             weights = self.elmo.scalar_mixes[0].scalar_parameters
             loss = loss + self.config.scalar_mix_l2_coef * weights.pow(2).sum() * share
@@ -1121,6 +1123,11 @@ class ElmoForSequenceClassification(ElmoTaskModel):
 
     def pool(self, words: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
         """words [B, T, 2P], word_mask [B, T] -> [B, 2P] (mean or max) or [B, 4P] (mean_max, mean first)."""
+        pooling = self.config.sequence_pooling  # (set on the model's config after it was built: checked here)
+        check_value("ElmoConfig.sequence_pooling", pooling, *VALUE_RULES["sequence_pooling"])
+        if (pooling == "mean_max") != (self.classifier.in_features == 2 * words.shape[-1]):
+            raise ValueError(f"ElmoConfig.sequence_pooling is {pooling!r}, but the classifier was built for "
+                             f"{self.classifier.in_features} inputs: set it before the model is built")
         mask = word_mask.unsqueeze(-1)
         pooled = []
         if self.config.sequence_pooling in ("mean", "mean_max"):

@@ -197,6 +197,22 @@ OUT_OF_RANGE = {
 }
 
 
+def test_a_pooling_set_after_the_classifier_was_built_is_refused_naming_it():
+    """sequence_pooling "mean" -> "mean_max" on a built model doubles what the classifier would read: torch's "mat1
+    and mat2 shapes cannot be multiplied" before."""
+    from hf_elmo import ElmoForSequenceClassification
+
+    model = ElmoForSequenceClassification(ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]],
+                                                     num_highway_layers=1, cell_size=16, projection_dim=8, num_labels=2,
+                                                     sequence_pooling="mean"))
+    model.config.sequence_pooling = "mean_max"
+    ids = torch.zeros(1, 2, 50, dtype=torch.long)
+    ids[:, :, 0] = 259
+    with pytest.raises(ValueError, match=r"^ElmoConfig.sequence_pooling is 'mean_max', but the classifier was built for "
+                                         r"16 inputs: set it before the model is built$"):
+        model(input_ids=ids)
+
+
 @pytest.mark.parametrize("field", OUT_OF_RANGE)
 def test_config_refuses_every_value_out_of_its_range(field):
     """Every rule of VALUE_RULES, at construction: one line naming the field, its requirement and the value."""
@@ -232,6 +248,13 @@ def test_values_given_after_construction_are_refused_as_at_construction(field, t
     setattr(config, field, value)
     with pytest.raises(ValueError, match=message):
         ElmoModel(config)
+    if field in ("sequence_pooling", "scalar_mix_l2_coef"):  # (read at each forward: set on a built model too)
+        model = ElmoForSequenceClassification(ElmoConfig(**tiny, num_labels=2))
+        setattr(model.config, field, value)
+        ids = torch.zeros(1, 2, 50, dtype=torch.long)
+        ids[:, :, 0] = 259
+        with pytest.raises(ValueError, match=message):
+            model(input_ids=ids, labels=torch.tensor([1]))
 
 
 def test_a_clip_of_0_given_after_construction_means_no_clip(tmp_path):
