@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hf_elmo.files import check_text_file
+from hf_elmo.files import BYTE_ORDER_MARK, check_text_file
 from hf_elmo.tokenization_elmo import ElmoTokenizer
 
 from .vocabulary import Vocabulary
@@ -59,7 +59,7 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
     else:
         files = []
         for pattern in paths:
-            matches = sorted(glob.glob(pattern))
+            matches = [pattern] if Path(pattern).is_file() else sorted(glob.glob(pattern))  # (a name is itself first)
             if not matches:
                 raise DataError(f"{option} {pattern}: no such file")
             files.extend(matches)
@@ -72,13 +72,19 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
                 except DataError as error:
                     raise DataError(f"{option} {error}") from None
         try:
-            # utf-8-sig: a byte-order mark at the start of a file is not part of its first word.
-            dataset = datasets.load_dataset("text", data_files=files, split="train", encoding="utf-8-sig")
+            # utf-8-sig: a byte-order mark at the start of a file is not part of its first word (datasets decodes a
+            # compressed file past it: its mark is taken off below). The names are escaped: datasets expands each
+            # as a glob again, and `data[1].txt` would name `data1.txt`.
+            dataset = datasets.load_dataset("text", data_files=[glob.escape(file) for file in files], split="train",
+                                            encoding="utf-8-sig")
         except datasets.exceptions.DatasetGenerationError as error:  # (the other files were checked above)
             cause = _root_cause(error)
             compressed = [file for file in files if file.endswith(COMPRESSED_SUFFIXES)]
             what = "cannot be read as compressed UTF-8 text" if compressed else "cannot be read"
+            if "not supported" in str(cause) and compressed:  # (zstd, lz4: datasets reads them with a package of each)
+                what = "cannot be read: this compression needs its Python package (`pip install zstandard` or `lz4`)"
             raise DataError(f"{option} {' '.join(compressed or files)}: {what} ({type(cause).__name__}: {cause})") from None
+        text_column = "text"  # (what datasets names a text file's lines; --text-column names a saved dataset's)
     if text_column not in dataset.column_names:
         raise DataError(f"{option} {paths[0]}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}); pass --text-column")
     feature = dataset.features[text_column]
@@ -91,7 +97,7 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
         split = ElmoTokenizer().split_words
 
     def split_batch(batch):
-        return {"words": [split(text) if text else [] for text in batch[text_column]]}
+        return {"words": [split(text.removeprefix(BYTE_ORDER_MARK)) if text else [] for text in batch[text_column]]}
 
     dataset = dataset.map(split_batch, batched=True, remove_columns=dataset.column_names, desc=f"splitting {role} text")
     return dataset.filter(lambda batch: [len(words) > 0 for words in batch["words"]], batched=True, desc="dropping empty lines")

@@ -60,12 +60,24 @@ def perplexity(model: ElmoForPreTraining, stream: EvaluationStream, device, auto
     }
 
 
+def recorded_word_splitting(model_dir: Path) -> str:
+    """How the run that wrote `model_dir` (its output folder or a checkpoint) split its text into words; "whitespace"
+    where its trainer_state.json records none (a run of an earlier version, a converted model)."""
+    try:
+        state = json.loads((model_dir / "trainer_state.json").read_text(encoding="utf-8"))
+        return state["data"]["word_splitting"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "whitespace"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", required=True, help="a pretraining output folder or one of its checkpoint-STEP folders")
     parser.add_argument("--file", nargs="+", required=True, help="held-out text files (one sentence per line) or a saved dataset folder")
     parser.add_argument("--text-column", default="text")
-    parser.add_argument("--word-splitting", default="whitespace", choices=["whitespace", "tokenizer"])
+    parser.add_argument("--word-splitting", choices=["whitespace", "tokenizer"],
+                        help="how the text's lines become words (default: as the run that made the model split its text, "
+                             "recorded in its trainer_state.json; whitespace where none is recorded)")
     parser.add_argument("--batch-size", type=int, default=64, help="rows read in parallel")
     parser.add_argument("--unroll-steps", type=int, default=100, help="words per window (the result does not depend on it)")
     parser.add_argument("--output-json", help="also write the results to this file")
@@ -96,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, ValueError) as error:  # its char.dic or word.dic missing or unreadable, named
                 raise DataError(f"{model_dir}: its tokenizer does not load ({error})") from None
         table = WordTable(model.config.max_characters_per_token, tokenizer)
-        text = EncodedText.encode(read_corpus(args.file, args.text_column, args.word_splitting, "validation", "--file"), table, vocabulary)
+        splitting = args.word_splitting or recorded_word_splitting(model_dir)
+        text = EncodedText.encode(read_corpus(args.file, args.text_column, splitting, "validation", "--file"), table, vocabulary)
         stream = EvaluationStream(text, table, vocabulary, rows=args.batch_size, unroll_steps=args.unroll_steps)
     except (DataError, VocabularyError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -934,6 +934,7 @@ def train(args: argparse.Namespace) -> dict:
     if validation_sentences is not None:
         validation_text = EncodedText.encode(validation_sentences, table, vocabulary)
     data = {
+        "word_splitting": args.word_splitting,  # (evaluate.py splits held-out text as the run did)
         "train_file": args.train_file,
         "train_sha256": train_text.digest(table),
         "validation_file": args.validation_file,

@@ -66,8 +66,17 @@ class Vocabulary:
         path = Path(path)
         text = read_text_file(path, "vocabulary file", error=VocabularyError)  # (without a byte-order mark)
         # Lines end as Python's universal newlines end them (not at every separator that str.splitlines knows).
-        words = [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
-        words = [word for word in words if word and word != SKIPPED_LINE]
+        lines = [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+        entries = [(number, word) for number, word in enumerate(lines, 1) if word and word != SKIPPED_LINE]
+        seen = {}
+        for number, word in entries:  # (checked here, where the file's line numbers are known)
+            if word.split() != [word]:  # (a word with whitespace never matches text split at whitespace)
+                raise VocabularyError(f"{path}: line {number} ({word!r}) is not one word: a vocabulary file holds one "
+                                      "word per line, with nothing after it (bilm-tf's format: no counts)")
+            if word in seen:
+                raise VocabularyError(f"{path}: word {word!r} appears twice (lines {seen[word]} and {number})")
+            seen[word] = number
+        words = [word for _, word in entries]
         if not words:
             raise VocabularyError(f"{path}: the vocabulary file is empty")
         return cls(words, source=str(path))

