@@ -2,7 +2,8 @@
 
     python modeling/plot_learning_curve.py OUTPUT_DIR/log.jsonl curve.png [--title TEXT]
 
-Left: the training loss (sampled softmax, both directions), averaged over each logging interval. Right: the
+Left: the training loss (both directions, with the softmax the run trained with: sampled or full), averaged over
+each logging interval. Right: the
 held-out perplexity of each direction (full softmax) at every evaluation. Needs matplotlib (`pip install
 matplotlib`; `make ptb-plot` installs it into .venv).
 """
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     left.plot([r["step"] for r in training], [r["loss"] for r in training], linewidth=0.8, color="tab:gray")
     left.set_xlabel("optimizer step")
-    left.set_ylabel("training loss (sampled softmax)")
+    left.set_ylabel("training loss (the run's softmax)")
     left.grid(alpha=0.3)
     if evaluations:
         steps = [r["step"] for r in evaluations]
