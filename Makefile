@@ -11,7 +11,7 @@ TORCH_SPEC ?= $(or $(INSTALLED_TORCH),torch==2.13.0)
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 
-.PHONY: setup test demo clean
+.PHONY: setup test demo clean check-shared
 
 setup: $(VENV)/.installed
 
@@ -34,8 +34,12 @@ $(VENV)/.installed: pyproject.toml $(TORCH_STAMP)
 	$(PIP) install -e ".[dev]"
 	touch $@
 
-test: check-npm setup data transformers-tests
+test: check-shared check-npm setup data transformers-tests
 	$(BIN)/python -m pytest
+
+# The tests read the fixtures of ../shared: said in one line before anything is set up or downloaded.
+check-shared:
+	@test -d ../shared/fixtures || { echo "error: ../shared/fixtures not found: the tests need the shared fixtures beside this checkout" >&2; exit 1; }
 
 # The seed examples and the nearest-sense check with the default model that ships in hf_elmo/default-model.
 demo: setup
@@ -71,7 +75,7 @@ bench-train: setup ptb-data $(ALLENNLP_VENV)/bin/python
 # What benchmarks/gpu.sh needs besides torch, for a GPU machine without network (same Python version).
 .PHONY: gpu-deps
 gpu-deps: setup
-	$(PIP) install --target build/gpu-deps "transformers>=5.23,<6" tokenizers safetensors datasets
+	$(PIP) install --target build/gpu-deps "transformers>=5.23,<6" tokenizers safetensors datasets h5py accelerate pytest
 
 # ---- transformers' own common tests (tests/test_transformers_*.py) ---------------------------------------------
 # The wheel ships no tests: pip downloads the source distribution of the installed transformers version, and its

@@ -160,3 +160,18 @@ def test_a_new_venv_gets_the_default_torch_or_the_one_given(tmp_path):
         assert stamp_written(commands, venv) == [f"printf '%s\\n' '{expected}' > {venv}/.torch-spec"], commands
         assert torch_installs(commands, venv) == [expected], commands
     assert not (tmp_path / "new").exists()  # a dry run
+
+
+def test_make_test_without_the_shared_fixtures_says_so_before_any_set_up(tmp_path):
+    """A checkout without ../shared/fixtures: `make test` is one line naming them, before a venv is made or anything
+    downloaded (the missing fixtures showed as a test failure after the whole set-up)."""
+    checkout = tmp_path / "main"
+    checkout.mkdir()
+    shutil.copy(REPO / "Makefile", checkout / "Makefile")
+    environment = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    result = subprocess.run(["make", "--no-print-directory", "-C", str(checkout), "test"], capture_output=True, text=True,
+                            env=environment, timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[0] == ("error: ../shared/fixtures not found: the tests need the shared fixtures "
+                                             "beside this checkout"), result.stderr
+    assert sorted(path.name for path in checkout.iterdir()) == ["Makefile"]
