@@ -70,7 +70,7 @@ class Vocabulary:
         entries = [(number, word) for number, word in enumerate(lines, 1) if word and word != SKIPPED_LINE]
         seen = {}
         for number, word in entries:  # (checked here, where the file's line numbers are known)
-            if word.split() != [word]:  # (a word with whitespace never matches text split at whitespace)
+            if " " in word or "\t" in word:  # (`word count` or `word<TAB>count`: never a word of text split at them)
                 raise VocabularyError(f"{path}: line {number} ({word!r}) is not one word: a vocabulary file holds one "
                                       "word per line, with nothing after it (bilm-tf's format: no counts)")
             if word in seen:
