@@ -10,12 +10,12 @@ Zipf-distributed vocabulary), with the model's computation replaced by zeros of 
 the original size's), made at once: its words/s is the most that the host side allows a model of any speed.
 Timed on its second pass, as gpu_bench.py times embed. The files go to `--folder` (default: the system's temporary
 folder); the output is 600 MB and every batch is written twice (its batch file, then the output), so on a slow disk
-the disk sets the figure: a folder in memory (`/dev/shm`) leaves the computer's own work. Also the tokenizer alone on the same batches: the call
-(`tokenizer(words, is_split_into_words=True, padding=True)`) against `encode_words`, which embed uses.
+the disk sets the figure: a folder in memory (`/dev/shm`) leaves the computer's own work. Also the tokenizer alone
+on the same batches: the call (`tokenizer(words, is_split_into_words=True, padding=True)`) against `encode_words`,
+which embed uses.
 """
 
 import argparse
-import platform
 import sys
 import tempfile
 import time
@@ -31,13 +31,7 @@ from gpu_bench import sentences  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.embed_file import plan_batches  # noqa: E402
 from hf_elmo.embedder import split_sentence  # noqa: E402
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
+from hf_elmo.fast_linear import cpu_name  # noqa: E402
 
 
 def main() -> None:
@@ -77,7 +71,7 @@ def main() -> None:
             embedder.embed_file(source, Path(folder, name), output_format="top", batch_size=args.batch_size,
                                 progress=False, tokenize_ahead=True, write_behind=True)
             host_rate = words / (time.perf_counter() - start)
-    print(f"{cpu_model()}, {torch.get_num_threads()} threads; {len(text)} sentences, {words} words, batches of "
+    print(f"{cpu_name()}, {torch.get_num_threads()} threads; {len(text)} sentences, {words} words, batches of "
           f"{args.batch_size}; files in {args.folder or tempfile.gettempdir()}")
     print(f"tokenizer call:                       {rates['call']:12,.0f} words/s")
     print(f"encode_words:                         {rates['encode_words']:12,.0f} words/s "

@@ -114,9 +114,10 @@ def check_input_file(path: str | os.PathLike, use_sentence_keys: bool = False) -
     except OSError:
         mode = None  # (missing or unreadable: check_text_file names why)
     if mode is None or stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        check_text_file(path, "input file", allow_empty=True)
-        if use_sentence_keys:
+        if use_sentence_keys:  # (the lines are needed: one read checks the text too, with the same messages)
             _check_sentence_keys(read_sentences(path), path)
+        else:
+            check_text_file(path, "input file", allow_empty=True)
 
 
 def plan_batches(sentences: list[str], batch_size: int, stateful: bool) -> list[list[int]]:

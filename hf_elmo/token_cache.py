@@ -8,8 +8,8 @@ keeps the results of the most recently used `max_words` rows for later batches. 
 parameter's storage, its version counter, which every in-place update (`load_state_dict`, `.to()`, most optimizer
 steps) advances, and the number of optimizer steps taken on it, for the fused steps (torch's fused AdamW, Trainer's
 default optimizer) that write without advancing the counter. Writes through `.data` bypass both: call the model's
-`weights_changed()` after them (which also drops the fast paths' copies of the weights). A weight made under `torch.inference_mode` has no version counter: nothing computed from it is kept
-from one call to the next.
+`weights_changed()` after them (which also drops the fast paths' copies of the weights). A weight made under
+`torch.inference_mode` has no version counter: nothing computed from it is kept from one call to the next.
 """
 
 from collections import OrderedDict

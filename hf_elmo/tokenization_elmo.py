@@ -479,15 +479,20 @@ class ElmoTokenizer(PreTrainedTokenizer):
         the tokenizer. A batch of no sentences, a word that is not a str, a lone surrogate, a sentence longer than
         `model_max_length` are encoded (or refused, with its message) by the call above.
         """
+        def the_call():
+            return self(sentences, is_split_into_words=True, padding=True, return_tensors=return_tensors)
+
+        # What the call reads otherwise, warns of or refuses (with its message), and lists (the call's own): the call.
+        if not hasattr(sentences, "__len__") or return_tensors is None or self.padding_side not in ("left", "right"):
+            return the_call()
+        lengths = [None if isinstance(sentence, str) or not hasattr(sentence, "__len__") else len(sentence)
+                   for sentence in sentences]
+        if not lengths or None in lengths or max(lengths) > self.model_max_length:
+            return the_call()
         width = self.max_characters_per_token
         word_id = self.lexicon.word_id if self.returns_word_ids else None
         cache = self._spelled_words
-        try:
-            if not sentences or return_tensors is None or any(isinstance(sentence, str) for sentence in sentences):
-                raise TypeError  # (the call reads these otherwise, or names the problem; lists: the call's own)
-            lengths = [len(sentence) for sentence in sentences]
-            if max(lengths) > self.model_max_length or self.padding_side not in ("left", "right"):
-                raise ValueError  # (the call warns, or refuses the side)
+        try:  # (a word that is not a str, or not encodable: the call names it)
             with cache.lock:
                 if cache.char_ids.shape[1] != width:
                     cache.clear(width)
@@ -501,7 +506,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 if word_id is not None:
                     data["input_word_ids"] = np.where(mask, cache.word_ids[index], self.lexicon.pad_word_id)
         except (TypeError, ValueError):
-            return self(sentences, is_split_into_words=True, padding=True, return_tensors=return_tensors)
+            return the_call()
         if "attention_mask" in self.model_input_names:
             data["attention_mask"] = mask.astype(np.int64)
         return ElmoBatchEncoding(data, tensor_type=return_tensors, first_word_index=[0] * len(sentences))
