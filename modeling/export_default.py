@@ -216,6 +216,17 @@ def packaged_usage(card: str) -> str:
     return re.sub(r"With only transformers \(5\.x\) installed.*?\n\n", "", card, flags=re.S)
 
 
+def drop_auto_map(folder: Path) -> None:
+    """Remove `auto_map` from the folder's config.json and tokenizer_config.json: it names code files that a folder
+    inside the package does not carry, and with `trust_remote_code=True` transformers would look for them there
+    (AutoTokenizer and the pipelines failed with "does not appear to have a file named tokenization_elmo.py").
+    Without it every Auto class takes hf-elmo's registered classes, with or without `trust_remote_code`."""
+    for name in ("config.json", "tokenizer_config.json"):
+        settings = json.loads((folder / name).read_text(encoding="utf-8"))
+        settings.pop("auto_map", None)
+        (folder / name).write_text(json.dumps(settings, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def read_run(run_dir: Path) -> dict:
     """What the card says of a pretraining run: its training state, its evaluation and its vocabulary's size."""
     state = read_json(run_dir / "trainer_state.json", "training state", "--run-dir", STATE_FIELDS)
@@ -271,6 +282,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     tokenizer.save_pretrained(staging)
     for code_file in staging.glob("*.py"):  # the package is the code; copies would go stale
         code_file.unlink()
+    drop_auto_map(staging)
     card = render_model_card(
         model, "hf-elmo-default", source="`make pretrain-default` (see Training)",
         results=card_results(run, sources, layer_analysis_section(old_card), parameters, previous_results),

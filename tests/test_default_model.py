@@ -16,7 +16,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from conftest import README
 
-from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
 from hf_elmo.default_model import DEFAULT_MODEL_DIR, default_model_path
 from hf_elmo.demo import SENSE_EXAMPLES, load_default, run_demo, sense_vectors
@@ -36,6 +36,27 @@ def test_default_model_loads_offline_through_automodel(monkeypatch):
                  "Held-out perplexity", "make pretrain-default"):
         assert fact in card
     assert not list(DEFAULT_MODEL_DIR.glob("*.py"))  # the package is the code
+
+
+def test_default_model_loads_with_trust_remote_code_from_the_package(monkeypatch):
+    """The folder carries no code (the package is its code), so it names none in an auto_map: with
+    trust_remote_code=True, as Hub snippets pass it, every Auto class and the pipeline took the folder's missing
+    tokenization_elmo.py ("does not appear to have a file named ...") before the auto_map was left out."""
+    from transformers import AutoConfig, AutoModelForTokenClassification, pipeline
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("config.json", "tokenizer_config.json"):
+        assert "auto_map" not in json.loads((DEFAULT_MODEL_DIR / name).read_text(encoding="utf-8")), name
+    path = default_model_path()
+    assert type(AutoConfig.from_pretrained(path, trust_remote_code=True)) is ElmoConfig
+    assert type(AutoTokenizer.from_pretrained(path, trust_remote_code=True)) is ElmoTokenizer
+    model = AutoModel.from_pretrained(path, trust_remote_code=True)
+    assert type(model) is ElmoModel
+    assert type(AutoModelForTokenClassification.from_pretrained(path, trust_remote_code=True, num_labels=3)) is ElmoForTokenClassification
+    extractor = pipeline("feature-extraction", model=str(path), trust_remote_code=True)
+    with torch.no_grad():
+        expected = model(**ElmoTokenizer.from_pretrained(path)(["I eat an apple ."], return_tensors="pt")).last_hidden_state
+    assert np.allclose(np.asarray(extractor("I eat an apple .")), expected.numpy(), atol=1e-6)
 
 
 def test_embedder_and_embed_command_use_the_default_model(tmp_path):

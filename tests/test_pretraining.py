@@ -639,6 +639,9 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
     model = ElmoModel.from_pretrained(folder)
     assert not any(name.startswith("softmax") for name in load_file(folder / "model.safetensors"))
     assert (reference_run / "modeling_elmo.py").is_file() and not list(folder.glob("*.py"))
+    for name in ("config.json", "tokenizer_config.json"):  # (an auto_map would name the code files it lacks)
+        assert "auto_map" in json.loads((reference_run / name).read_text()), name
+        assert "auto_map" not in json.loads((folder / name).read_text()), name
     card = (folder / "README.md").read_text()
     assert f"{LAYER_ANALYSIS_START}\n{section}\n{LAYER_ANALYSIS_END}" in card and "old limits" not in card
     state = json.loads((reference_run / "trainer_state.json").read_text())
