@@ -142,7 +142,7 @@ $(PTB_DIR)/test.txt: | $(VENV)/.installed
 # About an hour on 2 CPU cores: trains, then measures test perplexity and draws the learning curve.
 ptb-cpu: ptb-data
 	$(BIN)/python modeling/pretrain.py --preset ptb-cpu --train-file $(PTB_DIR)/train.txt \
-		--validation-file $(PTB_DIR)/valid.txt --output-dir $(PTB_RUN) --resume $(PTB_ARGS)
+		--validation-file $(PTB_DIR)/valid.txt --language en --output-dir $(PTB_RUN) --resume $(PTB_ARGS)
 	$(BIN)/python modeling/evaluate.py --model-dir $(PTB_RUN) --file $(PTB_DIR)/test.txt \
 		--output-json $(PTB_RUN)/test_results.json
 	$(MAKE) ptb-plot PTB_RUN=$(PTB_RUN)
@@ -150,7 +150,7 @@ ptb-cpu: ptb-data
 # One GPU (bf16); the same steps with the large preset.
 ptb-gpu: ptb-data
 	$(BIN)/accelerate launch --config_file modeling/configs/gpu.yaml modeling/pretrain.py --preset ptb-gpu \
-		--train-file $(PTB_DIR)/train.txt --validation-file $(PTB_DIR)/valid.txt --output-dir build/ptb-gpu --resume
+		--train-file $(PTB_DIR)/train.txt --validation-file $(PTB_DIR)/valid.txt --language en --output-dir build/ptb-gpu --resume
 	$(BIN)/python modeling/evaluate.py --model-dir build/ptb-gpu --file $(PTB_DIR)/test.txt \
 		--output-json build/ptb-gpu/test_results.json
 
@@ -180,7 +180,7 @@ $(DEFAULT_DATA)/train.txt: | $(VENV)/.installed
 # About 95 minutes on 2 CPU cores (seeded): trains, measures held-out perplexity, and writes the model into the package.
 pretrain-default: default-data
 	$(BIN)/python modeling/pretrain.py --preset default --train-file $(DEFAULT_DATA)/train.txt \
-		--validation-file $(DEFAULT_DATA)/valid.txt --min-count 3 --seed 1 --output-dir $(DEFAULT_RUN) --resume $(DEFAULT_ARGS)
+		--validation-file $(DEFAULT_DATA)/valid.txt --language en zh --min-count 3 --seed 1 --output-dir $(DEFAULT_RUN) --resume $(DEFAULT_ARGS)
 	$(BIN)/python modeling/export_default.py --run-dir $(DEFAULT_RUN) --sources $(DEFAULT_DATA)/sources.json
 
 # Peters et al. (2018)'s layer analysis with the default model frozen: CoNLL-2003 NER and Brown POS, each task model

@@ -1,6 +1,8 @@
 """Fill `model_card.md`, the card that every saved or converted ELMo folder carries as README.md."""
 
+from collections.abc import Sequence
 from importlib import resources
+from pathlib import Path
 from string import Template
 
 from torch import nn
@@ -54,13 +56,13 @@ def render_model_card(
     results: str = "",
     pipeline_tag: str | None = None,
     license: str = "apache-2.0",
-    language: str = "en",
+    language: str | Sequence[str] = "en",
     base_model: str | None = None,
 ) -> str:
     """
     The card for `model` (any ELMo class), with its sizes, where it came from and its measured `results`
-    (Markdown). `pipeline_tag` defaults to the class's task; `base_model` (a Hub id) is the model a head was
-    fine-tuned from.
+    (Markdown). `pipeline_tag` defaults to the class's task; `language` is an ISO 639 code or a list of them (`und`:
+    not known); `base_model` (a Hub id) is the model a head was fine-tuned from.
     """
     config: ElmoConfig = model.config
     class_pipeline_tag, auto_class, outputs, state = _CLASS_CARDS.get(type(model).__name__, _BASE_CARD)
@@ -71,7 +73,7 @@ def render_model_card(
         model_id=model_id,
         pipeline_tag=pipeline_tag or class_pipeline_tag,
         license=license,
-        language=language,
+        language=language if isinstance(language, str) else "".join(f"\n- {code}" for code in language),
         extra_metadata=f"base_model: {base_model}\n" if base_model else "",
         parameters=f"{sum(p.numel() for p in model.parameters()):,}",
         num_layers=config.num_lstm_layers + 1,
@@ -106,11 +108,32 @@ def _input_description(config: ElmoConfig) -> str:
     return described
 
 
+def folder_card_language(name_or_path: str | Path) -> str | list[str] | None:
+    """The `language` of the card (README.md) of a model folder on this machine; None where the path is no folder,
+    or its card is missing, unreadable or names no language. (A card on the Hub is not fetched.)"""
+    from huggingface_hub import ModelCard
+
+    card = Path(name_or_path) / "README.md"
+    if not card.is_file():
+        return None
+    try:
+        language = ModelCard.load(card).data.language
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(language, str) and language.strip():
+        return language.strip()
+    if isinstance(language, list) and language and all(isinstance(code, str) and code.strip() for code in language):
+        return [code.strip() for code in language]
+    return None
+
+
 def default_model_card(model: nn.Module, repo_id: str) -> str:
-    """The card `push_to_hub` writes when it is given none: the model's sizes and where it was loaded from."""
+    """The card `push_to_hub` writes when it is given none: the model's sizes and where it was loaded from, and the
+    language of the card of the folder it was loaded from (`und` where none says)."""
     name_or_path = str(getattr(model, "name_or_path", "") or "")
     # A Hub id names the base model; a local folder means nothing to readers of the Hub.
     from_hub = is_hub_id(name_or_path)
     source = f"`{name_or_path}`" if from_hub else f"hf-elmo `{type(model).__name__}`"
     base_model = name_or_path if from_hub and type(model).__name__ in _CLASS_CARDS else None
-    return render_model_card(model, repo_id, source=source, base_model=base_model)
+    language = (folder_card_language(name_or_path) if name_or_path else None) or "und"
+    return render_model_card(model, repo_id, source=source, base_model=base_model, language=language)

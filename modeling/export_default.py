@@ -286,7 +286,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     card = render_model_card(
         model, "hf-elmo-default", source="`make pretrain-default` (see Training)",
         results=card_results(run, sources, layer_analysis_section(old_card), parameters, previous_results),
-        language="\n- en\n- zh",
+        language=["en", "zh"],
     )
     (staging / "README.md").write_text(packaged_usage(card), encoding="utf-8")
 

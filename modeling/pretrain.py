@@ -53,7 +53,7 @@ from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location, model_folder_problem, sha256_file  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
-from hf_elmo.model_card import render_model_card  # noqa: E402
+from hf_elmo.model_card import folder_card_language, render_model_card  # noqa: E402
 
 from modeling.data import (  # noqa: E402
     IGNORE_INDEX,
@@ -101,6 +101,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     data.add_argument("--vocab-size", type=int, help="build the vocabulary from the training text: at most this many words")
     data.add_argument("--min-count", type=int, help="build the vocabulary from words seen this often (default 1)")
     data.add_argument("--new-vocabulary", action="store_true", help="with --init-from: build a vocabulary from the training text even if the model has one")
+    data.add_argument("--language", nargs="+", metavar="CODE",
+                      help="the training text's language(s) for the model card, ISO 639 codes such as en or zh fr "
+                           "(default: the --init-from folder's card's, else und)")
 
     model = parser.add_argument_group("model")
     model.add_argument("--preset", choices=list(PRESETS), help="model size and training recipe (with --init-from: the recipe only; default bilm-tf's)")
@@ -237,6 +240,9 @@ def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
                             "model's vocabulary is built from the training text anyway (or read from --vocab-file)")
     if args.new_vocabulary and args.vocab_file:
         raise PretrainError("--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other")
+    for code in args.language or []:  # (it goes into the card's YAML header as it is)
+        if not re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*", code):
+            raise PretrainError(f"--language {code!r} is not a language code: give ISO 639 codes such as en, zh or pt-BR")
     if args.vocab_file and settings["alphabet"] == "vocabulary" and not args.init_from:
         raise PretrainError(f"--vocab-file {args.vocab_file} would be the softmax vocabulary, but with --alphabet "
                             "vocabulary the softmax's is the word.dic built from the training text (as ELMoForManyLangs "
@@ -684,7 +690,8 @@ def weights_digest(model) -> int:
 
 
 def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vocabulary, tokenizer: ElmoTokenizer,
-                     output_dir: Path, source: str, results: str, records: dict[str, dict]) -> None:
+                     output_dir: Path, source: str, results: str, language: str | list[str],
+                     records: dict[str, dict]) -> None:
     """save_pretrained, and `records` (file name: JSON document), into a hidden folder, then move each file into
     OUTPUT_DIR (each replacement is atomic), trainer_state.json last: once it is there, the rest is too."""
     staging = output_dir / ".final.partial"
@@ -693,7 +700,7 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
     model.save_pretrained(staging, state_dict=state_dict)
     tokenizer.save_pretrained(staging)
     vocabulary.save(staging / "vocab.txt")
-    card = render_model_card(model, output_dir.resolve().name, source=source, results=results)
+    card = render_model_card(model, output_dir.resolve().name, source=source, results=results, language=language)
     (staging / "README.md").write_text(card, encoding="utf-8")
     for name, record in records.items():
         (staging / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -1185,7 +1192,8 @@ def train(args: argparse.Namespace) -> dict:
             "device": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else cpu_name(),
             "weights_digest_per_process": digests,
         }
-        save_final_model(unwrapped, state_dict, vocabulary, tokenizer, output_dir, source, result_lines,
+        language = args.language or (folder_card_language(args.init_from) if args.init_from else None) or "und"
+        save_final_model(unwrapped, state_dict, vocabulary, tokenizer, output_dir, source, result_lines, language,
                          {"eval_results.json": results, "trainer_state.json": final_state})
     accelerator.wait_for_everyone()
     accelerator.end_training()

@@ -282,6 +282,26 @@ def test_the_default_card_names_a_hub_base_model_but_not_a_local_folder(head_fol
         assert "base_model" not in card and "hf-elmo `ElmoForTokenClassification`" in card, not_an_id
 
 
+def test_the_default_card_keeps_the_language_of_the_folders_card(head_folders, tmp_path):
+    """push_to_hub's card without one given: `language` is that of the card of the folder the model was loaded from
+    (a converted Chinese model stays zh, a list stays a list); `und` where that folder has no card, or one that
+    names no language, and for a model made in memory."""
+    from huggingface_hub import ModelCard
+
+    folder = tmp_path / "tagger"
+    shutil.copytree(head_folders["AutoModelForTokenClassification"], folder)
+    (folder / "README.md").unlink(missing_ok=True)
+    model = ElmoForTokenClassification.from_pretrained(folder)
+    assert ModelCard(default_model_card(model, "someone/tagger")).data.language == "und"
+    for language in ("zh", ["en", "zh"]):
+        (folder / "README.md").write_text(render_model_card(model, "someone/tagger", source="a test", language=language))
+        assert ModelCard(default_model_card(model, "someone/tagger")).data.language == language
+    (folder / "README.md").write_text("---\nlicense: mit\n---\n# no language\n")
+    assert ModelCard(default_model_card(model, "someone/tagger")).data.language == "und"
+    made = ElmoModel(ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]], num_highway_layers=1))
+    assert ModelCard(default_model_card(made, "someone/elmo")).data.language == "und"
+
+
 def test_the_packaged_card_template_is_the_repositorys():
     """hf_elmo/model_card.md is a link to the model_card.md at the root, so the two cannot drift apart."""
     root = REPO

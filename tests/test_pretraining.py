@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForPreTraining
 
@@ -1062,6 +1063,7 @@ def test_domain_adaptation_from_a_converted_model(converted, tmp_path):
     # Built from the new text: every one of its 77 distinct words, most frequent first.
     assert len(vocabulary) == 80 and vocabulary.words[:5] == ["<S>", "</S>", "<UNK>", "of", "the"]
     assert AutoModelForPreTraining.from_pretrained(fitted).config.lm_vocab_size == len(vocabulary)
+    assert ModelCard.load(fitted / "README.md").data.language == "en"  # (the converted model's card's)
     original, fitted_body = ElmoModel.from_pretrained(converted["allennlp-elmo"]), ElmoModel.from_pretrained(fitted)
     assert all(torch.equal(t, fitted_body.state_dict()[n]) for n, t in original.state_dict().items())  # body frozen
 
@@ -1090,6 +1092,23 @@ def test_init_from_keeps_the_softmax_of_its_vocabulary_and_starts_another_afresh
         softmax = load_file(tmp_path / name / "model.safetensors")
         assert len(Vocabulary.from_file(tmp_path / name / "vocab.txt")) == 32
         assert [torch.equal(softmax[part], source[part]) for part in ("softmax.weight", "softmax.bias")] == [kept] * 2
+
+
+def test_the_cards_language_is_given_or_that_of_the_init_from_folder(reference_run, tmp_path, capsys):
+    """The final card's `language`: --language's codes; without it, the --init-from folder's card's; else `und`
+    (the reference run names none). A code that would not be one in the card's YAML header is refused first."""
+    assert ModelCard.load(reference_run / "README.md").data.language == "und"
+    common = ["--train-file", TRAIN / "data.txt", "--batch-size", 1, "--unroll-steps", 5, "--max-steps", 0,
+              "--save-steps", 0, "--eval-steps", 0]
+    code, _, err = run_main(capsys, *common, "--init-from", reference_run, "--language", "zh", "pt-BR",
+                            "--output-dir", tmp_path / "given")
+    assert code == 0, err
+    assert ModelCard.load(tmp_path / "given" / "README.md").data.language == ["zh", "pt-BR"]
+    code, _, err = run_main(capsys, *common, "--init-from", tmp_path / "given", "--output-dir", tmp_path / "inherited")
+    assert code == 0, err
+    assert ModelCard.load(tmp_path / "inherited" / "README.md").data.language == ["zh", "pt-BR"]
+    code, _, err = run_main(capsys, *common, "--preset", "tiny", "--language", "en: x", "--output-dir", tmp_path / "bad")
+    assert code == 2 and "--language 'en: x' is not a language code" in err and not (tmp_path / "bad").exists()
 
 
 def test_a_preset_with_init_from_gives_the_recipe_only(converted_elmoformanylangs, tmp_path, capsys):
