@@ -117,6 +117,8 @@ def _load_saved_dataset(folder: Path, role: str, option: str):
         dataset = datasets.load_from_disk(str(folder))
     except FileNotFoundError as error:
         raise DataError(f"{option} {folder}: not a dataset saved with save_to_disk ({error})") from None
+    except Exception as error:  # (whatever its reader meets: a split saved without rows is an IndexError)
+        raise DataError(f"{option} {folder}: the saved dataset does not load ({type(error).__name__}: {error})") from None
     if isinstance(dataset, datasets.DatasetDict):
         wanted = {"train": ("train",), "validation": ("validation", "valid", "test")}.get(role, (role,))
         split = next((name for name in wanted if name in dataset), None)

@@ -1558,6 +1558,39 @@ def test_evaluate_writes_what_the_run_measured_into_a_new_folder(reference_run, 
     assert_one_error(code, capsys.readouterr().err, f"error: --file {tmp_path / 'empty.txt'}: no sentences")
 
 
+def test_evaluate_scores_the_split_of_a_saved_dataset_it_is_asked_for(reference_run, tmp_path, capsys):
+    """evaluate.py --file DIR of a saved DatasetDict: the validation split by default, --split test the test split
+    (each scored as that text alone would be); --split of text files, or a split the dataset lacks, is refused."""
+    import datasets
+
+    from modeling import evaluate
+
+    lines = (TRAIN / "data.txt").read_text().splitlines()
+    splits = {"validation": lines[:2], "test": lines[2:]}
+    datasets.DatasetDict({name: datasets.Dataset.from_dict({"text": text}) for name, text in splits.items()}).save_to_disk(tmp_path / "saved")
+    found = {}
+    for name, options in (("default", []), ("validation", ["--split", "validation"]), ("test", ["--split", "test"])):
+        output = tmp_path / f"{name}.json"
+        assert evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "saved"), *options,
+                              "--output-json", str(output)]) == 0, capsys.readouterr().err
+        found[name] = json.loads(output.read_text())
+    for name, text in splits.items():
+        (tmp_path / f"{name}.txt").write_text("\n".join(text) + "\n")
+        output = tmp_path / f"{name}-file.json"
+        assert evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / f"{name}.txt"),
+                              "--output-json", str(output)]) == 0
+        assert found[name] == json.loads(output.read_text()), name
+    assert found["default"] == found["validation"] != found["test"]
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "test.txt"), "--split", "test"])
+    assert_one_error(code, capsys.readouterr().err, "error: --split test: only a saved dataset folder has splits")
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "saved"), "--split", "dev"])
+    assert_one_error(code, capsys.readouterr().err, f"error: --file {tmp_path / 'saved'}: no split dev (splits: validation, test)")
+    # A saved split without rows does not load in datasets (an IndexError deep inside it): named, not a traceback.
+    datasets.DatasetDict({"test": datasets.Dataset.from_dict({"text": []})}).save_to_disk(tmp_path / "empty")
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "empty"), "--split", "test"])
+    assert_one_error(code, capsys.readouterr().err, f"error: --file {tmp_path / 'empty'}: the saved dataset does not load (IndexError")
+
+
 def test_evaluate_splits_the_text_as_the_run_did(tmp_path, capsys):
     """A run with --word-splitting tokenizer records it; evaluate.py then splits held-out raw text the same way (it
     split at whitespace only, scoring other words and another count of targets), unless told otherwise."""
