@@ -110,6 +110,18 @@ def unwritable_folder(tmp_path: Path) -> Path:
     return folder
 
 
+def unreadable_file(tmp_path: Path) -> Path:
+    """A file this process cannot read (Permission denied): one without read permission, or, for root (who reads
+    any such file), a write-only kernel setting."""
+    if os.geteuid() == 0:
+        return Path("/proc/sys/vm/drop_caches")
+    path = tmp_path / "unreadable.txt"
+    if not path.exists():
+        path.write_text("a b\n", encoding="utf-8")
+        path.chmod(0)
+    return path
+
+
 def solved_tagger(
     base: Path, texts: list[str], tags: list[str], labels: list[str], tag_logit: float, other_logit: float
 ):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURE_SETS, assert_only_an_error_line, run_two_processes, unwritable_folder
+from conftest import FIXTURE_SETS, assert_only_an_error_line, run_two_processes, unreadable_file, unwritable_folder
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo import embed_file as embed_module
 from hf_elmo.cli import main
@@ -588,10 +588,7 @@ def test_an_input_that_cannot_be_read_fails_before_the_model_loads(tmp_path, cap
         tmp_path / "folder": "is a folder, not a file",
         tmp_path / "latin1.txt": "line 2 is not UTF-8 text (invalid continuation byte at byte 8)",
     }
-    if os.geteuid() != 0:  # (root reads any file)
-        unreadable = write_lines(tmp_path / "unreadable.txt", ["a b"])
-        unreadable.chmod(0)
-        messages[unreadable] = "cannot read the input file (Permission denied)"
+    messages[unreadable_file(tmp_path)] = "cannot read the input file (Permission denied)"
     for source, message in messages.items():
         with pytest.raises(ValueError, match=f"^{re.escape(f'{source}: {message}')}$"):
             read_sentences(source)  # what the command said, once the model had loaded

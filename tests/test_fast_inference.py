@@ -182,11 +182,11 @@ def test_original_size_layer_fast_path_matches_plain_with_every_kernel(
     if device == "cpu":
         linears = list(derived_weights(layer, "exact", ExactMultiplies)._linears.values())
         assert linears and all(isinstance(linear, FastLinear) for linear in linears)
+        if kernel != "measured":  # (the candidate alone is what ran)
+            assert all(set(linear._prepared) == {kernel} for linear in linears)
     else:  # on a GPU the exact path is the CUDA graphs' static loop (cuda_graphs.py), not these multiplies
         assert built_derived_weights(layer, "exact") is None
         assert built_derived_weights(layer, "cuda_graphs") is not None
-        if kernel != "measured":
-            assert all(set(linear._prepared) == {kernel} for linear in linears)
     # Unit-scale random inputs drive outputs and states up to the clip (3): hold them to 1e-6 relative, 3e-6 absolute
     # (sums of 4096 products in another order: MKL's packed kernel on AMD EPYC differs from the plain path by 2.5e-6).
     for a, b in zip(fast, slow):
@@ -235,6 +235,26 @@ def test_fast_linear_takes_the_fastest_kernel_for_the_shape_and_keeps_only_its_w
     assert FastLinear(torch.randn(7, 5), kernels=equal)(x).shape == (3, 7)
     assert fast_linear._FASTEST[(("first", "second"), (7, 5), False, torch.get_num_threads(), 4)] == "first"
     assert "first" in kernel_choices.read_text() and "quick" in kernel_choices.read_text()
+
+
+def test_a_models_multiplies_choose_among_every_float32_kernel_of_this_build(fixture_model, kernel_choices, monkeypatch):
+    """The README's "kernels chosen by measurement": a model's exact multiplies are measured among every float32
+    candidate of this build of torch (MKL's packed weights, oneDNN's reordered ones, plain BLAS; at least two
+    here), each choice recorded in the machine's file with the candidates it was made among."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    monkeypatch.setattr(fast_linear, "_FASTEST", {})
+    candidates = list(fast_linear.float32_kernels())
+    assert len(candidates) >= 2 and "blas" in candidates
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        model(**batch)
+    linears = [linear for layer in model.layers
+               for linear in derived_weights(layer, "exact", ExactMultiplies)._linears.values()]
+    assert linears and all(list(linear.kernels) == candidates for linear in linears)
+    choices = json.loads(kernel_choices.read_text())[fast_linear._this_machine()]
+    assert choices and all(json.loads(key)[0] == candidates and chosen in candidates for key, chosen in choices.items())
 
 
 def test_kernel_choices_are_shared_by_the_processes_of_a_machine(kernel_choices):
@@ -772,9 +792,14 @@ def test_approximations_report_their_deviation(fixture_model, kernel_choices, mo
         assert all(value == value and value < 10 for value in per_layer), kind  # finite
     # nn.LSTM cannot clip, and the trained fixture model clips: its biLSTM layers diverge visibly.
     assert deviations["nn_lstm"][0] < 1e-6 and deviations["nn_lstm"][2] > 1e-2
-    assert 1e-4 < deviations["int8"][2] < 5.0
+    # What the README gives for the trained fixture (int8 within 4.2e-2, bf16's chosen kernels 5.8e-3 and 7.2e-3;
+    # bfloat16 forced into every product here: 1.0e-2 on an AMD EPYC Zen 4), with room for other CPUs; int8 where
+    # the CPU lacks VNNI (AMD EPYC Zen 2: oneDNN's older int8 kernels round more) up to the README's 0.57.
+    capability = torch._C._cpu._get_cpu_capability()
+    vnni = any(capability.get(flag) for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
+    assert 1e-4 < deviations["int8"][2] < (0.06 if vnni else 0.6)
     if CPU_BFLOAT16:
-        assert 1e-5 < deviations["bf16"][2] < 0.5
+        assert 1e-5 < deviations["bf16"][2] < 0.02
     # Switching back restores the exact model.
     model.set_lstm_approximation("int8")
     model.set_lstm_approximation(None)
@@ -873,8 +898,8 @@ def test_builds_without_torchs_cpu_capability_read_the_kernels_flags_to_the_same
 
 
 def test_bf16_mode_is_refused_where_the_cpu_would_emulate_bfloat16(fixture_model, monkeypatch):
-    """On a CPU without AVX512-BF16 or AMX-BF16 (this one, where CPU_BFLOAT16 is False; elsewhere its detection
-    answers so) opting in is one error naming the CPU, and the model stays exact."""
+    """On a CPU without AVX512-BF16 or AMX-BF16 (run as it is where CPU_BFLOAT16 is False; on a CPU that has one,
+    with the detection made to answer None) opting in is one error naming the CPU, and the model stays exact."""
     from hf_elmo import approximate
 
     model = copy.deepcopy(fixture_model[0])

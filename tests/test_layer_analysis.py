@@ -15,8 +15,8 @@ from hf_elmo.fast_linear import cpu_name
 from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START
 import modeling.layer_analysis as layer_analysis
 from hf_elmo.default_model import default_model_path
-from modeling.layer_analysis import (INPUTS, Features, LayerInput, LinearProbe, fit, main, pos_accuracy, pos_losses,
-                                     weights_key)
+from modeling.layer_analysis import (INPUTS, Features, LayerInput, LinearProbe, fit, layer_findings, main, pos_accuracy,
+                                     pos_losses, weights_key)
 
 LAYER_ANALYSIS = REPO / "modeling" / "layer_analysis.py"
 
@@ -224,6 +224,33 @@ def test_layer_analysis_trains_every_input_caches_features_and_fills_the_card(co
     old_features = torch.load(next(path for path in caches if path.name.startswith("features-pos-test-trained-")))
     new_features = torch.load(next(path for path in new_caches if path.name.startswith("features-pos-test-trained-")))
     assert not torch.equal(old_features["vectors"], new_features["vectors"])
+
+
+def test_each_finding_is_judged_by_its_own_comparison():
+    """The five findings on made-up scores, each flipped alone: both contextual layers against layer 0 (the weaker
+    of the two decides; a tie is no win), the mix against the best single layer (a tie holds), and POS layer 1
+    against layer 2; each with the figures it compared."""
+    def scores(ner: dict, pos: dict) -> dict:
+        return {kind: {"ner": {"test": ner[kind], "test_sd": 0.0}, "pos": {"test": pos[kind], "test_sd": 0.0}}
+                for kind in ner}
+
+    ner = {"layer0": 80.0, "layer1": 85.0, "layer2": 86.0, "mix": 87.0}
+    pos = {"layer0": 90.0, "layer1": 95.0, "layer2": 94.0, "mix": 95.5}
+    names = [f"{task}: {finding}" for task in ("NER", "POS") for finding in (
+        "both contextual layers beat the static layer 0", "the learned mix is at least as good as the best single layer")]
+    names.append("POS: the first biLSTM layer beats the second")
+    findings = layer_findings(scores(ner, pos))
+    assert [(text, holds) for text, holds, _ in findings] == [(name, True) for name in names]
+    assert findings[0][2] == "85.00 against 80.00, +5.00" and findings[3][2] == "95.50 against 95.00, +0.50"
+    flips = [({**ner, "layer1": 80.0}, pos), ({**ner, "mix": 85.9}, pos), (ner, {**pos, "layer2": 89.0}),
+             (ner, {**pos, "mix": 94.9}), (ner, {**pos, "layer2": 95.0})]
+    for flipped, (ner_flipped, pos_flipped) in enumerate(flips):
+        holding = [holds for _, holds, _ in layer_findings(scores(ner_flipped, pos_flipped))]
+        assert holding == [index != flipped for index in range(5)], names[flipped]
+    tie = layer_findings(scores({**ner, "mix": 86.0}, pos))
+    assert tie[1][1] and tie[1][2] == "86.00 against 86.00, +0.00"
+    without_mix = {kind: value for kind, value in scores(ner, pos).items() if kind != "mix"}
+    assert [text for text, _, _ in layer_findings(without_mix)] == [names[0], names[2], names[4]]
 
 
 def test_several_seeds_train_each_task_model_once_per_seed_and_judge_the_findings_on_the_means(converted, tmp_path):

@@ -4,7 +4,7 @@ measure, the default model's absence, the dictionaries' read errors."""
 import pytest
 import torch
 
-from conftest import assert_only_an_error_line
+from conftest import assert_only_an_error_line, unreadable_file
 
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer, default_model
 from hf_elmo.approximate import approximation_deviation
@@ -61,7 +61,8 @@ def test_a_dictionary_that_cannot_be_read_or_lacks_a_special_entry_is_named(tmp_
     """read_dictionary's errors name the file (missing, a folder, a line that is not UTF-8, by its number), and a
     lexicon without the special entries names the file and each missing entry."""
     for path, message in [(tmp_path / "char.dic", "dictionary file not found"),
-                          (tmp_path, "is a folder, not a dictionary file")]:
+                          (tmp_path, "is a folder, not a dictionary file"),
+                          (unreadable_file(tmp_path), r"cannot read the dictionary file \(Permission denied\)")]:
         with pytest.raises(LexiconError, match=f"^{path}: {message}$"):
             read_dictionary(path)
     broken = tmp_path / "word.dic"

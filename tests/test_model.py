@@ -88,6 +88,25 @@ def test_layer_norm_uses_batch_statistics_with_sentence_boundaries(converted):
     assert abs(std - top.std(unbiased=False).item()) > 1e-3 or abs(mean - top.mean().item()) > 1e-3
 
 
+def test_layer_norm_statistics_are_the_whole_batchs_without_its_padding(converted):
+    """Two sentences of different lengths: one mean and variance for both (per-sentence statistics fit no single
+    pair), and the padding takes no part (more of it changes nothing)."""
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"], do_layer_norm=True).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+    sentences = [SEEDS[0] + SEEDS[1], SEEDS[1][:2]]  # 10 and 2 words
+    with torch.no_grad():
+        model.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([-1e4, -1e4, 0.0]))  # the top layer alone
+        output = model(**tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt"))
+        padded = model(**tokenizer(sentences, is_split_into_words=True, padding="max_length", max_length=30,
+                                   return_tensors="pt"))
+    assert torch.allclose(padded.elmo_representations[0][:, :10], output.elmo_representations[0], atol=1e-6)
+    top = torch.cat([output.hidden_states[2][0].flatten(), output.hidden_states[2][1, :2].flatten()])
+    normalised = torch.cat([output.elmo_representations[0][0].flatten(), output.elmo_representations[0][1, :2].flatten()])
+    solution = torch.linalg.lstsq(torch.stack([normalised, torch.ones_like(normalised)], 1), top[:, None]).solution
+    std, mean = solution[:, 0].tolist()
+    assert torch.allclose(normalised * std + mean, top, atol=1e-5)
+
+
 def test_dropout_only_in_training(converted):
     model = ElmoModel.from_pretrained(converted["allennlp-elmo"], dropout=0.5)
     tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])

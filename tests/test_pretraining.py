@@ -32,7 +32,7 @@ from modeling.evaluate import perplexity
 from modeling.presets import TINY_MODEL
 from modeling.vocabulary import Vocabulary, VocabularyError
 
-from conftest import FIXTURES, README, REPO, assert_one_error, run_two_processes, unwritable_folder
+from conftest import FIXTURES, README, REPO, assert_one_error, run_two_processes, unreadable_file, unwritable_folder
 
 PRETRAIN = REPO / "modeling" / "pretrain.py"
 TRAIN = FIXTURES / "bilm-tf" / "train"
@@ -1488,6 +1488,10 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
     cases = [
         (["--train-file", tmp_path / "empty.txt"], "--train-file", "empty.txt: the training file is empty"),
         (["--train-file", tmp_path / "latin1.txt"], "--train-file", "latin1.txt: line 2 is not UTF-8 text"),
+        (["--train-file", unreadable_file(tmp_path)], "--train-file",
+         f"{unreadable_file(tmp_path)}: cannot read the training file (Permission denied)"),
+        (["--train-file", TRAIN / "data.txt", "--vocab-file", unreadable_file(tmp_path)],
+         f"{unreadable_file(tmp_path)}: cannot read the vocabulary file (Permission denied)", ""),
         ([*data, "--validation-file", tmp_path / "latin1.txt"], "--validation-file", "latin1.txt: line 2 is not UTF-8"),
         ([*data, "--validation-file", tmp_path / "empty.txt"], "--validation-file", "the validation file is empty"),
         (["--train-file", TRAIN / "data.txt", "--vocab-file", tmp_path / "vocab-latin1.txt"], "vocab-latin1.txt: line 4 is not UTF-8", ""),

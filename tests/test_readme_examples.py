@@ -96,7 +96,8 @@ def test_using_the_model(converted, tmp_path, monkeypatch):
 
 def test_task_heads_and_fine_tuning_with_trainer(converted, tmp_path, monkeypatch):
     """"Task heads and fine-tuning with Trainer": both heads train (every trainable parameter moves from its
-    initial value, only the task mix and the classifier are trainable, the biLM stays as loaded), and the saved
+    initial value, but for the classifier's weight, whose random start the block drew and this test does not know;
+    only the task mix and the classifier are trainable, the biLM stays as loaded), and the saved
     "elmo-sentiment" folder reloads through AutoModelForSequenceClassification with the trained model's outputs."""
     base = converted["allennlp-elmo"]
     found = run_in(tmp_path, monkeypatch, readme_python_block("## Task heads and fine-tuning with Trainer"),
