@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError, read_dictionary  # noqa: E402
-from hf_elmo.model_card import render_model_card  # noqa: E402
+from hf_elmo.model_card import check_language, render_model_card  # noqa: E402
 
 from conversion.convert_original_elmo import (  # noqa: E402
     _verify_reload, atomic_output_dir, check_finite_weights, check_output_dir, load_checkpoint, quiet_transformers)
@@ -209,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     args = parser.parse_args(argv)
     try:
+        try:
+            check_language(args.language)
+        except ValueError as error:
+            raise ConversionError(f"--language {error}") from None
         with quiet_transformers():
             if args.to_elmoformanylangs:
                 config_file = Path(args.model_dir, "config.json")

@@ -1,5 +1,6 @@
 """Fill `model_card.md`, the card that every saved or converted ELMo folder carries as README.md."""
 
+import re
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -49,6 +50,14 @@ _BASE_CARD = (
 )
 
 
+def check_language(language: str | Sequence[str]) -> None:
+    """Refuse what is not a language code (`en`, `zh`, `pt-BR`, `und`), or a list of them: it goes into the card's
+    YAML header as it is."""
+    for code in [language] if isinstance(language, str) else language:
+        if not (isinstance(code, str) and re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*", code)):
+            raise ValueError(f"{code!r} is not a language code: give ISO 639 codes such as en, zh or pt-BR")
+
+
 def render_model_card(
     model: nn.Module,
     model_id: str,
@@ -64,6 +73,7 @@ def render_model_card(
     (Markdown). `pipeline_tag` defaults to the class's task; `language` is an ISO 639 code or a list of them (`und`:
     not known); `base_model` (a Hub id) is the model a head was fine-tuned from.
     """
+    check_language(language)
     config: ElmoConfig = model.config
     class_pipeline_tag, auto_class, outputs, state = _CLASS_CARDS.get(type(model).__name__, _BASE_CARD)
     labels = ", ".join(str(label) for _, label in sorted(config.id2label.items()))

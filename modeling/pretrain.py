@@ -53,7 +53,7 @@ from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location, model_folder_problem, sha256_file  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
-from hf_elmo.model_card import folder_card_language, render_model_card  # noqa: E402
+from hf_elmo.model_card import check_language, folder_card_language, render_model_card  # noqa: E402
 
 from modeling.data import (  # noqa: E402
     IGNORE_INDEX,
@@ -240,9 +240,10 @@ def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
                             "model's vocabulary is built from the training text anyway (or read from --vocab-file)")
     if args.new_vocabulary and args.vocab_file:
         raise PretrainError("--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other")
-    for code in args.language or []:  # (it goes into the card's YAML header as it is)
-        if not re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*", code):
-            raise PretrainError(f"--language {code!r} is not a language code: give ISO 639 codes such as en, zh or pt-BR")
+    try:  # (checked before the training, the card is written after it)
+        check_language(args.language or [])
+    except ValueError as error:
+        raise PretrainError(f"--language {error}") from None
     if args.vocab_file and settings["alphabet"] == "vocabulary" and not args.init_from:
         raise PretrainError(f"--vocab-file {args.vocab_file} would be the softmax vocabulary, but with --alphabet "
                             "vocabulary the softmax's is the word.dic built from the training text (as ELMoForManyLangs "

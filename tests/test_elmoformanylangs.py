@@ -686,6 +686,12 @@ def test_model_id_and_language_go_into_the_card(tmp_path, capsys):
     assert main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir", str(tmp_path / "elmo-here")]) == 0
     card = (tmp_path / "elmo-here" / "README.md").read_text()
     assert 'AutoModel.from_pretrained("elmo-here")' in card and "language: und" in card
+    # A code that is none would go into the card's YAML header as it is: refused before anything is written.
+    code = main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir", str(tmp_path / "bad"),
+                 "--language", "zh\nlicense: none"])
+    assert code == 2 and not (tmp_path / "bad").exists()
+    assert capsys.readouterr().err == ("error: --language 'zh\\nlicense: none' is not a language code: give ISO 639 "
+                                       "codes such as en, zh or pt-BR\n")
 
 
 def test_way_back_refuses_a_model_without_skip_connections(converted_elmoformanylangs, tmp_path, capsys):
