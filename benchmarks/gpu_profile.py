@@ -165,16 +165,21 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     report = Report(args.output_dir)
+    failed = []
     for part in args.parts:
-        if part.startswith("train") or part == "original":
-            train(report, part, args.train_file)
-        elif part == "inference":
-            for sentences, mode in ((32, None), (256, None), (256, "bf16")):
-                if mode is None or DEVICE == "cuda":  # (bf16 on a CPU needs AVX512-BF16)
-                    inference(report, sentences, mode)
-        else:
-            gemm(report)
-    return 0
+        try:  # (one part that fails, a missing package or data file, leaves the others to run)
+            if part.startswith("train") or part == "original":
+                train(report, part, args.train_file)
+            elif part == "inference":
+                for sentences, mode in ((32, None), (256, None), (256, "bf16")):
+                    if mode is None or DEVICE == "cuda":  # (bf16 on a CPU needs AVX512-BF16)
+                        inference(report, sentences, mode)
+            else:
+                gemm(report)
+        except Exception as error:  # noqa: BLE001
+            failed.append(part)
+            report.line(f"== {part}: failed, {type(error).__name__}: {error}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -54,6 +54,37 @@ def test_gpu_training_benchmark_smoke_run_writes_no_results_unless_told(tmp_path
     assert [path.name for path in tmp_path.iterdir()] == ["results.md"]
 
 
+def test_gpu_bench_runs_on_the_cpu_and_a_part_that_fails_leaves_the_others_and_the_report(tmp_path, monkeypatch):
+    """benchmarks/gpu_bench.py (gpu.sh's first half) where there is no GPU, tiny settings: the speed table and its
+    targets in the report, written after each part (the last "Cut short" line replaced by the whole run's time). A
+    part that raises (on the GPU machine: a missing package, a kernel that fails) is a failed check naming it, exit
+    status 1, and the parts after it still run and are reported."""
+    import gpu_bench
+
+    output = tmp_path / "GPU_RESULTS.md"
+    command = ["gpu_bench.py", "--device", "cpu", "--sizes", "small", "--batch-sizes", "2", "--runs", "1",
+               "--no-checks", "--output", str(output)]
+    monkeypatch.setattr(sys, "argv", command)
+    assert gpu_bench.main() == 0
+    report = output.read_text()
+    assert "| small | 2 |" in report and "exact GPU outputs within 2e-6 of the CPU's" in report
+    assert "Whole run:" in report and "Cut short" not in report and "Failed checks" not in report
+
+    def broken(*arguments):
+        raise RuntimeError("no kernel image is available")
+
+    monkeypatch.setattr(gpu_bench, "speed_table", broken)
+    monkeypatch.setattr(gpu_bench, "cuda_tests", lambda failures: ["- Tests on CUDA: ran after the failure."])
+    monkeypatch.setattr(gpu_bench, "embed_end_to_end", broken)
+    monkeypatch.setattr(gpu_bench, "embed_against_cpu", lambda failures: ["- embed against the CPU: ran too."])
+    monkeypatch.setattr(sys, "argv", [argument for argument in command if argument != "--no-checks"])
+    assert gpu_bench.main() == 1
+    report = output.read_text()
+    assert ("**Failed checks**: the speed table raised RuntimeError: no kernel image is available; embed end to end "
+            "raised RuntimeError: no kernel image is available.") in report
+    assert "- Tests on CUDA: ran after the failure." in report and "- embed against the CPU: ran too." in report
+
+
 def test_gpu_profile_runs_every_part_on_the_cpu(tmp_path):
     """benchmarks/gpu_profile.py, whose figures GPU_RESULTS.md quotes, runs each part where there is no GPU (tiny
     sizes): one line per part, and the profiler's tables in OUTPUT_DIR/profile.txt; the whole step goes through the
@@ -69,6 +100,18 @@ def test_gpu_profile_runs_every_part_on_the_cpu(tmp_path):
     assert "not recorded" not in lines[0]
     tables = (tmp_path / "profile.txt").read_text()
     assert len(re.findall(r"(?m)^--- .*, by self_(device|cpu)_time_total$", tables)) == 8
+
+
+def test_a_gpu_profile_part_that_fails_leaves_the_others_to_run(tmp_path):
+    """A part that fails (here the training text is missing, as data/ptb is on a GPU machine that has the
+    repository alone) is one line naming it, and the parts after it still run; the exit status says so."""
+    result = subprocess.run([sys.executable, REPO / "benchmarks" / "gpu_profile.py", tmp_path, "train", "gemm",
+                             "--train-file", tmp_path / "missing.txt"], cwd=REPO, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("== ")]
+    assert lines[0].startswith("== train: failed, ") and "missing.txt" in lines[0], lines
+    assert [line.split(":")[0].split(" (")[0] for line in lines[1:]] == ["== gemm"], lines
 
 
 def test_a_gpu_training_benchmark_cut_short_leaves_the_parts_it_measured(tmp_path):
