@@ -80,9 +80,15 @@ class ExactMultiplies:
     fastest for it (`fast_linear.py`), elsewhere the plain BLAS call."""
 
     def __init__(self, layer):
-        self.layer = layer
+        # Weakly: this object is the value of its layer's entry in _DERIVED, whose key a strong reference here would
+        # keep alive, and with it every layer ever run (and its weights).
+        self._layer = weakref.ref(layer)
         self.bias = forget_biased(layer)
         self._linears = {}
+
+    @property
+    def layer(self):
+        return self._layer()
 
     def linear(self, kind: str, direction: int = 0):
         """x [n, in] -> x W^T (+ bias) for the weight `kind` of `direction`: "input", "recurrent", "projection",

@@ -2,12 +2,14 @@
 approximate modes. The plain path is the definition; every exact fast path must match it within 1e-6."""
 
 import copy
+import gc
 import json
 import os
 import re
 import subprocess
 import sys
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -895,6 +897,24 @@ def test_builds_without_torchs_cpu_capability_read_the_kernels_flags_to_the_same
     from_torch = approximate.native_bfloat16_extension.__wrapped__()
     monkeypatch.delattr(torch._C._cpu, "_get_cpu_capability")
     assert approximate.native_bfloat16_extension.__wrapped__() == from_torch
+
+
+@pytest.mark.parametrize("approximation", [None, *APPROXIMATIONS_HERE])
+def test_a_model_that_ran_is_freed_with_its_derived_weights(fixture_model, approximation):
+    """The derived copies of a layer's weights live beside it (`_DERIVED`, keyed weakly by the layer): nothing in
+    them may hold the layer, or every model ever run stayed in memory with its weights (the exact multiplies held
+    their layer)."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    batch = tokenizer([["the", "model", "goes"], ["away"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        model.set_lstm_approximation(approximation)
+        model(**batch)
+    modules = [weakref.ref(module) for module in model.modules() if module in fast_bilstm._DERIVED]
+    assert len(modules) >= 3  # (the character encoder and both biLSTM layers)
+    del model
+    gc.collect()
+    assert [module() for module in modules] == [None] * len(modules)
 
 
 def test_bf16_mode_is_refused_where_the_cpu_would_emulate_bfloat16(fixture_model, monkeypatch):
