@@ -131,10 +131,13 @@ class _Bucket:
 
     def __init__(self, steps: int, batch: int, like: torch.Tensor, cell: int):
         directions, proj = like.shape[0], like.shape[-1]
-        self.inputs = like.new_zeros(directions, steps, batch, proj)
-        self.step_mask = torch.zeros(steps, batch, dtype=torch.bool, device=like.device)
-        self.h = like.new_zeros(directions, batch, proj)
-        self.c = like.new_zeros(directions, batch, cell)
+        # Ordinary tensors even when made under torch.inference_mode (ElmoEmbedder's): a later call outside it, at
+        # the same bucket, writes them in place, which an inference tensor refuses (and a graph keeps their address).
+        with torch.inference_mode(False):
+            self.inputs = like.new_zeros(directions, steps, batch, proj)
+            self.step_mask = torch.zeros(steps, batch, dtype=torch.bool, device=like.device)
+            self.h = like.new_zeros(directions, batch, proj)
+            self.c = like.new_zeros(directions, batch, cell)
         self.graph = None
         self.results = None  # (outputs, h, c) of the last run, or the graph's static outputs
 
@@ -192,10 +195,13 @@ class GraphedBiLstm:
             for _ in range(2):
                 static_bilstm_layer(*arguments)
         torch.cuda.current_stream().wait_stream(side)
-        entry.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(entry.graph, pool=self.pool):
-            entry.results = static_bilstm_layer(*arguments)
-        entry.graph.replay()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            results = static_bilstm_layer(*arguments)
+        # Kept only once captured: a capture that raised (out of memory, say) leaves the bucket to record again at
+        # its next call, not to replay a graph that holds nothing.
+        entry.graph, entry.results = graph, results
+        graph.replay()
 
 
 def runs_graphed(layer, inputs: torch.Tensor) -> bool:

@@ -58,6 +58,24 @@ def test_static_loop_at_bucketed_shapes_matches_the_plain_path(trained_layers, d
         layer.cpu()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_bucket_made_under_inference_mode_serves_calls_outside_it(trained_layers, device):
+    """ElmoEmbedder computes under torch.inference_mode: a bucket's buffers made there were inference tensors, and
+    the next call at the same bucket under torch.no_grad (the same model, so the same runner) failed writing them
+    ("Inplace update to inference tensor outside InferenceMode"). Both calls give the plain path's numbers."""
+    layer = trained_layers[0].to(device)
+    runner = GraphedBiLstm(layer, capture=device == "cuda")
+    inputs, step_mask, h, c = (t.to(device) for t in ragged(9, 9, layer))
+    with torch.no_grad():
+        expected = layer._plain_forward(inputs, step_mask, h, c)
+    for mode in (torch.inference_mode, torch.no_grad, torch.inference_mode):
+        with mode():
+            found = runner(inputs, step_mask, h, c)
+        assert all(torch.allclose(a, b, rtol=2e-6, atol=2e-6) for a, b in zip(found, expected)), mode
+    assert list(runner.buckets) == [(10, 10)]
+    layer.cpu()
+
+
 def test_long_batches_in_input_blocks_and_the_bucket_limit(trained_layers, monkeypatch):
     """The input multiply in blocks of BLOCK_ROWS positions (here 8: blocks of 2 steps for 4 rows, the last one
     short), the outputs new tensors even for one row, and the least recently used bucket dropped beyond
