@@ -300,11 +300,12 @@ class _FusedBiLstm(torch.autograd.Function):
         step_mask, input_weight, recurrent_weight, projection_weight, *saved = ctx.saved_tensors
         grads = (grad_outputs, grad_h, grad_c)
         with torch.autocast(grad_outputs.device.type, enabled=False):
-            if ctx.recording is None:
+            recording = ctx.recording
+            if recording is None or not recording.reads((input_weight, recurrent_weight, projection_weight)):
                 results = _backward(step_mask, input_weight, recurrent_weight, projection_weight, saved, grads,
                                     ctx.settings, ctx.needs)
             else:
-                results = ctx.recording.backward((*saved, *grads))
+                results = recording.backward(step_mask, (*saved, *grads))
         grad_inputs, grad_h0, grad_c0, *grad_weights = results
         input_dtype, h_dtype, c_dtype = ctx.input_dtypes
         return (None if grad_inputs is None else grad_inputs.to(input_dtype), None,
@@ -364,21 +365,31 @@ class _LayerRecording:
         self._forward = _Recording(forward_body, (inputs, step_mask, h, c), record)
         results, saved = self._forward((inputs, step_mask, h, c))
         input_weight, recurrent_weight, _, projection_weight = weights
+        self.weight_pointers = tuple(None if w is None else w.data_ptr()
+                                     for w in (input_weight, recurrent_weight, projection_weight))
         count = len(saved)
 
-        def backward_body(*tensors):
-            return _backward(step_mask_static, input_weight, recurrent_weight, projection_weight, tensors[:count],
+        # The mask is an input of the backward's own: the forward's static one holds the latest forward's, which
+        # is another call's when two forwards of this shape come before their backwards.
+        def backward_body(step_mask, *tensors):
+            return _backward(step_mask, input_weight, recurrent_weight, projection_weight, tensors[:count],
                              tensors[count:], settings, needs)
 
-        step_mask_static = self._forward.static_inputs[1]
         example_grads = tuple(torch.zeros_like(r) for r in results)
-        self._backward = _Recording(backward_body, (*saved, *example_grads), record, pool=self._forward.pool())
+        self._backward = _Recording(backward_body, (step_mask, *saved, *example_grads), record,
+                                    pool=self._forward.pool())
 
     def forward(self, inputs):
         return self._forward(inputs)
 
-    def backward(self, tensors):
-        return self._backward(tensors)
+    def backward(self, step_mask, tensors):
+        return self._backward((step_mask, *tensors))
+
+    def reads(self, weights) -> bool:
+        """Whether the recorded backward reads these weights (`weights`: input, recurrent, projection, as saved for
+        the backward): it holds the addresses they had at the forward, where FSDP's gather, for one, may have put
+        them elsewhere by the backward."""
+        return tuple(None if w is None else w.data_ptr() for w in weights) == self.weight_pointers
 
 
 class LayerGraphs:

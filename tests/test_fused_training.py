@@ -98,7 +98,8 @@ def layer_inputs(batch=4, steps=6, proj=8, cell=16, dtype=torch.float32, seed=1)
 
 
 def layer_run(layer, inputs, mask, h, c):
-    """A loss over every output of the layer: its outputs and both final states, with fixed random weights."""
+    """A loss over every output of the layer (or of any callable with its arguments): its outputs and both final
+    states, with fixed random weights."""
     outputs, final_h, final_c = layer(inputs, mask, h, c)
     generator = torch.Generator().manual_seed(7)
     weights = [torch.randn(t.shape, generator=generator).to(t.device, t.dtype) for t in (outputs, final_h, final_c)]
@@ -190,6 +191,42 @@ def test_recorded_layer_replays_the_same_gradients():
             gradients.append([tensors[0].grad, tensors[2].grad, tensors[3].grad] + [p.grad for p in layer.parameters()])
         assert all(torch.equal(a, b) for a, b in zip(*gradients))
         assert len(graphs.recordings) == (0 if seed == 0 else 1)  # recorded once the shape came twice
+
+
+def test_two_recorded_forwards_before_their_backwards_each_get_their_own_gradients():
+    """Two forwards of one recorded shape with other masks, then one backward through both: each backward replays
+    with its own call's mask (it read the forward's static mask, the second call's: gradients 4-8% off). And a
+    recording whose weights are no longer where the forward found them (FSDP gathers them anew for the backward)
+    is not replayed: the backward runs unrecorded, with the same gradients."""
+    layer = random_layer(16, 8, 0.5)
+    graphs = LayerGraphs(record=False)
+    first, second = layer_inputs(seed=1), layer_inputs(seed=2)
+    second = (second[0], torch.arange(6) < torch.tensor([6, 6, 3, 1]).unsqueeze(1), second[2], second[3])
+    for tensors in (first, first):  # (the shape comes twice: recorded)
+        fused_bilstm_layer(layer, *tensors, graphs=graphs)
+    assert len(graphs.recordings) == 1
+
+    def gradients(run) -> list[torch.Tensor]:
+        layer.zero_grad(set_to_none=True)
+        for tensors in (first, second):
+            for t in tensors:
+                t.grad = None
+        loss = sum(scale * layer_run(run, *tensors) for scale, tensors in ((1.0, first), (2.0, second)))
+        loss.backward()
+        return [t.grad for tensors in (first, second) for t in (tensors[0], tensors[2], tensors[3])] + [
+            p.grad for p in layer.parameters()]
+
+    expected = gradients(lambda *tensors: fused_bilstm_layer(layer, *tensors))
+    found = gradients(lambda *tensors: fused_bilstm_layer(layer, *tensors, graphs=graphs))
+    assert all(torch.equal(a, b) for a, b in zip(expected, found))
+
+    (recording,) = graphs.recordings.values()
+    weights = (layer.input_weight, layer.recurrent_weight, layer.projection_weight)
+    assert recording.reads(weights)
+    layer.recurrent_weight.data = layer.recurrent_weight.data.clone()  # (the same values, elsewhere)
+    assert not recording.reads(weights)
+    found = gradients(lambda *tensors: fused_bilstm_layer(layer, *tensors, graphs=graphs))
+    assert all(torch.equal(a, b) for a, b in zip(expected, found))
 
 
 def test_a_shape_is_recorded_when_it_comes_twice_in_a_row_and_the_latest_are_kept():
