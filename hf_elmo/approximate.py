@@ -26,7 +26,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .cuda_graphs import graphed_bilstm_layer
-from .fast_bilstm import ExactMultiplies, built_derived_weights, derived_weights, fast_bilstm_layer, forget_biased
+from .fast_bilstm import (ExactMultiplies, built_derived_weights, clear_derived_weights, derived_weights,
+                          fast_bilstm_layer, forget_biased)
 from .fast_linear import FastLinear, cpu_name, cpuinfo, onednn_bfloat16
 from .token_cache import ElmoTokenCache
 
@@ -184,6 +185,18 @@ def bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False):
         gate_cache.max_words, gate_cache.add_new = settings.max_words, settings.add_new  # (as set now, not at opt-in)
     return fast_bilstm_layer(layer, inputs.float(), step_mask, h.float(), c.float(), multiplies=multiplies,
                              gate_cache=gate_cache)
+
+
+# What each approximation derives from a layer's weights (`fast_bilstm.derived_weights` kinds), for its own use only.
+DERIVED_KINDS = {"bf16": ("bf16", "cuda_graphs_bf16"), "int8": ("int8",), "nn_lstm": ("nn_lstm",)}
+
+
+def drop_approximation(layer) -> None:
+    """Drop what the layer's approximation derived from its weights (and the bf16 mode's gate cache with it): when
+    the layer leaves that mode, so that an approximation measured once (`approximation_deviation`) or left does not
+    keep its copies of the weights, up to a full copy of them (`nn_lstm` on a GPU), and its cache."""
+    if layer.approximation is not None:
+        clear_derived_weights(layer, DERIVED_KINDS[layer.approximation])
 
 
 def clear_approximation_caches(layer) -> None:

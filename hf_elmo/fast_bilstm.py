@@ -57,9 +57,15 @@ def built_derived_weights(module, kind: str) -> object | None:
     return None if cached is None else cached[1]
 
 
-def clear_derived_weights(module) -> None:
-    """Drop every derived copy of the weights of `module` (they are rebuilt when next needed)."""
-    _DERIVED.pop(module, None)
+def clear_derived_weights(module, kinds: tuple[str, ...] | None = None) -> None:
+    """Drop the derived copies of the weights of `module` of these `kinds` (default: every one); they are rebuilt
+    when next needed."""
+    if kinds is None:
+        _DERIVED.pop(module, None)
+        return
+    per_module = _DERIVED.get(module, {})
+    for kind in kinds:
+        per_module.pop(kind, None)
 
 
 def forget_biased(layer) -> torch.Tensor:

@@ -22,7 +22,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple
 
-from .approximate import APPROXIMATIONS, approximate_bilstm_layer, check_approximation, clear_approximation_caches
+from .approximate import (APPROXIMATIONS, approximate_bilstm_layer, check_approximation, clear_approximation_caches,
+                          drop_approximation)
 from .configuration_elmo import VALUE_RULES, ElmoConfig, check_value
 from .cuda_graphs import runs_graphed
 from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
@@ -574,7 +575,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
         `"bf16"` multiplies in bfloat16 (on a CPU with AVX512-BF16 or AMX-BF16, or a GPU); `"int8"` in int8 on
         CPU; both need a float32 model. `"nn_lstm"` runs `torch.nn.LSTM` (cuDNN on GPU) without the original's
         clipping, in the model's dtype. All change the numbers (see `approximate.py` and benchmarks/RESULTS.md).
-        They run in eval mode only: in training mode the exact biLSTM runs, whatever is set.
+        They run in eval mode only: in training mode the exact biLSTM runs, whatever is set. Leaving a mode drops
+        what it derived from the weights (their copies, the bf16 mode's cache of input gates).
         """
         if kind is not None and kind not in APPROXIMATIONS:
             raise ValueError(f"unknown biLSTM approximation {kind!r}: choose one of {APPROXIMATIONS} or None (exact)")
@@ -582,6 +584,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
         if layers:
             check_approximation(kind, layers[0].input_weight.device, layers[0].input_weight.dtype)
         for layer in layers:
+            if layer.approximation != kind:
+                drop_approximation(layer)
             layer.approximation = kind
 
     def set_fast_path(self, enabled: bool) -> None:

@@ -917,6 +917,28 @@ def test_a_model_that_ran_is_freed_with_its_derived_weights(fixture_model, appro
     assert [module() for module in modules] == [None] * len(modules)
 
 
+def test_leaving_an_approximation_drops_what_it_derived(fixture_model):
+    """set_lstm_approximation(None) (and approximation_deviation, which ends there) kept every approximation's
+    copies of the weights and the bf16 mode's gate cache (up to 128 MiB a layer) for the life of the model; the
+    exact multiplies stay, and a mode chosen again is derived anew."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    for kind in APPROXIMATIONS_HERE:
+        approximation_deviation(model, batch, kind)
+        for layer in model.layers:
+            assert layer.approximation is None
+            assert built_derived_weights(layer, kind) is None, kind
+            assert built_derived_weights(layer, "exact") is not None
+    model.set_lstm_approximation(APPROXIMATIONS_HERE[-1])
+    with torch.no_grad():
+        model(**batch)
+    assert all(built_derived_weights(layer, APPROXIMATIONS_HERE[-1]) is not None for layer in model.layers)
+    model.set_lstm_approximation(APPROXIMATIONS_HERE[0])  # (one mode for another: the first one's go too)
+    assert all(built_derived_weights(layer, APPROXIMATIONS_HERE[-1]) is None for layer in model.layers)
+
+
 def test_bf16_mode_is_refused_where_the_cpu_would_emulate_bfloat16(fixture_model, monkeypatch):
     """On a CPU without AVX512-BF16 or AMX-BF16 (run as it is where CPU_BFLOAT16 is False; on a CPU that has one,
     with the detection made to answer None) opting in is one error naming the CPU, and the model stays exact."""
