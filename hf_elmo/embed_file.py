@@ -422,19 +422,20 @@ def _compute_batches(embedder, sentences, batches, partial, output_format, state
         total=sum(len(batches[k]) for k in mine), initial=sum(len(batches[k]) for k in done),
         unit=" sentences", desc="hf-elmo embed", disable=not (progress and state.is_main_process), dynamic_ncols=True,
     )
-    pin_frequent_words(embedder, sentences)
 
     def save(k, words, on_host, copied) -> None:
         _save_batch(files.path(k), batches[k], words, on_host, copied)
         summary["computed"] += 1
         bar.update(len(batches[k]))
 
-    try:
-        with bar, _Writer(write_behind) as writer:
-            for k, tokenized in _tokenized_batches(embedder, sentences, batches, todo, tokenize_ahead):
-                layers = embedder.layers_tokenized(tokenized, output_format)
-                carried = [_kept_state(tensor) for tensor in embedder.states] if embedder.stateful else []
-                writer.submit(functools.partial(save, k, tokenized[0], *_copy_to_host([layers, *carried])))
+    try:  # (the pinning too: stopped midway, it would leave the caches keeping no new word)
+        with bar:
+            pin_frequent_words(embedder, sentences)
+            with _Writer(write_behind) as writer:
+                for k, tokenized in _tokenized_batches(embedder, sentences, batches, todo, tokenize_ahead):
+                    layers = embedder.layers_tokenized(tokenized, output_format)
+                    carried = [_kept_state(tensor) for tensor in embedder.states] if embedder.stateful else []
+                    writer.submit(functools.partial(save, k, tokenized[0], *_copy_to_host([layers, *carried])))
     finally:
         unpin_words(embedder)
 

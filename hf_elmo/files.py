@@ -240,25 +240,34 @@ class OutputLock:
         while True:
             handle = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+                if self._locked(handle):
+                    break
+            except BaseException:  # (a full disk, say: the descriptor, and with it the lock, go with the error)
                 os.close(handle)
-                raise self.error(
-                    f"{self.output}: another run is writing it (it holds {self.path}); wait for that run to end"
-                ) from None
-            # The run that held the lock may have removed the file meanwhile: hold the lock of the file now there.
-            try:
-                current = os.stat(self.path)
-            except FileNotFoundError:
-                current = None
-            mine = os.fstat(handle)
-            if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
-                break
+                raise
             os.close(handle)
-        os.ftruncate(handle, 0)
-        os.write(handle, f"{os.getpid()}\n".encode())
         self._handle = handle
         return self
+
+    def _locked(self, handle: int) -> bool:
+        """Lock the open file `handle` and write this process's id into it; False where the file at `path` is no
+        longer the one opened (the run that held the lock removed it meanwhile: the caller opens the new one)."""
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self.error(
+                f"{self.output}: another run is writing it (it holds {self.path}); wait for that run to end"
+            ) from None
+        try:
+            current = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(handle)
+        if (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino):
+            return False
+        os.ftruncate(handle, 0)
+        os.write(handle, f"{os.getpid()}\n".encode())
+        return True
 
     def __exit__(self, *exc_info) -> None:
         if self._handle is not None:

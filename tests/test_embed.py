@@ -1016,6 +1016,23 @@ def test_pinned_caches_make_a_batch_depend_on_the_file_and_the_batch_alone(embed
     assert len(token_cache) == pinned  # the words stay
 
 
+def test_a_run_stopped_while_pinning_leaves_the_caches_filling_as_they_go(embedder, tmp_path, monkeypatch):
+    """embed_file pinned its frequent words before the block that unpins them: stopped there (Ctrl-C in the first
+    layer's pass over the pinned words), it left the embedder's caches keeping no new word for the rest of the
+    process. The lock goes too."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:10])
+    layer = embedder.model.layers[0]
+
+    def stopped(*arguments, **options):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(layer, "forward", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        embedder.embed_file(source, tmp_path / "out.hdf5", progress=False)
+    assert embedder.model.char_encoder.token_cache.add_new and layer.input_gate_cache.add_new
+    assert not (tmp_path / "out.hdf5.lock").exists()
+
+
 @pytest.mark.parametrize("gate_words", [None, 6])
 def test_pinning_fills_the_gate_cache_with_the_first_layers_gates_of_the_frequent_words(model_path, gate_words):
     """README: `hf-elmo embed` fills both caches with the file's most frequent words and keeps exactly those: the first

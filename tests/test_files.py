@@ -126,6 +126,26 @@ def test_a_lock_whose_file_was_removed_meanwhile_is_taken_on_the_file_now_there(
     assert not path.exists()
 
 
+def test_a_lock_that_fails_to_write_its_holder_is_released_with_the_error(tmp_path, monkeypatch):
+    """OutputLock whose writing of the holder's process id fails (a full disk): the error comes through, and the
+    descriptor, with the lock it held, goes with it (it stayed open and locked, so every later run in the process
+    was told that another run was writing the output)."""
+    path = tmp_path / "out.hdf5.lock"
+    real_ftruncate = os.ftruncate
+
+    def full_disk(handle, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "ftruncate", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        with OutputLock(path, "out.hdf5"):
+            pass
+    monkeypatch.setattr(os, "ftruncate", real_ftruncate)
+    with OutputLock(path, "out.hdf5"):  # (refused while the failed one's descriptor held the lock)
+        assert path.read_text() == f"{os.getpid()}\n"
+    assert not path.exists()
+
+
 def test_a_folder_written_into_must_itself_be_writable(tmp_path):
     """check_output_location(writes_inside=True): an existing folder that files go into is the one tried, not the
     folder that holds it; a folder not there yet is made in its parent, which is tried."""
