@@ -427,3 +427,10 @@ class LayerGraphs:
 
 # Per layer, its CUDA graphs; outside the module so that state_dict, deepcopy and pickling never see them.
 _CUDA_GRAPHS: "weakref.WeakKeyDictionary[torch.nn.Module, LayerGraphs]" = weakref.WeakKeyDictionary()
+
+
+def clear_training_graphs(layer) -> None:
+    """Drop the layer's recordings of the fused training path, and the GPU memory of their static buffers (the
+    saved gates of a step, hundreds of MB at the original size); a shape is recorded again when it next comes
+    twice in a row."""
+    _CUDA_GRAPHS.pop(layer, None)

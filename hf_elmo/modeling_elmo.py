@@ -30,7 +30,7 @@ from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
 from .files import atomic_file
 from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback, has_submodule_hooks
-from .fused_bilstm import fused_bilstm_layer, fused_training_fallback
+from .fused_bilstm import clear_training_graphs, fused_bilstm_layer, fused_training_fallback
 from .fused_softmax import fused_sampled_softmax_loss
 from .static_shapes import has_static_shapes, static_batch_is_full
 from .token_cache import DEFAULT_GATE_CACHE_BYTES, DEFAULT_MAX_WORDS, ElmoTokenCache
@@ -741,10 +741,12 @@ class ElmoModel(ElmoPreTrainedModel):
         self._drop_inference_state()
 
     def _drop_inference_state(self) -> None:
-        """Empty the caches and drop the copies of the weights that the fast inference paths derive."""
+        """Empty the caches and drop the copies of the weights that the fast inference paths derive, and the fused
+        training path's recordings (which held their GPU memory after training, `.cpu()` included)."""
         self.clear_caches()
         for module in self.modules():
             clear_derived_weights(module)
+            clear_training_graphs(module)
 
     def train(self, mode: bool = True) -> "ElmoModel":
         """Training (`mode=True`) or evaluation mode. A change of mode also drops the caches and the copies of the

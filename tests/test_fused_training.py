@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, FIXTURE_SETS, FIXTURES
-from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForTokenClassification, ElmoModel, ElmoTokenizer, fused_bilstm
 from hf_elmo.fused_bilstm import LayerGraphs, _FusedBiLstm, fused_bilstm_layer, fused_training_fallback
 from hf_elmo.fused_char_encoder import _CharFilters, distinct_words, fused_char_encoder_fallback
 from hf_elmo.fused_softmax import _SampledSoftmax
@@ -227,6 +227,19 @@ def test_two_recorded_forwards_before_their_backwards_each_get_their_own_gradien
     assert not recording.reads(weights)
     found = gradients(lambda *tensors: fused_bilstm_layer(layer, *tensors, graphs=graphs))
     assert all(torch.equal(a, b) for a, b in zip(expected, found))
+
+
+@pytest.mark.parametrize("change", ["cpu", "eval", "weights_changed"])
+def test_a_models_training_recordings_go_with_a_move_a_change_of_mode_or_of_weights(change):
+    """The fused path's recordings of a layer (CUDA graphs on a GPU, with their static buffers) were kept for as
+    long as the layer lived, after training, `.cpu()` included. They go where the inference caches and derived
+    weights go: `.to()`/`.cpu()`, a change of mode, `weights_changed()`. (On CPU the recordings of
+    `LayerGraphs(record=False)` stand in for the CUDA ones, kept in the same place.)"""
+    model = ElmoModel(ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]], num_highway_layers=1))
+    for layer in model.layers:
+        fused_bilstm._CUDA_GRAPHS[layer] = LayerGraphs(record=False)
+    {"cpu": model.cpu, "eval": model.eval, "weights_changed": model.weights_changed}[change]()
+    assert not any(layer in fused_bilstm._CUDA_GRAPHS for layer in model.layers)
 
 
 def test_a_shape_is_recorded_when_it_comes_twice_in_a_row_and_the_latest_are_kept():
