@@ -148,6 +148,7 @@ class ElmoTokenCache:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """As `encode`, without gathering: a table [M, ...] and, per input row, the index [N] of its result in
         the table (the cache's own store when `use_cache`, so valid until the next call)."""
+        self._fit_limit()
         if rows.shape[0] == 0:
             return encode(rows), torch.zeros(0, dtype=torch.long, device=rows.device)
         # Distinct rows, by their bytes. Integer rows (character ids, and a word id with word input) as 32 bits, which
@@ -194,6 +195,22 @@ class ElmoTokenCache:
             self._store([keys[i] for i in missing], new_vectors)
         slots = torch.tensor([self._slots[key] for key in keys], device=self._vectors.device)
         return self._vectors, slots[inverse]
+
+    def _fit_limit(self) -> None:
+        """After `max_words` was lowered (0: caching off): the least recently used words beyond it go, and the store
+        shrinks to the words that remain (it kept its rows, up to 41 MB at P = 512, for as long as it lived)."""
+        if self._vectors is None or self._vectors.shape[0] <= self.max_words:
+            return
+        if self.max_words <= 0:
+            self.clear()
+            return
+        while len(self._slots) > self.max_words:
+            self._slots.popitem(last=False)
+        kept = list(self._slots.items())
+        rows = torch.tensor([slot for _, slot in kept], dtype=torch.long, device=self._vectors.device)
+        self._vectors = self._vectors.index_select(0, rows)
+        self._slots = OrderedDict((key, row) for row, (key, _) in enumerate(kept))
+        self._free = []
 
     def _store(self, keys: list[bytes], vectors: torch.Tensor) -> None:
         """Put `vectors` [n, ...] under `keys`, evicting the least recently used words beyond `max_words`."""

@@ -32,6 +32,24 @@ def test_the_store_holds_the_last_words_in_at_most_max_words_rows():
     assert cache._vectors.shape[0] == len(cache) == 5
 
 
+def test_a_lower_limit_shrinks_the_store_and_zero_empties_it():
+    """max_words lowered: at the next call the least recently used words beyond it go and the store shrinks to the
+    rest, whose results are still served (not computed again); 0 (caching off) empties it. Both kept every row."""
+    cache, computed, encode = cache_and_computed_rows(50)
+    rows = torch.tensor([[1, word] for word in range(40)])
+    cache.encode(encode, rows, [])
+    cache.encode(encode, rows[30:], [])  # (words 30-39: the most recently used)
+    cache.max_words = 10
+    assert torch.equal(cache.encode(encode, rows[30:], []), rows[30:].double() * 10)
+    assert len(cache) == 10 and cache._vectors.shape[0] == 10
+    assert computed == [set(range(40))]  # (the ten kept were served)
+    assert torch.equal(cache.encode(encode, rows[:2], []), rows[:2].double() * 10)  # (evicted: computed anew)
+    assert computed[-1] == {0, 1} and len(cache) == 10 and cache._vectors.shape[0] == 10
+    cache.max_words = 0
+    assert torch.equal(cache.encode(encode, rows[:3], []), rows[:3].double() * 10)
+    assert len(cache) == 0 and cache._vectors is None
+
+
 def test_a_row_has_one_key_whatever_else_is_in_its_batch():
     """A word's row (character ids and, with word input, its word id, which can pass 65,535) is found again in a
     later batch that holds a larger id: nothing is computed or kept twice."""
