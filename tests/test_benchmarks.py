@@ -3,7 +3,9 @@ CPU (`--device cpu`, or no GPU), so that code which only a lent GPU would run is
 training path and writes only where it is told to), the memory rates the README's Speed section quotes, and embed's
 host side (GPU_RESULTS.md quotes it)."""
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -83,6 +85,34 @@ def test_gpu_bench_runs_on_the_cpu_and_a_part_that_fails_leaves_the_others_and_t
     assert ("**Failed checks**: the speed table raised RuntimeError: no kernel image is available; embed end to end "
             "raised RuntimeError: no kernel image is available.") in report
     assert "- Tests on CUDA: ran after the failure." in report and "- embed against the CPU: ran too." in report
+
+
+def test_gpu_sh_runs_both_halves_with_the_fixtures_it_was_carried(tmp_path):
+    """gpu.sh on a machine that has the repository without ../shared (a lent GPU machine): a copy of the fixtures
+    carried in build/shared-fixtures is linked there before the two halves run, each with its time limit; the
+    interpreter (PYTHON) stands in for the benchmarks here and says what it was given and what it finds."""
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    shutil.copy(REPO / "benchmarks" / "gpu.sh", repo / "benchmarks" / "gpu.sh")
+    (repo / "build" / "shared-fixtures").mkdir(parents=True)
+    (repo / "build" / "shared-fixtures" / "marker").write_text("carried\n")
+    stand_in = tmp_path / "python"
+    stand_in.write_text('#!/bin/sh\ncase "$1" in *gpu_bench.py) [ -n "$STALL" ] && sleep 30;; esac\n'
+                        'echo "$1 $2 $3 $(cat ../shared/fixtures/marker) $HF_HUB_OFFLINE$PYTHONUNBUFFERED"\n')
+    stand_in.chmod(0o755)
+    environment = {**os.environ, "PYTHON": str(stand_in), "OUT": str(tmp_path)}
+    result = subprocess.run(["bash", repo / "benchmarks" / "gpu.sh", "--runs", "1"], capture_output=True, text=True,
+                            env=environment, timeout=60)
+    assert result.returncode == 0, result.stderr
+    output = str(tmp_path / "GPU_RESULTS.md")
+    assert result.stdout.splitlines() == [f"benchmarks/gpu_bench.py --output {output} carried 11",
+                                          f"benchmarks/gpu_train_bench.py --output {output} carried 11"]
+    assert (tmp_path / "shared" / "fixtures").is_symlink()
+    # A first half past its limit is stopped (exit status 124), and the second still runs.
+    result = subprocess.run(["bash", repo / "benchmarks" / "gpu.sh"], capture_output=True, text=True, timeout=60,
+                            env={**environment, "STALL": "1", "GPU_BENCH_SECONDS": "1"})
+    assert result.returncode == 124
+    assert result.stdout.splitlines() == [f"benchmarks/gpu_train_bench.py --output {output} carried 11"]
 
 
 def test_gpu_profile_runs_every_part_on_the_cpu(tmp_path):
