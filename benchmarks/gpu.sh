@@ -7,10 +7,10 @@
 # `make ptb-data`). For a machine with torch (CUDA) and no network:
 #   bash benchmarks/gpu.sh [--batch-sizes 32,256] [--runs 5] [--no-checks]
 # transformers, tokenizers, safetensors, huggingface_hub, h5py, accelerate and pytest (and datasets, for the
-# training part) must be importable: `make gpu-deps` installs them into build/gpu-deps for the Python that runs it
-# (on the GPU machine itself, where it has network), which this script adds to the path. Where ../shared/fixtures
-# is missing and build/shared-fixtures holds a copy of it (carried to a machine that has the repository alone),
-# it is linked there.
+# training part) must be importable: `make gpu-deps`, run on a machine with network and the same Python version,
+# installs them into build/gpu-deps, which this script adds to the path. Where ../shared/fixtures is missing (or a
+# link to nothing) and build/shared-fixtures holds a copy of it (carried to a machine that has the repository
+# alone), it is linked there.
 # Writes benchmarks/GPU_RESULTS.md (or $OUT/GPU_RESULTS.md when OUT is set), rewritten after each part, so a
 # timeout leaves the parts measured so far, marked as cut short; benchmarks/gpu_train_bench.py then writes its
 # training section into it, replacing an earlier one. Each half has a time limit, GPU_BENCH_SECONDS and
@@ -23,7 +23,7 @@ if [ -d build/gpu-deps ]; then
   export PYTHONPATH="$PWD/build/gpu-deps${PYTHONPATH:+:$PYTHONPATH}"
 fi
 if [ ! -d ../shared/fixtures ] && [ -d build/shared-fixtures ]; then
-  mkdir -p ../shared && ln -s "$PWD/build/shared-fixtures" ../shared/fixtures
+  mkdir -p ../shared && ln -sfn "$PWD/build/shared-fixtures" ../shared/fixtures
 fi
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 OUTPUT="${OUT:-benchmarks}/GPU_RESULTS.md"

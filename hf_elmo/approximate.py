@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .cuda_graphs import graphed_bilstm_layer
+from .cuda_graphs import GRAPHS_KIND, graphed_bilstm_layer
 from .fast_bilstm import (ExactMultiplies, built_derived_weights, clear_derived_weights, derived_weights,
                           fast_bilstm_layer, forget_biased)
 from .fast_linear import FastLinear, cpu_name, cpuinfo, onednn_bfloat16
@@ -188,7 +188,7 @@ def bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool = False):
 
 
 # What each approximation derives from a layer's weights (`fast_bilstm.derived_weights` kinds), for its own use only.
-DERIVED_KINDS = {"bf16": ("bf16", "cuda_graphs_bf16"), "int8": ("int8",), "nn_lstm": ("nn_lstm",)}
+DERIVED_KINDS = {"bf16": ("bf16", GRAPHS_KIND[torch.bfloat16]), "int8": ("int8",), "nn_lstm": ("nn_lstm",)}
 
 
 def drop_approximation(layer) -> None:

@@ -204,6 +204,10 @@ class GraphedBiLstm:
         graph.replay()
 
 
+# The `derived_weights` kind of a layer's graphed loop, per multiply dtype (the bf16 mode drops its own on leaving).
+GRAPHS_KIND = {torch.float32: "cuda_graphs", torch.bfloat16: "cuda_graphs_bf16"}
+
+
 def runs_graphed(layer, inputs: torch.Tensor) -> bool:
     """Whether the exact inference path of `layer` runs here (float32 weights, CUDA inputs): it masks any pattern of
     steps, so the caller need not read the mask from the device to check that every row starts at step 0."""
@@ -213,6 +217,5 @@ def runs_graphed(layer, inputs: torch.Tensor) -> bool:
 def graphed_bilstm_layer(layer, inputs, step_mask, h, c, dtype: torch.dtype = torch.float32):
     """`ElmoBiLstmLayer.forward` on a GPU through the layer's CUDA graphs (kept beside the layer, rebuilt
     when a weight changes): exact float32, or bfloat16 multiplies with `dtype=torch.bfloat16`."""
-    kind = "cuda_graphs" if dtype == torch.float32 else "cuda_graphs_bf16"
-    runner = derived_weights(layer, kind, lambda layer: GraphedBiLstm(layer, dtype))
+    runner = derived_weights(layer, GRAPHS_KIND[dtype], lambda layer: GraphedBiLstm(layer, dtype))
     return runner(inputs.float(), step_mask, h.float(), c.float())

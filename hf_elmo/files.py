@@ -265,8 +265,12 @@ class OutputLock:
         mine = os.fstat(handle)
         if (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino):
             return False
-        os.ftruncate(handle, 0)
-        os.write(handle, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(handle, 0)
+            os.write(handle, f"{os.getpid()}\n".encode())
+        except BaseException:  # (the lock is this run's: its file goes with it, as at release)
+            os.unlink(self.path)
+            raise
         return True
 
     def __exit__(self, *exc_info) -> None:

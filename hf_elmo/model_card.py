@@ -51,10 +51,11 @@ _BASE_CARD = (
 
 
 def check_language(language: str | Sequence[str]) -> None:
-    """Refuse what is not a language code (`en`, `zh`, `pt-BR`, `und`), or a list of them: it goes into the card's
-    YAML header as it is."""
+    """Refuse what is not a language code (`en`, `zh`, `pt-BR`, `und`, or the Hub's `multilingual`), or a list of
+    them: it goes into the card's YAML header as it is."""
     for code in [language] if isinstance(language, str) else language:
-        if not (isinstance(code, str) and re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*", code)):
+        if not (isinstance(code, str)
+                and (code == "multilingual" or re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*", code))):
             raise ValueError(f"{code!r} is not a language code: give ISO 639 codes such as en, zh or pt-BR")
 
 
@@ -120,7 +121,8 @@ def _input_description(config: ElmoConfig) -> str:
 
 def folder_card_language(name_or_path: str | Path) -> str | list[str] | None:
     """The `language` of the card (README.md) of a model folder on this machine; None where the path is no folder,
-    or its card is missing, unreadable or names no language. (A card on the Hub is not fetched.)"""
+    or its card is missing or unreadable, or names no language that `check_language` accepts (the card of a new
+    model would then say `und` rather than fail). A card on the Hub is not fetched."""
     from huggingface_hub import ModelCard
 
     card = Path(name_or_path) / "README.md"
@@ -128,13 +130,15 @@ def folder_card_language(name_or_path: str | Path) -> str | list[str] | None:
         return None
     try:
         language = ModelCard.load(card).data.language
-    except (OSError, ValueError, UnicodeDecodeError):
+    except Exception:  # noqa: BLE001 (an unreadable file, a header that is not YAML: yaml's own errors among them)
         return None
-    if isinstance(language, str) and language.strip():
-        return language.strip()
-    if isinstance(language, list) and language and all(isinstance(code, str) and code.strip() for code in language):
-        return [code.strip() for code in language]
-    return None
+    if isinstance(language, list) and len(language) == 1:
+        language = language[0]
+    try:
+        check_language(language)
+    except (TypeError, ValueError):  # (None, a number, an empty list: no language)
+        return None
+    return language if isinstance(language, str) else list(language) or None
 
 
 def default_model_card(model: nn.Module, repo_id: str) -> str:

@@ -727,26 +727,29 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def _apply(self, fn, *args, **kwargs):
         """`.to()`, `.half()`, `.float()`, `.double()`, `.cuda()`... (and a head's, which reach this module): the
-        caches and the derived copies of the weights are dropped. Their fingerprints would see the new storage too,
+        caches, the derived copies of the weights and the fused training path's recordings are dropped. Their fingerprints would see the new storage too,
         but not where the allocator hands a converted weight the very address of the old one (`.half().float()`)."""
         result = super()._apply(fn, *args, **kwargs)
-        self._drop_inference_state()
+        self._drop_inference_state(training_graphs=True)
         return result
 
     def weights_changed(self) -> None:
         """Say that the weights were written where the model cannot see it (through `.data`, or by code that swaps
         storages): the caches of per-word results and the copies of the weights that the fast inference paths
         derive (packed or reordered for the multiply kernels) are dropped, to be made again from the weights as they
-        are. Writes through the parameters themselves (in place, an optimizer step, `load_state_dict`) are seen."""
-        self._drop_inference_state()
+        are. Writes through the parameters themselves (in place, an optimizer step, `load_state_dict`) are seen. The
+        fused training path's recordings (CUDA graphs) are dropped too."""
+        self._drop_inference_state(training_graphs=True)
 
-    def _drop_inference_state(self) -> None:
-        """Empty the caches and drop the copies of the weights that the fast inference paths derive, and the fused
-        training path's recordings (which held their GPU memory after training, `.cpu()` included)."""
+    def _drop_inference_state(self, training_graphs: bool = False) -> None:
+        """Empty the caches and drop the copies of the weights that the fast inference paths derive; with
+        `training_graphs`, the fused training path's recordings too (kept across a change of mode, which an
+        evaluation during training makes twice; they held their GPU memory after `.cpu()`)."""
         self.clear_caches()
         for module in self.modules():
             clear_derived_weights(module)
-            clear_training_graphs(module)
+            if training_graphs:
+                clear_training_graphs(module)
 
     def train(self, mode: bool = True) -> "ElmoModel":
         """Training (`mode=True`) or evaluation mode. A change of mode also drops the caches and the copies of the

@@ -41,13 +41,14 @@ class DataError(ValueError):
 
 
 def load_sentences(paths: list[str], text_column: str = "text", word_splitting: str = "whitespace", role: str = "train",
-                   option: str | None = None):
+                   option: str | None = None, split: str | None = None):
     """The sentences of text files (globs allowed) or of a local `datasets` dataset, as a `datasets.Dataset` with a
     `words` column; empty lines are dropped.
 
     word_splitting: "whitespace" for pre-tokenised text (bilm-tf's format), "tokenizer" to split raw text with
     `ElmoTokenizer.split_words`. option: the command-line option that named `paths`, for errors (default
-    `--{role}-file`).
+    `--{role}-file`). split: the split of a saved DatasetDict to read, that one only (default: the role's: train,
+    or validation, else valid, else test).
     """
     import datasets
 
@@ -55,7 +56,7 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
         raise DataError(f"--word-splitting must be 'whitespace' or 'tokenizer', got {word_splitting!r}")
     option = option or f"--{role}-file"
     if len(paths) == 1 and Path(paths[0]).is_dir():
-        dataset = _load_saved_dataset(Path(paths[0]), role, option)
+        dataset = _load_saved_dataset(Path(paths[0]), role, option, split)
     else:
         files = []
         for pattern in paths:
@@ -110,7 +111,7 @@ def _root_cause(error: BaseException) -> BaseException:
     return error
 
 
-def _load_saved_dataset(folder: Path, role: str, option: str):
+def _load_saved_dataset(folder: Path, role: str, option: str, split: str | None = None):
     import datasets
 
     try:
@@ -120,11 +121,14 @@ def _load_saved_dataset(folder: Path, role: str, option: str):
     except Exception as error:  # (whatever its reader meets: a split saved without rows is an IndexError)
         raise DataError(f"{option} {folder}: the saved dataset does not load ({type(error).__name__}: {error})") from None
     if isinstance(dataset, datasets.DatasetDict):
-        wanted = {"train": ("train",), "validation": ("validation", "valid", "test")}.get(role, (role,))
-        split = next((name for name in wanted if name in dataset), None)
-        if split is None:
+        by_role = {"train": ("train",), "validation": ("validation", "valid", "test")}
+        wanted = (split,) if split else by_role.get(role, (role,))
+        found = next((name for name in wanted if name in dataset), None)
+        if found is None:
             raise DataError(f"{option} {folder}: no split {' or '.join(wanted)} (splits: {', '.join(dataset)})")
-        dataset = dataset[split]
+        dataset = dataset[found]
+    elif split:
+        raise DataError(f"--split {split}: {folder} is a saved Dataset, which has no splits; leave out --split")
     return dataset
 
 
@@ -405,11 +409,13 @@ def window_batch(table: WordTable, forward_inputs, forward_targets, backward_inp
     }
 
 
-def read_corpus(paths: list[str], text_column: str, word_splitting: str, role: str, option: str | None = None):
+def read_corpus(paths: list[str], text_column: str, word_splitting: str, role: str, option: str | None = None,
+                split: str | None = None):
     """Load a corpus for `role` ("train" or "validation"), with a readable error for empty input (naming `option`,
     by default `--{role}-file`)."""
     option = option or f"--{role}-file"
-    sentences = load_sentences(paths, text_column=text_column, word_splitting=word_splitting, role=role, option=option)
+    sentences = load_sentences(paths, text_column=text_column, word_splitting=word_splitting, role=role, option=option,
+                               split=split)
     if len(sentences) == 0:
         raise DataError(f"{option} {' '.join(map(os.fspath, paths))}: no sentences (every line is empty)")
     return sentences

@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", required=True, help="a pretraining output folder or one of its checkpoint-STEP folders")
     parser.add_argument("--file", nargs="+", required=True, help="held-out text files (one sentence per line) or a saved dataset folder")
     parser.add_argument("--text-column", default="text")
-    parser.add_argument("--split", help="the split of a saved DatasetDict to score, such as test (default: validation, "
-                                        "else valid, else test)")
+    parser.add_argument("--split", help="the split of a saved DatasetDict to score, that one only, such as test "
+                                        "(default: validation, else valid, else test)")
     parser.add_argument("--word-splitting", choices=["whitespace", "tokenizer"],
                         help="how the text's lines become words (default: as the run that made the model split its text, "
                              "recorded in its trainer_state.json; whitespace where none is recorded)")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.split is not None and not (len(args.file) == 1 and Path(args.file[0]).is_dir()):
             raise DataError(f"--split {args.split}: only a saved dataset folder has splits, and --file names text files")
         splitting = args.word_splitting or recorded_word_splitting(model_dir)
-        corpus = read_corpus(args.file, args.text_column, splitting, args.split or "validation", "--file")
+        corpus = read_corpus(args.file, args.text_column, splitting, "validation", "--file", split=args.split)
         text = EncodedText.encode(corpus, table, vocabulary)
         stream = EvaluationStream(text, table, vocabulary, rows=args.batch_size, unroll_steps=args.unroll_steps)
     except (DataError, VocabularyError) as error:

@@ -60,7 +60,8 @@ def test_gpu_bench_runs_on_the_cpu_and_a_part_that_fails_leaves_the_others_and_t
     """benchmarks/gpu_bench.py (gpu.sh's first half) where there is no GPU, tiny settings: the speed table and its
     targets in the report, written after each part (the last "Cut short" line replaced by the whole run's time). A
     part that raises (on the GPU machine: a missing package, a kernel that fails) is a failed check naming it, exit
-    status 1, and the parts after it still run and are reported."""
+    status 1, with its traceback's end, the rows measured before it kept, and the parts after it still run and
+    are reported."""
     import gpu_bench
 
     output = tmp_path / "GPU_RESULTS.md"
@@ -75,15 +76,22 @@ def test_gpu_bench_runs_on_the_cpu_and_a_part_that_fails_leaves_the_others_and_t
     def broken(*arguments):
         raise RuntimeError("no kernel image is available")
 
-    monkeypatch.setattr(gpu_bench, "speed_table", broken)
+    def one_row_then_out_of_memory(device, args, failures, measured, lines, measured_row):
+        lines += ["| size | sentences |", "|---|---|", "| small | 2 |"]
+        measured_row()
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(gpu_bench, "speed_table", one_row_then_out_of_memory)
     monkeypatch.setattr(gpu_bench, "cuda_tests", lambda failures: ["- Tests on CUDA: ran after the failure."])
     monkeypatch.setattr(gpu_bench, "embed_end_to_end", broken)
     monkeypatch.setattr(gpu_bench, "embed_against_cpu", lambda failures: ["- embed against the CPU: ran too."])
     monkeypatch.setattr(sys, "argv", [argument for argument in command if argument != "--no-checks"])
     assert gpu_bench.main() == 1
     report = output.read_text()
-    assert ("**Failed checks**: the speed table raised RuntimeError: no kernel image is available; embed end to end "
+    assert ("**Failed checks**: the speed table raised RuntimeError: CUDA out of memory; embed end to end "
             "raised RuntimeError: no kernel image is available.") in report
+    assert "| small | 2 |" in report  # (the row measured before the failure)
+    assert report.count("Traceback (most recent call last):") == 2 and 'in one_row_then_out_of_memory' in report
     assert "- Tests on CUDA: ran after the failure." in report and "- embed against the CPU: ran too." in report
 
 
@@ -108,6 +116,11 @@ def test_gpu_sh_runs_both_halves_with_the_fixtures_it_was_carried(tmp_path):
     assert result.stdout.splitlines() == [f"benchmarks/gpu_bench.py --output {output} carried 11",
                                           f"benchmarks/gpu_train_bench.py --output {output} carried 11"]
     assert (tmp_path / "shared" / "fixtures").is_symlink()
+    (tmp_path / "shared" / "fixtures").unlink()
+    (tmp_path / "shared" / "fixtures").symlink_to(tmp_path / "gone")  # (a link left by an earlier machine)
+    result = subprocess.run(["bash", repo / "benchmarks" / "gpu.sh"], capture_output=True, text=True, env=environment,
+                            timeout=60)
+    assert result.returncode == 0 and result.stdout.count("carried") == 2, result.stderr
     # A first half past its limit is stopped (exit status 124), and the second still runs.
     result = subprocess.run(["bash", repo / "benchmarks" / "gpu.sh"], capture_output=True, text=True, timeout=60,
                             env={**environment, "STALL": "1", "GPU_BENCH_SECONDS": "1"})

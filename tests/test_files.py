@@ -128,7 +128,7 @@ def test_a_lock_whose_file_was_removed_meanwhile_is_taken_on_the_file_now_there(
 
 def test_a_lock_that_fails_to_write_its_holder_is_released_with_the_error(tmp_path, monkeypatch):
     """OutputLock whose writing of the holder's process id fails (a full disk): the error comes through, and the
-    descriptor, with the lock it held, goes with it (it stayed open and locked, so every later run in the process
+    descriptor, with the lock it held, and the lock's file go with it (it stayed open and locked, so every later run in the process
     was told that another run was writing the output)."""
     path = tmp_path / "out.hdf5.lock"
     real_ftruncate = os.ftruncate
@@ -140,6 +140,7 @@ def test_a_lock_that_fails_to_write_its_holder_is_released_with_the_error(tmp_pa
     with pytest.raises(OSError, match="No space left on device"):
         with OutputLock(path, "out.hdf5"):
             pass
+    assert not path.exists()  # (its file went with it, as at a release)
     monkeypatch.setattr(os, "ftruncate", real_ftruncate)
     with OutputLock(path, "out.hdf5"):  # (refused while the failed one's descriptor held the lock)
         assert path.read_text() == f"{os.getpid()}\n"

@@ -296,8 +296,11 @@ def test_the_default_card_keeps_the_language_of_the_folders_card(head_folders, t
     for language in ("zh", ["en", "zh"]):
         (folder / "README.md").write_text(render_model_card(model, "someone/tagger", source="a test", language=language))
         assert ModelCard(default_model_card(model, "someone/tagger")).data.language == language
-    (folder / "README.md").write_text("---\nlicense: mit\n---\n# no language\n")
-    assert ModelCard(default_model_card(model, "someone/tagger")).data.language == "und"
+    # A card that names no language hf-elmo can write (or whose header does not parse) gives und, not an error.
+    for header, expected in (("license: mit", "und"), ("language: multilingual", "multilingual"),
+                             ("language: [en, en_US]", "und"), ("language: [en", "und"), ("language: 5", "und")):
+        (folder / "README.md").write_text(f"---\n{header}\n---\n# a card\n")
+        assert ModelCard(default_model_card(model, "someone/tagger")).data.language == expected, header
     made = ElmoModel(ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]], num_highway_layers=1))
     assert ModelCard(default_model_card(made, "someone/elmo")).data.language == "und"
 

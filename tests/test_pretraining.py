@@ -1589,6 +1589,13 @@ def test_evaluate_scores_the_split_of_a_saved_dataset_it_is_asked_for(reference_
     assert_one_error(code, capsys.readouterr().err, "error: --split test: only a saved dataset folder has splits")
     code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "saved"), "--split", "dev"])
     assert_one_error(code, capsys.readouterr().err, f"error: --file {tmp_path / 'saved'}: no split dev (splits: validation, test)")
+    # --split names one split: no other stands in for it; a saved Dataset (not a DatasetDict) has none.
+    datasets.DatasetDict({"test": datasets.Dataset.from_dict({"text": splits["test"]})}).save_to_disk(tmp_path / "only-test")
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "only-test"), "--split", "validation"])
+    assert_one_error(code, capsys.readouterr().err, f"--file {tmp_path / 'only-test'}: no split validation (splits: test)")
+    datasets.Dataset.from_dict({"text": splits["test"]}).save_to_disk(tmp_path / "plain")
+    code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "plain"), "--split", "test"])
+    assert_one_error(code, capsys.readouterr().err, f"--split test: {tmp_path / 'plain'} is a saved Dataset, which has no splits")
     # A saved split without rows does not load in datasets (an IndexError deep inside it): named, not a traceback.
     datasets.DatasetDict({"test": datasets.Dataset.from_dict({"text": []})}).save_to_disk(tmp_path / "empty")
     code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "empty"), "--split", "test"])
