@@ -727,8 +727,9 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def _apply(self, fn, *args, **kwargs):
         """`.to()`, `.half()`, `.float()`, `.double()`, `.cuda()`... (and a head's, which reach this module): the
-        caches, the derived copies of the weights and the fused training path's recordings are dropped. Their fingerprints would see the new storage too,
-        but not where the allocator hands a converted weight the very address of the old one (`.half().float()`)."""
+        caches, the derived copies of the weights and the fused training path's recordings are dropped. Their
+        fingerprints would see the new storage too, but not where the allocator hands a converted weight the very
+        address of the old one (`.half().float()`)."""
         result = super()._apply(fn, *args, **kwargs)
         self._drop_inference_state(training_graphs=True)
         return result
@@ -1139,9 +1140,9 @@ class ElmoForSequenceClassification(ElmoTaskModel):
                              f"{self.classifier.in_features} inputs: set it before the model is built")
         mask = word_mask.unsqueeze(-1)
         pooled = []
-        if self.config.sequence_pooling in ("mean", "mean_max"):
+        if pooling in ("mean", "mean_max"):
             pooled.append((words * mask).sum(1) / mask.sum(1).clamp(min=1))
-        if self.config.sequence_pooling in ("max", "mean_max"):
+        if pooling in ("max", "mean_max"):
             if words.shape[1] == 0:
                 pooled.append(words.new_zeros(words.shape[0], words.shape[2]))
             else:

@@ -57,6 +57,8 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
     option = option or f"--{role}-file"
     if len(paths) == 1 and Path(paths[0]).is_dir():
         dataset = _load_saved_dataset(Path(paths[0]), role, option, split)
+    elif split:
+        raise DataError(f"--split {split}: only a saved dataset folder has splits, and {option} names text files")
     else:
         files = []
         for pattern in paths:

@@ -110,8 +110,6 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, ValueError) as error:  # its char.dic or word.dic missing or unreadable, named
                 raise DataError(f"{model_dir}: its tokenizer does not load ({error})") from None
         table = WordTable(model.config.max_characters_per_token, tokenizer)
-        if args.split is not None and not (len(args.file) == 1 and Path(args.file[0]).is_dir()):
-            raise DataError(f"--split {args.split}: only a saved dataset folder has splits, and --file names text files")
         splitting = args.word_splitting or recorded_word_splitting(model_dir)
         corpus = read_corpus(args.file, args.text_column, splitting, "validation", "--file", split=args.split)
         text = EncodedText.encode(corpus, table, vocabulary)

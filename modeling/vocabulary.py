@@ -33,7 +33,8 @@ class VocabularyError(ValueError):
 class Vocabulary:
     """Words of the softmax, id = position. Words outside it are `<UNK>` as targets (inputs are characters)."""
 
-    def __init__(self, words: list[str], source: str = "vocabulary"):
+    def __init__(self, words: list[str], source: str = "vocabulary", line_numbers: list[int] | None = None):
+        """`line_numbers`: each word's line in `source`, for errors (default: its position, counted from 1)."""
         specials = SPECIAL_WORDS
         if any(word not in words for word in SPECIAL_WORDS) and all(word in words for word in PACKAGE_SPECIAL_WORDS):
             specials = PACKAGE_SPECIAL_WORDS
@@ -45,9 +46,11 @@ class Vocabulary:
                                   f"it cannot be a softmax word")
         self.words = list(words)
         self.index = {}
+        numbers = line_numbers or range(1, len(self.words) + 1)
         for position, word in enumerate(self.words):
             if word in self.index:
-                raise VocabularyError(f"{source}: word {word!r} appears twice (lines {self.index[word] + 1} and {position + 1})")
+                raise VocabularyError(f"{source}: word {word!r} appears twice (lines {numbers[self.index[word]]} and "
+                                      f"{numbers[position]})")
             self.index[word] = position
         self.bos_id, self.eos_id, self.unk_id = (self.index[word] for word in specials)
 
@@ -68,18 +71,13 @@ class Vocabulary:
         # Lines end as Python's universal newlines end them (not at every separator that str.splitlines knows).
         lines = [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
         entries = [(number, word) for number, word in enumerate(lines, 1) if word and word != SKIPPED_LINE]
-        seen = {}
-        for number, word in entries:  # (checked here, where the file's line numbers are known)
+        for number, word in entries:
             if " " in word or "\t" in word:  # (`word count` or `word<TAB>count`: never a word of text split at them)
                 raise VocabularyError(f"{path}: line {number} ({word!r}) is not one word: a vocabulary file holds one "
                                       "word per line, with nothing after it (bilm-tf's format: no counts)")
-            if word in seen:
-                raise VocabularyError(f"{path}: word {word!r} appears twice (lines {seen[word]} and {number})")
-            seen[word] = number
-        words = [word for _, word in entries]
-        if not words:
+        if not entries:
             raise VocabularyError(f"{path}: the vocabulary file is empty")
-        return cls(words, source=str(path))
+        return cls([word for _, word in entries], source=str(path), line_numbers=[number for number, _ in entries])
 
     @classmethod
     def from_word_dictionary(cls, words: dict[str, int], source: str = "word.dic") -> "Vocabulary":
