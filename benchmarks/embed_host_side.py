@@ -3,16 +3,15 @@
     .venv/bin/python benchmarks/embed_host_side.py [--sentences 6000] [--batch-size 256] [--folder /dev/shm]
 
 On a GPU the model of the original size computes about 120,000 words/s (GPU_RESULTS.md), so everything else that
-embed does (reading and hashing the file, tokenising, writing each batch's file, assembling the output) must
-run several times faster than that for embed to keep up with it. This runs `ElmoEmbedder.embed_file` as embed on a
-GPU does (tokenising ahead, writing behind), `--top`, on the sentences of `gpu_bench.py` (20-30 words from a
+embed does (reading and hashing the file, tokenising, making the output's datasets, writing each batch's lines)
+must run several times faster than that for embed to keep up with it. This runs `ElmoEmbedder.embed_file` as embed
+on a GPU does (tokenising ahead, writing behind), `--top`, on the sentences of `gpu_bench.py` (20-30 words from a
 Zipf-distributed vocabulary), with the model's computation replaced by zeros of its output's shape (width 1,024,
 the original size's), made at once: its words/s is the most that the host side allows a model of any speed.
 Timed on its second pass, as gpu_bench.py times embed. The files go to `--folder` (default: the system's temporary
-folder); the output is 600 MB and every batch is written twice (its batch file, then the output), so on a slow disk
-the disk sets the figure: a folder in memory (`/dev/shm`) leaves the computer's own work. Also the tokenizer alone
-on the same batches: the call (`tokenizer(words, is_split_into_words=True, padding=True)`) against `encode_words`,
-which embed uses.
+folder); the output is 600 MB, written once, so on a slow disk the disk sets the figure: a folder in memory
+(`/dev/shm`) leaves the computer's own work. Also the tokenizer alone on the same batches: the call
+(`tokenizer(words, is_split_into_words=True, padding=True)`) against `encode_words`, which embed uses.
 """
 
 import argparse

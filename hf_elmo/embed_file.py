@@ -10,12 +10,19 @@ An empty input file has no lines, so its output has no line datasets: only `sent
 `allennlp elmo` wrote for it), or nothing with `forget_sentences` or `use_sentence_keys`. A warning names the
 input: an empty one is more often a mistake than not.
 
-How the work is kept: each batch is written, as soon as it is computed, to its own small HDF5 file in
-`OUTPUT.partial/` (atomically: a killed run leaves whole batches or nothing; on a GPU by a thread of its own, while
-the model computes the next batch). A run finds the batches that an earlier, interrupted run finished (a damaged one
-is named and computed again) and computes only the others; when all are there, they are copied in line order into
-OUTPUT (again atomically, through a temporary file in `OUTPUT.partial/`) and the folder is removed. `OUTPUT.lock`
-keeps a second run off the same output while one runs.
+How the work is kept: the output is written once, in place. When a run begins, `OUTPUT.partial/output.hdf5` is
+made whole (atomically) with every line's dataset, its space allocated, `sentence_to_index` and the manifest, then
+closed. From then on, writing a batch changes the bytes of its lines' datasets only, never HDF5's own records of
+the file (what `_PartialOutput` relies on), so a kill in the middle of a write leaves a file that opens, and the
+batches it finished are whole: after each batch is written (on a GPU by a thread of its own, while the model
+computes the next batch) the file is flushed, and then a small batch file, `OUTPUT.partial/00000012.hdf5` for batch
+12, says that it is done (made atomically: it is there whole or not at all; a stateful run's holds the LSTM state
+after the batch). A run finds the batches that an earlier, interrupted run finished (a damaged batch file, or a
+damaged `output.hdf5`, is named and its batches computed again) and computes only the others; when all are there,
+`output.hdf5` is moved to OUTPUT and the folder is removed. `OUTPUT.lock` keeps a second run off the same output
+while one runs. Under `accelerate launch` or `torchrun` the first process writes `output.hdf5`, and every other
+process writes its batches' lines into their batch files, which the first process copies into `output.hdf5` at
+the end (one HDF5 file has one writer).
 
 Exactly the same bytes, however often a run was interrupted and however many processes ran it: float32 rounding
 in a matrix multiply (MKL picks its kernel by the number of rows: a highway layer's row comes out differently from
@@ -60,7 +67,9 @@ from .files import (OutputLock, check_output_location, check_text_file, decode_u
 logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
-BATCH_FILE = re.compile(r"\d{8}\.hdf5")  # OUTPUT.partial/00000012.hdf5: batch 12
+OUTPUT_NAME = "output.hdf5"  # OUTPUT.partial/output.hdf5: the output as it is written
+BATCH_FILE = re.compile(r"\d{8}\.hdf5")  # OUTPUT.partial/00000012.hdf5: batch 12 is done
+IN_OUTPUT = "lines_in_output"  # attribute of a batch file whose lines are in output.hdf5, not in the batch file
 STATE_GROUP = "_state"  # in a stateful run's batch files: the LSTM state after the batch
 MANIFEST_ATTRIBUTE = "hf_elmo_embed"  # on a finished output file: the manifest of the run that wrote it
 # Words per call when the caches are filled (bounds its memory; a fixed size, so always the same calls).
@@ -257,6 +266,107 @@ def _write_atomically(path: Path, write, folder: Path | None = None) -> None:
             temporary.unlink()
 
 
+def _line_keys(sentences: list[str], use_sentence_keys: bool) -> list[str]:
+    """Each line's dataset name in the output: its line number, or the sentence itself."""
+    return list(sentences) if use_sentence_keys else [str(line) for line in range(len(sentences))]
+
+
+def _line_shapes(embedder: ElmoEmbedder, sentences: list[str], output_format: str) -> list[tuple[int, ...]]:
+    """Each line's dataset shape in the output: that of `empty_embedding` with the line's words."""
+    *layers, _, width = embedder.empty_embedding(output_format).shape
+    return [(*layers, len(sentence.split()), width) for sentence in sentences]
+
+
+def _link_lists() -> dict[int, h5py.h5p.PropLCID]:
+    """HDF5's link creation lists for a name marked ASCII and for one marked UTF-8, by character set."""
+    link_lists = {}
+    for encoding in (h5py.h5t.CSET_ASCII, h5py.h5t.CSET_UTF8):
+        link_lists[encoding] = h5py.h5p.create(h5py.h5p.LINK_CREATE)
+        link_lists[encoding].set_char_encoding(encoding)
+    return link_lists
+
+
+def _encoded_name(key: str) -> tuple[bytes, int]:
+    """A dataset name and its character set as h5py's `handle[name] = array` writes it: ASCII where it is, else
+    UTF-8 (its `create_dataset` marks every name ASCII)."""
+    try:
+        return key.encode("ascii"), h5py.h5t.CSET_ASCII
+    except UnicodeEncodeError:
+        return key.encode("utf-8"), h5py.h5t.CSET_UTF8
+
+
+def _create_partial_output(path: Path, keys: list[str], shapes: list[tuple[int, ...]], sentences: list[str],
+                           manifest: dict, sentence_index: bool) -> None:
+    """Make `OUTPUT.partial/output.hdf5` whole, atomically: every line's float32 dataset in line order, its space
+    allocated now (and never filled: each batch writes its lines), `sentence_to_index` and the manifest. Closed
+    once made, so that HDF5 has written every record it keeps of the file (a file flushed while still open changed
+    the end-of-file address on the next flush). Made with HDF5's low-level calls, the property lists and shapes
+    made once: h5py's `create_dataset` took 5 times as long per dataset (100-120 against 23 microseconds)."""
+    float32 = h5py.h5t.py_create(np.dtype("<f4"))
+    creation = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    creation.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    creation.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    creation.set_obj_track_times(False)  # (as h5py makes datasets: no times, so the same run gives the same bytes)
+
+    link_lists, spaces = _link_lists(), {}
+
+    def write(handle):
+        handle.attrs[MANIFEST_ATTRIBUTE] = json.dumps(manifest)
+        for key, shape in zip(keys, shapes):
+            name, encoding = _encoded_name(key)
+            if shape not in spaces:
+                spaces[shape] = h5py.h5s.create_simple(shape)
+            h5py.h5d.create(handle.id, name, float32, spaces[shape], dcpl=creation, lcpl=link_lists[encoding])
+        if sentence_index:
+            index = handle.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+            index[0] = json.dumps({sentence: str(line) for line, sentence in enumerate(sentences)})
+
+    _write_atomically(path, write)
+
+
+def _partial_output_problem(path: Path, keys: list[str], shapes: list[tuple[int, ...]], manifest: dict) -> str | None:
+    """What is wrong with an `output.hdf5` that an interrupted run left (None: nothing): it must open, hold this
+    run's manifest and every line's dataset with its type and shape."""
+    try:
+        with h5py.File(path, "r") as handle:
+            found = handle.attrs.get(MANIFEST_ATTRIBUTE)
+            if found is None or json.loads(found) != manifest:
+                return "was made for another run"
+            for key, shape in zip(keys, shapes):
+                name = key.encode()
+                if not handle.id.links.exists(name):
+                    return f"has no dataset {key}"
+                dataset = h5py.h5d.open(handle.id, name)
+                if dataset.dtype != np.float32 or dataset.shape != shape:
+                    return f"dataset {key} has type {dataset.dtype} and shape {dataset.shape}, not that of its line"
+    except (OSError, ValueError, KeyError) as error:
+        return f"is damaged ({error})"
+    return None
+
+
+class _PartialOutput:
+    """`OUTPUT.partial/output.hdf5` open for the batches' lines (made by `_create_partial_output`). Writing a batch
+    writes the bytes of its lines' datasets, whose space was allocated when the file was made, and nothing else:
+    HDF5's records of the file stay as they are on disk (a test compares every byte outside the datasets), so a run
+    killed in the middle of a write leaves a file that opens, and the batches it finished (flushed) are whole."""
+
+    def __init__(self, path: Path, keys: list[str]):
+        self.path, self.keys = path, keys
+        self.handle = h5py.File(path, "r+")
+
+    def write(self, lines: list[int], arrays: list[np.ndarray]) -> None:
+        """Write each line's float32 array into its dataset, then flush the file."""
+        for line, array in zip(lines, arrays):
+            dataset = h5py.h5d.open(self.handle.id, self.keys[line].encode())
+            if dataset.shape != array.shape:  # (a defect here, never bad input: the shapes come from the lines)
+                raise RuntimeError(f"{self.path}: line {line} has {array.shape} to write into {dataset.shape}")
+            dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(array, dtype=np.float32))
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
+
+
 class _BatchFiles:
     """Read access to the finished batch files, a bounded number open at a time (they are read roughly in order)."""
 
@@ -302,11 +412,11 @@ def embed_file(
     is not on the CPU, so that a GPU never waits for the tokenizer; on a CPU the thread would take a core from the
     model). The output is the same either way.
 
-    `write_behind`: copy each computed batch to the host and write its file in a thread while the model computes
+    `write_behind`: copy each computed batch to the host and write its lines in a thread while the model computes
     the next one (None: where the model is not on the CPU). On an H200 it took embed from 29,500 to 36,700 words/s
-    (original size); on a CPU, where the model takes every core and the writes are a few percent of its time, it
-    measured no faster (2 cores, original size: 1,240 words/s either way). The output is the same either way, and a
-    batch file is written whole or not at all either way.
+    (original size, when each batch was written twice); on a CPU, where the model takes every core and the writes
+    are a few percent of its time, it measured no faster (2 cores, original size: 1,240 words/s either way). The
+    output is the same either way, and a batch is marked done only once its lines are written, either way.
 
     Returns a summary: `sentences`, `batches`, `computed` (batches this process computed), `resumed` (batches an
     earlier run had finished), `seconds`, `output`.
@@ -343,6 +453,7 @@ def embed_file(
         "cpu_threads": torch.get_num_threads() if embedder.device.type == "cpu" else None,
     }
     batches = plan_batches(sentences, batch_size, embedder.stateful)
+    keys, shapes = _line_keys(sentences, use_sentence_keys), _line_shapes(embedder, sentences, output_format)
     summary = {"sentences": len(sentences), "batches": len(batches), "computed": 0, "resumed": 0, "output": str(output_file)}
     partial, lock = companion_paths(output_file)
     with contextlib.ExitStack() as held:
@@ -354,7 +465,8 @@ def embed_file(
                 held.enter_context(OutputLock(lock, output_file))
                 finished_before = _finished_manifest(output_file) == manifest and _read_manifest(partial) in (None, manifest)
                 if not finished_before:
-                    _prepare_partial_folder(partial, manifest, sentences, batches, embedder.stateful)
+                    _prepare_partial_folder(partial, manifest, sentences, keys, shapes, batches, embedder.stateful,
+                                            sentence_index=not (use_sentence_keys or forget_sentences))
             except (ValueError, OSError) as error:
                 failure = str(error)
         if state.num_processes > 1:
@@ -370,12 +482,11 @@ def embed_file(
             tokenize_ahead = embedder.device.type != "cpu"
         if write_behind is None:
             write_behind = embedder.device.type != "cpu"
-        _compute_batches(embedder, sentences, batches, partial, output_format, state, summary, progress, tokenize_ahead,
-                         write_behind)
+        _compute_batches(embedder, sentences, keys, batches, partial, output_format, state, summary, progress,
+                         tokenize_ahead, write_behind)
         state.wait_for_everyone()
         if state.is_main_process:
-            _write_output(embedder, sentences, batches, partial, output_file, output_format, manifest,
-                          use_sentence_keys, forget_sentences)
+            _write_output(batches, keys, partial, output_file)
         state.wait_for_everyone()
     summary["seconds"] = time.perf_counter() - started
     return summary
@@ -399,9 +510,10 @@ def _tokenized_batches(embedder, sentences, batches, todo, ahead: bool) -> Itera
             yield k, tokenized
 
 
-def _compute_batches(embedder, sentences, batches, partial, output_format, state, summary, progress,
+def _compute_batches(embedder, sentences, keys, batches, partial, output_format, state, summary, progress,
                      tokenize_ahead: bool, write_behind: bool) -> None:
-    """Compute and save every batch of this process that no earlier run finished."""
+    """Compute and save every batch of this process that no earlier run finished (the first process into
+    `output.hdf5`, the others into their batch files)."""
     files = _BatchFiles(partial)
     finished = {int(path.stem) for path in partial.glob("[0-9]*.hdf5") if BATCH_FILE.fullmatch(path.name)}
     mine = [k for k in range(len(batches)) if k % state.num_processes == state.process_index]
@@ -423,8 +535,10 @@ def _compute_batches(embedder, sentences, batches, partial, output_format, state
         unit=" sentences", desc="hf-elmo embed", disable=not (progress and state.is_main_process), dynamic_ncols=True,
     )
 
+    output = _PartialOutput(partial / OUTPUT_NAME, keys) if state.is_main_process else None
+
     def save(k, words, on_host, copied) -> None:
-        _save_batch(files.path(k), batches[k], words, on_host, copied)
+        _save_batch(files.path(k), batches[k], words, on_host, copied, output)
         summary["computed"] += 1
         bar.update(len(batches[k]))
 
@@ -438,6 +552,8 @@ def _compute_batches(embedder, sentences, batches, partial, output_format, state
                     writer.submit(functools.partial(save, k, tokenized[0], *_copy_to_host([layers, *carried])))
     finally:
         unpin_words(embedder)
+        if output is not None:
+            output.close()
 
 
 def _kept_state(state: torch.Tensor) -> torch.Tensor:
@@ -462,16 +578,23 @@ def _copy_to_host(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], torc
 
 
 def _save_batch(path: Path, lines: list[int], words: list[list[str]], on_host: list[torch.Tensor],
-                copied: torch.cuda.Event | None) -> None:
-    """Write a computed batch to its file in one step: its layers [B, ..., T, 2P] as one dataset per line, then a
-    stateful run's carried state (h, c)."""
+                copied: torch.cuda.Event | None, output: _PartialOutput | None) -> None:
+    """Save a computed batch, its layers [B, ..., T, 2P] and a stateful run's carried state (h, c): each line into
+    `output` (flushed), then the batch file, in one step, with the state; or without `output` (a process other than
+    the first) the lines into the batch file too, one dataset each."""
     if copied is not None:
         copied.synchronize()
     layers, *carried = (tensor.numpy() for tensor in on_host)
+    arrays = sentence_arrays(layers, words)
+    if output is not None:
+        output.write(lines, arrays)
 
     def write(handle):
-        for line, embedding in zip(lines, sentence_arrays(layers, words)):
-            handle.create_dataset(str(line), data=embedding)
+        if output is None:
+            for line, embedding in zip(lines, arrays):
+                handle.create_dataset(str(line), data=embedding)
+        else:
+            handle.attrs[IN_OUTPUT] = True
         for name, state in zip(("h", "c"), carried):
             handle.create_dataset(f"{STATE_GROUP}/{name}", data=state)
 
@@ -517,35 +640,23 @@ class _Writer:
             self.pool.shutdown(wait=True)
 
 
-def _write_output(embedder, sentences, batches, partial, output_file, output_format, manifest, use_sentence_keys,
-                  forget_sentences) -> None:
-    """Copy the batches, in line order, into the output file (in one step), then remove the batch folder. Each line's
-    dataset is copied by HDF5 itself (`H5Ocopy`: the same dataset, values, type, shape and layout), by name: reading
-    it into numpy and writing it again took 3 times as long, and h5py's `Group.copy` of an opened dataset 1.5 times."""
+def _write_output(batches, keys, partial, output_file) -> None:
+    """Copy the lines of the batches that other processes computed into `output.hdf5` (the first process's are
+    there), move it to `output_file` in one step, then remove the batch folder."""
     files = _BatchFiles(partial)
     missing = [k for k in range(len(batches)) if not files.path(k).is_file()]
     if missing:
         raise RuntimeError(f"{partial}: batches {missing[:5]} are missing after every process finished")
-    line_batch = {line: k for k, batch in enumerate(batches) for line in batch}
-    empty = embedder.empty_embedding(output_format)
-
-    def write_output(handle):
-        handle.attrs[MANIFEST_ATTRIBUTE] = json.dumps(manifest)
-        for line, sentence in enumerate(sentences):
-            key = sentence if use_sentence_keys else str(line)
-            if line in line_batch:
-                h5py.h5o.copy(files[line_batch[line]].id, str(line).encode(), handle.id, key.encode())
-            else:
-                handle.create_dataset(key, data=empty)
-        if not (use_sentence_keys or forget_sentences):
-            index = handle.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-            index[0] = json.dumps({sentence: str(line) for line, sentence in enumerate(sentences)})
-
+    output = _PartialOutput(partial / OUTPUT_NAME, keys)
     try:
-        # The temporary file lives in the batch folder: a kill leaves it where the next run removes it.
-        _write_atomically(output_file, write_output, folder=partial)
+        for k, batch in enumerate(batches):
+            handle = files[k]
+            if not handle.attrs.get(IN_OUTPUT, False):
+                output.write(batch, [handle[str(line)][...] for line in batch])
     finally:
+        output.close()
         files.close()
+    os.replace(partial / OUTPUT_NAME, output_file)
     shutil.rmtree(partial)
 
 
@@ -566,10 +677,13 @@ def _finished_manifest(output_file: Path) -> dict | None:
         return None
 
 
-def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str], batches: list[list[int]],
-                            stateful: bool) -> None:
+def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str], keys: list[str],
+                            shapes: list[tuple[int, ...]], batches: list[list[int]], stateful: bool,
+                            sentence_index: bool) -> None:
     """Create the batch folder, or check that the one an interrupted run left is for the same job, and remove
-    what that run left unfinished: temporary files, and batch files that do not read back whole."""
+    what that run left unfinished: temporary files, and batch files that do not read back whole; then make
+    `output.hdf5`, or check the one that run left (a damaged one is made again, and its batches are computed
+    again)."""
     if partial.exists():
         found = _read_manifest(partial)
         if found is None and any(partial.glob("[0-9]*.hdf5")):
@@ -598,6 +712,7 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
                 if problem is not None:
                     logger.warning(f"{path}: {problem}; computing that batch again")
                     path.unlink()
+            _prepare_partial_output(partial, manifest, sentences, keys, shapes, sentence_index)
             return
         # (else a run stopped before its manifest was written: it finished no batch, so this run starts afresh)
     else:
@@ -606,18 +721,41 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
     temporary = partial / f".{MANIFEST_NAME}.tmp-{os.getpid()}"
     temporary.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     os.replace(temporary, partial / MANIFEST_NAME)
+    _prepare_partial_output(partial, manifest, sentences, keys, shapes, sentence_index)
+
+
+def _prepare_partial_output(partial: Path, manifest: dict, sentences: list[str], keys: list[str],
+                            shapes: list[tuple[int, ...]], sentence_index: bool) -> None:
+    """Keep the `output.hdf5` an interrupted run left if it is whole; else make it (again), and remove the batch
+    files that say their lines are in it."""
+    output = partial / OUTPUT_NAME
+    if output.exists():
+        problem = _partial_output_problem(output, keys, shapes, manifest)
+        if problem is None:
+            return
+        logger.warning(f"{output}: {problem}; computing its batches again")
+        output.unlink()
+    for path in sorted(partial.glob("[0-9]*.hdf5")):
+        with h5py.File(path, "r") as handle:  # (each read back whole: _batch_file_problem)
+            in_output = bool(handle.attrs.get(IN_OUTPUT, False))
+        if in_output:
+            path.unlink()
+    _create_partial_output(output, keys, shapes, sentences, manifest, sentence_index)
 
 
 def _batch_file_problem(path: Path, sentences: list[str], batches: list[list[int]], stateful: bool) -> str | None:
-    """What is wrong with a finished batch file (None: nothing): it must read back with every line of its batch."""
+    """What is wrong with a finished batch file (None: nothing): it must read back with every line of its batch (or
+    say that they are in output.hdf5), and in a stateful run with the state after it."""
     if not BATCH_FILE.fullmatch(path.name) or int(path.stem) >= len(batches):
         return "is no batch of this run"
     batch = int(path.stem)
-    expected = {str(line): len(sentences[line].split()) for line in batches[batch]}
-    if stateful:
-        expected.update({f"{STATE_GROUP}/h": None, f"{STATE_GROUP}/c": None})
     try:
         with h5py.File(path, "r") as handle:
+            expected = {}
+            if not handle.attrs.get(IN_OUTPUT, False):
+                expected = {str(line): len(sentences[line].split()) for line in batches[batch]}
+            if stateful:
+                expected.update({f"{STATE_GROUP}/h": None, f"{STATE_GROUP}/c": None})
             for name, words in expected.items():
                 if name not in handle:
                     return f"has no dataset {name}"

@@ -738,29 +738,118 @@ def interrupted_run(model_path, tmp_path: Path, batches: int):
 
 
 def test_a_damaged_batch_file_is_named_and_computed_again(model_path, tmp_path, caplog):
-    """A batch file cut short, one without a line's dataset, one with a line of the wrong length, and a file named
-    as a batch this run does not have: each is named in a warning and removed, and the batches are computed again."""
+    """A batch file cut short, and a file named as a batch this run does not have: each is named in a warning and
+    removed, and the batch is computed again."""
     embedder, source, output, partial = interrupted_run(model_path, tmp_path, 6)
-    damaged, missing_line, wrong_shape = partial / "00000003.hdf5", partial / "00000004.hdf5", partial / "00000005.hdf5"
-    damaged.write_bytes(damaged.read_bytes()[:1000])  # cut short, as a full disk or a bad copy leaves it
-    with h5py.File(missing_line, "r+") as handle:
-        del handle[next(iter(handle))]
-    with h5py.File(wrong_shape, "r+") as handle:
-        name = next(iter(handle))
-        vectors = handle[name][...]
-        del handle[name]
-        handle.create_dataset(name, data=vectors[:, :-1])
+    damaged = partial / "00000003.hdf5"
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])  # as a full disk or a bad copy leaves it
     stray = partial / "00000099.hdf5"
     shutil.copyfile(partial / "00000000.hdf5", stray)
     summary = embedder.embed_file(source, output, batch_size=2, progress=False)
-    assert (summary["computed"], summary["resumed"]) == (7, 3)
+    assert (summary["computed"], summary["resumed"]) == (5, 5)
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert any(message.startswith(f"{damaged}: is damaged") for message in warnings), warnings
-    assert any(message.startswith(f"{missing_line}: has no dataset") for message in warnings), warnings
-    assert any(message.startswith(f"{wrong_shape}: dataset {name} has type float32 and shape") for message in warnings), warnings
     assert f"{stray}: is no batch of this run; computing that batch again" in warnings
     embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
     assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
+
+
+def damage_a_line(path: Path, key: str, damage: str) -> None:
+    """Take a line's dataset out of an HDF5 file, or make it one word shorter."""
+    with h5py.File(path, "r+") as handle:
+        vectors = handle[key][...]
+        del handle[key]
+        if damage == "shorter":
+            handle.create_dataset(key, data=vectors[..., :-1, :])
+
+
+@pytest.mark.parametrize("damage", ["cut short", "missing", "shorter", "another run's"])
+def test_a_damaged_output_being_written_is_named_and_its_batches_computed_again(model_path, tmp_path, caplog, damage):
+    """OUTPUT.partial/output.hdf5 cut short, without a line's dataset, with a line of the wrong length, or made for
+    another run: named in a warning and made again, and every batch is computed again (none is whole)."""
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 6)
+    path = partial / "output.hdf5"
+    if damage == "cut short":
+        path.write_bytes(path.read_bytes()[:2000])
+    elif damage == "another run's":
+        with h5py.File(path, "r+") as handle:
+            handle.attrs["hf_elmo_embed"] = json.dumps({"input": "another.txt"})
+    else:
+        damage_a_line(path, "7", damage)
+    summary = embedder.embed_file(source, output, batch_size=2, progress=False)
+    assert (summary["computed"], summary["resumed"]) == (10, 0)
+    problem = {"cut short": "is damaged (", "missing": "has no dataset 7;",
+               "shorter": "dataset 7 has type float32 and shape (3, 25, 32), not that of its line;",
+               "another run's": "was made for another run;"}[damage]
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert [message for message in warnings if message.startswith(f"{path}: {problem}")], warnings
+    assert all(message.endswith("; computing its batches again") for message in warnings), warnings
+    embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
+
+
+STOP_BEFORE_THE_OUTPUT_IS_FINISHED = """
+import sys
+from hf_elmo import embed_file as embed_module
+from hf_elmo.cli import main
+
+def stop(*args):
+    raise KeyboardInterrupt  # (as Ctrl-C would, once every process has computed its batches)
+
+embed_module._write_output = stop
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_batches_another_process_computed_are_copied_in_and_damaged_ones_computed_again(model_path, tmp_path, caplog):
+    """Under torchrun the second process writes its batches' lines into their batch files: a run stopped before
+    the first process copied them into the output leaves them, one process finishes the run, and those of them
+    that are damaged (a line missing, a line one word short, one cut short) are named and computed again."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    script = tmp_path / "stop.py"
+    script.write_text(STOP_BEFORE_THE_OUTPUT_IS_FINISHED, encoding="utf-8")
+    result = run_two_processes([script, "embed", source, output, "--batch-size", 2, "--model", model_path],
+                               SUBPROCESS_ENV)
+    assert result.returncode != 0 and not output.exists()
+    assert len(finished_batches(partial)) == 10  # (the even ones in output.hdf5, the odd ones with their lines)
+    lines_of = {k: batch for k, batch in enumerate(plan_batches(read_sentences(source), 2, False))}
+    damage_a_line(partial / "00000001.hdf5", str(lines_of[1][0]), "missing")
+    damage_a_line(partial / "00000003.hdf5", str(lines_of[3][1]), "shorter")
+    cut = partial / "00000005.hdf5"
+    cut.write_bytes(cut.read_bytes()[:1000])
+    summary = ElmoEmbedder(model_path).embed_file(source, output, batch_size=2, progress=False)
+    assert (summary["computed"], summary["resumed"]) == (3, 7) and not partial.exists()
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert any(message.startswith(f"{partial / '00000001.hdf5'}: has no dataset {lines_of[1][0]}") for message in warnings)
+    assert any(message.startswith(f"{partial / '00000003.hdf5'}: dataset {lines_of[3][1]} has type float32 and shape")
+               for message in warnings)
+    assert any(message.startswith(f"{cut}: is damaged") for message in warnings)
+    ElmoEmbedder(model_path).embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
+
+
+def test_writing_a_batch_changes_only_the_bytes_of_its_lines(model_path, tmp_path):
+    """What makes output.hdf5 safe to kill while it is written: once made, writing a batch writes its lines' bytes
+    and nothing else of the file (HDF5's records of the file stay as they are on disk), so a run killed in the
+    middle of a write leaves a file that opens, with every batch it finished whole."""
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
+    path = partial / "output.hdf5"
+    before = np.frombuffer(path.read_bytes(), np.uint8)
+    with h5py.File(path, "r") as handle:
+        extents = {key: (handle[key].id.get_offset(), handle[key].id.get_storage_size()) for key in handle
+                   if key != "sentence_to_index" and handle[key].size}
+    stop_after_batches(embedder, 3)
+    with pytest.raises(KeyboardInterrupt):
+        embedder.embed_file(source, output, batch_size=2, progress=False)
+    del embedder.model.forward
+    changed = before != np.frombuffer(path.read_bytes(), np.uint8)
+    written_now = {str(line) for batch in plan_batches(read_sentences(source), 2, False)[3:6] for line in batch}
+    assert len(extents) == 20 and len(written_now) == 6
+    for key, (offset, size) in extents.items():
+        assert changed[offset : offset + size].any() == (key in written_now), key
+        changed[offset : offset + size] = False
+    assert not changed.any(), np.flatnonzero(changed)[:10]
 
 
 def test_a_stateful_float64_run_resumes_to_the_same_bytes(model_path, tmp_path):
@@ -803,7 +892,7 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
     """A rerun with other settings must not mix its batches with those of the run that was interrupted."""
     embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
     finished = {path.name: path.read_bytes() for path in partial.glob("*.hdf5")}
-    assert len(finished) == 3
+    assert len(finished_batches(partial)) == 3 and "output.hdf5" in finished
     with pytest.raises(ValueError) as raised:
         embedder.embed_file(source, output, batch_size=4, progress=False)
     assert str(raised.value) == (f"{partial}: holds batches of an interrupted run with different batch_size; rerun "
@@ -834,7 +923,8 @@ def test_a_run_stopped_before_its_manifest_was_written_whole_is_started_afresh(m
         embedder.embed_file(source, output, batch_size=2, progress=False)
     assert str(raised.value) == (f"{partial}: holds batch files but no manifest.json that says which run they belong "
                                  "to; delete the folder to start again")
-    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and len(finished) == 3
+    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished
+    assert len(finished_batches(partial)) == 3
 
 
 def test_a_run_stopped_after_writing_its_output_leaves_nothing_to_compute(model_path, tmp_path):
@@ -923,34 +1013,31 @@ def test_the_models_digest_is_hashed_once_and_again_after_any_change_of_a_weight
         embedder.embed_file(source, output, batch_size=2, progress=False)
 
 
-KILL_DURING_FINAL_WRITE = """
+KILL_BEFORE_THE_MOVE = """
 import os, signal, sys
-import h5py
-from hf_elmo import embed_file as embed_module
 from hf_elmo.cli import main
-from hf_elmo.embed_file import plan_batches, read_sentences
 
-copy = h5py.h5o.copy
+replace = os.replace
 
-def copy_then_die(source, source_name, dest, name, *args):
-    if name == b"5":  # (only the output file is written by copies)
-        os.kill(os.getpid(), signal.SIGKILL)  # in the middle of writing the output file itself
-    return copy(source, source_name, dest, name, *args)
+def replace_then_die(source, destination, *args, **kwargs):
+    if str(source).endswith("out.hdf5.partial/output.hdf5"):  # finished, about to be moved into place
+        os.kill(os.getpid(), signal.SIGKILL)
+    return replace(source, destination, *args, **kwargs)
 
-h5py.h5o.copy = copy_then_die
+os.replace = replace_then_die
 sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_a_kill_during_the_final_write_leaves_nothing_behind(model_path, tmp_path):
+def test_a_kill_before_the_output_is_moved_into_place_leaves_nothing_behind(model_path, tmp_path):
     lines = fixture_lines()[:12]
     source = write_lines(tmp_path / "in.txt", lines)
     output = tmp_path / "out.hdf5"
     command = ["embed", str(source), str(output), "--batch-size", "4", "--model", str(model_path)]
-    killed = subprocess.run([sys.executable, "-c", KILL_DURING_FINAL_WRITE, *command], env=SUBPROCESS_ENV,
+    killed = subprocess.run([sys.executable, "-c", KILL_BEFORE_THE_MOVE, *command], env=SUBPROCESS_ENV,
                             capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert not output.exists() and len(list((tmp_path / "out.hdf5.partial").glob("[0-9]*.hdf5"))) == 3
+    assert not output.exists() and len(finished_batches(tmp_path / "out.hdf5.partial")) == 3
     result = subprocess.run(HF_ELMO + command, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "0 computed by this process, 3 finished by an earlier run" in result.stderr
@@ -1210,23 +1297,25 @@ def test_writing_behind_the_model_gives_the_same_bytes_and_holds_few_batches(mod
 
 def test_a_write_that_fails_behind_the_model_is_the_runs_error_and_leaves_no_part_of_its_batch(model_path, tmp_path,
                                                                                                 monkeypatch):
-    """A batch file that cannot be written (here the disk fills in the middle of batch 3's) while the model computes
-    the next batches stops the run within two batches with the write's own error, raised by embed_file: that batch
-    file is not there, not even in part, and the next run computes the batches missing, to the bytes of a run never
-    stopped."""
+    """A batch that cannot be written (here the disk fills after the first of batch 3's lines) while the model
+    computes the next batches stops the run within two batches with the write's own error, raised by embed_file:
+    that batch is not marked done (its line written is no part of a finished batch), and the next run computes the
+    batches missing, to the bytes of a run never stopped."""
     source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
     output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
     embedder = ElmoEmbedder(model_path)
     embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
-    create_dataset, failed_in, batches_run = h5py.Group.create_dataset, [], []
+    write, failed_in, batches_run = embed_module._PartialOutput.write, [], []
+    batch_3 = plan_batches(read_sentences(source), 2, False)[3]
 
-    def disk_full_in_batch_3(group, name, *args, **kwargs):
-        if Path(group.file.filename).name.startswith(".00000003.hdf5.tmp-") and len(group.file) == 1:
+    def disk_full_in_batch_3(output, lines, arrays):
+        if lines == batch_3:
+            write(output, lines[:1], arrays[:1])
             failed_in.append(threading.get_ident())
             raise OSError(28, "No space left on device")
-        return create_dataset(group, name, *args, **kwargs)
+        write(output, lines, arrays)
 
-    monkeypatch.setattr(h5py.Group, "create_dataset", disk_full_in_batch_3)
+    monkeypatch.setattr(embed_module._PartialOutput, "write", disk_full_in_batch_3)
     forward = embedder.model.forward
     embedder.model.forward = lambda *args, **kwargs: batches_run.append(1) or forward(*args, **kwargs)
     with pytest.raises(OSError, match=r"No space left on device"):
@@ -1245,7 +1334,7 @@ def test_a_write_that_fails_behind_the_model_is_the_runs_error_and_leaves_no_par
 def dataset_properties(path: Path) -> dict:
     """What a reader can see of each dataset of an HDF5 file, and of the file: names in order, attributes, and per
     dataset the character set of its name, its bytes, type, shape, layout, filters, fill value and times, and
-    attributes."""
+    attributes (not when its space was allocated and filled)."""
     found = {}
     with h5py.File(path, "r") as handle:
         found[""] = (list(handle), dict(handle.attrs), handle.id.get_create_plist().get_link_creation_order())
@@ -1256,41 +1345,41 @@ def dataset_properties(path: Path) -> dict:
             data = data.tolist() if data.dtype.kind == "O" else data.tobytes()  # (strings: as themselves)
             found[name] = (handle.id.links.get_info(name.encode()).cset, data, dataset.dtype, dataset.shape,
                            dataset.chunks, plist.get_layout(),
-                           plist.get_nfilters(), fill.tobytes(), plist.get_fill_time(), plist.get_alloc_time(),
-                           plist.get_obj_track_times(), plist.get_attr_creation_order(), dict(dataset.attrs))
+                           plist.get_nfilters(), fill.tobytes(), plist.get_obj_track_times(),
+                           plist.get_attr_creation_order(), dict(dataset.attrs))
     return found
 
 
-def test_the_output_copies_each_lines_dataset_as_it_is_in_its_batch_file(embedder, tmp_path, monkeypatch):
-    """The output file gets each line's dataset by HDF5's own copy from its batch file (3 times as fast as reading it
-    into numpy and writing it again): what a reader sees is what the round trip through numpy wrote, dataset by
-    dataset (bytes, type, shape, layout, filters, fill value, attributes) and for the file (names in order, manifest),
-    blank lines, sentence keys (one not ASCII: its name is marked UTF-8) and sentence_to_index included."""
+def test_the_output_holds_what_h5py_writes_for_each_lines_array(embedder, tmp_path):
+    """embed_file makes each line's dataset with HDF5's low-level calls, its space allocated before any batch: what
+    a reader sees is what h5py's `handle[key] = array` writes for the same arrays, dataset by dataset (name and its
+    character set, bytes, type, shape, layout, filters, fill value, times, attributes) and for the file (names in
+    order, manifest), blank lines, sentence keys (one not ASCII: its name is marked UTF-8) and sentence_to_index
+    included; and each line's array is `embed_batch`'s."""
     lines = ["EU rejects German call .", "", "Peter Blackburn", "Zürich ist schön .", "EU rejects German call"]
     source = write_lines(tmp_path / "in.txt", lines)
     keyed = write_lines(tmp_path / "keyed.txt", [line for line in lines if line])
     runs = {"all": (source, {}), "top": (source, {"output_format": "top"}),
             "forget": (source, {"forget_sentences": True}),
             "keys": (keyed, {"use_sentence_keys": True, "output_format": "mix"})}
-    copy, copied = h5py.h5o.copy, []
-
-    def copy_noted(source, source_name, dest, name, *args):
-        copied.append(name.decode())
-        return copy(source, source_name, dest, name, *args)
-
-    def copy_through_numpy(source, source_name, dest, name, *args):  # (what embed did before)
-        h5py.Group(dest).create_dataset(name.decode(), data=h5py.Dataset(h5py.h5d.open(source, source_name))[...])
-
     for name, (text, options) in runs.items():
-        monkeypatch.setattr(h5py.h5o, "copy", copy_noted)
-        embedder.embed_file(text, tmp_path / f"{name}.hdf5", batch_size=2, progress=False, **options)
-        monkeypatch.setattr(h5py.h5o, "copy", copy_through_numpy)
-        embedder.embed_file(text, tmp_path / f"{name}-numpy.hdf5", batch_size=2, progress=False, **options)
-        found = dataset_properties(tmp_path / f"{name}.hdf5")
-        assert found == dataset_properties(tmp_path / f"{name}-numpy.hdf5"), name
-        keys = found[""][0]
-        assert copied == [key for key in keys if key not in ("1", "sentence_to_index")], name  # (line 1 is blank)
-        copied.clear()
+        output, rewritten = tmp_path / f"{name}.hdf5", tmp_path / f"{name}-h5py.hdf5"
+        embedder.embed_file(text, output, batch_size=2, progress=False, **options)
+        with h5py.File(output, "r") as found, h5py.File(rewritten, "w", track_order=True) as written:
+            written.attrs.update(found.attrs)
+            for key, dataset in found.items():
+                if dataset.dtype.kind == "O":  # (sentence_to_index, a string)
+                    written.create_dataset(key, data=dataset[...], dtype=dataset.dtype)
+                else:  # (h5py's create_dataset would mark every name ASCII, its `handle[key] = ` marks UTF-8)
+                    written[key] = dataset[...]
+        found = dataset_properties(output)
+        assert found == dataset_properties(rewritten), name
+        keys = [key for key in found[""][0] if key != "sentence_to_index"]
+        sentences = read_sentences(text)
+        assert keys == (sentences if options.get("use_sentence_keys") else [str(i) for i in range(len(sentences))])
+        for key, sentence in zip(keys, sentences):
+            expected = embedder.embed_batch([sentence.split()], options.get("output_format", "all"))[0]
+            np.testing.assert_allclose(read_all(output)[key], expected, rtol=0, atol=1e-5)
 
 
 def test_every_format_gives_float32_arrays_of_its_documented_shape(embedder, model_path):
