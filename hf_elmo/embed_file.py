@@ -253,10 +253,10 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
         raise ValueError(f"{lock}: is a folder, where the lock of {output_file} is kept; move it away")
 
 
-def _write_atomically(path: Path, write, folder: Path | None = None) -> None:
-    """Run `write(h5py.File)` on a temporary file (in `folder`, default beside `path`), then move it to `path` in
-    one step. The temporary name starts with a dot and holds `.tmp-`: a later run removes what a kill leaves."""
-    temporary = (folder or path.parent) / f".{path.name}.tmp-{os.getpid()}"
+def _write_atomically(path: Path, write) -> None:
+    """Run `write(h5py.File)` on a temporary file beside `path`, then move it to `path` in one step. The temporary
+    name starts with a dot and holds `.tmp-`: a later run removes what a kill leaves."""
+    temporary = path.parent / f".{path.name}.tmp-{os.getpid()}"
     try:
         with h5py.File(temporary, "w", track_order=True) as handle:
             write(handle)
@@ -264,6 +264,31 @@ def _write_atomically(path: Path, write, folder: Path | None = None) -> None:
     finally:
         if temporary.exists():
             temporary.unlink()
+
+
+class NotOpenedError(OSError):
+    """A file of a run that could not be opened at all: another program holds HDF5's lock on it, no permission, too
+    many files open. Not damage: the file is kept, and the run stops with this error."""
+
+
+def _open_hdf5(path: Path, mode: str = "r") -> h5py.File:
+    """`h5py.File(path, mode)`; NotOpenedError where the system refused to open it (HDF5 gives those an errno; what
+    it cannot read in the file itself, cut short or not HDF5, has none, and is raised as it is, as is a missing
+    file's FileNotFoundError)."""
+    try:
+        return h5py.File(path, mode)
+    except OSError as error:
+        if error.errno is None or isinstance(error, FileNotFoundError):
+            raise
+        raise NotOpenedError(f"{path}: cannot be opened ({error.strerror}); if another program has it open, close "
+                             "it and run the same command again") from error
+
+
+def _damage(error: Exception) -> str:
+    """What is wrong with a file that `error` was raised reading; a NotOpenedError is raised again (no damage)."""
+    if isinstance(error, NotOpenedError):
+        raise error
+    return f"is damaged ({error})"
 
 
 def _line_keys(sentences: list[str], use_sentence_keys: bool) -> list[str]:
@@ -328,7 +353,7 @@ def _partial_output_problem(path: Path, keys: list[str], shapes: list[tuple[int,
     """What is wrong with an `output.hdf5` that an interrupted run left (None: nothing): it must open, hold this
     run's manifest and every line's dataset with its type and shape."""
     try:
-        with h5py.File(path, "r") as handle:
+        with _open_hdf5(path) as handle:
             found = handle.attrs.get(MANIFEST_ATTRIBUTE)
             if found is None or json.loads(found) != manifest:
                 return "was made for another run"
@@ -340,7 +365,7 @@ def _partial_output_problem(path: Path, keys: list[str], shapes: list[tuple[int,
                 if dataset.dtype != np.float32 or dataset.shape != shape:
                     return f"dataset {key} has type {dataset.dtype} and shape {dataset.shape}, not that of its line"
     except (OSError, ValueError, KeyError) as error:
-        return f"is damaged ({error})"
+        return _damage(error)
     return None
 
 
@@ -348,20 +373,23 @@ class _PartialOutput:
     """`OUTPUT.partial/output.hdf5` open for the batches' lines (made by `_create_partial_output`). Writing a batch
     writes the bytes of its lines' datasets, whose space was allocated when the file was made, and nothing else:
     HDF5's records of the file stay as they are on disk (a test compares every byte outside the datasets), so a run
-    killed in the middle of a write leaves a file that opens, and the batches it finished (flushed) are whole."""
+    killed in the middle of a write leaves a file that opens, and the batches it finished are whole. Each write ends
+    on the disk (fsync) before its batch is marked done: the file is sparse, so lines that a power cut kept from the
+    disk would read back as zeros, and nothing would tell them from written ones."""
 
     def __init__(self, path: Path, keys: list[str]):
         self.path, self.keys = path, keys
-        self.handle = h5py.File(path, "r+")
+        self.handle = _open_hdf5(path, "r+")
 
     def write(self, lines: list[int], arrays: list[np.ndarray]) -> None:
-        """Write each line's float32 array into its dataset, then flush the file."""
+        """Write each line's float32 array into its dataset, then flush the file to the disk."""
         for line, array in zip(lines, arrays):
             dataset = h5py.h5d.open(self.handle.id, self.keys[line].encode())
-            if dataset.shape != array.shape:  # (a defect here, never bad input: the shapes come from the lines)
+            if dataset.shape != array.shape:  # (a defect: the shapes come from the lines, and batch files are checked)
                 raise RuntimeError(f"{self.path}: line {line} has {array.shape} to write into {dataset.shape}")
             dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(array, dtype=np.float32))
         self.handle.flush()
+        os.fsync(self.handle.id.get_vfd_handle())
 
     def close(self) -> None:
         self.handle.close()
@@ -382,7 +410,7 @@ class _BatchFiles:
         else:
             if len(self.open) >= self.max_open:
                 self.open.popitem(last=False)[1].close()
-            self.open[batch] = h5py.File(self.path(batch), "r")
+            self.open[batch] = _open_hdf5(self.path(batch))
         return self.open[batch]
 
     def close(self) -> None:
@@ -525,7 +553,7 @@ def _compute_batches(embedder, sentences, keys, batches, partial, output_format,
         return
     embedder.reset_states()
     if embedder.stateful and todo[0] > 0:  # every batch before todo[0] is finished: start from the last one's state
-        with h5py.File(files.path(todo[0] - 1), "r") as handle:
+        with _open_hdf5(files.path(todo[0] - 1)) as handle:
             embedder.states = tuple(
                 torch.from_numpy(handle[STATE_GROUP][name][...]).to(embedder.device) for name in ("h", "c")
             )
@@ -657,7 +685,17 @@ def _write_output(batches, keys, partial, output_file) -> None:
         output.close()
         files.close()
     os.replace(partial / OUTPUT_NAME, output_file)
+    _sync_folder(output_file.parent)  # (the move on the disk before the batch files go)
     shutil.rmtree(partial)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush a folder's entries (a file moved into it) to the disk."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _read_manifest(partial: Path) -> dict | None:
@@ -671,8 +709,10 @@ def _read_manifest(partial: Path) -> dict | None:
 
 def _finished_manifest(output_file: Path) -> dict | None:
     try:
-        with h5py.File(output_file, "r") as handle:
+        with _open_hdf5(output_file) as handle:
             return json.loads(handle.attrs[MANIFEST_ATTRIBUTE]) if MANIFEST_ATTRIBUTE in handle.attrs else None
+    except NotOpenedError:
+        raise  # (a finished output that another program is writing: not computed again behind its back)
     except (OSError, ValueError):
         return None
 
@@ -708,7 +748,7 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
             leftover.unlink()
         if found is not None:
             for path in sorted(partial.glob("[0-9]*.hdf5")):
-                problem = _batch_file_problem(path, sentences, batches, stateful)
+                problem = _batch_file_problem(path, shapes, batches, stateful)
                 if problem is not None:
                     logger.warning(f"{path}: {problem}; computing that batch again")
                     path.unlink()
@@ -736,35 +776,36 @@ def _prepare_partial_output(partial: Path, manifest: dict, sentences: list[str],
         logger.warning(f"{output}: {problem}; computing its batches again")
         output.unlink()
     for path in sorted(partial.glob("[0-9]*.hdf5")):
-        with h5py.File(path, "r") as handle:  # (each read back whole: _batch_file_problem)
+        with _open_hdf5(path) as handle:  # (each read back whole: _batch_file_problem)
             in_output = bool(handle.attrs.get(IN_OUTPUT, False))
         if in_output:
             path.unlink()
     _create_partial_output(output, keys, shapes, sentences, manifest, sentence_index)
 
 
-def _batch_file_problem(path: Path, sentences: list[str], batches: list[list[int]], stateful: bool) -> str | None:
-    """What is wrong with a finished batch file (None: nothing): it must read back with every line of its batch (or
-    say that they are in output.hdf5), and in a stateful run with the state after it."""
+def _batch_file_problem(path: Path, shapes: list[tuple[int, ...]], batches: list[list[int]],
+                        stateful: bool) -> str | None:
+    """What is wrong with a finished batch file (None: nothing): it must read back with every line of its batch in
+    its shape (or say that they are in output.hdf5), and in a stateful run with the state after it."""
     if not BATCH_FILE.fullmatch(path.name) or int(path.stem) >= len(batches):
         return "is no batch of this run"
     batch = int(path.stem)
     try:
-        with h5py.File(path, "r") as handle:
+        with _open_hdf5(path) as handle:
             expected = {}
             if not handle.attrs.get(IN_OUTPUT, False):
-                expected = {str(line): len(sentences[line].split()) for line in batches[batch]}
+                expected = {str(line): shapes[line] for line in batches[batch]}
             if stateful:
                 expected.update({f"{STATE_GROUP}/h": None, f"{STATE_GROUP}/c": None})
-            for name, words in expected.items():
+            for name, shape in expected.items():
                 if name not in handle:
                     return f"has no dataset {name}"
                 data = handle[name][...]
-                dtypes = (np.float32,) if words is not None else (np.float32, np.float64)  # (a state: _state_array)
-                if data.dtype not in dtypes or (words is not None and (data.ndim < 2 or data.shape[-2] != words)):
+                dtypes = (np.float32,) if shape is not None else (np.float32, np.float64)  # (a state: _kept_state)
+                if data.dtype not in dtypes or (shape is not None and data.shape != shape):
                     return f"dataset {name} has type {data.dtype} and shape {data.shape}, not that of its line"
     except (OSError, ValueError, KeyError) as error:
-        return f"is damaged ({error})"
+        return _damage(error)
     return None
 
 

@@ -755,12 +755,14 @@ def test_a_damaged_batch_file_is_named_and_computed_again(model_path, tmp_path, 
 
 
 def damage_a_line(path: Path, key: str, damage: str) -> None:
-    """Take a line's dataset out of an HDF5 file, or make it one word shorter."""
+    """Take a line's dataset out of an HDF5 file ("missing"), or make it one word "shorter", or a layer short."""
     with h5py.File(path, "r+") as handle:
         vectors = handle[key][...]
         del handle[key]
         if damage == "shorter":
             handle.create_dataset(key, data=vectors[..., :-1, :])
+        elif damage == "a layer short":
+            handle.create_dataset(key, data=vectors[:-1])
 
 
 @pytest.mark.parametrize("damage", ["cut short", "missing", "shorter", "another run's"])
@@ -804,7 +806,8 @@ sys.exit(main(sys.argv[1:]))
 def test_batches_another_process_computed_are_copied_in_and_damaged_ones_computed_again(model_path, tmp_path, caplog):
     """Under torchrun the second process writes its batches' lines into their batch files: a run stopped before
     the first process copied them into the output leaves them, one process finishes the run, and those of them
-    that are damaged (a line missing, a line one word short, one cut short) are named and computed again."""
+    that are damaged (a line missing, a line one word short, a line one layer short, one cut short) are named and
+    computed again."""
     source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
     output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
     script = tmp_path / "stop.py"
@@ -816,17 +819,79 @@ def test_batches_another_process_computed_are_copied_in_and_damaged_ones_compute
     lines_of = {k: batch for k, batch in enumerate(plan_batches(read_sentences(source), 2, False))}
     damage_a_line(partial / "00000001.hdf5", str(lines_of[1][0]), "missing")
     damage_a_line(partial / "00000003.hdf5", str(lines_of[3][1]), "shorter")
+    damage_a_line(partial / "00000007.hdf5", str(lines_of[7][0]), "a layer short")
     cut = partial / "00000005.hdf5"
     cut.write_bytes(cut.read_bytes()[:1000])
     summary = ElmoEmbedder(model_path).embed_file(source, output, batch_size=2, progress=False)
-    assert (summary["computed"], summary["resumed"]) == (3, 7) and not partial.exists()
+    assert (summary["computed"], summary["resumed"]) == (4, 6) and not partial.exists()
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert any(message.startswith(f"{partial / '00000001.hdf5'}: has no dataset {lines_of[1][0]}") for message in warnings)
     assert any(message.startswith(f"{partial / '00000003.hdf5'}: dataset {lines_of[3][1]} has type float32 and shape")
                for message in warnings)
+    assert any(message.startswith(f"{partial / '00000007.hdf5'}: dataset {lines_of[7][0]} has type float32 and shape (2,")
+               for message in warnings)
     assert any(message.startswith(f"{cut}: is damaged") for message in warnings)
     ElmoEmbedder(model_path).embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
     assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
+
+
+HOLD_OPEN = """
+import sys, time, h5py
+handle = h5py.File(sys.argv[2], sys.argv[1])
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_file_of_the_run_that_another_program_holds_open_is_named_and_kept(model_path, tmp_path):
+    """HDF5 locks the files it opens. output.hdf5 or a batch file that another program holds open for writing, or
+    output.hdf5 held for reading (which this run must write), stops the run with an error that names the file;
+    the files are kept (taken for damaged, they were removed and every batch computed again), and once the other
+    program lets go the same call finishes the run, computing only the batches missing."""
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 6)
+    kept = sorted(path.name for path in partial.iterdir())
+    for mode, held in (("a", partial / "output.hdf5"), ("a", partial / "00000002.hdf5"), ("r", partial / "output.hdf5")):
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_OPEN, mode, str(held)], stdout=subprocess.PIPE,
+                                  env=SUBPROCESS_ENV, text=True)
+        try:
+            assert holder.stdout.readline() == "held\n"
+            with pytest.raises(OSError if mode == "r" else ValueError) as raised:  # (mode "r": met when writing)
+                embedder.embed_file(source, output, batch_size=2, progress=False)
+        finally:
+            holder.kill()
+            holder.wait()
+        assert str(raised.value).startswith(f"{held}: cannot be opened (Unable to "), (mode, held, str(raised.value))
+        assert str(raised.value).endswith("; if another program has it open, close it and run the same command again")
+        assert sorted(path.name for path in partial.iterdir()) == kept and not output.exists()
+    summary = embedder.embed_file(source, output, batch_size=2, progress=False)
+    assert (summary["computed"], summary["resumed"]) == (4, 6)
+    embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
+
+
+def test_a_batch_is_marked_done_only_once_its_lines_are_on_the_disk(model_path, tmp_path, monkeypatch):
+    """output.hdf5 is sparse: lines that a power cut kept from the disk would read back as zeros, like lines never
+    written. So each batch's lines are flushed to the disk (fsync) before its batch file is moved into place, and the
+    finished output's move is on the disk before the batch folder is removed."""
+    events, fsync, replace = [], os.fsync, os.replace
+
+    def fsync_noted(descriptor):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        fsync(descriptor)
+
+    def replace_noted(source, destination, *args, **kwargs):
+        events.append(("replace", str(destination)))
+        return replace(source, destination, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync_noted)
+    monkeypatch.setattr(os, "replace", replace_noted)
+    source, output = write_lines(tmp_path / "in.txt", fixture_lines()[:20]), tmp_path / "out.hdf5"
+    ElmoEmbedder(model_path).embed_file(source, output, batch_size=2, progress=False)
+    partial = tmp_path / "out.hdf5.partial"
+    marked = [i for i, (kind, path) in enumerate(events) if kind == "replace" and re.fullmatch(r"\d{8}\.hdf5", Path(path).name)]
+    assert len(marked) == 10
+    assert all(events[i - 1] == ("fsync", str(partial / "output.hdf5")) for i in marked), events
+    assert events[-2:] == [("replace", str(output)), ("fsync", str(tmp_path))]
 
 
 def test_writing_a_batch_changes_only_the_bytes_of_its_lines(model_path, tmp_path):
