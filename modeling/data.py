@@ -16,6 +16,7 @@ left-to-right order (`backward_input_ids`, `backward_labels`).
 
 import glob
 import hashlib
+import logging
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from hf_elmo.files import BYTE_ORDER_MARK, check_text_file
 from hf_elmo.tokenization_elmo import ElmoTokenizer
 
 from .vocabulary import Vocabulary
+
+logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
 # Text files that `datasets` reads compressed.
@@ -60,12 +63,17 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
     elif split:
         raise DataError(f"--split {split}: only a saved dataset folder has splits, and {option} names text files")
     else:
-        files = []
+        files, named_by = [], {}  # (each file once: overlapping globs, or a name beside a glob that matches it)
         for pattern in paths:
             matches = [pattern] if Path(pattern).is_file() else sorted(glob.glob(pattern))  # (a name is itself first)
             if not matches:
                 raise DataError(f"{option} {pattern}: no such file")
-            files.extend(matches)
+            for file in matches:
+                first = named_by.setdefault(os.path.realpath(file), (file, pattern))
+                if first[0] == file and first[1] == pattern:
+                    files.append(file)
+                else:
+                    logger.warning(f"{option} {file}: named by {pattern!r} after {first[1]!r}; read once")
         for file in files:
             if Path(file).is_dir():
                 raise DataError(f"{option} {file}: a folder can only be given alone, as a saved datasets dataset")

@@ -4,6 +4,7 @@
 import errno
 import gzip
 import json
+import logging
 import math
 import os
 import re
@@ -386,7 +387,7 @@ def test_a_vocabulary_built_from_text_reads_back_from_its_file(tmp_path):
         Vocabulary.from_word_dictionary({"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "!!!MAXTERMID": 4})
 
 
-def test_corpora_from_text_files_and_saved_datasets(tmp_path):
+def test_corpora_from_text_files_and_saved_datasets(tmp_path, caplog):
     import datasets
 
     (tmp_path / "raw.txt").write_text("Don't stop, U.S. friends!\n\nok\n")
@@ -410,6 +411,16 @@ def test_corpora_from_text_files_and_saved_datasets(tmp_path):
     (tmp_path / "part-1.txt").write_text("a b\n")
     assert load_sentences([str(tmp_path / "part-*.txt"), str(tmp_path / "raw.txt")])["words"] == [
         ["a", "b"], ["c", "d"], ["Don't", "stop,", "U.S.", "friends!"], ["ok"]]
+    # A file named twice (overlapping globs, a name beside a glob that matches it, a link) is read once, with a warning.
+    (tmp_path / "link.txt").symlink_to(tmp_path / "part-1.txt")
+    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+        words = load_sentences([str(tmp_path / "part-*.txt"), str(tmp_path / "part-2.txt"), str(tmp_path / "p*-1.txt"),
+                                str(tmp_path / "link.txt")])["words"]
+    assert words == [["a", "b"], ["c", "d"]]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"--train-file {tmp_path / 'part-2.txt'}: named by {str(tmp_path / 'part-2.txt')!r} after {str(tmp_path / 'part-*.txt')!r}; read once",
+        f"--train-file {tmp_path / 'part-1.txt'}: named by {str(tmp_path / 'p*-1.txt')!r} after {str(tmp_path / 'part-*.txt')!r}; read once",
+        f"--train-file {tmp_path / 'link.txt'}: named by {str(tmp_path / 'link.txt')!r} after {str(tmp_path / 'part-*.txt')!r}; read once"]
     # The held-out text of a saved DatasetDict: its validation split, else valid, else test.
     for split in ("valid", "test"):
         datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a"]}),
