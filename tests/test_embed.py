@@ -1103,9 +1103,12 @@ def test_a_kill_before_the_output_is_moved_into_place_leaves_nothing_behind(mode
                             capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert not output.exists() and len(finished_batches(tmp_path / "out.hdf5.partial")) == 3
+    # (on a file of millions of lines these take minutes: each has its progress bar)
+    assert "hf-elmo embed: making output.hdf5" in killed.stderr and "checking" not in killed.stderr
     result = subprocess.run(HF_ELMO + command, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "0 computed by this process, 3 finished by an earlier run" in result.stderr
+    assert "hf-elmo embed: checking output.hdf5" in result.stderr and "making" not in result.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]
     ElmoEmbedder(model_path).embed_file(source, tmp_path / "reference.hdf5", batch_size=4, progress=False)
     assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines))
