@@ -15,14 +15,15 @@ made whole (atomically) with every line's dataset, its space allocated, `sentenc
 closed. From then on, writing a batch changes the bytes of its lines' datasets only, never HDF5's own records of
 the file (what `_PartialOutput` relies on), so a kill in the middle of a write leaves a file that opens, and the
 batches it finished are whole: after each batch is written (on a GPU by a thread of its own, while the model
-computes the next batch) the file is flushed, and then a small batch file, `OUTPUT.partial/00000012.hdf5` for batch
-12, says that it is done (made atomically: it is there whole or not at all; a stateful run's holds the LSTM state
-after the batch). A run finds the batches that an earlier, interrupted run finished (a damaged batch file, or a
-damaged `output.hdf5`, is named and its batches computed again) and computes only the others; when all are there,
-`output.hdf5` is moved to OUTPUT and the folder is removed. `OUTPUT.lock` keeps a second run off the same output
-while one runs. Under `accelerate launch` or `torchrun` the first process writes `output.hdf5`, and every other
-process writes its batches' lines into their batch files, which the first process copies into `output.hdf5` at
-the end (one HDF5 file has one writer).
+computes the next batch) the file is flushed to the disk, and then a small batch file,
+`OUTPUT.partial/00000012.hdf5` for batch 12, says that it is done (made atomically: it is there whole or not at
+all; a stateful run's holds the LSTM state after the batch). A run finds the batches that an earlier, interrupted
+run finished (a damaged batch file, or a damaged `output.hdf5`, is named and its batches computed again; one that
+cannot be opened, as another program holds it, stops the run with an error that names it) and computes only the
+others; when all are there, `output.hdf5` is moved to OUTPUT and the folder is removed. `OUTPUT.lock` keeps a
+second run off the same output while one runs. Under `accelerate launch` or `torchrun` the first process writes
+`output.hdf5`, and every other process writes its batches' lines into their batch files, which the first process
+copies into `output.hdf5` at the end (one HDF5 file has one writer).
 
 Exactly the same bytes, however often a run was interrupted and however many processes ran it: float32 rounding
 in a matrix multiply (MKL picks its kernel by the number of rows: a highway layer's row comes out differently from
@@ -266,13 +267,13 @@ def _write_atomically(path: Path, write) -> None:
             temporary.unlink()
 
 
-class NotOpenedError(OSError):
+class _NotOpenedError(OSError):
     """A file of a run that could not be opened at all: another program holds HDF5's lock on it, no permission, too
     many files open. Not damage: the file is kept, and the run stops with this error."""
 
 
 def _open_hdf5(path: Path, mode: str = "r") -> h5py.File:
-    """`h5py.File(path, mode)`; NotOpenedError where the system refused to open it (HDF5 gives those an errno; what
+    """`h5py.File(path, mode)`; _NotOpenedError where the system refused to open it (HDF5 gives those an errno; what
     it cannot read in the file itself, cut short or not HDF5, has none, and is raised as it is, as is a missing
     file's FileNotFoundError)."""
     try:
@@ -280,13 +281,13 @@ def _open_hdf5(path: Path, mode: str = "r") -> h5py.File:
     except OSError as error:
         if error.errno is None or isinstance(error, FileNotFoundError):
             raise
-        raise NotOpenedError(f"{path}: cannot be opened ({error.strerror}); if another program has it open, close "
+        raise _NotOpenedError(f"{path}: cannot be opened ({error.strerror}); if another program has it open, close "
                              "it and run the same command again") from error
 
 
 def _damage(error: Exception) -> str:
-    """What is wrong with a file that `error` was raised reading; a NotOpenedError is raised again (no damage)."""
-    if isinstance(error, NotOpenedError):
+    """What is wrong with a file that `error` was raised reading; a _NotOpenedError is raised again (no damage)."""
+    if isinstance(error, _NotOpenedError):
         raise error
     return f"is damaged ({error})"
 
@@ -719,7 +720,7 @@ def _finished_manifest(output_file: Path) -> dict | None:
     try:
         with _open_hdf5(output_file) as handle:
             return json.loads(handle.attrs[MANIFEST_ATTRIBUTE]) if MANIFEST_ATTRIBUTE in handle.attrs else None
-    except NotOpenedError:
+    except _NotOpenedError:
         raise  # (a finished output that another program is writing: not computed again behind its back)
     except (OSError, ValueError):
         return None
