@@ -12,29 +12,30 @@ tests hold it to the usual path.
 """
 
 import contextlib
+import threading
 
-_depth = 0
-_full = False
+# Per thread: a recording in one thread (a training step) leaves the model as it is in the others (a server's
+# inference, say), which would otherwise lose their caches and mask every step while the recording runs.
+_state = threading.local()
 
 
 @contextlib.contextmanager
 def static_shapes(full: bool = False):
-    """Within the block, the model's shapes follow from its inputs' shapes alone, and it reads no device value.
-    `full`: the caller has checked that every position of the batch is a word with a target (stream windows always
-    are), so that nothing needs masking."""
-    global _depth, _full
-    outer = _full
-    _depth, _full = _depth + 1, full
+    """Within the block, in this thread, the model's shapes follow from its inputs' shapes alone, and it reads no
+    device value. `full`: the caller has checked that every position of the batch is a word with a target (stream
+    windows always are), so that nothing needs masking."""
+    outer = (getattr(_state, "depth", 0), getattr(_state, "full", False))
+    _state.depth, _state.full = outer[0] + 1, full
     try:
         yield
     finally:
-        _depth, _full = _depth - 1, outer
+        _state.depth, _state.full = outer
 
 
 def has_static_shapes() -> bool:
-    return _depth > 0
+    return getattr(_state, "depth", 0) > 0
 
 
 def static_batch_is_full() -> bool:
     """In `static_shapes(full=True)`: every position is a word with a target."""
-    return _depth > 0 and _full
+    return has_static_shapes() and _state.full

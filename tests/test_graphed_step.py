@@ -6,6 +6,7 @@ step."""
 import contextlib
 import copy
 import shutil
+import threading
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import DEVICES, FIXTURES
 from hf_elmo import ElmoConfig, ElmoForPreTraining
-from hf_elmo.static_shapes import has_static_shapes, static_shapes
+from hf_elmo.static_shapes import has_static_shapes, static_batch_is_full, static_shapes
 from modeling.data import EncodedText, StreamBatches, WordTable, load_sentences, sentence_batch
 from modeling.graphed_step import GraphedTrainingStep, assign_learning_rates, graph_unsupported_reason, is_full
 from modeling.presets import TINY_MODEL
@@ -139,6 +140,29 @@ def test_static_shapes_refuse_the_sampled_softmax(corpus):
     with static_shapes(), pytest.raises(ValueError, match="sampled softmax draws its negatives on the host"):
         model(**stream(corpus).batch(0))
     assert not has_static_shapes()  # (left on leaving the block, also by an error)
+
+
+def test_static_shapes_hold_in_their_own_thread_only():
+    """A recording in one thread leaves the model as it is in the others: their inference keeps its caches and its
+    unmasked full rows. Nested blocks restore the outer one's `full`."""
+    seen, inside, leave = [], threading.Event(), threading.Event()
+
+    def record():
+        with static_shapes(full=True):
+            with static_shapes(full=False):
+                seen.append(("nested", has_static_shapes(), static_batch_is_full()))
+            seen.append(("outer", has_static_shapes(), static_batch_is_full()))
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=record)
+    thread.start()
+    assert inside.wait(10)
+    seen.append(("other thread", has_static_shapes(), static_batch_is_full()))
+    leave.set()
+    thread.join()
+    assert seen == [("nested", True, False), ("outer", True, True), ("other thread", False, False)]
+    assert not has_static_shapes()
 
 
 def usual_steps(model, batches, steps, max_grad_norm=5.0, rates=None):
