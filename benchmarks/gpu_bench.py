@@ -138,8 +138,8 @@ def speed_table(device, args, failures: list[str], measured: dict, lines: list[s
 
 
 def embed_end_to_end(device, batch_size: int, count: int) -> tuple[list[str], float]:
-    """`ElmoEmbedder.embed_file` (what `hf-elmo embed` runs: reading and hashing the file, tokenising, the model,
-    writing each batch's file and assembling the output) on `count` sentences of the original size, against the
+    """`ElmoEmbedder.embed_file` (what `hf-elmo embed` runs: reading and hashing the file, tokenising, making the
+    output's datasets, the model, writing each batch's lines) on `count` sentences of the original size, against the
     model alone on the same batches, tokenised in advance. Each is timed on its second pass over the file: what the
     first works out once for a process (the CUDA graphs of every shape, the digest of the weights) is out of both
     times, as it is from a large file's words/s."""

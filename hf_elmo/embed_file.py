@@ -10,20 +10,20 @@ An empty input file has no lines, so its output has no line datasets: only `sent
 `allennlp elmo` wrote for it), or nothing with `forget_sentences` or `use_sentence_keys`. A warning names the
 input: an empty one is more often a mistake than not.
 
-How the work is kept: the output is written once, in place. When a run begins, `OUTPUT.partial/output.hdf5` is
-made whole (atomically) with every line's dataset, its space allocated, `sentence_to_index` and the manifest, then
-closed. From then on, writing a batch changes the bytes of its lines' datasets only, never HDF5's own records of
-the file (what `_PartialOutput` relies on), so a kill in the middle of a write leaves a file that opens, and the
-batches it finished are whole: after each batch is written (on a GPU by a thread of its own, while the model
-computes the next batch) the file is flushed to the disk, and then a small batch file,
-`OUTPUT.partial/00000012.hdf5` for batch 12, says that it is done (made atomically: it is there whole or not at
-all; a stateful run's holds the LSTM state after the batch). A run finds the batches that an earlier, interrupted
-run finished (a damaged batch file, or a damaged `output.hdf5`, is named and its batches computed again; one that
-cannot be opened, as another program holds it, stops the run with an error that names it) and computes only the
-others; when all are there, `output.hdf5` is moved to OUTPUT and the folder is removed. `OUTPUT.lock` keeps a
-second run off the same output while one runs. Under `accelerate launch` or `torchrun` the first process writes
-`output.hdf5`, and every other process writes its batches' lines into their batch files, which the first process
-copies into `output.hdf5` at the end (one HDF5 file has one writer).
+How the work is kept: the output is written once, in place. When a run begins, `OUTPUT.partial/output.hdf5` is made
+whole (atomically) with every line's dataset, its space allocated, `sentence_to_index` and the manifest, then
+closed. From then on, writing a batch changes the bytes of its lines' datasets only, never HDF5's own records of the
+file (what `_PartialOutput` relies on), so a kill in the middle of a write leaves a file that opens, and the batches
+it finished are whole: after each batch is written (on a GPU by a thread of its own, while the model computes the
+next batch) the file is flushed to the disk, and then a small batch file, `OUTPUT.partial/00000012.hdf5` for batch
+12, says that it is done (made atomically: it is there whole or not at all; a stateful run's holds the LSTM state
+after the batch). A run finds the batches that an earlier, interrupted run finished (a damaged batch file, or a
+damaged `output.hdf5`, is named and its batches computed again; one that cannot be opened, as another program holds
+it where HDF5 locks files, stops the run with an error that names it) and computes only the others; when all are
+there, `output.hdf5` is moved to OUTPUT and the folder is removed. `OUTPUT.lock` keeps a second run off the same
+output while one runs. Under `accelerate launch` or `torchrun`, batch k goes to process k mod N; the first process
+writes `output.hdf5`, and every other process writes its batches' lines into their batch files, which the first
+process copies into `output.hdf5` at the end (one HDF5 file has one writer).
 
 Exactly the same bytes, however often a run was interrupted and however many processes ran it: float32 rounding
 in a matrix multiply (MKL picks its kernel by the number of rows: a highway layer's row comes out differently from
@@ -34,8 +34,7 @@ resumed run, starting cold, would differ). So a run first fills them with the fi
 as they hold), computed together in a fixed order, and keeps exactly those: every other word is computed with its
 own batch and not kept. A batch's numbers are then a function of the file and the batch alone, and of the number
 of threads a process computes with on a CPU (sums split across threads round differently): the manifest records it,
-and a run resumed with another is refused. Under `accelerate launch` or `torchrun`, batch k goes to process k mod N,
-and the first process writes the output file.
+and a run resumed with another is refused.
 """
 
 import contextlib
@@ -255,21 +254,24 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
 
 
 def _write_atomically(path: Path, write) -> None:
-    """Run `write(h5py.File)` on a temporary file beside `path`, then move it to `path` in one step. The temporary
-    name starts with a dot and holds `.tmp-`: a later run removes what a kill leaves."""
+    """Run `write(h5py.File)` on a temporary file beside `path`, flush it to the disk, then move it to `path` in one
+    step. The temporary name starts with a dot and holds `.tmp-`: a later run removes what a kill leaves."""
     temporary = path.parent / f".{path.name}.tmp-{os.getpid()}"
     try:
         with h5py.File(temporary, "w", track_order=True) as handle:
             write(handle)
+        with open(temporary, "rb") as written:  # (on the disk before its name says it is whole)
+            os.fsync(written.fileno())
         os.replace(temporary, path)
     finally:
         if temporary.exists():
             temporary.unlink()
 
 
-class _NotOpenedError(OSError):
-    """A file of a run that could not be opened at all: another program holds HDF5's lock on it, no permission, too
-    many files open. Not damage: the file is kept, and the run stops with this error."""
+class _NotOpenedError(ValueError):
+    """A file of a run that could not be opened at all: another program holds HDF5's lock on it (where HDF5 locks
+    files, its default), no permission, too many files open. Not damage: the file is kept, and the run stops with
+    this error (a ValueError, as every refusal of embed_file)."""
 
 
 def _open_hdf5(path: Path, mode: str = "r") -> h5py.File:
@@ -283,13 +285,6 @@ def _open_hdf5(path: Path, mode: str = "r") -> h5py.File:
             raise
         raise _NotOpenedError(f"{path}: cannot be opened ({error.strerror}); if another program has it open, close "
                              "it and run the same command again") from error
-
-
-def _damage(error: Exception) -> str:
-    """What is wrong with a file that `error` was raised reading; a _NotOpenedError is raised again (no damage)."""
-    if isinstance(error, _NotOpenedError):
-        raise error
-    return f"is damaged ({error})"
 
 
 def _line_keys(sentences: list[str], use_sentence_keys: bool) -> list[str]:
@@ -321,9 +316,9 @@ def _encoded_name(key: str) -> tuple[bytes, int]:
         return key.encode("utf-8"), h5py.h5t.CSET_UTF8
 
 
-def _lines_bar(keys: list[str], shapes: list[tuple[int, ...]], what: str, progress: bool):
-    """(key, shape) of each line, under a progress bar that says `what` is done to them (on a file of millions of
-    lines, making or checking output.hdf5 takes minutes: about 25 and 40 microseconds a line)."""
+def _with_progress(keys: list[str], shapes: list[tuple[int, ...]], what: str, progress: bool):
+    """(key, shape) of each line, iterated under a progress bar that says `what` is done to them (on a file of
+    millions of lines, making or checking output.hdf5 takes minutes: about 25 and 40 microseconds a line)."""
     return tqdm(zip(keys, shapes), total=len(keys), unit=" lines", desc=f"hf-elmo embed: {what}", leave=False,
                 disable=not progress, dynamic_ncols=True)
 
@@ -345,7 +340,7 @@ def _create_partial_output(path: Path, keys: list[str], shapes: list[tuple[int, 
 
     def write(handle):
         handle.attrs[MANIFEST_ATTRIBUTE] = json.dumps(manifest)
-        for key, shape in _lines_bar(keys, shapes, f"making {path.name}", progress):
+        for key, shape in _with_progress(keys, shapes, f"making {path.name}", progress):
             name, encoding = _encoded_name(key)
             if shape not in spaces:
                 spaces[shape] = h5py.h5s.create_simple(shape)
@@ -366,15 +361,17 @@ def _partial_output_problem(path: Path, keys: list[str], shapes: list[tuple[int,
             found = handle.attrs.get(MANIFEST_ATTRIBUTE)
             if found is None or json.loads(found) != manifest:
                 return "was made for another run"
-            for key, shape in _lines_bar(keys, shapes, f"checking {path.name}", progress):
+            for key, shape in _with_progress(keys, shapes, f"checking {path.name}", progress):
                 name = key.encode()
                 if not handle.id.links.exists(name):
                     return f"has no dataset {key}"
                 dataset = h5py.h5d.open(handle.id, name)
                 if dataset.dtype != np.float32 or dataset.shape != shape:
                     return f"dataset {key} has type {dataset.dtype} and shape {dataset.shape}, not that of its line"
+    except _NotOpenedError:
+        raise  # (no damage: the file is kept)
     except (OSError, ValueError, KeyError) as error:
-        return _damage(error)
+        return f"is damaged ({error})"
     return None
 
 
@@ -390,13 +387,17 @@ class _PartialOutput:
         self.path, self.keys = path, keys
         self.handle = _open_hdf5(path, "r+")
 
-    def write(self, lines: list[int], arrays: list[np.ndarray]) -> None:
-        """Write each line's float32 array into its dataset, then flush the file to the disk."""
+    def write(self, lines: list[int], arrays: list[np.ndarray], sync: bool = True) -> None:
+        """Write each line's float32 array into its dataset, then (`sync`) flush the file to the disk."""
         for line, array in zip(lines, arrays):
             dataset = h5py.h5d.open(self.handle.id, self.keys[line].encode())
             if dataset.shape != array.shape:  # (a defect: the shapes come from the lines, and batch files are checked)
                 raise RuntimeError(f"{self.path}: line {line} has {array.shape} to write into {dataset.shape}")
             dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(array, dtype=np.float32))
+        if sync:
+            self.sync()
+
+    def sync(self) -> None:
         self.handle.flush()
         os.fsync(self.handle.id.get_vfd_handle())
 
@@ -456,7 +457,8 @@ def embed_file(
     output is the same either way, and a batch is marked done only once its lines are written, either way.
 
     Returns a summary: `sentences`, `batches`, `computed` (batches this process computed), `resumed` (batches an
-    earlier run had finished), `seconds`, `output`.
+    earlier run had finished), `seconds`, `output`. Refusals are ValueErrors that name the file or option: among
+    them a file of an interrupted run that another program holds open (where HDF5 locks files, its default).
     """
     started = time.perf_counter()
     check_output_format(output_format)
@@ -567,12 +569,11 @@ def _compute_batches(embedder, sentences, keys, batches, partial, output_format,
                 torch.from_numpy(handle[STATE_GROUP][name][...]).to(embedder.device) for name in ("h", "c")
             )
     done = set(mine).difference(todo)
+    output = _PartialOutput(partial / OUTPUT_NAME, keys) if state.is_main_process else None
     bar = tqdm(
         total=sum(len(batches[k]) for k in mine), initial=sum(len(batches[k]) for k in done),
         unit=" sentences", desc="hf-elmo embed", disable=not (progress and state.is_main_process), dynamic_ncols=True,
     )
-
-    output = _PartialOutput(partial / OUTPUT_NAME, keys) if state.is_main_process else None
 
     def save(k, words, on_host, copied) -> None:
         _save_batch(files.path(k), batches[k], words, on_host, copied, output)
@@ -689,7 +690,8 @@ def _write_output(batches, keys, partial, output_file) -> None:
         for k, batch in enumerate(batches):
             handle = files[k]
             if not handle.attrs.get(IN_OUTPUT, False):
-                output.write(batch, [handle[str(line)][...] for line in batch])
+                output.write(batch, [handle[str(line)][...] for line in batch], sync=False)
+        output.sync()  # (once: the move below must not come before the lines)
     finally:
         output.close()
         files.close()
@@ -813,8 +815,10 @@ def _batch_file_problem(path: Path, shapes: list[tuple[int, ...]], batches: list
                 dtypes = (np.float32,) if shape is not None else (np.float32, np.float64)  # (a state: _kept_state)
                 if data.dtype not in dtypes or (shape is not None and data.shape != shape):
                     return f"dataset {name} has type {data.dtype} and shape {data.shape}, not that of its line"
+    except _NotOpenedError:
+        raise  # (no damage: the file is kept)
     except (OSError, ValueError, KeyError) as error:
-        return _damage(error)
+        return f"is damaged ({error})"
     return None
 
 

@@ -63,17 +63,20 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
     elif split:
         raise DataError(f"--split {split}: only a saved dataset folder has splits, and {option} names text files")
     else:
-        files, named_by = [], {}  # (each file once: overlapping globs, or a name beside a glob that matches it)
+        files, first_named = [], {}  # (each file once: a name given twice, overlapping globs, a link)
         for pattern in paths:
             matches = [pattern] if Path(pattern).is_file() else sorted(glob.glob(pattern))  # (a name is itself first)
             if not matches:
                 raise DataError(f"{option} {pattern}: no such file")
             for file in matches:
-                first = named_by.setdefault(os.path.realpath(file), (file, pattern))
-                if first[0] == file and first[1] == pattern:
-                    files.append(file)
+                real = os.path.realpath(file)
+                if real in first_named:
+                    first, first_pattern = first_named[real]
+                    logger.warning(f"{option} {pattern}: names {file}, the file {first} that {first_pattern!r} named "
+                                   "before; it is read once")
                 else:
-                    logger.warning(f"{option} {file}: named by {pattern!r} after {first[1]!r}; read once")
+                    first_named[real] = (file, pattern)
+                    files.append(file)
         for file in files:
             if Path(file).is_dir():
                 raise DataError(f"{option} {file}: a folder can only be given alone, as a saved datasets dataset")

@@ -411,16 +411,23 @@ def test_corpora_from_text_files_and_saved_datasets(tmp_path, caplog):
     (tmp_path / "part-1.txt").write_text("a b\n")
     assert load_sentences([str(tmp_path / "part-*.txt"), str(tmp_path / "raw.txt")])["words"] == [
         ["a", "b"], ["c", "d"], ["Don't", "stop,", "U.S.", "friends!"], ["ok"]]
-    # A file named twice (overlapping globs, a name beside a glob that matches it, a link) is read once, with a warning.
+    # A file named twice (the same name, overlapping globs, a name beside a glob that matches it, a link) is read
+    # once, with a warning.
     (tmp_path / "link.txt").symlink_to(tmp_path / "part-1.txt")
+    part_1, part_2, parts, link = (str(tmp_path / name) for name in ("part-1.txt", "part-2.txt", "part-*.txt", "link.txt"))
     with caplog.at_level(logging.WARNING, logger="modeling.data"):
-        words = load_sentences([str(tmp_path / "part-*.txt"), str(tmp_path / "part-2.txt"), str(tmp_path / "p*-1.txt"),
-                                str(tmp_path / "link.txt")])["words"]
+        words = load_sentences([parts, part_2, str(tmp_path / "p*-1.txt"), link, parts])["words"]
     assert words == [["a", "b"], ["c", "d"]]
+    twice = "before; it is read once"
     assert [record.getMessage() for record in caplog.records] == [
-        f"--train-file {tmp_path / 'part-2.txt'}: named by {str(tmp_path / 'part-2.txt')!r} after {str(tmp_path / 'part-*.txt')!r}; read once",
-        f"--train-file {tmp_path / 'part-1.txt'}: named by {str(tmp_path / 'p*-1.txt')!r} after {str(tmp_path / 'part-*.txt')!r}; read once",
-        f"--train-file {tmp_path / 'link.txt'}: named by {str(tmp_path / 'link.txt')!r} after {str(tmp_path / 'part-*.txt')!r}; read once"]
+        f"--train-file {part_2}: names {part_2}, the file {part_2} that {parts!r} named {twice}",
+        f"--train-file {tmp_path / 'p*-1.txt'}: names {part_1}, the file {part_1} that {parts!r} named {twice}",
+        f"--train-file {link}: names {link}, the file {part_1} that {parts!r} named {twice}",
+        f"--train-file {parts}: names {part_1}, the file {part_1} that {parts!r} named {twice}",
+        f"--train-file {parts}: names {part_2}, the file {part_2} that {parts!r} named {twice}"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="modeling.data"):
+        assert load_sentences([part_1, part_1])["words"] == [["a", "b"]] and len(caplog.records) == 1
     # The held-out text of a saved DatasetDict: its validation split, else valid, else test.
     for split in ("valid", "test"):
         datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a"]}),
