@@ -356,23 +356,36 @@ def _partial_output_problem(path: Path, keys: list[str], shapes: list[tuple[int,
                             progress: bool) -> str | None:
     """What is wrong with an `output.hdf5` that an interrupted run left (None: nothing): it must open, hold this
     run's manifest and every line's dataset with its type and shape."""
+
+    def problem(handle):
+        found = handle.attrs.get(MANIFEST_ATTRIBUTE)
+        if found is None or json.loads(found) != manifest:
+            return "was made for another run"
+        for key, shape in _with_progress(keys, shapes, f"checking {path.name}", progress):
+            if not handle.id.links.exists(key.encode()):
+                return f"has no dataset {key}"
+            dataset = h5py.h5d.open(handle.id, key.encode())
+            if dataset.dtype != np.float32 or dataset.shape != shape:
+                return _not_its_line(key, dataset)
+        return None
+
+    return _file_problem(path, problem)
+
+
+def _file_problem(path: Path, problem) -> str | None:
+    """`problem(h5py.File)` of the HDF5 file at `path`, or "is damaged (...)" where HDF5 cannot read it; a file that
+    cannot be opened at all is no damage (_NotOpenedError is raised: the file is kept)."""
     try:
         with _open_hdf5(path) as handle:
-            found = handle.attrs.get(MANIFEST_ATTRIBUTE)
-            if found is None or json.loads(found) != manifest:
-                return "was made for another run"
-            for key, shape in _with_progress(keys, shapes, f"checking {path.name}", progress):
-                name = key.encode()
-                if not handle.id.links.exists(name):
-                    return f"has no dataset {key}"
-                dataset = h5py.h5d.open(handle.id, name)
-                if dataset.dtype != np.float32 or dataset.shape != shape:
-                    return f"dataset {key} has type {dataset.dtype} and shape {dataset.shape}, not that of its line"
+            return problem(handle)
     except _NotOpenedError:
-        raise  # (no damage: the file is kept)
+        raise
     except (OSError, ValueError, KeyError) as error:
         return f"is damaged ({error})"
-    return None
+
+
+def _not_its_line(name: str, dataset) -> str:
+    return f"dataset {name} has type {dataset.dtype} and shape {dataset.shape}, not that of its line"
 
 
 class _PartialOutput:
@@ -801,25 +814,23 @@ def _batch_file_problem(path: Path, shapes: list[tuple[int, ...]], batches: list
     if not BATCH_FILE.fullmatch(path.name) or int(path.stem) >= len(batches):
         return "is no batch of this run"
     batch = int(path.stem)
-    try:
-        with _open_hdf5(path) as handle:
-            expected = {}
-            if not handle.attrs.get(IN_OUTPUT, False):
-                expected = {str(line): shapes[line] for line in batches[batch]}
-            if stateful:
-                expected.update({f"{STATE_GROUP}/h": None, f"{STATE_GROUP}/c": None})
-            for name, shape in expected.items():
-                if name not in handle:
-                    return f"has no dataset {name}"
-                data = handle[name][...]
-                dtypes = (np.float32,) if shape is not None else (np.float32, np.float64)  # (a state: _kept_state)
-                if data.dtype not in dtypes or (shape is not None and data.shape != shape):
-                    return f"dataset {name} has type {data.dtype} and shape {data.shape}, not that of its line"
-    except _NotOpenedError:
-        raise  # (no damage: the file is kept)
-    except (OSError, ValueError, KeyError) as error:
-        return f"is damaged ({error})"
-    return None
+
+    def problem(handle):
+        expected = {}
+        if not handle.attrs.get(IN_OUTPUT, False):
+            expected = {str(line): shapes[line] for line in batches[batch]}
+        if stateful:
+            expected.update({f"{STATE_GROUP}/h": None, f"{STATE_GROUP}/c": None})
+        for name, shape in expected.items():
+            if name not in handle:
+                return f"has no dataset {name}"
+            data = handle[name][...]  # (read whole: a damaged one fails here)
+            dtypes = (np.float32,) if shape is not None else (np.float32, np.float64)  # (a state: _kept_state)
+            if data.dtype not in dtypes or (shape is not None and data.shape != shape):
+                return _not_its_line(name, data)
+        return None
+
+    return _file_problem(path, problem)
 
 
 __all__ = ["check_input_file", "check_paths", "embed_file", "pin_frequent_words", "plan_batches", "read_sentences",
