@@ -781,9 +781,13 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
         # (else a run stopped before its manifest was written: it finished no batch, so this run starts afresh)
     else:
         partial.mkdir()
-    # The manifest in one step, as the batches are: a run stopped while writing it leaves none, never half of one.
+    # The manifest in one step, as the batches are: a run stopped while writing it leaves none, never half of one;
+    # and on the disk before it (a power cut would leave batch files that no manifest says are this run's).
     temporary = partial / f".{MANIFEST_NAME}.tmp-{os.getpid()}"
-    temporary.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    with open(temporary, "w", encoding="utf-8") as written:
+        written.write(json.dumps(manifest, indent=1))
+        written.flush()
+        os.fsync(written.fileno())
     os.replace(temporary, partial / MANIFEST_NAME)
     _prepare_partial_output(partial, manifest, sentences, keys, shapes, sentence_index, progress)
 

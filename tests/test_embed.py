@@ -875,7 +875,8 @@ def test_a_file_of_the_run_that_another_program_holds_open_is_named_and_kept(mod
 def test_a_batch_is_marked_done_only_once_its_lines_are_on_the_disk(model_path, tmp_path, monkeypatch):
     """output.hdf5 is sparse: lines that a power cut kept from the disk would read back as zeros, like lines never
     written. So each batch's lines are flushed to the disk (fsync), then its batch file, before that is moved into
-    place; and the finished output's move is on the disk before the batch folder is removed."""
+    place; and the finished output's move is on the disk before the batch folder is removed. The manifest and
+    output.hdf5 itself are on the disk before their moves too."""
     events, fsync, replace = [], os.fsync, os.replace
 
     def fsync_noted(descriptor):
@@ -897,6 +898,9 @@ def test_a_batch_is_marked_done_only_once_its_lines_are_on_the_disk(model_path, 
         temporary = str(partial / f".{Path(events[i][1]).name}.tmp-{os.getpid()}")
         assert events[i - 2 : i] == [("fsync", str(partial / "output.hdf5")), ("fsync", temporary)], events
     assert events[-3:] == [("fsync", str(partial / "output.hdf5")), ("replace", str(output)), ("fsync", str(tmp_path))]
+    made = [(kind, str(partial / name)) for name in ("manifest.json", "output.hdf5")
+            for kind, name in (("fsync", f".{name}.tmp-{os.getpid()}"), ("replace", name))]
+    assert events[:4] == made, events[:4]
 
 
 def test_writing_a_batch_changes_only_the_bytes_of_its_lines(model_path, tmp_path):
