@@ -227,8 +227,11 @@ def test_two_recorded_forwards_before_their_backwards_each_get_their_own_gradien
     recorded_backward = type(recording).backward
     monkeypatch.setattr(type(recording), "backward", lambda self, *a: replayed.append(1) or recorded_backward(self, *a))
 
+    left = []  # (the storages moved from stay alive: a freed one's address could come back for the next move)
+
     def moved_before_the_backward(*tensors):
         results = fused_bilstm_layer(layer, *tensors, graphs=graphs)
+        left.append(layer.recurrent_weight.data)
         layer.recurrent_weight.data = layer.recurrent_weight.data.clone()  # (the same values, elsewhere)
         return results
 
