@@ -61,8 +61,8 @@ from tqdm.auto import tqdm
 
 from .embedder import ElmoEmbedder, check_batch_size, check_output_format, length_sorted_batches, sentence_arrays
 from .fast_bilstm import derived_weights
-from .files import (OutputLock, check_output_location, check_text_file, decode_utf8, link_target, read_file_bytes,
-                    read_text_file)
+from .files import (OutputLock, check_output_location, check_text_file, decode_utf8, fsync_path, link_target,
+                    read_file_bytes, read_text_file)
 
 logger = logging.getLogger(__name__)
 
@@ -260,8 +260,7 @@ def _write_atomically(path: Path, write) -> None:
     try:
         with h5py.File(temporary, "w", track_order=True) as handle:
             write(handle)
-        with open(temporary, "rb") as written:  # (on the disk before its name says it is whole)
-            os.fsync(written.fileno())
+        fsync_path(temporary)  # (on the disk before its name says it is whole)
         os.replace(temporary, path)
     finally:
         if temporary.exists():
@@ -709,17 +708,9 @@ def _write_output(batches, keys, partial, output_file) -> None:
         output.close()
         files.close()
     os.replace(partial / OUTPUT_NAME, output_file)
-    _sync_folder(output_file.parent)  # (the move on the disk before the batch files go)
+    fsync_path(output_file.parent)  # (the move on the disk before the batch files go)
     shutil.rmtree(partial)
 
-
-def _sync_folder(folder: Path) -> None:
-    """Flush a folder's entries (a file moved into it) to the disk."""
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def _read_manifest(partial: Path) -> dict | None:

@@ -209,6 +209,15 @@ def atomic_file(path, mode: str = "w"):
         raise
 
 
+def fsync_path(path) -> None:
+    """Flush a file, or a folder's entries (a file moved into it), to the disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def write_text_atomically(path, text: str) -> None:
     """Write `text` (UTF-8) to `path` through `atomic_file`."""
     with atomic_file(path) as out:

@@ -365,8 +365,7 @@ class _LayerRecording:
         self._forward = _Recording(forward_body, (inputs, step_mask, h, c), record)
         results, saved = self._forward((inputs, step_mask, h, c))
         input_weight, recurrent_weight, _, projection_weight = weights
-        self.weight_pointers = tuple(None if w is None else w.data_ptr()
-                                     for w in (input_weight, recurrent_weight, projection_weight))
+        self.weight_pointers = _addresses((input_weight, recurrent_weight, projection_weight))
         count = len(saved)
 
         # The mask is an input of the backward's own: the forward's static one holds the latest forward's, which
@@ -389,7 +388,12 @@ class _LayerRecording:
         """Whether the recorded backward reads these weights (`weights`: input, recurrent, projection, as saved for
         the backward): it holds the addresses they had at the forward, where FSDP's gather, for one, may have put
         them elsewhere by the backward."""
-        return tuple(None if w is None else w.data_ptr() for w in weights) == self.weight_pointers
+        return _addresses(weights) == self.weight_pointers
+
+
+def _addresses(weights) -> tuple:
+    """Where each weight's numbers are (None for a missing one)."""
+    return tuple(None if w is None else w.data_ptr() for w in weights)
 
 
 class LayerGraphs:

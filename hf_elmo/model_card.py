@@ -119,26 +119,26 @@ def _input_description(config: ElmoConfig) -> str:
     return described
 
 
-def folder_card_language(name_or_path: str | Path) -> str | list[str] | None:
-    """The `language` of the card (README.md) of a model folder on this machine; None where the path is no folder,
-    or its card is missing or unreadable, or names no language that `check_language` accepts (the card of a new
-    model would then say `und` rather than fail). A card on the Hub is not fetched."""
+def folder_card_language(name_or_path: str | Path | None, default: str = "und") -> str | list[str]:
+    """The `language` of the card (README.md) of a model folder on this machine; `default` where there is no path,
+    or it is no folder, or its card is missing or unreadable, or names no language that `check_language` accepts
+    (the card of a new model then says `und` rather than fail). A card on the Hub is not fetched."""
     from huggingface_hub import ModelCard
 
-    card = Path(name_or_path) / "README.md"
-    if not card.is_file():
-        return None
+    card = Path(name_or_path) / "README.md" if name_or_path else None
+    if card is None or not card.is_file():
+        return default
     try:
         language = ModelCard.load(card).data.language
     except Exception:  # noqa: BLE001 (an unreadable file, a header that is not YAML: yaml's own errors among them)
-        return None
+        return default
     if isinstance(language, list) and len(language) == 1:
         language = language[0]
     try:
         check_language(language)
     except (TypeError, ValueError):  # (None, a number, an empty list: no language)
-        return None
-    return language if isinstance(language, str) else list(language) or None
+        return default
+    return language if isinstance(language, str) else list(language) or default
 
 
 def default_model_card(model: nn.Module, repo_id: str) -> str:
@@ -149,5 +149,5 @@ def default_model_card(model: nn.Module, repo_id: str) -> str:
     from_hub = is_hub_id(name_or_path)
     source = f"`{name_or_path}`" if from_hub else f"hf-elmo `{type(model).__name__}`"
     base_model = name_or_path if from_hub and type(model).__name__ in _CLASS_CARDS else None
-    language = (folder_card_language(name_or_path) if name_or_path else None) or "und"
+    language = folder_card_language(name_or_path)
     return render_model_card(model, repo_id, source=source, base_model=base_model, language=language)

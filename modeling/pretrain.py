@@ -50,7 +50,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
-from hf_elmo.files import check_output_location, model_folder_problem, sha256_file  # noqa: E402
+from hf_elmo.files import check_output_location, fsync_path, model_folder_problem, sha256_file  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
 from hf_elmo.model_card import check_language, folder_card_language, render_model_card  # noqa: E402
@@ -298,11 +298,7 @@ def list_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
 
 def _fsync_tree(folder: Path) -> None:
     for path in [*folder.iterdir(), folder]:
-        handle = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(handle)
-        finally:
-            os.close(handle)
+        fsync_path(path)
 
 
 def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int, states, trainer_state: dict,
@@ -1193,7 +1189,7 @@ def train(args: argparse.Namespace) -> dict:
             "device": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else cpu_name(),
             "weights_digest_per_process": digests,
         }
-        language = args.language or (folder_card_language(args.init_from) if args.init_from else None) or "und"
+        language = args.language or folder_card_language(args.init_from)
         save_final_model(unwrapped, state_dict, vocabulary, tokenizer, output_dir, source, result_lines, language,
                          {"eval_results.json": results, "trainer_state.json": final_state})
     accelerator.wait_for_everyone()
