@@ -11,6 +11,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
@@ -666,24 +667,36 @@ class ElmoPreTrainedModel(PreTrainedModel):
         Upload the model to the Hub in one commit, as `PreTrainedModel.push_to_hub` does, except that README.md is
         hf-elmo's card (`model_card`) rather than one transformers generates, and that `tokenizer` can go in the same
         commit. See `save_hub_folder` for `model_card`, `tokenizer` and `tags`; the other arguments are those of
-        `PreTrainedModel.push_to_hub`.
+        `PreTrainedModel.push_to_hub`. Returns the commit's `huggingface_hub.CommitInfo` (a str: its address).
         """
-        from transformers.utils.hub import hf_api
+        from huggingface_hub import CommitOperationAdd, HfApi
+        from huggingface_hub.errors import HfHubHTTPError
 
-        repo_id = hf_api().create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
+        # huggingface_hub's public calls, in transformers' order: the repository, the branch, then one commit of
+        # every file (`upload_folder` may split a large folder into several commits).
+        api = HfApi(token=token)
+        repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+        if revision is not None and not revision.startswith("refs/pr"):
+            try:
+                api.create_branch(repo_id, branch=revision, exist_ok=True)
+            except HfHubHTTPError as error:
+                # A pull request to a repository one cannot write to: its branch must exist already, and the
+                # commit says so if it does not.
+                if not (create_pr and error.response is not None and error.response.status_code == 403):
+                    raise
         with tempfile.TemporaryDirectory() as folder:
             self.save_hub_folder(
                 folder, repo_id, model_card=model_card, tokenizer=tokenizer, tags=tags, max_shard_size=max_shard_size
             )
-            return self._upload_modified_files(
-                folder,
+            files = sorted(path for path in Path(folder).rglob("*") if path.is_file())
+            return api.create_commit(
                 repo_id,
-                files_timestamps={},
-                commit_message=commit_message,
-                token=token,
-                create_pr=create_pr,
-                revision=revision,
+                [CommitOperationAdd(path_in_repo=path.relative_to(folder).as_posix(), path_or_fileobj=str(path))
+                 for path in files],
+                commit_message=commit_message or "Upload model",
                 commit_description=commit_description,
+                revision=revision,
+                create_pr=create_pr,
             )
 
 

@@ -175,28 +175,35 @@ def test_push_to_hub_goes_through_the_hub_client(head_folders, monkeypatch):
 
 
 def fake_hub_uploads(monkeypatch, model_class) -> list[dict]:
-    """push_to_hub with the Hub itself stood in for (it cannot be reached here): the hub client's repository call
-    that push_to_hub makes, and the upload of `model_class` (patched on the class), which records what it was
-    handed: the repository, the options, the folder's files, its README.md, its tokenizer and its weights."""
-    from huggingface_hub import RepoUrl
-    from transformers.utils import hub
+    """push_to_hub with the Hub itself stood in for (it cannot be reached here): the three calls of the hub client
+    that reach the Hub (the repository, the branch, the commit) are patched on `HfApi`. Each commit records what
+    it was handed: the repository, the options, the branches made before it, the files, README.md, the tokenizer,
+    and the weights as `model_class` loads them."""
+    from huggingface_hub import CommitInfo, HfApi, RepoUrl
 
-    class Hub:
-        def create_repo(self, repo_id, **options):
-            return RepoUrl(f"https://huggingface.co/{repo_id}")
+    uploads, branches = [], []
 
-    uploads = []
+    def create_repo(self, repo_id, **options):
+        return RepoUrl(f"https://huggingface.co/{repo_id}")
 
-    def upload(self, folder, repo_id, **options):
-        folder = Path(folder)
-        uploads.append({"repo_id": repo_id, "options": options, "files": sorted(p.name for p in folder.iterdir()),
-                        "card": (folder / "README.md").read_text(encoding="utf-8"),
+    def create_branch(self, repo_id, *, branch, **options):
+        branches.append(branch)
+
+    def create_commit(self, repo_id, operations, **options):
+        files = {operation.path_in_repo: Path(operation.path_or_fileobj) for operation in operations}
+        folder = files["README.md"].parent
+        assert all(path == folder / name for name, path in files.items())  # one folder, every file of it
+        uploads.append({"repo_id": repo_id, "options": options, "branches": list(branches), "files": sorted(files),
+                        "card": files["README.md"].read_text(encoding="utf-8"),
                         "tokenizer": ElmoTokenizer.from_pretrained(folder),
                         "state": model_class.from_pretrained(folder).state_dict()})
-        return f"https://huggingface.co/{repo_id}/commit/0"
+        address = f"https://huggingface.co/{repo_id}/commit/0"
+        return CommitInfo(commit_url=address, commit_message=options["commit_message"], commit_description="",
+                          oid="0", pr_url=None)
 
-    monkeypatch.setattr(hub, "hf_api", Hub)
-    monkeypatch.setattr(model_class, "_upload_modified_files", upload)
+    monkeypatch.setattr(HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(HfApi, "create_branch", create_branch)
+    monkeypatch.setattr(HfApi, "create_commit", create_commit)
     return uploads
 
 
@@ -216,6 +223,46 @@ def test_push_to_hub_uploads_one_folder_with_the_card_and_the_tokenizer(head_fol
     card = upload_made["card"]
     assert "library_name: transformers" in card and "pipeline_tag: token-classification" in card
     assert f'AutoModelForTokenClassification.from_pretrained("{HUB_ID}")' in card and "automatically generated" not in card
+
+
+def test_push_to_hub_commits_to_a_branch_it_makes_as_transformers_does(head_folders, monkeypatch):
+    """A `revision` branch is made before the commit (not a pull request's ref), the commit goes there, and the
+    default commit message is transformers' "Upload model"."""
+    uploads = fake_hub_uploads(monkeypatch, ElmoForTokenClassification)
+    model = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
+    model.push_to_hub(HUB_ID, revision="v1", commit_description="why")
+    model.push_to_hub(HUB_ID, revision="refs/pr/3")
+    assert [upload["branches"] for upload in uploads] == [["v1"], ["v1"]]  # none made for the pull request
+    assert [upload["options"]["revision"] for upload in uploads] == ["v1", "refs/pr/3"]
+    assert uploads[0]["options"]["commit_message"] == "Upload model" and uploads[0]["options"]["commit_description"] == "why"
+
+
+@pytest.mark.parametrize("status, create_pr, commits", [(403, True, True), (403, False, False), (404, True, False)])
+def test_push_to_hub_goes_on_without_its_branch_only_for_a_pull_request_it_may_not_write(
+        head_folders, monkeypatch, status, create_pr, commits):
+    """A branch the Hub refuses to make (403) is no error for a pull request (the branch must exist, and the commit
+    says so if not), as in transformers; any other refusal, or a 403 for a plain commit, is raised."""
+    from types import SimpleNamespace
+
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    uploads = fake_hub_uploads(monkeypatch, ElmoForTokenClassification)
+
+    def refuse_branch(self, repo_id, *, branch, **options):
+        # What the error reads of the hub client's HTTP response (whose class depends on the hub client's version).
+        response = SimpleNamespace(status_code=status, headers={}, request=None)
+        raise HfHubHTTPError(f"{status} refused", response=response)
+
+    monkeypatch.setattr(HfApi, "create_branch", refuse_branch)
+    model = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
+    if commits:
+        model.push_to_hub(HUB_ID, revision="v1", create_pr=create_pr)
+        assert len(uploads) == 1 and uploads[0]["options"]["create_pr"] is True
+    else:
+        with pytest.raises(HfHubHTTPError, match=f"{status} refused"):
+            model.push_to_hub(HUB_ID, revision="v1", create_pr=create_pr)
+        assert uploads == []
 
 
 def test_push_to_hub_uploads_the_card_it_is_given_as_it_is(head_folders, monkeypatch):
