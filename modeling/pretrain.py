@@ -45,6 +45,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from accelerate import Accelerator  # noqa: E402
 from accelerate.utils import DistributedType, set_seed  # noqa: E402
+from packaging.version import Version  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
@@ -464,6 +465,23 @@ def finished_run_message(args, settings: dict, output_dir: Path, finished: dict,
                 "model is there (a larger --max-steps trains on, from its latest checkpoint)"), True
     start = f"from {checkpoint}, the latest checkpoint" if checkpoint else "from the beginning: no checkpoint is left"
     return f"{output_dir}: the run finished at step {finished['step']}; it goes on to step {max_steps} {start}", False
+
+
+def load_training_state(accelerator: Accelerator, checkpoint: Path) -> None:
+    """`accelerator.load_state(checkpoint)`, refused where it could not restore this process's random states: it
+    only logs that, and the resumed run would draw other dropout masks and sampled words than the uninterrupted one."""
+    # A fresh generator's state, which no checkpoint holds (a run has drawn its initial weights before it saves):
+    # still there after the load, it was not replaced.
+    unloaded = torch.Generator().manual_seed(0).get_state()
+    torch.set_rng_state(unloaded)
+    accelerator.load_state(str(checkpoint))
+    if torch.equal(torch.get_rng_state(), unloaded):
+        name = f"random_states_{accelerator.process_index}.pkl"
+        reason = (f"torch does not load NumPy {np.__version__}'s saved state weights-only: upgrade NumPy to 1.25 or "
+                  "later and resume again" if Version(np.__version__) < Version("1.25") else
+                  f"{name} does not load here (damaged, or saved with other releases of torch, NumPy or Accelerate)")
+        raise PretrainError(f"--resume {checkpoint}: Accelerate could not load its random states ({name}), so the run "
+                            f"would not continue exactly; {reason}")
 
 
 def load_carried_states(checkpoint: Path, process_index: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -1012,7 +1030,7 @@ def train(args: argparse.Namespace) -> dict:
     earlier_seconds = 0.0  # of the processes before a resume, up to the checkpoint it resumes from
     unlogged = None  # the losses summed since the last logged step, at the checkpoint a resume starts from
     if checkpoint is not None:
-        accelerator.load_state(str(checkpoint))
+        load_training_state(accelerator, checkpoint)
         step = saved_state["step"]
         earlier_seconds = saved_state.get("seconds", 0.0)  # (checkpoints of older versions did not record it)
         unlogged = saved_state.get("unlogged")  # (nor this: their sums restarted at the checkpoint)

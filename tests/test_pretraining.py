@@ -1877,6 +1877,24 @@ def test_a_checkpoint_of_an_older_version_resumes_exactly(reference_copy, refere
     assert losses(folder) == pytest.approx(losses(reference_run), abs=1e-6)
 
 
+def test_a_resume_whose_random_states_do_not_load_is_refused(reference_copy, capsys):
+    """Accelerate's load_state only logs that the random states did not load (as with NumPy before 1.25, or a damaged
+    file in a checkpoint of a version that recorded no digests), and the resumed run then drew other dropout masks
+    and sampled words: it is refused, naming the file, and the run's folder is left as it was."""
+    folder = reference_copy
+    checkpoint = folder / "checkpoint-55"
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    del state["files"]  # (the digests would name the damage before Accelerate reads the file)
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    (checkpoint / "random_states_0.pkl").write_bytes(b"not a pickle")
+    before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    code, _, err = run_main(capsys, *REFERENCE_ARGS, "--output-dir", folder, "--resume")
+    assert_one_error(code, err, f"--resume {checkpoint}: Accelerate could not load its random states "
+                                "(random_states_0.pkl), so the run would not continue exactly; random_states_0.pkl "
+                                "does not load here (damaged, or saved with other releases")
+    assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
+
+
 def test_resume_refuses_a_checkpoint_with_a_missing_or_damaged_file(reference_copy, reference_run, capsys):
     """A missing random state resumed silently (and ended elsewhere); a cut optimizer or weights file failed with a
     traceback. Each is named, with the complete checkpoint to resume from, which then ends as the run would have."""
