@@ -676,24 +676,27 @@ class ElmoPreTrainedModel(PreTrainedModel):
         # every file (`upload_folder` may split a large folder into several commits).
         api = HfApi(token=token)
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-        if revision is not None and not revision.startswith("refs/pr"):
-            try:
-                api.create_branch(repo_id, branch=revision, exist_ok=True)
-            except HfHubHTTPError as error:
-                # A pull request to a repository one cannot write to: its branch must exist already, and the
-                # commit says so if it does not.
-                if not (create_pr and error.response is not None and error.response.status_code == 403):
-                    raise
+        if commit_message is None:  # (transformers' default)
+            name = type(self).__name__
+            commit_message = "Upload model" if "Model" in name else f"Upload {name}"
         with tempfile.TemporaryDirectory() as folder:
-            self.save_hub_folder(
+            self.save_hub_folder(  # (before the branch is made: it refuses a bad card or tags)
                 folder, repo_id, model_card=model_card, tokenizer=tokenizer, tags=tags, max_shard_size=max_shard_size
             )
+            if revision is not None and not revision.startswith("refs/pr"):
+                try:
+                    api.create_branch(repo_id, branch=revision, exist_ok=True)
+                except HfHubHTTPError as error:
+                    # A pull request to a repository one cannot write to: its branch must exist already, and the
+                    # commit says so if it does not.
+                    if not (create_pr and error.response is not None and error.response.status_code == 403):
+                        raise
             files = sorted(path for path in Path(folder).rglob("*") if path.is_file())
             return api.create_commit(
                 repo_id,
                 [CommitOperationAdd(path_in_repo=path.relative_to(folder).as_posix(), path_or_fileobj=str(path))
                  for path in files],
-                commit_message=commit_message or "Upload model",
+                commit_message=commit_message,
                 commit_description=commit_description,
                 revision=revision,
                 create_pr=create_pr,

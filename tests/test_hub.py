@@ -177,13 +177,14 @@ def test_push_to_hub_goes_through_the_hub_client(head_folders, monkeypatch):
 def fake_hub_uploads(monkeypatch, model_class) -> list[dict]:
     """push_to_hub with the Hub itself stood in for (it cannot be reached here): the three calls of the hub client
     that reach the Hub (the repository, the branch, the commit) are patched on `HfApi`. Each commit records what
-    it was handed: the repository, the options, the branches made before it, the files, README.md, the tokenizer,
-    and the weights as `model_class` loads them."""
+    it was handed: the repository, the options, the repositories and branches made before it, the client's token,
+    the files, README.md, the tokenizer, and the weights as `model_class` loads them."""
     from huggingface_hub import CommitInfo, HfApi, RepoUrl
 
-    uploads, branches = [], []
+    uploads, branches, repositories = [], [], []
 
     def create_repo(self, repo_id, **options):
+        repositories.append({"repo_id": repo_id, "token": self.token, **options})
         return RepoUrl(f"https://huggingface.co/{repo_id}")
 
     def create_branch(self, repo_id, *, branch, **options):
@@ -193,7 +194,8 @@ def fake_hub_uploads(monkeypatch, model_class) -> list[dict]:
         files = {operation.path_in_repo: Path(operation.path_or_fileobj) for operation in operations}
         folder = files["README.md"].parent
         assert all(path == folder / name for name, path in files.items())  # one folder, every file of it
-        uploads.append({"repo_id": repo_id, "options": options, "branches": list(branches), "files": sorted(files),
+        uploads.append({"repo_id": repo_id, "options": options, "repositories": list(repositories),
+                        "branches": list(branches), "token": self.token, "files": sorted(files),
                         "card": files["README.md"].read_text(encoding="utf-8"),
                         "tokenizer": ElmoTokenizer.from_pretrained(folder),
                         "state": model_class.from_pretrained(folder).state_dict()})
@@ -226,15 +228,32 @@ def test_push_to_hub_uploads_one_folder_with_the_card_and_the_tokenizer(head_fol
 
 
 def test_push_to_hub_commits_to_a_branch_it_makes_as_transformers_does(head_folders, monkeypatch):
-    """A `revision` branch is made before the commit (not a pull request's ref), the commit goes there, and the
-    default commit message is transformers' "Upload model"."""
+    """As transformers: the repository is made with `private` and the client holds `token`; a `revision` branch is
+    made before the commit (not a pull request's ref), and the commit goes there; the default commit message is
+    "Upload model" for a class named ...Model, else "Upload CLASS"."""
     uploads = fake_hub_uploads(monkeypatch, ElmoForTokenClassification)
     model = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
-    model.push_to_hub(HUB_ID, revision="v1", commit_description="why")
+    model.push_to_hub(HUB_ID, revision="v1", commit_description="why", private=True, token="hf_secret")
     model.push_to_hub(HUB_ID, revision="refs/pr/3")
+    assert uploads[0]["repositories"] == [{"repo_id": HUB_ID, "token": "hf_secret", "private": True, "exist_ok": True}]
+    assert uploads[0]["token"] == "hf_secret" and uploads[1]["token"] is None
     assert [upload["branches"] for upload in uploads] == [["v1"], ["v1"]]  # none made for the pull request
     assert [upload["options"]["revision"] for upload in uploads] == ["v1", "refs/pr/3"]
-    assert uploads[0]["options"]["commit_message"] == "Upload model" and uploads[0]["options"]["commit_description"] == "why"
+    assert uploads[0]["options"]["commit_message"] == "Upload ElmoForTokenClassification"
+    assert uploads[0]["options"]["commit_description"] == "why"
+    uploads = fake_hub_uploads(monkeypatch, ElmoModel)
+    ElmoModel.from_pretrained(head_folders["AutoModelForTokenClassification"]).push_to_hub(HUB_ID)
+    assert uploads[0]["options"]["commit_message"] == "Upload model"
+
+
+def test_push_to_hub_refuses_a_bad_card_before_it_makes_a_branch(head_folders, monkeypatch):
+    """A card that is not text is refused before the branch is made or anything committed."""
+    uploads = fake_hub_uploads(monkeypatch, ElmoForTokenClassification)
+    model = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
+    with pytest.raises(ValueError, match="model_card must be the card's text"):
+        model.push_to_hub(HUB_ID, revision="v1", model_card=Path("README.md"))
+    model.push_to_hub(HUB_ID)  # (what the branches list held when this commit was made)
+    assert uploads[0]["branches"] == []
 
 
 @pytest.mark.parametrize("status, create_pr, commits", [(403, True, True), (403, False, False), (404, True, False)])
