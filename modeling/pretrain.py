@@ -468,11 +468,16 @@ def finished_run_message(args, settings: dict, output_dir: Path, finished: dict,
 
 
 def load_training_state(accelerator: Accelerator, checkpoint: Path) -> None:
-    """`accelerator.load_state(checkpoint)`, refused where it could not restore this process's random states: it
-    only logs that, and the resumed run would draw other dropout masks and sampled words than the uninterrupted one."""
-    # A fresh generator's state, which no checkpoint holds (a run has drawn its initial weights before it saves):
-    # still there after the load, it was not replaced.
-    unloaded = torch.Generator().manual_seed(0).get_state()
+    """`accelerator.load_state(checkpoint)`, refused where this process's random states did not load: Accelerate
+    only logs that, and the resumed run would draw other dropout masks and sampled words than the uninterrupted one.
+    What is checked is torch's CPU generator, which Accelerate restores after Python's and NumPy's and before a
+    GPU's: a file that does not load is caught, a GPU generator that fails to restore is not. (A process refused
+    here alone leaves the others waiting, as a checkpoint without its carried states does.)"""
+    # A state drawn from the operating system's randomness, which no checkpoint holds: still there after the load,
+    # it was not replaced.
+    marker = torch.Generator()
+    marker.seed()
+    unloaded = marker.get_state()
     torch.set_rng_state(unloaded)
     accelerator.load_state(str(checkpoint))
     if torch.equal(torch.get_rng_state(), unloaded):

@@ -1877,7 +1877,7 @@ def test_a_checkpoint_of_an_older_version_resumes_exactly(reference_copy, refere
     assert losses(folder) == pytest.approx(losses(reference_run), abs=1e-6)
 
 
-def test_a_resume_whose_random_states_do_not_load_is_refused(reference_copy, capsys):
+def test_a_resume_whose_random_states_do_not_load_is_refused(reference_copy, capsys, monkeypatch):
     """Accelerate's load_state only logs that the random states did not load (as with NumPy before 1.25, or a damaged
     file in a checkpoint of a version that recorded no digests), and the resumed run then drew other dropout masks
     and sampled words: it is refused, naming the file, and the run's folder is left as it was."""
@@ -1893,6 +1893,11 @@ def test_a_resume_whose_random_states_do_not_load_is_refused(reference_copy, cap
                                 "(random_states_0.pkl), so the run would not continue exactly; random_states_0.pkl "
                                 "does not load here (damaged, or saved with other releases")
     assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
+    # What the error says where NumPy is older than 1.25 (whose saved state torch does not load weights-only).
+    monkeypatch.setattr(np, "__version__", "1.24.4")
+    code, _, err = run_main(capsys, *REFERENCE_ARGS, "--output-dir", folder, "--resume")
+    assert_one_error(code, err, "so the run would not continue exactly; torch does not load NumPy 1.24.4's saved "
+                                "state weights-only: upgrade NumPy to 1.25 or later and resume again")
 
 
 def test_resume_refuses_a_checkpoint_with_a_missing_or_damaged_file(reference_copy, reference_run, capsys):
