@@ -77,6 +77,25 @@ bench-train: setup ptb-data $(ALLENNLP_VENV)/bin/python
 gpu-deps: setup
 	$(PIP) install --target build/gpu-deps "transformers>=5.23,<6" tokenizers safetensors datasets h5py accelerate pytest
 
+# ---- the oldest releases pyproject.toml admits (not part of `make test`) ---------------------------------------
+# `make test` runs on the newest releases that pyproject.toml admits; `make test-floors` runs the same tests on the
+# oldest, in a venv of their own. Each floor in pyproject.toml is pinned here (tests/test_packaging.py checks that
+# they agree). From the package index torch 2.10 is a CUDA build of about 3 GB, which runs on the CPU. pyarrow is
+# held below 19: later releases need NumPy 2 without saying so, and `datasets` imports them. setuptools is the
+# build's (tests/test_packaging.py builds the wheel with it). Afterwards `make test` unpacks its own transformers'
+# tests again.
+FLOORS_VENV ?= build/floors-venv
+FLOOR_TORCH := torch==2.10.0
+FLOOR_PINS := $(FLOOR_TORCH) transformers==5.23.0 tokenizers==0.23.1 safetensors==0.8.0 huggingface_hub==1.31.0 \
+	accelerate==1.3.0 datasets==4.0.0 h5py==3.12.1 numpy==1.25.0 tqdm==4.66.3 "pyarrow<19" "setuptools>=77.0.3"
+
+.PHONY: test-floors
+test-floors: check-shared check-npm
+	test -x $(FLOORS_VENV)/bin/python || $(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/python -m pip --quiet --disable-pip-version-check install -e ".[dev]" $(FLOOR_PINS)
+	printf '%s\n' '$(FLOOR_TORCH)' > $(FLOORS_VENV)/.torch-spec && touch $(FLOORS_VENV)/.installed
+	$(MAKE) test VENV=$(FLOORS_VENV) TORCH_SPEC='$(FLOOR_TORCH)'
+
 # ---- transformers' own common tests (tests/test_transformers_*.py) ---------------------------------------------
 # The wheel ships no tests: pip downloads the source distribution of the installed transformers version, and its
 # tests/ folder is unpacked into the git-ignored build/transformers-tests, with the stand-ins of

@@ -797,8 +797,8 @@ def test_approximations_report_their_deviation(fixture_model, kernel_choices, mo
     # What the README gives for the trained fixture (int8 within 4.2e-2, bf16's chosen kernels 5.8e-3 and 7.2e-3;
     # bfloat16 forced into every product here: 1.0e-2 on an AMD EPYC Zen 4), with room for other CPUs; int8 where
     # the CPU lacks VNNI (AMD EPYC Zen 2: oneDNN's older int8 kernels round more) up to the README's 0.57.
-    capability = torch._C._cpu._get_cpu_capability()
-    vnni = any(capability.get(flag) for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
+    flags = set(fast_linear.cpuinfo().get("flags", "").split())  # the flags Linux lists (torch 2.11 and later reads them too)
+    vnni = bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
     assert 1e-4 < deviations["int8"][2] < (0.06 if vnni else 0.6)
     if CPU_BFLOAT16:
         assert 1e-5 < deviations["bf16"][2] < 0.02
@@ -894,6 +894,8 @@ def test_builds_without_torchs_cpu_capability_read_the_kernels_flags_to_the_same
     CPU both give the same answer."""
     from hf_elmo import approximate
 
+    if not hasattr(torch._C._cpu, "_get_cpu_capability"):
+        pytest.skip(f"torch {torch.__version__} cannot say (the flags are read in every other test here)")
     from_torch = approximate.native_bfloat16_extension.__wrapped__()
     monkeypatch.delattr(torch._C._cpu, "_get_cpu_capability")
     assert approximate.native_bfloat16_extension.__wrapped__() == from_torch

@@ -175,3 +175,48 @@ def test_make_test_without_the_shared_fixtures_says_so_before_any_set_up(tmp_pat
     assert result.stderr.splitlines()[0] == ("error: ../shared/fixtures not found: the tests need the shared fixtures "
                                              "beside this checkout"), result.stderr
     assert sorted(path.name for path in checkout.iterdir()) == ["Makefile"]
+
+
+# ---- `make test-floors`: the oldest releases pyproject.toml admits ---------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_test_floors_pins_every_floor_that_pyproject_states(tmp_path):
+    """pyproject.toml's floors are what `make test-floors` installs: each dependency's `>=X` is pinned `==X` there
+    (a floor raised or lowered in one place only fails here); the venv is stamped with that torch, and the `make test`
+    it runs is given it as TORCH_SPEC (whatever TORCH_SPEC the caller has), so that it keeps it (the stamp's tests
+    above); the README names the main floors."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    venv = tmp_path / "floors"
+    environment = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    environment["TORCH_SPEC"] = "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"  # (a caller's own)
+    result = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(REPO), "test-floors", f"FLOORS_VENV={venv}"],
+                            capture_output=True, text=True, env=environment, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # (-n also lists what the `make test` it calls would do: the floors' install comes first)
+    install = next(line for line in result.stdout.splitlines() if line.startswith(f"{venv}/bin/python -m pip "))
+    pins = {}
+    for word in install.split("install -e \".[dev]\" ")[1].split():
+        requirement = Requirement(word.strip('"'))
+        (spec,) = requirement.specifier
+        pins[canonicalize_name(requirement.name)] = (spec.operator, Version(spec.version))
+    floors = {}
+    for line in tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]:
+        requirement = Requirement(line)
+        (floor,) = [spec.version for spec in requirement.specifier if spec.operator == ">="]
+        floors[canonicalize_name(requirement.name)] = ("==", Version(floor))
+    assert {name: pins.get(name) for name in floors} == floors
+    # datasets' dependency, held back for NumPy 1, and the build's setuptools (Makefile)
+    assert set(pins) - set(floors) == {"pyarrow", "setuptools"}, pins
+    torch = next(word for word in install.split() if word.startswith("torch=="))
+    # The README names the main floors.
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    paragraph = readme[readme.index("`make test-floors` runs the same tests on the oldest ones"):][:400]
+    for name, label in (("torch", "torch"), ("transformers", "transformers"), ("accelerate", "accelerate"),
+                        ("datasets", "datasets"), ("h5py", "h5py"), ("numpy", "NumPy")):
+        assert f"{label} {floors[name][1]}" in paragraph, (name, floors[name], paragraph)
+    assert f"printf '%s\\n' '{torch}' > {venv}/.torch-spec && touch {venv}/.installed" in result.stdout
+    assert f"make test VENV={venv} TORCH_SPEC='{torch}'" in result.stdout
