@@ -78,12 +78,12 @@ gpu-deps: setup
 	$(PIP) install --target build/gpu-deps "transformers>=5.23,<6" tokenizers safetensors datasets h5py accelerate pytest
 
 # ---- the oldest releases pyproject.toml admits (not part of `make test`) ---------------------------------------
-# `make test` runs on the newest releases that pyproject.toml admits; `make test-floors` runs the same tests on the
-# oldest, in a venv of their own. Each floor in pyproject.toml is pinned here (tests/test_packaging.py checks that
-# they agree). From the package index torch 2.10 is a CUDA build of about 3 GB, which runs on the CPU. pyarrow is
-# held below 19: later releases need NumPy 2 without saying so, and `datasets` imports them. setuptools is the
-# build's (tests/test_packaging.py builds the wheel with it). Afterwards `make test` unpacks its own transformers'
-# tests again.
+# A new venv gets the newest releases that pyproject.toml admits; `make test-floors` runs the same tests on the
+# oldest, in a venv of their own (Python 3.11). Each floor in pyproject.toml is pinned here (tests/test_packaging.py
+# checks that they agree). From the package index torch 2.10 is a CUDA build (the venv takes about 6 GB), which
+# runs on the CPU. pyarrow is held below 19: later releases need NumPy 2 without saying so, and `datasets` imports
+# them. setuptools is the build's (tests/test_packaging.py builds the wheel with it). Afterwards `make test` unpacks
+# its own transformers' tests again.
 FLOORS_VENV ?= build/floors-venv
 FLOOR_TORCH := torch==2.10.0
 FLOOR_PINS := $(FLOOR_TORCH) transformers==5.23.0 tokenizers==0.23.1 safetensors==0.8.0 huggingface_hub==1.31.0 \
@@ -91,6 +91,9 @@ FLOOR_PINS := $(FLOOR_TORCH) transformers==5.23.0 tokenizers==0.23.1 safetensors
 
 .PHONY: test-floors
 test-floors: check-shared check-npm
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "error: make test-floors needs \
+	Python 3.11, the oldest that hf-elmo admits (NumPy 1.25 has no wheels for later ones): pass PYTHON=python3.11" >&2; \
+	exit 1; }
 	test -x $(FLOORS_VENV)/bin/python || $(PYTHON) -m venv $(FLOORS_VENV)
 	$(FLOORS_VENV)/bin/python -m pip --quiet --disable-pip-version-check install -e ".[dev]" $(FLOOR_PINS)
 	printf '%s\n' '$(FLOOR_TORCH)' > $(FLOORS_VENV)/.torch-spec && touch $(FLOORS_VENV)/.installed

@@ -109,13 +109,19 @@ def int8_layer(layer, inputs, step_mask, h, c):
     return fast_bilstm_layer(layer, inputs.float(), step_mask, h.float(), c.float(), multiplies=multiplies)
 
 
+def cpu_flags() -> dict[str, bool]:
+    """The CPU's extensions, by the kernel's names ("avx512_bf16", "avx512_vnni", "amx_int8", ...): torch's reading
+    (`_get_cpu_capability`, torch 2.11 and later), else the kernel's flags in /proc/cpuinfo."""
+    try:
+        return torch._C._cpu._get_cpu_capability()
+    except AttributeError:
+        return {flag: True for flag in cpuinfo().get("flags", "").split()}
+
+
 @functools.cache  # (asked for every layer of every batch in the bf16 mode)
 def native_bfloat16_extension() -> str | None:
     """The CPU's extension that computes bfloat16 natively ("AMX-BF16" or "AVX512-BF16"), or None."""
-    try:
-        capability = torch._C._cpu._get_cpu_capability()
-    except AttributeError:  # (older builds) the kernel's flags
-        capability = {flag: True for flag in cpuinfo().get("flags", "").split()}
+    capability = cpu_flags()
     for flag, name in (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16")):
         if capability.get(flag):
             return name

@@ -161,6 +161,16 @@ def _reads_no_values() -> bool:
     return _is_exporting() or has_static_shapes()
 
 
+def _check_card_and_tags(model_card, tags) -> None:
+    """`save_hub_folder`'s and `push_to_hub`'s `model_card` must be text and `tags` a list of strings."""
+    if model_card is not None and not isinstance(model_card, str):
+        hint = "Path(...).read_text(encoding='utf-8')" if isinstance(model_card, os.PathLike) else "str(card)"
+        raise ValueError(f"model_card must be the card's text (a str), got {type(model_card).__name__}: pass {hint}")
+    if tags is not None and (not isinstance(tags, (list, tuple)) or not all(isinstance(tag, str) for tag in tags)):
+        hint = f": pass [{tags!r}]" if isinstance(tags, str) else ""
+        raise ValueError(f"tags must be a list of strings, got {tags!r}{hint}")
+
+
 class ElmoHighway(nn.Module):
     """One highway layer, in bilm-tf's form: `y = g * relu(W_t x + b_t) + (1 - g) * x`, `g = sigmoid(W_c x + b_c)`.
 
@@ -621,12 +631,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         from transformers.utils.hub import ModelCard
 
         # Checked before anything is written: a card that is no text would otherwise fail in the middle of the folder.
-        if model_card is not None and not isinstance(model_card, str):
-            hint = "Path(...).read_text(encoding='utf-8')" if isinstance(model_card, os.PathLike) else "str(card)"
-            raise ValueError(f"model_card must be the card's text (a str), got {type(model_card).__name__}: pass {hint}")
-        if tags is not None and (not isinstance(tags, (list, tuple)) or not all(isinstance(tag, str) for tag in tags)):
-            hint = f": pass [{tags!r}]" if isinstance(tags, str) else ""
-            raise ValueError(f"tags must be a list of strings, got {tags!r}{hint}")
+        _check_card_and_tags(model_card, tags)
         if model_card is None:
             try:  # the card template ships with the hf-elmo package, not with the Hub copy of this file
                 from hf_elmo.model_card import default_model_card
@@ -674,13 +679,14 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
         # huggingface_hub's public calls, in transformers' order: the repository, the branch, then one commit of
         # every file (`upload_folder` may split a large folder into several commits).
+        _check_card_and_tags(model_card, tags)  # (before the repository is made)
         api = HfApi(token=token)
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         if commit_message is None:  # (transformers' default)
             name = type(self).__name__
             commit_message = "Upload model" if "Model" in name else f"Upload {name}"
         with tempfile.TemporaryDirectory() as folder:
-            self.save_hub_folder(  # (before the branch is made: it refuses a bad card or tags)
+            self.save_hub_folder(
                 folder, repo_id, model_card=model_card, tokenizer=tokenizer, tags=tags, max_shard_size=max_shard_size
             )
             if revision is not None and not revision.startswith("refs/pr"):

@@ -27,6 +27,7 @@ from hf_elmo import (
     ElmoForTokenClassification,
     ElmoModel,
     ElmoTokenizer,
+    approximate,
     fast_bilstm,
     fast_linear,
 )
@@ -797,8 +798,8 @@ def test_approximations_report_their_deviation(fixture_model, kernel_choices, mo
     # What the README gives for the trained fixture (int8 within 4.2e-2, bf16's chosen kernels 5.8e-3 and 7.2e-3;
     # bfloat16 forced into every product here: 1.0e-2 on an AMD EPYC Zen 4), with room for other CPUs; int8 where
     # the CPU lacks VNNI (AMD EPYC Zen 2: oneDNN's older int8 kernels round more) up to the README's 0.57.
-    flags = set(fast_linear.cpuinfo().get("flags", "").split())  # the flags Linux lists (torch 2.11 and later reads them too)
-    vnni = bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    flags = approximate.cpu_flags()
+    vnni = any(flags.get(flag) for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
     assert 1e-4 < deviations["int8"][2] < (0.06 if vnni else 0.6)
     if CPU_BFLOAT16:
         assert 1e-5 < deviations["bf16"][2] < 0.02
@@ -890,15 +891,15 @@ def test_bf16_mode_gate_cache_follows_the_layers_settings_and_clear_caches(fixtu
 
 
 def test_builds_without_torchs_cpu_capability_read_the_kernels_flags_to_the_same_answer(monkeypatch):
-    """native_bfloat16_extension falls back on /proc/cpuinfo's flags where torch cannot say (older builds): on this
-    CPU both give the same answer."""
-    from hf_elmo import approximate
-
+    """cpu_flags falls back on /proc/cpuinfo's flags where torch cannot read the CPU's (before torch 2.11): on this
+    CPU both give the same answer for bfloat16 and for VNNI."""
     if not hasattr(torch._C._cpu, "_get_cpu_capability"):
-        pytest.skip(f"torch {torch.__version__} cannot say (the flags are read in every other test here)")
-    from_torch = approximate.native_bfloat16_extension.__wrapped__()
+        pytest.skip(f"torch {torch.__version__} has no _get_cpu_capability: /proc/cpuinfo's flags are what every test "
+                    "here reads")
+    from_torch = approximate.native_bfloat16_extension.__wrapped__(), approximate.cpu_flags().get("avx512_vnni", False)
     monkeypatch.delattr(torch._C._cpu, "_get_cpu_capability")
-    assert approximate.native_bfloat16_extension.__wrapped__() == from_torch
+    from_kernel = approximate.native_bfloat16_extension.__wrapped__(), approximate.cpu_flags().get("avx512_vnni", False)
+    assert from_kernel == from_torch
 
 
 @pytest.mark.parametrize("approximation", [None, *APPROXIMATIONS_HERE])
@@ -944,8 +945,6 @@ def test_leaving_an_approximation_drops_what_it_derived(fixture_model):
 def test_bf16_mode_is_refused_where_the_cpu_would_emulate_bfloat16(fixture_model, monkeypatch):
     """On a CPU without AVX512-BF16 or AMX-BF16 (run as it is where CPU_BFLOAT16 is False; on a CPU that has one,
     with the detection made to answer None) opting in is one error naming the CPU, and the model stays exact."""
-    from hf_elmo import approximate
-
     model = copy.deepcopy(fixture_model[0])
     if CPU_BFLOAT16:
         monkeypatch.setattr(approximate, "native_bfloat16_extension", lambda: None)

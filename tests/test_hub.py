@@ -174,28 +174,44 @@ def test_push_to_hub_goes_through_the_hub_client(head_folders, monkeypatch):
         model.push_to_hub(HUB_ID, tokenizer=ElmoTokenizer())
 
 
-def fake_hub_uploads(monkeypatch, model_class) -> list[dict]:
+class HubUploads(list):
+    """What the stood-in Hub was handed: one record per commit, and every repository and branch made."""
+
+    def __init__(self):
+        super().__init__()
+        self.repositories, self.branches = [], []
+
+
+def fake_hub_uploads(monkeypatch, model_class) -> HubUploads:
     """push_to_hub with the Hub itself stood in for (it cannot be reached here): the three calls of the hub client
-    that reach the Hub (the repository, the branch, the commit) are patched on `HfApi`. Each commit records what
-    it was handed: the repository, the options, the repositories and branches made before it, the client's token,
-    the files, README.md, the tokenizer, and the weights as `model_class` loads them."""
+    that reach the Hub (the repository, the branch, the commit) are patched on `HfApi`, each taking the arguments the
+    real call takes. Each commit records what it was handed: the repository, the options, the repositories and
+    branches made before it, the client's token, the files, README.md, the tokenizer, and the weights as
+    `model_class` loads them."""
+    import inspect
+
     from huggingface_hub import CommitInfo, HfApi, RepoUrl
 
-    uploads, branches, repositories = [], [], []
+    uploads = HubUploads()
+    real = {name: inspect.signature(getattr(HfApi, name)) for name in ("create_repo", "create_branch", "create_commit")}
 
     def create_repo(self, repo_id, **options):
-        repositories.append({"repo_id": repo_id, "token": self.token, **options})
+        real["create_repo"].bind(self, repo_id, **options)
+        uploads.repositories.append({"repo_id": repo_id, "token": self.token, **options})
         return RepoUrl(f"https://huggingface.co/{repo_id}")
 
-    def create_branch(self, repo_id, *, branch, **options):
-        branches.append(branch)
+    def create_branch(self, repo_id, **options):
+        real["create_branch"].bind(self, repo_id, **options)
+        uploads.branches.append(options["branch"])
 
     def create_commit(self, repo_id, operations, **options):
+        real["create_commit"].bind(self, repo_id, operations, **options)
         files = {operation.path_in_repo: Path(operation.path_or_fileobj) for operation in operations}
         folder = files["README.md"].parent
-        assert all(path == folder / name for name, path in files.items())  # one folder, every file of it
-        uploads.append({"repo_id": repo_id, "options": options, "repositories": list(repositories),
-                        "branches": list(branches), "token": self.token, "files": sorted(files),
+        on_disk = {path.relative_to(folder).as_posix(): path for path in folder.rglob("*") if path.is_file()}
+        assert files == on_disk  # every file of the folder, each once
+        uploads.append({"repo_id": repo_id, "options": options, "repositories": list(uploads.repositories),
+                        "branches": list(uploads.branches), "token": self.token, "files": sorted(files),
                         "card": files["README.md"].read_text(encoding="utf-8"),
                         "tokenizer": ElmoTokenizer.from_pretrained(folder),
                         "state": model_class.from_pretrained(folder).state_dict()})
@@ -246,14 +262,16 @@ def test_push_to_hub_commits_to_a_branch_it_makes_as_transformers_does(head_fold
     assert uploads[0]["options"]["commit_message"] == "Upload model"
 
 
-def test_push_to_hub_refuses_a_bad_card_before_it_makes_a_branch(head_folders, monkeypatch):
-    """A card that is not text is refused before the branch is made or anything committed."""
+def test_push_to_hub_refuses_a_bad_card_or_tags_before_anything_reaches_the_hub(head_folders, monkeypatch):
+    """A card that is not text, or tags that are not a list of strings, are refused before the repository or the
+    branch is made."""
     uploads = fake_hub_uploads(monkeypatch, ElmoForTokenClassification)
     model = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
     with pytest.raises(ValueError, match="model_card must be the card's text"):
         model.push_to_hub(HUB_ID, revision="v1", model_card=Path("README.md"))
-    model.push_to_hub(HUB_ID)  # (what the branches list held when this commit was made)
-    assert uploads[0]["branches"] == []
+    with pytest.raises(ValueError, match="tags must be a list of strings"):
+        model.push_to_hub(HUB_ID, revision="v1", tags="ner")
+    assert (uploads, uploads.repositories, uploads.branches) == ([], [], [])
 
 
 @pytest.mark.parametrize("status, create_pr, commits", [(403, True, True), (403, False, False), (404, True, False)])

@@ -5,6 +5,7 @@ the Makefile's set-up installs (TORCH_SPEC), seen in dry runs."""
 import importlib.metadata
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -180,7 +181,7 @@ def test_make_test_without_the_shared_fixtures_says_so_before_any_set_up(tmp_pat
 # ---- `make test-floors`: the oldest releases pyproject.toml admits ---------------------------------------------------
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
-def test_make_test_floors_pins_every_floor_that_pyproject_states(tmp_path):
+def test_make_test_floors_pins_every_dependency_floor_that_pyproject_states(tmp_path):
     """pyproject.toml's floors are what `make test-floors` installs: each dependency's `>=X` is pinned `==X` there
     (a floor raised or lowered in one place only fails here); the venv is stamped with that torch, and the `make test`
     it runs is given it as TORCH_SPEC (whatever TORCH_SPEC the caller has), so that it keeps it (the stamp's tests
@@ -198,9 +199,10 @@ def test_make_test_floors_pins_every_floor_that_pyproject_states(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     # (-n also lists what the `make test` it calls would do: the floors' install comes first)
     install = next(line for line in result.stdout.splitlines() if line.startswith(f"{venv}/bin/python -m pip "))
+    words = shlex.split(install)
     pins = {}
-    for word in install.split("install -e \".[dev]\" ")[1].split():
-        requirement = Requirement(word.strip('"'))
+    for word in words[words.index(".[dev]") + 1:]:
+        requirement = Requirement(word)
         (spec,) = requirement.specifier
         pins[canonicalize_name(requirement.name)] = (spec.operator, Version(spec.version))
     floors = {}
@@ -211,6 +213,7 @@ def test_make_test_floors_pins_every_floor_that_pyproject_states(tmp_path):
     assert {name: pins.get(name) for name in floors} == floors
     # datasets' dependency, held back for NumPy 1, and the build's setuptools (Makefile)
     assert set(pins) - set(floors) == {"pyarrow", "setuptools"}, pins
+    assert pins["setuptools"] == (">=", build_requirement())
     torch = next(word for word in install.split() if word.startswith("torch=="))
     # The README names the main floors.
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
@@ -220,3 +223,27 @@ def test_make_test_floors_pins_every_floor_that_pyproject_states(tmp_path):
         assert f"{label} {floors[name][1]}" in paragraph, (name, floors[name], paragraph)
     assert f"printf '%s\\n' '{torch}' > {venv}/.torch-spec && touch {venv}/.installed" in result.stdout
     assert f"make test VENV={venv} TORCH_SPEC='{torch}'" in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_test_floors_needs_python_3_11_and_says_so_before_any_set_up(tmp_path):
+    """NumPy 1.25, a floor, has no wheels for Python 3.12 and later (pip would try to build it, and fail far into the
+    set-up): with another Python, `make test-floors` is one line saying what to pass, before anything is made."""
+    checkout = tmp_path / "main"
+    (tmp_path / "shared" / "fixtures").mkdir(parents=True)
+    checkout.mkdir()
+    shutil.copy(REPO / "Makefile", checkout / "Makefile")
+    for name in ("data/conll2003/test.txt", "data/rotten_tomatoes/rotten_tomatoes_corpus_full.csv.bz2",
+                 "data/brown-pos/test.jsonl"):  # (the task data there: no npm needed)
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).touch()
+    python = tmp_path / "python3.12"  # a Python that is not 3.11
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.exit(1)'\n")
+    python.chmod(0o755)
+    environment = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    result = subprocess.run(["make", "--no-print-directory", "-C", str(checkout), "test-floors", f"PYTHON={python}"],
+                            capture_output=True, text=True, env=environment, timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[0] == ("error: make test-floors needs Python 3.11, the oldest that hf-elmo admits "
+                                             "(NumPy 1.25 has no wheels for later ones): pass PYTHON=python3.11")
+    assert not (checkout / "build").exists()

@@ -1897,11 +1897,11 @@ def test_a_resume_whose_random_states_do_not_load_is_refused(reference_copy, cap
                                 "(random_states_0.pkl), so the run would not continue exactly; random_states_0.pkl "
                                 "does not load here (damaged, or saved with other releases")
     assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
-    # What the error says where NumPy is older than 1.25 (whose saved state torch does not load weights-only).
+    # What the error says where NumPy is older than 1.25 (whose saved state Accelerate does not load weights-only).
     monkeypatch.setattr(np, "__version__", "1.24.4")
     code, _, err = run_main(capsys, *REFERENCE_ARGS, "--output-dir", folder, "--resume")
-    assert_one_error(code, err, "so the run would not continue exactly; torch does not load NumPy 1.24.4's saved "
-                                "state weights-only: upgrade NumPy to 1.25 or later and resume again")
+    assert_one_error(code, err, "so the run would not continue exactly; Accelerate's weights-only loading does not "
+                                "admit NumPy 1.24.4's saved state: upgrade NumPy to 1.25 or later (hf-elmo's floor)")
 
 
 def test_resume_refuses_a_checkpoint_with_a_missing_or_damaged_file(reference_copy, reference_run, capsys):
