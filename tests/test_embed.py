@@ -1328,6 +1328,16 @@ def test_tokenising_ahead_in_a_thread_gives_the_same_bytes(model_path, tmp_path,
     assert_same_embeddings(tmp_path / "ahead.hdf5", tmp_path / "in-turn.hdf5", len(lines))
 
 
+def test_two_runs_a_second_apart_give_the_same_bytes(embedder, tmp_path):
+    """The output records no time: h5py before 3.16 (HDF5 1.14, `make test-floors`) wrote the root group's times,
+    and outputs made in different seconds differed in them."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines())
+    embedder.embed_file(source, tmp_path / "first.hdf5", batch_size=4, progress=False)
+    time.sleep(1.1)
+    embedder.embed_file(source, tmp_path / "second.hdf5", batch_size=4, progress=False)
+    assert (tmp_path / "first.hdf5").read_bytes() == (tmp_path / "second.hdf5").read_bytes()
+
+
 @pytest.mark.parametrize("stateful", [False, True])
 def test_writing_behind_the_model_gives_the_same_bytes_and_holds_few_batches(model_path, tmp_path, stateful,
                                                                               monkeypatch):
