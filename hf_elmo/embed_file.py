@@ -265,7 +265,8 @@ def _write_atomically(path: Path, write) -> None:
     creation.set_obj_track_times(False)
     access.set_libver_bounds(h5py.h5f.LIBVER_EARLIEST, h5py.h5f.LIBVER_LATEST)  # (h5py's default)
     try:
-        with h5py.File(h5py.h5f.create(os.fsencode(temporary), h5py.h5f.ACC_TRUNC, fcpl=creation, fapl=access)) as handle:
+        file_id = h5py.h5f.create(os.fsencode(temporary), h5py.h5f.ACC_TRUNC, fcpl=creation, fapl=access)
+        with h5py.File(file_id) as handle:
             write(handle)
         fsync_path(temporary)  # (on the disk before its name says it is whole)
         os.replace(temporary, path)

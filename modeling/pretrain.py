@@ -482,9 +482,11 @@ def load_training_state(accelerator: Accelerator, checkpoint: Path) -> None:
     accelerator.load_state(str(checkpoint))
     if torch.equal(torch.get_rng_state(), unloaded):
         name = f"random_states_{accelerator.process_index}.pkl"
-        reason = (f"Accelerate's weights-only loading does not admit NumPy {np.__version__}'s saved state: upgrade "
-                  "NumPy to 1.25 or later (hf-elmo's floor) and resume again" if Version(np.__version__) < Version("1.25") else
-                  f"{name} does not load here (damaged, or saved with other releases of torch, NumPy or Accelerate)")
+        if Version(np.__version__) < Version("1.25"):
+            reason = (f"Accelerate's weights-only loading does not admit NumPy {np.__version__}'s saved state: "
+                      "upgrade NumPy to 1.25 or later (hf-elmo's floor) and resume again")
+        else:
+            reason = f"{name} does not load here (damaged, or saved with other releases of torch, NumPy or Accelerate)"
         raise PretrainError(f"--resume {checkpoint}: Accelerate could not load its random states ({name}), so the run "
                             f"would not continue exactly; {reason}")
 

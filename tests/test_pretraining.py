@@ -1617,7 +1617,8 @@ def test_evaluate_scores_the_split_of_a_saved_dataset_it_is_asked_for(reference_
     # A saved split without rows: named, not a traceback. (datasets 5 does not load it: an IndexError deep inside it;
     # datasets 4 does, and its emptiness is named.)
     features = datasets.Features({"text": datasets.Value("string")})
-    datasets.DatasetDict({"test": datasets.Dataset.from_dict({"text": []}, features=features)}).save_to_disk(tmp_path / "empty")
+    empty = datasets.Dataset.from_dict({"text": []}, features=features)
+    datasets.DatasetDict({"test": empty}).save_to_disk(tmp_path / "empty")
     code = evaluate.main(["--model-dir", str(reference_run), "--file", str(tmp_path / "empty"), "--split", "test"])
     problem = ("the saved dataset does not load (IndexError" if int(datasets.__version__.split(".")[0]) >= 5 else
                "no sentences (every line is empty)")
