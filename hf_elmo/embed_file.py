@@ -369,9 +369,10 @@ def _partial_output_problem(path: Path, keys: list[str], shapes: list[tuple[int,
         if found is None or json.loads(found) != manifest:
             return "was made for another run"
         for key, shape in _with_progress(keys, shapes, f"checking {path.name}", progress):
-            if not handle.id.links.exists(key.encode()):
+            name = key.encode()
+            if not handle.id.links.exists(name):
                 return f"has no dataset {key}"
-            dataset = h5py.h5d.open(handle.id, key.encode())
+            dataset = h5py.h5d.open(handle.id, name)
             if dataset.dtype != np.float32 or dataset.shape != shape:
                 return _not_its_line(key, dataset)
         return None
@@ -407,15 +408,13 @@ class _PartialOutput:
         self.path, self.keys = path, keys
         self.handle = _open_hdf5(path, "r+")
 
-    def write(self, lines: list[int], arrays: list[np.ndarray], sync: bool = True) -> None:
-        """Write each line's float32 array into its dataset, then (`sync`) flush the file to the disk."""
+    def write(self, lines: list[int], arrays: list[np.ndarray]) -> None:
+        """Write each line's float32 array into its dataset (`sync` then puts them on the disk)."""
         for line, array in zip(lines, arrays):
             dataset = h5py.h5d.open(self.handle.id, self.keys[line].encode())
             if dataset.shape != array.shape:  # (a defect: the shapes come from the lines, and batch files are checked)
                 raise RuntimeError(f"{self.path}: line {line} has {array.shape} to write into {dataset.shape}")
             dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(array, dtype=np.float32))
-        if sync:
-            self.sync()
 
     def sync(self) -> None:
         self.handle.flush()
@@ -646,6 +645,7 @@ def _save_batch(path: Path, lines: list[int], words: list[list[str]], on_host: l
     arrays = sentence_arrays(layers, words)
     if output is not None:
         output.write(lines, arrays)
+        output.sync()
 
     def write(handle):
         if output is None:
@@ -710,7 +710,7 @@ def _write_output(batches, keys, partial, output_file) -> None:
         for k, batch in enumerate(batches):
             handle = files[k]
             if not handle.attrs.get(IN_OUTPUT, False):
-                output.write(batch, [handle[str(line)][...] for line in batch], sync=False)
+                output.write(batch, [handle[str(line)][...] for line in batch])
         output.sync()  # (once: the move below must not come before the lines)
     finally:
         output.close()
@@ -718,7 +718,6 @@ def _write_output(batches, keys, partial, output_file) -> None:
     os.replace(partial / OUTPUT_NAME, output_file)
     fsync_path(output_file.parent)  # (the move on the disk before the batch files go)
     shutil.rmtree(partial)
-
 
 
 def _read_manifest(partial: Path) -> dict | None:
@@ -783,10 +782,8 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
     # The manifest in one step, as the batches are: a run stopped while writing it leaves none, never half of one;
     # and on the disk before it (a power cut would leave batch files that no manifest says are this run's).
     temporary = partial / f".{MANIFEST_NAME}.tmp-{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as written:
-        written.write(json.dumps(manifest, indent=1))
-        written.flush()
-        os.fsync(written.fileno())
+    temporary.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    fsync_path(temporary)
     os.replace(temporary, partial / MANIFEST_NAME)
     _prepare_partial_output(partial, manifest, sentences, keys, shapes, sentence_index, progress)
 

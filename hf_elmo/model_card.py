@@ -119,26 +119,26 @@ def _input_description(config: ElmoConfig) -> str:
     return described
 
 
-def folder_card_language(name_or_path: str | Path | None, default: str = "und") -> str | list[str]:
-    """The `language` of the card (README.md) of a model folder on this machine; `default` where there is no path,
+def folder_card_language(name_or_path: str | Path | None) -> str | list[str]:
+    """The `language` of the card (README.md) of a model folder on this machine; `und` where there is no path,
     or it is no folder, or its card is missing or unreadable, or names no language that `check_language` accepts
     (the card of a new model then says `und` rather than fail). A card on the Hub is not fetched."""
     from huggingface_hub import ModelCard
 
     card = Path(name_or_path) / "README.md" if name_or_path else None
     if card is None or not card.is_file():
-        return default
+        return "und"
     try:
         language = ModelCard.load(card).data.language
     except Exception:  # noqa: BLE001 (an unreadable file, a header that is not YAML: yaml's own errors among them)
-        return default
+        return "und"
     if isinstance(language, list) and len(language) == 1:
         language = language[0]
     try:
         check_language(language)
     except (TypeError, ValueError):  # (None, a number, an empty list: no language)
-        return default
-    return language if isinstance(language, str) else list(language) or default
+        return "und"
+    return language if isinstance(language, str) else list(language) or "und"
 
 
 def default_model_card(model: nn.Module, repo_id: str) -> str:

@@ -475,10 +475,8 @@ def load_training_state(accelerator: Accelerator, checkpoint: Path) -> None:
     here alone leaves the others waiting, as a checkpoint without its carried states does.)"""
     # A state drawn from the operating system's randomness, which no checkpoint holds: still there after the load,
     # it was not replaced.
-    marker = torch.Generator()
-    marker.seed()
-    unloaded = marker.get_state()
-    torch.set_rng_state(unloaded)
+    torch.default_generator.seed()  # (not torch.seed(), which reseeds a GPU's generators too)
+    unloaded = torch.get_rng_state()
     accelerator.load_state(str(checkpoint))
     if torch.equal(torch.get_rng_state(), unloaded):
         name = f"random_states_{accelerator.process_index}.pkl"

@@ -98,6 +98,11 @@ GPU_SPEC = "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
 DEFAULT_SPEC = "torch==2.13.0"
 
 
+def make_environment() -> dict[str, str]:
+    """os.environ without the variables of an enclosing make."""
+    return {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+
+
 def make_setup_dry_run(venv, torch_spec: str | None = None) -> list[str]:
     """The commands `make setup VENV=venv [TORCH_SPEC=...]` would run (`make -n`: nothing runs, nothing installs)."""
     environment = {name: value for name, value in os.environ.items()
@@ -169,7 +174,7 @@ def test_make_test_without_the_shared_fixtures_says_so_before_any_set_up(tmp_pat
     checkout = tmp_path / "main"
     checkout.mkdir()
     shutil.copy(REPO / "Makefile", checkout / "Makefile")
-    environment = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    environment = make_environment()
     result = subprocess.run(["make", "--no-print-directory", "-C", str(checkout), "test"], capture_output=True, text=True,
                             env=environment, timeout=60)
     assert result.returncode != 0
@@ -192,7 +197,7 @@ def test_make_test_floors_pins_every_dependency_floor_that_pyproject_states(tmp_
     from packaging.utils import canonicalize_name
 
     venv = tmp_path / "floors"
-    environment = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    environment = make_environment()
     environment["TORCH_SPEC"] = "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"  # (a caller's own)
     result = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(REPO), "test-floors", f"FLOORS_VENV={venv}"],
                             capture_output=True, text=True, env=environment, timeout=60)
@@ -240,7 +245,7 @@ def test_make_test_floors_needs_python_3_11_and_says_so_before_any_set_up(tmp_pa
     python = tmp_path / "python3.12"  # a Python that is not 3.11
     python.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.exit(1)'\n")
     python.chmod(0o755)
-    environment = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    environment = make_environment()
     result = subprocess.run(["make", "--no-print-directory", "-C", str(checkout), "test-floors", f"PYTHON={python}"],
                             capture_output=True, text=True, env=environment, timeout=60)
     assert result.returncode != 0
