@@ -5,6 +5,7 @@ original numbers. Shapes: B = batch, T = words, K = characters per word, P = pro
 C = cell_size, L = num_lstm_layers.
 """
 
+import functools
 import inspect
 import math
 import os
@@ -155,6 +156,22 @@ def _is_exporting() -> bool:
     return torch.compiler.is_exporting()
 
 
+def _eager_under_compile(forward):
+    """`forward` as eager code inside `torch.compile`: a compiled model (`torch.compile(model)`, Trainer's
+    `torch_compile`) runs hf-elmo's computation as eager mode runs it, fast paths and caches included, with the same
+    numbers, and compiles what surrounds it. Those paths decide on data (which words repeat, what is cached, whether
+    rows start together) and read it on the host, which a compiled graph cannot hold (TorchDynamo cannot trace the
+    caches at all). torch.export still traces `forward` itself, which then takes the plain computation."""
+    eager = torch.compiler.disable(forward)
+
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        compiling = torch.compiler.is_compiling() and not _is_exporting()  # (eager mode: no detour, no cost)
+        return (eager if compiling else forward)(*args, **kwargs)
+
+    return run
+
+
 def _reads_no_values() -> bool:
     """Neither an exported program nor a CUDA graph recording (`static_shapes.py`) can read the device's values:
     there the inputs' values go unchecked (the caller of a recording checks them on the host)."""
@@ -217,6 +234,7 @@ class ElmoCharacterEncoder(nn.Module):
         self.token_cache = ElmoTokenCache()
         self.use_fast_path = True
 
+    @_eager_under_compile
     def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
         """char_ids [N, K] (and word_ids [N] with word input) -> [N, P]."""
         if (word_ids is None) != (self.word_embedding is None):
@@ -304,6 +322,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         self.input_gate_cache = ElmoTokenCache(min(DEFAULT_MAX_WORDS, DEFAULT_GATE_CACHE_BYTES // gate_bytes))
         self.approximation: str | None = None  # see ElmoPreTrainedModel.set_lstm_approximation
 
+    @_eager_under_compile
     def forward(
         self, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
         inputs_repeat: bool = False,
@@ -788,6 +807,7 @@ class ElmoModel(ElmoPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.char_encoder.char_embedding = value
 
+    @_eager_under_compile
     @can_return_tuple
     def forward(
         self,
@@ -1118,6 +1138,7 @@ class ElmoForSequenceClassification(ElmoTaskModel):
         self.post_init()
         self.set_bilm_trainable()
 
+    @_eager_under_compile
     @can_return_tuple
     def forward(
         self,
@@ -1227,6 +1248,7 @@ class ElmoForTokenClassification(ElmoTaskModel):
         self.post_init()
         self.set_bilm_trainable()
 
+    @_eager_under_compile
     @can_return_tuple
     def forward(
         self,
@@ -1416,6 +1438,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.elmo.set_input_embeddings(value)
 
+    @_eager_under_compile
     @can_return_tuple
     def forward(
         self,
