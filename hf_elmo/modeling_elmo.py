@@ -31,7 +31,7 @@ from .cuda_graphs import runs_graphed
 from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
 from .files import atomic_file
-from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback, has_submodule_hooks
+from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback, modules_must_run
 from .fused_bilstm import clear_training_graphs, fused_bilstm_layer, fused_training_fallback
 from .fused_softmax import fused_sampled_softmax_loss
 from .static_shapes import has_static_shapes, static_batch_is_full
@@ -257,8 +257,9 @@ class ElmoCharacterEncoder(nn.Module):
             return self._plain_forward(rows)
         # Frozen under autograd, an embedding's hook (enable_input_require_grads') may make the output require
         # gradients, which the inference path (out= buffers, detached weights) cannot give; any other hook on a
-        # module of the encoder must run, which only the plain computation does (uncached: it may change the output).
-        hooked = has_submodule_hooks(self) or torch.is_grad_enabled() and any(
+        # module of the encoder, or a module that computes something else in its place (a quantized Linear), must
+        # run, which only the plain computation does (uncached: it may change the output).
+        hooked = modules_must_run(self) is not None or torch.is_grad_enabled() and any(
             module._forward_hooks or module._forward_pre_hooks
             for module in (self.char_embedding, self.word_embedding) if module is not None
         )
@@ -1361,15 +1362,15 @@ def sampled_softmax_loss(
     return torch.logaddexp(true_logits, torch.logsumexp(sampled_logits, dim=1)) - true_logits
 
 
-def full_softmax_loss(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def full_softmax_loss(hidden: torch.Tensor, targets: torch.Tensor, softmax: nn.Module, vocab_size: int) -> torch.Tensor:
     """Per-token cross-entropy over the whole vocabulary: hidden [N, P], targets [N] -> [N] (0 where the target is
-    -100).
+    -100); `softmax` maps [n, P] to the logits [n, vocab_size].
 
     Computed in chunks of tokens so that the logits of a large vocabulary never fill memory.
     """
-    chunk = max(1, 2**24 // weight.shape[0])
+    chunk = max(1, 2**24 // vocab_size)
     losses = [
-        F.cross_entropy(F.linear(part, weight, bias).float(), part_targets, reduction="none")
+        F.cross_entropy(softmax(part).float(), part_targets, reduction="none")
         for part, part_targets in zip(hidden.split(chunk), targets.split(chunk))
     ]
     return torch.cat(losses) if losses else hidden.new_zeros(0)
@@ -1612,11 +1613,17 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if self.dropout is not None:
             hidden = self.dropout(hidden)
         if sampled:
+            if type(self.softmax).forward is not nn.Linear.forward:  # (a quantized Linear, an adapter)
+                raise ValueError(
+                    f"the sampled softmax scores rows of the softmax's weight, and softmax is a "
+                    f"{type(self.softmax).__name__}, not an nn.Linear: train with the full softmax "
+                    "(lm_negative_samples=0), which calls the module"
+                )
             losses = sampled_softmax_loss(
                 hidden, targets, self.softmax.weight, self.softmax.bias, negatives, fused=self.use_fast_path
             )
         else:
-            losses = full_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias)
+            losses = full_softmax_loss(hidden, targets, self.softmax, vocab_size)
         return losses.sum() / keep.sum().clamp(min=1)
 
 

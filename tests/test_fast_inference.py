@@ -35,6 +35,7 @@ from hf_elmo.approximate import Bf16Multiplies, approximation_deviation, native_
 from hf_elmo.fast_bilstm import ExactMultiplies, built_derived_weights, derived_weights
 from hf_elmo.fast_linear import FastLinear
 from hf_elmo.fast_char_encoder import fast_char_encoder
+from hf_elmo.fused_char_encoder import fused_char_encoder_fallback
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer
 from hf_elmo.tokenization_elmo import PAD_CHAR_ID
 
@@ -642,6 +643,125 @@ def test_hooks_on_the_character_encoders_modules_run(fixture_model):
             handle.remove()
         assert not torch.allclose(expected, unhooked, atol=1e-3), module
         assert (found - expected).abs().max().item() < 1e-6 and (trained - expected).abs().max().item() < 1e-5, module
+
+
+class _Adapter(torch.nn.Linear):
+    """A linear map with an addition of its own (as a LoRA adapter adds one): another forward than nn.Linear's."""
+
+    def forward(self, x):
+        return super().forward(x) + 0.5 * x.sum(-1, keepdim=True)
+
+
+class _SameLinear(torch.nn.Linear):
+    """A subclass that keeps nn.Linear's forward."""
+
+
+def _replaced(model, name: str, replacement: torch.nn.Module) -> ElmoModel:
+    model = copy.deepcopy(model)
+    parent_name, _, child = f"char_encoder.{name}".rpartition(".")
+    setattr(model.get_submodule(parent_name), child, replacement)
+    return model
+
+
+def _linear_like(cls, linear: torch.nn.Linear) -> torch.nn.Linear:
+    made = cls(linear.in_features, linear.out_features)
+    made.load_state_dict(linear.state_dict())
+    return made
+
+
+@pytest.mark.parametrize("name", ["projection", "highway.0.transform", "highway.0.carry"])
+def test_a_module_replaced_in_the_character_encoder_is_called(fixture_model, name):
+    """A linear map of the character encoder replaced by a module with its own forward (an adapter) is called, in
+    inference and in training: the fast paths, which compute nn.Linear's product from the weight instead of calling
+    the module, step aside (the adapter's output was ignored); a subclass that keeps nn.Linear's forward leaves them
+    running. The training path's choice says which module it was."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)  # (its caches' counts stay as the other tests expect them)
+    batch = tokenizer([["a", "replaced", "word"], ["another"]], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    original = model.get_submodule(f"char_encoder.{name}")
+    adapted = _replaced(model, name, _linear_like(_Adapter, original))
+    same = _replaced(model, name, _linear_like(_SameLinear, original))
+    with torch.no_grad():
+        unreplaced = model(**batch).hidden_states[0]
+        expected = plain(adapted)(**batch).hidden_states[0]
+        found = adapted(**batch).hidden_states[0]
+        assert torch.equal(same(**batch).hidden_states[0], unreplaced)
+    assert not torch.allclose(expected, unreplaced, atol=1e-3)
+    assert (found - expected).abs().max().item() < 1e-6
+    adapted.train()
+    trained = adapted(**batch).hidden_states[0]  # (autograd on: the fused training path's choice)
+    assert (trained - expected).abs().max().item() < 1e-5
+    assert fused_char_encoder_fallback(adapted.char_encoder) == (
+        f"its {name} is a _Adapter, not the Linear that the fast paths compute")
+    assert fused_char_encoder_fallback(same.char_encoder) is None
+
+
+@pytest.mark.filterwarnings("ignore:torch.ao.quantization is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+def test_dynamic_quantization_of_the_linear_layers_runs(converted):
+    """`torch.ao.quantization.quantize_dynamic(model, {nn.Linear})`, PyTorch's recipe for int8 inference on CPU,
+    on the model and on both heads: the quantized highway layers, projection and classifier are called (the fast
+    paths read weights, which a quantized Linear does not have), so the outputs are the plain computation of the
+    quantized model and within int8 rounding of the float model's."""
+    folder = converted["allennlp-elmo"]
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer([["EU", "rejects", "German", "call"], ["Peter", "Blackburn"]], is_split_into_words=True,
+                      padding=True, return_tensors="pt")
+    models = [ElmoModel.from_pretrained(folder)] + [
+        head.from_pretrained(folder, num_labels=3) for head in (ElmoForSequenceClassification, ElmoForTokenClassification)]
+    for model in models:
+        model.eval()
+        quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
+        assert type(quantized.base_model.char_encoder.projection).__name__ == "Linear"  # (the quantized one)
+        assert not isinstance(quantized.base_model.char_encoder.projection, torch.nn.Linear)
+        with torch.no_grad():
+            found, unquantized = quantized(**batch), model(**batch)
+            for layer in quantized.base_model.layers:
+                layer.use_fast_path = False
+            reference = quantized(**batch)
+        key = "last_hidden_state" if isinstance(model, ElmoModel) else "logits"
+        assert (found[key] - reference[key]).abs().max().item() < 1e-5, type(model).__name__
+        deviation = (found[key] - unquantized[key]).abs().max().item()
+        assert 0 < deviation < 0.05 * unquantized[key].abs().max().item(), (type(model).__name__, deviation)
+
+
+class _Doubled(torch.nn.Linear):
+    """Twice nn.Linear's product, through a forward of its own: nn.Linear with twice the weights computes the same."""
+
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+def test_a_replaced_softmax_is_called_by_the_full_softmax_and_refused_by_the_sampled_one(converted):
+    """ElmoForPreTraining's full softmax (evaluation, and training with lm_negative_samples 0) calls the softmax
+    module, so a replaced one gives its own scores; the sampled softmax, which scores rows of the weight, refuses it
+    and says what trains instead."""
+    folder = converted["allennlp-elmo"]
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer([["EU", "rejects", "German", "call"], ["Peter", "Blackburn"]], is_split_into_words=True,
+                      padding=True, return_tensors="pt")
+    labels = torch.tensor([[1, 2, 3, 4], [5, 6, -100, -100]])
+    inputs = dict(batch, labels=labels, backward_labels=labels.flip(1))
+    model = ElmoForPreTraining.from_pretrained(folder, lm_vocab_size=10, lm_negative_samples=4).eval()
+    doubled = copy.deepcopy(model)
+    doubled.softmax = _linear_like(_Doubled, model.softmax)
+    expected = copy.deepcopy(model)
+    with torch.no_grad():
+        expected.softmax.weight.mul_(2)
+        expected.softmax.bias.mul_(2)
+        assert not torch.allclose(model(**inputs).loss, expected(**inputs).loss)
+        assert torch.allclose(doubled(**inputs).loss, expected(**inputs).loss, rtol=1e-6, atol=0)
+    doubled.train()
+    with pytest.raises(ValueError, match=r"^the sampled softmax scores rows of the softmax's weight, and softmax is a "
+                       r"_Doubled, not an nn.Linear: train with the full softmax \(lm_negative_samples=0\)"):
+        doubled(**inputs)
+    doubled.config.lm_negative_samples = expected.config.lm_negative_samples = 0
+    expected.train()
+    torch.manual_seed(0)
+    trained = doubled(**inputs).loss
+    torch.manual_seed(0)
+    assert torch.allclose(trained, expected(**inputs).loss, rtol=1e-6, atol=0)
 
 
 def test_caches_are_dropped_when_the_model_is_converted(fixture_model, converted):
