@@ -708,8 +708,8 @@ def test_dynamic_quantization_of_the_linear_layers_runs(converted):
     tokenizer = ElmoTokenizer.from_pretrained(folder)
     batch = tokenizer([["EU", "rejects", "German", "call"], ["Peter", "Blackburn"]], is_split_into_words=True,
                       padding=True, return_tensors="pt")
-    models = [ElmoModel.from_pretrained(folder)] + [
-        head.from_pretrained(folder, num_labels=3) for head in (ElmoForSequenceClassification, ElmoForTokenClassification)]
+    heads = (ElmoForSequenceClassification, ElmoForTokenClassification)
+    models = [ElmoModel.from_pretrained(folder)] + [head.from_pretrained(folder, num_labels=3) for head in heads]
     for model in models:
         model.eval()
         quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
