@@ -153,7 +153,10 @@ def _is_exporting() -> bool:
     """True while torch.export traces the model. The fast paths and the per-word caches decide on data (which
     words repeat, what is cached, whether rows start together), which an exported graph cannot hold: the plain
     computation is exported."""
-    return torch.compiler.is_exporting()
+    # The flag that torch.compiler.is_exporting() returns: torch 2.10's TorchDynamo answered that call with True
+    # under torch.compile as well, and reads the flag itself as it is (False there).
+    flag = getattr(torch.compiler, "_is_exporting_flag", None)
+    return torch.compiler.is_exporting() if flag is None else flag
 
 
 def _eager_under_compile(forward):
