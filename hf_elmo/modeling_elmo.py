@@ -165,7 +165,10 @@ def _eager_under_compile(forward):
     numbers, and compiles what surrounds it. Those paths decide on data (which words repeat, what is cached, whether
     rows start together) and read it on the host, which a compiled graph cannot hold (TorchDynamo cannot trace the
     caches at all). torch.export still traces `forward` itself, which then takes the plain computation."""
-    eager = torch.compiler.disable(forward)
+    eager = torch.compiler.disable(forward, reason=(
+        "hf-elmo's fast paths and per-word caches run eagerly inside a compiled model; for one graph of the whole "
+        "model (fullgraph=True), export it: torch.export traces the plain computation"
+    ))
 
     @functools.wraps(forward)
     def run(*args, **kwargs):

@@ -3,6 +3,7 @@ inside a compiled model (`modeling_elmo._eager_under_compile`; TorchDynamo canno
 model gives the eager model's outputs and gradients bit for bit, a compiled module around one still compiles its own
 layers, and Trainer's `torch_compile` trains as without it."""
 
+import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
@@ -34,6 +35,17 @@ def test_a_compiled_model_gives_the_eager_outputs(converted):
                                  (eager.last_hidden_state, *eager.hidden_states, *eager.elmo_representations,
                                   *eager.final_states)):
                 assert torch.equal(got, want)
+
+
+def test_fullgraph_compilation_is_refused_with_the_reason(converted):
+    """`torch.compile(model, fullgraph=True)` cannot hold the eager parts: TorchDynamo's error gives hf-elmo's
+    reason, which names torch.export."""
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"]).eval()
+    batch = encode(ElmoTokenizer.from_pretrained(converted["allennlp-elmo"]))
+    torch._dynamo.reset()  # (the other tests' compiled frames, with their graph breaks, would be reused)
+    with torch.no_grad(), pytest.raises(torch._dynamo.exc.Unsupported, match=r"\(reason: hf-elmo's fast paths and "
+                                        r"per-word caches run eagerly .*fullgraph=True\), export it: torch.export"):
+        torch.compile(model, fullgraph=True)(**batch)
 
 
 def test_a_compiled_module_around_elmo_compiles_its_own_layers(converted):
