@@ -1026,10 +1026,16 @@ class _SentenceLayout:
 
     def __init__(self, word_mask: torch.Tensor):
         self.words = word_mask.shape[1]
-        self.order = torch.argsort((~word_mask).to(torch.uint8), dim=1, stable=True)  # [B, T], words first
-        self.restore = torch.argsort(self.order, dim=1)
         self.rows = torch.arange(word_mask.shape[0], device=word_mask.device).unsqueeze(1)
         self.lengths = word_mask.sum(dim=1)
+        # The stable sort of the rows by "not a word", from running counts (ONNX has no stable sort): `restore`
+        # [B, T] is where each position goes, the words first in their order and the padding after them, and
+        # `order` its inverse, the position that each place takes.
+        is_word = word_mask.long()
+        self.restore = torch.where(word_mask, is_word.cumsum(1) - 1, self.lengths.unsqueeze(1) + (1 - is_word).cumsum(1) - 1)
+        self.order = torch.zeros_like(self.restore).scatter(
+            1, self.restore, torch.arange(self.words, device=word_mask.device).expand_as(self.restore)
+        )
         positions = torch.arange(self.words + 2, device=word_mask.device)
         # True at the S positions that hold a word (not <S>, </S> or padding).
         self.word_positions = (positions >= 1) & (positions <= self.lengths.unsqueeze(1))

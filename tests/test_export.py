@@ -8,7 +8,7 @@ from transformers.exporters.utils import get_leaf_tensors
 
 from conftest import readme_python_block
 
-from hf_elmo import ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
+from hf_elmo import ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 
 
 def test_the_readmes_export_example(converted, tmp_path, monkeypatch):
@@ -66,3 +66,36 @@ def test_the_pretraining_model_exports_with_a_batch_axis(converted):
     output = program.module()(**batch, output_hidden_states=True)
     assert len(output.hidden_states) == 3 and output.last_hidden_state.shape == (4, 9, 32)
     torch.testing.assert_close(get_leaf_tensors(output), get_leaf_tensors(expected), atol=1e-5, rtol=1e-5)
+
+
+def test_onnx_export_runs_in_onnxruntime(converted, tmp_path):
+    """`torch.onnx.export(..., dynamo=True)` (through torch.export) of the model and of both heads, with a batch axis;
+    ONNX Runtime gives the eager outputs on another batch size, left and right padding both, within 1e-5."""
+    import onnxruntime
+
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+
+    def encode(texts, side="right"):
+        tokenizer.padding_side = side
+        try:
+            return dict(tokenizer(texts, padding="max_length", max_length=9, return_tensors="pt"))
+        finally:
+            tokenizer.padding_side = "right"
+
+    batch_axis = {0: Dim("batch")}
+    for model_class in (ElmoModel, ElmoForSequenceClassification, ElmoForTokenClassification):
+        options = {} if model_class is ElmoModel else {"num_labels": 3}
+        model = model_class.from_pretrained(converted["allennlp-elmo"], **options).eval()
+        path = tmp_path / "elmo.onnx"
+        with torch.no_grad():
+            torch.onnx.export(model, (), str(path), kwargs=encode(["I eat an apple .", "Hello"]), dynamo=True,
+                              dynamic_shapes={"input_ids": batch_axis, "attention_mask": batch_axis})
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        for side in ("right", "left"):
+            batch = encode(["Apple is a company .", "So is IBM", "Yes", "Peter Blackburn"], side)
+            with torch.no_grad():
+                expected = model(**batch)
+            found = session.run(None, {name: batch[name].numpy() for name in ("input_ids", "attention_mask")})
+            first = expected.last_hidden_state if isinstance(model, ElmoModel) else expected.logits
+            assert found[0].shape == tuple(first.shape)
+            torch.testing.assert_close(torch.from_numpy(found[0]), first, atol=1e-5, rtol=1e-5)

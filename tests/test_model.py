@@ -13,7 +13,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from hf_elmo.configuration_elmo import VALUE_RULES
-from hf_elmo.modeling_elmo import ElmoLmDropout
+from hf_elmo.modeling_elmo import ElmoLmDropout, _SentenceLayout
 from hf_elmo.token_cache import _OPTIMIZER_STEPS
 
 SEEDS = [["I", "eat", "an", "apple", "."], ["Apple", "is", "a", "company", "."]]
@@ -643,3 +643,19 @@ def test_lm_dropout_is_the_pretraining_models_and_active_in_training_only(conver
         pretraining.elmo.lstm_dropout = None  # the softmax's dropout alone: the same top layer, another loss
         first, second = pretraining.train()(**inputs), pretraining(**inputs)
     assert torch.equal(first.hidden_states[-1], second.hidden_states[-1]) and not torch.equal(first.loss, second.loss)
+
+
+def test_the_sentence_layout_is_the_stable_sort_of_each_row_words_first():
+    """`_SentenceLayout` computes the stable sort of each row by "not a word" from running counts (so that the
+    model exports to ONNX, which has no stable sort): `order` is that sort, `restore` its inverse, on masks with the
+    words anywhere, right or left padded, every word and none."""
+    torch.manual_seed(0)
+    masks = [torch.rand(6, 11) < share for share in (0.3, 0.7)]
+    masks += [torch.arange(11) < torch.tensor([[0], [1], [5], [11]]), torch.arange(11) >= torch.tensor([[0], [4], [10]])]
+    masks += [torch.ones(2, 11, dtype=torch.bool), torch.zeros(2, 11, dtype=torch.bool)]
+    masks.append(torch.zeros(0, 11, dtype=torch.bool))
+    for mask in masks:
+        layout = _SentenceLayout(mask)
+        expected = torch.argsort((~mask).to(torch.uint8), dim=1, stable=True)
+        assert torch.equal(layout.order, expected), mask
+        assert torch.equal(layout.restore, torch.argsort(expected, dim=1)), mask
