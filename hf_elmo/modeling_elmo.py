@@ -1032,7 +1032,8 @@ class _SentenceLayout:
         # [B, T] is where each position goes, the words first in their order and the padding after them, and
         # `order` its inverse, the position that each place takes.
         is_word = word_mask.long()
-        self.restore = torch.where(word_mask, is_word.cumsum(1) - 1, self.lengths.unsqueeze(1) + (1 - is_word).cumsum(1) - 1)
+        padding_place = self.lengths.unsqueeze(1) + (1 - is_word).cumsum(1) - 1
+        self.restore = torch.where(word_mask, is_word.cumsum(1) - 1, padding_place)
         self.order = torch.zeros_like(self.restore).scatter(
             1, self.restore, torch.arange(self.words, device=word_mask.device).expand_as(self.restore)
         )

@@ -8,7 +8,8 @@ from transformers.exporters.utils import get_leaf_tensors
 
 from conftest import readme_python_block
 
-from hf_elmo import ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from hf_elmo import (ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel,
+                     ElmoTokenizer)
 
 
 def test_the_readmes_export_example(converted, tmp_path, monkeypatch):
