@@ -463,8 +463,8 @@ def test_input_blocks_are_released_before_the_next_is_computed(monkeypatch):
         slow = layer._plain_forward(inputs, step_mask, h, c)
     # Steps hold 5, 4, 3, 3, 3, 2, 2, 2, 2 rows: per direction, blocks of whole steps of at most 2 * 5 rows.
     assert [rows for rows, _ in blocks] == 2 * [9, 9, 8]
-    for a, b in zip(fast, slow):
-        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+    for a, b in zip(fast, slow):  # (states near the clip, as in the test above)
+        assert torch.allclose(a, b, rtol=1e-6, atol=3e-6)
 
 
 def test_fast_char_encoder_matches_plain(fixture_model):
