@@ -22,7 +22,6 @@ autograd's of the plain path within 1e-5.
 
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from .fast_char_encoder import BLOCK_WORDS, blocks_by_length, filter_matrix, window_products
@@ -34,45 +33,12 @@ def fused_char_encoder_fallback(encoder) -> str | None:
     """Why `encoder` must train through the plain path, or None where this path covers it."""
     if not encoder.use_fast_path:
         return "use_fast_path is False"
-    reason = modules_must_run(encoder)
+    reason = encoder.modules_must_run()
     if reason is not None:
         return reason
     if encoder.char_embedding.weight.dtype not in (torch.float32, torch.float64):
         return f"{encoder.char_embedding.weight.dtype} weights (float32 and float64 are covered)"
     return None
-
-
-def modules_must_run(encoder) -> str | None:
-    """Why the modules inside `encoder` must be called (by the plain path), or None. The fast paths never call them:
-    they compute from the modules' weights what an embedding, a convolution and a linear map compute. So a forward
-    hook on one of them would be skipped, and so would a module that computes something else in its place
-    (`torch.ao.quantization.quantize_dynamic`'s quantized Linear, an adapter such as LoRA's, a subclass with its own
-    forward). One hook is known and needs no output: transformers' enable_input_require_grads (activation
-    checkpointing adds it) makes the embedding's output require gradients, which the fused path's output does
-    anyway (it runs only when a weight needs them)."""
-    for module in encoder.modules():
-        if module is not encoder:
-            hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
-            if any(getattr(hook, "__name__", None) != "make_inputs_require_grads" for hook in hooks):
-                return "forward hooks on its modules"
-    for name, module, built_as in _computed_modules(encoder):
-        if type(module).forward is not built_as.forward:
-            return f"its {name} is a {type(module).__name__}, not the {built_as.__name__} that the fast paths compute"
-    return None
-
-
-def _computed_modules(encoder):
-    """(name, module, the class whose forward the fast paths compute in its place) for each module they skip."""
-    yield "char_embedding", encoder.char_embedding, nn.Embedding
-    if encoder.word_embedding is not None:
-        yield "word_embedding", encoder.word_embedding, nn.Embedding
-    for index, conv in enumerate(encoder.char_cnn):
-        yield f"char_cnn.{index}", conv, nn.Conv1d
-    for index, layer in enumerate(encoder.highway):
-        yield f"highway.{index}.transform", layer.transform, nn.Linear
-        yield f"highway.{index}.carry", layer.carry, nn.Linear
-    if encoder.projection is not None:
-        yield "projection", encoder.projection, nn.Linear
 
 
 def distinct_words(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,7 +31,7 @@ from .cuda_graphs import runs_graphed
 from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
 from .fast_char_encoder import fast_char_encoder
 from .files import atomic_file
-from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback, modules_must_run
+from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback
 from .fused_bilstm import clear_training_graphs, fused_bilstm_layer, fused_training_fallback
 from .fused_softmax import fused_sampled_softmax_loss
 from .static_shapes import has_static_shapes, static_batch_is_full
@@ -153,8 +153,8 @@ def _is_exporting() -> bool:
     """True while torch.export traces the model. The fast paths and the per-word caches decide on data (which
     words repeat, what is cached, whether rows start together), which an exported graph cannot hold: the plain
     computation is exported."""
-    # The flag that torch.compiler.is_exporting() returns: torch 2.10's TorchDynamo answered that call with True
-    # under torch.compile as well, and reads the flag itself as it is (False there).
+    # The flag that torch.compiler.is_exporting() returns, read directly for torch 2.10, whose TorchDynamo answered
+    # that call with True under torch.compile as well (2.13's reads the flag); read directly, it is False there.
     flag = getattr(torch.compiler, "_is_exporting_flag", None)
     return torch.compiler.is_exporting() if flag is None else flag
 
@@ -172,10 +172,26 @@ def _eager_under_compile(forward):
 
     @functools.wraps(forward)
     def run(*args, **kwargs):
-        compiling = torch.compiler.is_compiling() and not _is_exporting()  # (eager mode: no detour, no cost)
+        compiling = torch.compiler.is_compiling() and not _is_exporting()  # (eager mode: one flag read, no detour)
         return (eager if compiling else forward)(*args, **kwargs)
 
     return run
+
+
+def _why_it_must_be_called(module: nn.Module, built_as: type, name: str) -> str | None:
+    """Why a fast path, which computes from `module`'s weights what `built_as` (nn.Linear, ...) computes instead of
+    calling it, must call it: another class's forward (a quantized Linear, an adapter such as LoRA's, a subclass with
+    its own), a forward set on the module itself (Accelerate's offloading hooks, a patch) or a forward hook would not
+    run. None where nothing stands in the way. (One hook needs no output: transformers' enable_input_require_grads,
+    which makes the embedding's output require gradients.)"""
+    if type(module).forward is not built_as.forward:
+        return f"its {name} is a {type(module).__name__}, not the {built_as.__name__} it was built as"
+    if "forward" in vars(module):
+        return f"its {name} has a forward of its own, set on the module (Accelerate's hooks, a patch)"
+    hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
+    if any(getattr(hook, "__name__", None) != "make_inputs_require_grads" for hook in hooks):
+        return f"a forward hook on its {name}"
+    return None
 
 
 def _reads_no_values() -> bool:
@@ -265,7 +281,7 @@ class ElmoCharacterEncoder(nn.Module):
         # gradients, which the inference path (out= buffers, detached weights) cannot give; any other hook on a
         # module of the encoder, or a module that computes something else in its place (a quantized Linear), must
         # run, which only the plain computation does (uncached: it may change the output).
-        hooked = modules_must_run(self) is not None or torch.is_grad_enabled() and any(
+        hooked = self.modules_must_run() is not None or torch.is_grad_enabled() and any(
             module._forward_hooks or module._forward_pre_hooks
             for module in (self.char_embedding, self.word_embedding) if module is not None
         )
@@ -273,6 +289,27 @@ class ElmoCharacterEncoder(nn.Module):
             return self._plain_forward(rows)
         encode = self._fast_forward if self.use_fast_path else self._plain_forward
         return self.token_cache.encode(encode, rows, list(self.parameters()), use_cache=not self.training)
+
+    def modules_must_run(self) -> str | None:
+        """Why the modules inside the encoder must be called (by the plain path), or None. The fast paths never call
+        them: they compute from the weights what an embedding, a convolution, a highway layer and a linear map
+        compute (see `_why_it_must_be_called`)."""
+        computed = [("char_embedding", self.char_embedding, nn.Embedding)]
+        if self.word_embedding is not None:
+            computed.append(("word_embedding", self.word_embedding, nn.Embedding))
+        computed += [(f"char_cnn.{index}", conv, nn.Conv1d) for index, conv in enumerate(self.char_cnn)]
+        for index, layer in enumerate(self.highway):
+            computed.append((f"highway.{index}", layer, ElmoHighway))
+            if type(layer).forward is ElmoHighway.forward:  # (its linear maps, where it is one)
+                computed += [(f"highway.{index}.transform", layer.transform, nn.Linear),
+                             (f"highway.{index}.carry", layer.carry, nn.Linear)]
+        if self.projection is not None:
+            computed.append(("projection", self.projection, nn.Linear))
+        for name, module, built_as in computed:
+            reason = _why_it_must_be_called(module, built_as, name)
+            if reason is not None:
+                return reason
+        return None
 
     def split_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Rows [N, K] or [N, K + 1] -> the character ids [N, K] and the word ids [N] (None without word input)."""
@@ -1626,11 +1663,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if self.dropout is not None:
             hidden = self.dropout(hidden)
         if sampled:
-            if type(self.softmax).forward is not nn.Linear.forward:  # (a quantized Linear, an adapter)
+            reason = _why_it_must_be_called(self.softmax, nn.Linear, "softmax")
+            if reason is not None:
                 raise ValueError(
-                    f"the sampled softmax scores rows of the softmax's weight, and softmax is a "
-                    f"{type(self.softmax).__name__}, not an nn.Linear: train with the full softmax "
-                    "(lm_negative_samples=0), which calls the module"
+                    "the sampled softmax scores rows of the softmax's weight without calling the module, and "
+                    f"{reason}: train with the full softmax (lm_negative_samples=0), which calls it"
                 )
             losses = sampled_softmax_loss(
                 hidden, targets, self.softmax.weight, self.softmax.bias, negatives, fused=self.use_fast_path

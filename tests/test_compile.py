@@ -10,7 +10,8 @@ from transformers import DataCollatorForTokenClassification, Trainer, TrainingAr
 
 from test_heads import SENTENCES, encode, ner_dataset, padded_tags
 
-from hf_elmo import ElmoForPreTraining, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from hf_elmo import (ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel,
+                     ElmoTokenizer)
 
 
 def fixture_batches(tokenizer):
@@ -96,7 +97,8 @@ def test_the_character_encoder_and_a_bilstm_layer_compiled_alone_run_eagerly(con
 
 def test_training_through_a_compiled_model_gives_the_eager_gradients(converted):
     """The pretraining model in training mode (the fused training path, the sampled softmax's negatives and LM
-    dropout from the same seed) and a fine-tuned tagger: the same loss and every parameter's gradient."""
+    dropout from the same seed), a fine-tuned classifier, and a fine-tuned tagger with activation checkpointing
+    (each biLSTM layer recomputed in backward): the same loss and every parameter's gradient."""
     tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
     batch = encode(tokenizer)
     targets = padded_tags().clamp(max=8)
@@ -105,10 +107,14 @@ def test_training_through_a_compiled_model_gives_the_eager_gradients(converted):
         "pretraining": (ElmoForPreTraining.from_pretrained(converted["allennlp-elmo"], lm_vocab_size=10,
                                                            lm_negative_samples=4, lm_dropout=0.3),
                         dict(batch, labels=targets, backward_labels=backward_targets)),
-        "tagger": (ElmoForTokenClassification.from_pretrained(converted["allennlp-elmo"], num_labels=9,
-                                                              finetune_bilm=True),
-                   dict(batch, labels=padded_tags())),
+        "classifier": (ElmoForSequenceClassification.from_pretrained(converted["allennlp-elmo"], num_labels=3,
+                                                                     finetune_bilm=True),
+                       dict(batch, labels=torch.tensor([0, 2, 1, 1]))),
+        "tagger, checkpointed": (ElmoForTokenClassification.from_pretrained(converted["allennlp-elmo"], num_labels=9,
+                                                                            finetune_bilm=True),
+                                 dict(batch, labels=padded_tags())),
     }
+    models["tagger, checkpointed"][0].activation_checkpointing_enable()
     for name, (model, inputs) in models.items():
         model.train()
         results = []

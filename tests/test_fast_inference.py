@@ -36,7 +36,7 @@ from hf_elmo.fast_bilstm import ExactMultiplies, built_derived_weights, derived_
 from hf_elmo.fast_linear import FastLinear
 from hf_elmo.fast_char_encoder import fast_char_encoder
 from hf_elmo.fused_char_encoder import fused_char_encoder_fallback
-from hf_elmo.modeling_elmo import ElmoBiLstmLayer
+from hf_elmo.modeling_elmo import ElmoBiLstmLayer, ElmoHighway
 from hf_elmo.tokenization_elmo import PAD_CHAR_ID
 
 
@@ -695,8 +695,43 @@ def test_a_module_replaced_in_the_character_encoder_is_called(fixture_model, nam
     trained = adapted(**batch).hidden_states[0]  # (autograd on: the fused training path's choice)
     assert (trained - expected).abs().max().item() < 1e-5
     assert fused_char_encoder_fallback(adapted.char_encoder) == (
-        f"its {name} is a _Adapter, not the Linear that the fast paths compute")
+        f"its {name} is a _Adapter, not the Linear it was built as")
     assert fused_char_encoder_fallback(same.char_encoder) is None
+
+
+class _HalfHighway(ElmoHighway):
+    """A highway layer that halves its output: another forward than ElmoHighway's."""
+
+    def forward(self, x):
+        return 0.5 * super().forward(x)
+
+
+def test_a_forward_set_on_a_module_or_a_replaced_highway_layer_is_called(fixture_model):
+    """Accelerate's offloading hooks and patches set `forward` on the module itself, and a highway layer may be
+    replaced whole: each is called, in inference and training, and the training path's reason names it."""
+    model, tokenizer = fixture_model
+    model = copy.deepcopy(model)  # (its caches' counts stay as the other tests expect them)
+    batch = tokenizer([["a", "patched", "word"], ["another"]], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    patched = copy.deepcopy(model)
+    projection = patched.char_encoder.projection
+    projection.forward = lambda x, linear=projection: 2 * torch.nn.functional.linear(x, linear.weight, linear.bias)
+    halved = copy.deepcopy(model)
+    halved.char_encoder.highway[0] = _HalfHighway(model.char_encoder.highway[0].transform.in_features)
+    halved.char_encoder.highway[0].load_state_dict(model.char_encoder.highway[0].state_dict())
+    with torch.no_grad():
+        unchanged = model(**batch).hidden_states[0]
+    reasons = {"its projection has a forward of its own, set on the module (Accelerate's hooks, a patch)": patched,
+               "its highway.0 is a _HalfHighway, not the ElmoHighway it was built as": halved}
+    for reason, changed in reasons.items():
+        with torch.no_grad():
+            expected = plain(changed)(**batch).hidden_states[0]
+            found = changed(**batch).hidden_states[0]
+        assert not torch.allclose(expected, unchanged, atol=1e-3), reason
+        assert (found - expected).abs().max().item() < 1e-6, reason
+        changed.train()
+        assert (changed(**batch).hidden_states[0] - expected).abs().max().item() < 1e-5, reason
+        assert fused_char_encoder_fallback(changed.char_encoder) == reason
 
 
 @pytest.mark.filterwarnings("ignore:torch.ao.quantization is deprecated:DeprecationWarning")
@@ -755,9 +790,14 @@ def test_a_replaced_softmax_is_called_by_the_full_softmax_and_refused_by_the_sam
         assert not torch.allclose(model(**inputs).loss, expected(**inputs).loss)
         assert torch.allclose(doubled(**inputs).loss, expected(**inputs).loss, rtol=1e-6, atol=0)
     doubled.train()
-    with pytest.raises(ValueError, match=r"^the sampled softmax scores rows of the softmax's weight, and softmax is a "
-                       r"_Doubled, not an nn.Linear: train with the full softmax \(lm_negative_samples=0\)"):
+    with pytest.raises(ValueError, match=r"^the sampled softmax scores rows of the softmax's weight without calling "
+                       r"the module, and its softmax is a _Doubled, not the Linear it was built as: train with the "
+                       r"full softmax \(lm_negative_samples=0\), which calls it$"):
         doubled(**inputs)
+    hooked = copy.deepcopy(model).train()
+    hooked.softmax.register_forward_hook(lambda module, inputs, output: output)
+    with pytest.raises(ValueError, match=r"without calling the module, and a forward hook on its softmax: train with"):
+        hooked(**inputs)
     doubled.config.lm_negative_samples = expected.config.lm_negative_samples = 0
     expected.train()
     torch.manual_seed(0)

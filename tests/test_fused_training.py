@@ -552,10 +552,11 @@ def test_which_options_fall_back_to_the_plain_path(monkeypatch):
     assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "fused"}
     model.char_encoder.char_embedding.register_forward_hook(lambda module, inputs, output: output * 2)
     assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "plain"}
-    assert fused_char_encoder_fallback(model.char_encoder) == "forward hooks on its modules"
+    assert fused_char_encoder_fallback(model.char_encoder) == "a forward hook on its char_embedding"
     model = tiny_model()
     model.char_encoder.highway[0].register_forward_pre_hook(lambda module, inputs: None)  # (any module's, pre too)
     assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "plain"}
+    assert fused_char_encoder_fallback(model.char_encoder) == "a forward hook on its highway.0"
 
     layer = tiny_model().layers[0]
     inputs, h, c = torch.zeros(2, 2, 3, 16), torch.zeros(2, 2, 16), torch.zeros(2, 2, 64)
