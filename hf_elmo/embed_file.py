@@ -253,17 +253,23 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
         raise ValueError(f"{lock}: is a folder, where the lock of {output_file} is kept; move it away")
 
 
-def _write_atomically(path: Path, write) -> None:
-    """Run `write(h5py.File)` on a temporary file beside `path`, flush it to the disk, then move it to `path` in one
-    step. The temporary name starts with a dot and holds `.tmp-`: a later run removes what a kill leaves."""
-    temporary = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    # What h5py 3.16's File(temporary, "w", track_order=True) makes: the root group without times. Older h5py wrote
-    # them, and two runs a second apart gave other bytes.
+@functools.cache  # (made once: every batch file is created with them)
+def _file_property_lists():
+    """The creation and access property lists of what h5py 3.16's File(path, "w", track_order=True) makes: the root
+    group without times. Older h5py wrote them, and two runs a second apart gave other bytes."""
     creation, access = h5py.h5p.create(h5py.h5p.FILE_CREATE), h5py.h5p.create(h5py.h5p.FILE_ACCESS)
     creation.set_link_creation_order(h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED)
     creation.set_attr_creation_order(h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED)
     creation.set_obj_track_times(False)
     access.set_libver_bounds(h5py.h5f.LIBVER_EARLIEST, h5py.h5f.LIBVER_LATEST)  # (h5py's default)
+    return creation, access
+
+
+def _write_atomically(path: Path, write) -> None:
+    """Run `write(h5py.File)` on a temporary file beside `path`, flush it to the disk, then move it to `path` in one
+    step. The temporary name starts with a dot and holds `.tmp-`: a later run removes what a kill leaves."""
+    temporary = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    creation, access = _file_property_lists()
     try:
         file_id = h5py.h5f.create(os.fsencode(temporary), h5py.h5f.ACC_TRUNC, fcpl=creation, fapl=access)
         with h5py.File(file_id) as handle:
