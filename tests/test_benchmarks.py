@@ -23,6 +23,7 @@ GPU_TRAIN_BENCH = REPO / "benchmarks" / "gpu_train_bench.py"
 GPU_RESULTS = REPO / "benchmarks" / "GPU_RESULTS.md"
 MEMORY_RATES = REPO / "benchmarks" / "memory_rates.py"
 EMBED_HOST_SIDE = REPO / "benchmarks" / "embed_host_side.py"
+COMPILE_SPEED = REPO / "benchmarks" / "compile_speed.py"
 
 
 def smoke_run(*args: str) -> str:
@@ -185,6 +186,18 @@ def test_embed_host_side_measures_the_tokenizer_both_ways_and_embed_without_the_
         "tokenizer call", "encode_words", "embed without the model (host side)"], lines
     assert all(re.search(r"[\d,]+ words/s", line) for line in lines[1:]), lines
     assert list(tmp_path.iterdir()) == []  # (its temporary folder is gone)
+
+
+def test_compile_speed_times_both_cases_eager_and_compiled(tmp_path):
+    text = tmp_path / "sentences.txt"
+    text.write_text("".join(f"sentence {k} of the {k % 7} cats that sat on a mat .\n" for k in range(40)))
+    result = subprocess.run([sys.executable, COMPILE_SPEED, "--file", str(text), "--rounds", "1", "--threads", "1"],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:2]] == ["32 sentences", "1 sentence"], lines
+    assert all(re.search(r"eager [\d.]+ ms, compiled [\d.]+ ms, compiled / eager [\d.]+$", line) for line in lines[:2])
+    assert lines[2].startswith("(medians of 1; "), lines
 
 
 def test_memory_rates_measures_every_kernel_from_memory_and_from_the_cache():
