@@ -185,7 +185,10 @@ def _why_it_must_be_called(module: nn.Module, built_as: type, name: str) -> str 
     run. None where nothing stands in the way. (One hook needs no output: transformers' enable_input_require_grads,
     which makes the embedding's output require gradients.)"""
     if type(module).forward is not built_as.forward:
-        return f"its {name} is a {type(module).__name__}, not the {built_as.__name__} it was built as"
+        found = type(module).__name__
+        if found == built_as.__name__:  # (a quantized Linear is a Linear too, of another module)
+            found = f"{type(module).__module__}.{found}"
+        return f"its {name} is a {found}, not the {built_as.__name__} it was built as"
     if "forward" in vars(module):
         return f"its {name} has a forward of its own, set on the module (Accelerate's hooks, a patch)"
     hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]

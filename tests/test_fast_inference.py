@@ -761,6 +761,16 @@ def test_dynamic_quantization_of_the_linear_layers_runs(converted):
         assert (found[key] - reference[key]).abs().max().item() < 1e-5, type(model).__name__
         deviation = (found[key] - unquantized[key]).abs().max().item()
         assert 0 < deviation < 0.05 * unquantized[key].abs().max().item(), (type(model).__name__, deviation)
+    # The pretraining model's softmax is quantized too: the full softmax calls it, the sampled one refuses it.
+    pretraining = ElmoForPreTraining.from_pretrained(folder, lm_vocab_size=10, lm_negative_samples=4).eval()
+    quantized = torch.ao.quantization.quantize_dynamic(pretraining, {torch.nn.Linear}, dtype=torch.qint8)
+    labels = torch.tensor([[1, 2, 3, 4], [5, 6, -100, -100]])
+    inputs = dict(batch, labels=labels, backward_labels=labels.flip(1))
+    with torch.no_grad():
+        assert torch.isfinite(quantized(**inputs).loss)
+    with pytest.raises(ValueError, match=r"and its softmax is a torch\.ao\.nn\.quantized\.dynamic\..*\.Linear, not "
+                                         r"the Linear it was built as: train with the full softmax"):
+        quantized.train()(**inputs)
 
 
 class _Doubled(torch.nn.Linear):
