@@ -4,14 +4,16 @@ The character encoder gives every occurrence of a word the same vector (char CNN
 keyed by its character ids; the first biLSTM layer, whose inputs are those vectors, gives it the same input
 half of the gates, keyed by the vector. So inference computes each distinct row of a batch once (exact) and
 keeps the results of the most recently used `max_words` rows for later batches. A cache serves inference only
-(no autograd, eval mode) and empties itself when a weight it depends on changes: it remembers each
-parameter's storage, its version counter, which every in-place update (`load_state_dict`, `.to()`, most optimizer
-steps) advances, and the number of optimizer steps taken on it, for the fused steps (torch's fused AdamW, Trainer's
-default optimizer) that write without advancing the counter. Writes through `.data` bypass both: call the model's
-`weights_changed()` after them (which also drops the fast paths' copies of the weights). A weight made under
-`torch.inference_mode` has no version counter: nothing computed from it is kept from one call to the next.
+(no autograd, eval mode) and empties itself when a weight it depends on changes: it remembers each parameter (the
+tensor object itself, since another tensor is another weight), its storage, its version counter, which every
+in-place update (`load_state_dict`, `.to()`, most optimizer steps) advances, and the number of optimizer steps taken
+on it, for the fused steps (torch's fused AdamW, Trainer's default optimizer) that write without advancing the
+counter. Writes through `.data` bypass both: call the model's `weights_changed()` after them (which also drops the
+fast paths' copies of the weights). A weight made under `torch.inference_mode` has no version counter: nothing
+computed from it is kept from one call to the next.
 """
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -94,12 +96,31 @@ def weights_fingerprint(parameters) -> tuple:
     return tuple(None if p is None else _parameter_state(p) for p in parameters)
 
 
+class _SameTensor:
+    """Equal to another only for the very same tensor object while it lives. A new tensor at a freed one's address
+    (which allocators hand out again at once: CUDA's caching allocator first of all) has the same storage and version
+    0, yet other values: a weight that `torch.func.functional_call` is given afresh, or one that a parametrization
+    computes at each forward (PEFT's LoRA on the biLSTM's parameters)."""
+
+    __slots__ = ("_ref", "_id")
+
+    def __init__(self, tensor: torch.Tensor):
+        self._ref, self._id = weakref.ref(tensor), id(tensor)
+
+    def __eq__(self, other) -> bool:
+        tensor = self._ref()
+        return isinstance(other, _SameTensor) and tensor is not None and other._ref() is tensor
+
+    def __hash__(self) -> int:
+        return self._id
+
+
 def _parameter_state(p: torch.Tensor) -> object:
     if p.is_inference():
         # Made under torch.inference_mode (a model built there), it has no version counter, so an update in place is
         # not seen: its state never equals a former one, and what depends on it is computed anew at every call.
         return object()
-    return p.data_ptr(), p._version, p.dtype, p.device, _OPTIMIZER_STEPS.watch(p)
+    return _SameTensor(p), p.data_ptr(), p._version, p.dtype, p.device, _OPTIMIZER_STEPS.watch(p)
 
 
 class ElmoTokenCache:

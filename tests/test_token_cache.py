@@ -3,7 +3,9 @@ each row under one key."""
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
+from torch.func import functional_call
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.token_cache import ElmoTokenCache
@@ -99,3 +101,39 @@ def test_weights_made_under_inference_mode_are_never_taken_as_unchanged():
     model.layers[0].input_gate_cache.max_words = 0
     with torch.no_grad():
         assert torch.equal(model(**batch).last_hidden_state, second) and not torch.equal(first, second)
+
+
+def test_a_new_weight_at_the_address_of_a_freed_one_is_another_weight():
+    """Allocators hand a freed block out again at once (CUDA's caching allocator above all), so a new tensor may have
+    the storage and the version counter (0) of the weight before it, and other values: a weight that
+    `torch.func.functional_call` is given afresh, or one that a parametrization computes at each forward (PEFT's
+    LoRA over the biLSTM's parameters). The caches and the fast paths' copies of the weights take it as a new one.
+    (Two tensors over one NumPy buffer make the address the same here, whatever the allocator does.)"""
+    cache, computed, encode = cache_and_computed_rows(10)
+    rows, buffer = torch.tensor([[1, 2]]), np.ones(1)
+    weight = torch.from_numpy(buffer)
+    assert torch.equal(cache.encode(lambda rows: encode(rows) * weight, rows, [weight]), rows.double() * 10)
+    del weight
+    buffer[0] = 3
+    weight = torch.from_numpy(buffer)
+    assert torch.equal(cache.encode(lambda rows: encode(rows) * weight, rows, [weight]), rows.double() * 30)
+    assert computed == [{2}, {2}]
+
+    config = ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1,
+                        cell_size=16, projection_dim=6)  # (8 filters: a char projection)
+    torch.manual_seed(0)
+    model = ElmoModel(config).eval()
+    batch = ElmoTokenizer()(["a b a", "c b"], padding=True, return_tensors="pt")
+    names = ("char_encoder.projection.weight", "layers.0.input_weight", "layers.1.recurrent_weight")
+    parameters = dict(model.named_parameters())
+    buffers = {name: parameters[name].detach().numpy().copy() for name in names}
+    for scale in (1.0, 0.5, 2.0):
+        for name in names:
+            buffers[name] *= scale
+        expected = ElmoModel(config).eval()
+        expected.load_state_dict({**model.state_dict(), **{name: torch.from_numpy(b) for name, b in buffers.items()}})
+        with torch.no_grad():
+            given = {name: torch.from_numpy(b) for name, b in buffers.items()}
+            output = functional_call(model, given, kwargs=dict(batch)).hidden_states
+            for layer, expected_layer in zip(output, expected(**batch).hidden_states):
+                torch.testing.assert_close(layer, expected_layer, rtol=1e-6, atol=1e-6)
