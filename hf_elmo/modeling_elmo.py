@@ -809,9 +809,11 @@ class ElmoModel(ElmoPreTrainedModel):
         timing a cold start or freeing their memory (after writing weights through `.data`, `weights_changed()`). The
         bf16 approximation's own cache of input gates (`approximate.py`) is emptied too."""
         self.char_encoder.token_cache.clear()
-        for layer in self.layers:
-            layer.input_gate_cache.clear()
-            clear_approximation_caches(layer)
+        # Found by type: a wrapper (PEFT's LoRA over a layer's parameters) may stand in a layer's place.
+        for layer in self.modules():
+            if isinstance(layer, ElmoBiLstmLayer):
+                layer.input_gate_cache.clear()
+                clear_approximation_caches(layer)
 
     def _apply(self, fn, *args, **kwargs):
         """`.to()`, `.half()`, `.float()`, `.double()`, `.cuda()`... (and a head's, which reach this module): the
