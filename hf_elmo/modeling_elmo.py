@@ -18,6 +18,7 @@ import torch
 from safetensors import SafetensorError
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.utils import parametrize
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -385,8 +386,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         (`fast_bilstm.py`), or an opted-in approximation (`approximate.py`, in eval mode only: in training mode the
         exact computation runs, so that training never sees an approximation); when something needs one, the fused
         training path (`fused_bilstm.py`: the same gradients, one autograd Function), where it covers the case. With
-        `use_fast_path = False`, under `torch.export`, or where neither covers it, the plain loop below runs. It is
-        the definition.
+        `use_fast_path = False`, under `torch.export`, in inference with parametrized weights (PEFT's LoRA), or where
+        neither covers it, the plain loop below runs. It is the definition.
         """
         weights = (self.input_weight, self.recurrent_weight, self.bias, self.projection_weight)
         needs_grad = torch.is_grad_enabled() and any(
@@ -398,7 +399,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             if fused_training_fallback(self, inputs, h, c) is None:
                 return fused_bilstm_layer(self, inputs, step_mask, h, c)
         elif (not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0 and inputs.shape[2] > 0
-              and not has_static_shapes()):
+              and not has_static_shapes() and not parametrize.is_parametrized(self)):
+            # (A parametrized weight, such as PEFT's LoRA over the layer's parameters, is a new tensor at every call:
+            # the paths below would derive their copies of it, or record their CUDA graphs, anew each time.)
             # The packed loops (the fast one's, the approximations') need every row to start at step 0 (ElmoModel's
             # rows start with <S>; a pretraining batch may hold an empty row); the GPU's graphed loop takes any
             # mask, and reading this one would make the host wait for the layer before.

@@ -99,8 +99,8 @@ def weights_fingerprint(parameters) -> tuple:
 class _SameTensor:
     """Equal to another only for the very same tensor object while it lives. A new tensor at a freed one's address
     (which allocators hand out again at once: CUDA's caching allocator first of all) has the same storage and version
-    0, yet other values: a weight that `torch.func.functional_call` is given afresh, or one that a parametrization
-    computes at each forward (PEFT's LoRA on the biLSTM's parameters)."""
+    0, yet other values: a weight that `torch.func.functional_call` is given afresh, say, or one that a
+    parametrization computes at each call."""
 
     __slots__ = ("_ref", "_id")
 
@@ -113,6 +113,10 @@ class _SameTensor:
 
     def __hash__(self) -> int:
         return self._id
+
+    def __reduce__(self):
+        # A pickled or deep-copied model holds other tensors: its caches' fingerprints become ones that nothing equals.
+        return object, ()
 
 
 def _parameter_state(p: torch.Tensor) -> object:

@@ -1,15 +1,17 @@
 """PEFT's LoRA on the converted fixture ELMo: adapters on the character encoder's layers (`target_modules`) and on the
-biLSTM's weights (`target_parameters`) compute what the merged model computes, train only themselves, save and load,
-and train with Trainer."""
+biLSTM's weights (`target_parameters`) compute what the merged model computes, train only themselves (and the task's
+classifier and scalar mix), save and load, train with Trainer, and merge into a model that runs the fast paths."""
 
 import copy
 
 import pytest
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors import safe_open
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
+from hf_elmo.fast_bilstm import built_derived_weights
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer
 
 from conftest import readme_python_block
@@ -19,6 +21,7 @@ ENCODER_LORA = dict(target_modules=r".*char_encoder\.(char_cnn\.\d+|highway\.\d+
 BILSTM_LORA = dict(target_modules=[], target_parameters=[
     f"layers.{i}.{name}" for i in (0, 1) for name in ("input_weight", "recurrent_weight", "projection_weight")
 ])
+TASK_MODULES = ["classifier", "scalar_mixes.0"]  # (trained in full, as without PEFT)
 
 
 @pytest.fixture(scope="module")
@@ -31,16 +34,20 @@ def tokenizer(base_path):
     return ElmoTokenizer.from_pretrained(base_path)
 
 
-def adapted(base_path, head, targets, num_labels=9):
-    """A head with LoRA adapters whose B factors are random (PEFT starts them at zero: the adapter would add nothing)."""
+def add_adapters(model, targets):
+    """`model` with LoRA adapters whose B factors are random (PEFT starts them at zero: they would add nothing)."""
     torch.manual_seed(0)
-    model = get_peft_model(head.from_pretrained(base_path, num_labels=num_labels),
-                           LoraConfig(r=4, lora_alpha=8, modules_to_save=["classifier"], **targets))
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, modules_to_save=TASK_MODULES, **targets))
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "lora_B" in name:
                 parameter.normal_(0, 0.05)
     return model
+
+
+def adapted(base_path, head, targets, num_labels=9):
+    torch.manual_seed(0)  # (the same classifier every time)
+    return add_adapters(head.from_pretrained(base_path, num_labels=num_labels), targets)
 
 
 def logits(model, batch):
@@ -59,8 +66,9 @@ def merged_logits(model, batch):
 @pytest.mark.parametrize("head", [ElmoForSequenceClassification, ElmoForTokenClassification])
 def test_an_adapted_model_computes_what_its_merged_model_computes(base_path, tokenizer, head, targets):
     """In evaluation: the adapted model's logits are the merged model's, and not the model's without the adapters
-    (their classifier the same). After the adapters change in place, again (the caches of per-word results and the
-    fast paths' copies of the weights follow), and after a switch to training mode and back."""
+    (their classifier the same); again after the adapters change in place, and after a switch to training mode and
+    back (which empties the caches of every biLSTM layer, found inside PEFT's wrappers). An adapted layer runs the
+    plain computation in inference: no copies of its weights are derived, no word's input gates kept."""
     model = adapted(base_path, head, targets).eval()
     batch = encode(tokenizer)
     unadapted = head.from_pretrained(base_path, num_labels=9).eval()
@@ -75,12 +83,20 @@ def test_an_adapted_model_computes_what_its_merged_model_computes(base_path, tok
     model.train()
     model.eval()
     torch.testing.assert_close(logits(model, batch), merged_logits(model, batch), rtol=1e-5, atol=1e-5)
+    elmo = model.base_model.model.elmo
+    layers = [module for module in elmo.modules() if isinstance(module, ElmoBiLstmLayer)]
+    if targets is BILSTM_LORA:
+        assert all(built_derived_weights(layer, "exact") is None for layer in layers)
+        assert len(layers[0].input_gate_cache) == 0
+    else:  # (the biLSTM runs its fast path; the character encoder, adapted, its plain one)
+        assert all(built_derived_weights(layer, "exact") is not None for layer in layers)
+        assert elmo.char_encoder.modules_must_run() is not None and len(elmo.char_encoder.token_cache) == 0
 
 
 @pytest.mark.parametrize("targets", [ENCODER_LORA, BILSTM_LORA], ids=["encoder", "bilstm"])
 def test_training_updates_only_the_adapters_with_the_plain_paths_gradients(base_path, tokenizer, targets):
-    """Only the LoRA factors and the classifier train, each with the gradient that the plain computation
-    (`use_fast_path = False` everywhere) gives; the frozen ELMo weights keep their values."""
+    """Only the LoRA factors, the classifier and the task's scalar mix train, each with the gradient that the plain
+    computation (`use_fast_path = False` everywhere) gives."""
     batch, labels = encode(tokenizer), padded_tags()
     gradients = []
     for fast in (True, False):
@@ -92,7 +108,8 @@ def test_training_updates_only_the_adapters_with_the_plain_paths_gradients(base_
         gradients.append({name: p.grad for name, p in model.named_parameters() if p.requires_grad})
     fast, plain = gradients
     assert sorted(fast) == sorted(plain) and fast
-    assert all("lora_" in name or "classifier" in name for name in fast)
+    assert all("lora_" in name or "classifier" in name or "scalar_mixes" in name for name in fast)
+    assert any("scalar_mixes.0.modules_to_save" in name for name in fast)
     for name in fast:
         assert fast[name] is not None and fast[name].abs().max() > 0, name
         torch.testing.assert_close(fast[name], plain[name], rtol=1e-5, atol=1e-6, msg=name)
@@ -100,8 +117,8 @@ def test_training_updates_only_the_adapters_with_the_plain_paths_gradients(base_
 
 def test_an_adapter_saves_loads_and_trains_with_trainer(base_path, tokenizer, tmp_path):
     """LoRA on every adaptable layer (both targets at once) trained by Trainer for a few steps: the loss falls, the
-    ELMo weights are unchanged, and the saved adapter (a few MB at most: no ELMo weights) loaded onto a new model
-    gives the trained model's logits."""
+    ELMo weights are unchanged, and the saved adapter (the adapters and the task's modules, no ELMo weight) loaded
+    onto a new model gives the trained model's logits."""
     model = adapted(base_path, ElmoForTokenClassification,
                     dict(target_modules=ENCODER_LORA["target_modules"],
                          target_parameters=BILSTM_LORA["target_parameters"]))
@@ -120,25 +137,44 @@ def test_an_adapter_saves_loads_and_trains_with_trainer(base_path, tokenizer, tm
             assert torch.equal(parameter, frozen[name]), name
 
     model.save_pretrained(tmp_path / "adapter")
-    saved = {path.name: path.stat().st_size for path in (tmp_path / "adapter").iterdir()}
-    assert "adapter_model.safetensors" in saved and "adapter_config.json" in saved
+    with safe_open(tmp_path / "adapter" / "adapter_model.safetensors", "pt") as saved:
+        names = list(saved.keys())
+    assert names and all("lora_" in name or "classifier" in name or "scalar_mixes" in name for name in names)
+    assert any("lora_" in name and "layers.1" in name for name in names)
     loaded = PeftModel.from_pretrained(ElmoForTokenClassification.from_pretrained(base_path, num_labels=9),
                                        tmp_path / "adapter").eval()
     batch = encode(tokenizer)
     torch.testing.assert_close(logits(loaded, batch), logits(model.eval(), batch), rtol=1e-6, atol=1e-6)
 
 
-def test_the_bilstm_layers_are_found_inside_peft_wrappers(base_path, tokenizer):
+def test_clearing_the_caches_reaches_the_layers_beside_peft_wrappers(base_path, tokenizer):
     """PEFT's LoRA over a layer's parameters puts a wrapper in the layer's place in `ElmoModel.layers`: emptying the
-    caches (`clear_caches()`, and on a change of mode) still reaches every layer."""
-    model = adapted(base_path, ElmoForTokenClassification, BILSTM_LORA).eval()
+    caches (`clear_caches()`, and on every change of mode) still reaches the unadapted first layer."""
+    model = adapted(base_path, ElmoForTokenClassification, dict(target_modules=[], target_parameters=[
+        "layers.1.input_weight"])).eval()
     elmo = model.base_model.model.elmo
-    assert not any(isinstance(layer, ElmoBiLstmLayer) for layer in elmo.layers)
-    first = next(module for module in elmo.modules() if isinstance(module, ElmoBiLstmLayer))
+    assert not isinstance(elmo.layers[1], ElmoBiLstmLayer)
     logits(model, encode(tokenizer))
-    assert len(first.input_gate_cache) > 0  # (the first layer's input gates of the words)
+    assert len(elmo.layers[0].input_gate_cache) > 0  # (the first layer's input gates of the words)
     elmo.clear_caches()
-    assert len(first.input_gate_cache) == 0
+    assert len(elmo.layers[0].input_gate_cache) == 0
+
+
+def test_merged_in_place_after_inference_the_weights_must_be_said_changed(base_path, tokenizer):
+    """README: PEFT merges by writing through `.data`, which the caches cannot see; a model that ran inference
+    before the adapters were added and merged gives the merged weights' outputs after `weights_changed()`, through
+    its fast paths (the character encoder's token cache and the biLSTM's copies of the weights in use)."""
+    batch = encode(tokenizer)
+    for targets in (ENCODER_LORA, BILSTM_LORA):
+        head = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9).eval()
+        logits(head, batch)  # (caches filled from the weights before the merge)
+        model = add_adapters(head, targets).eval()
+        expected = merged_logits(model, batch)
+        merged = model.merge_and_unload()
+        merged.elmo.weights_changed()
+        torch.testing.assert_close(logits(merged, batch), expected, rtol=1e-5, atol=1e-5)
+        assert merged.elmo.char_encoder.modules_must_run() is None and len(merged.elmo.char_encoder.token_cache) > 0
+        assert all(built_derived_weights(layer, "exact") is not None for layer in merged.elmo.layers)
 
 
 def test_the_readmes_lora_configuration_is_the_one_tested_and_adapts_every_layer(base_path):

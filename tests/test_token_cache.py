@@ -1,6 +1,8 @@
 """ElmoTokenCache on its own: least-recently-used results of at most `max_words` rows, in at most as much memory,
 each row under one key."""
 
+import copy
+import io
 from collections.abc import Callable
 
 import numpy as np
@@ -137,3 +139,27 @@ def test_a_new_weight_at_the_address_of_a_freed_one_is_another_weight():
             output = functional_call(model, given, kwargs=dict(batch)).hidden_states
             for layer, expected_layer in zip(output, expected(**batch).hidden_states):
                 torch.testing.assert_close(layer, expected_layer, rtol=1e-6, atol=1e-6)
+
+
+def test_a_model_pickles_and_copies_after_inference_and_its_copy_keeps_nothing_stale():
+    """After a forward has filled the caches, `torch.save` of the whole model (pickle) and `copy.deepcopy` work,
+    the copies give the model's outputs, and a copy whose weights then change gives the new weights' outputs."""
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1,
+                                 cell_size=16, projection_dim=6)).eval()
+    batch = ElmoTokenizer()(["a b a", "c b"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**batch).last_hidden_state
+    assert len(model.char_encoder.token_cache) > 0 and len(model.layers[0].input_gate_cache) > 0
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    for copied in (torch.load(buffer, weights_only=False), copy.deepcopy(model)):
+        with torch.no_grad():
+            assert torch.equal(copied(**batch).last_hidden_state, expected)
+            for parameter in copied.parameters():
+                parameter.mul_(0.5)
+            changed = copied(**batch).last_hidden_state
+        copied.clear_caches()
+        with torch.no_grad():
+            assert torch.equal(copied(**batch).last_hidden_state, changed) and not torch.equal(changed, expected)
