@@ -395,6 +395,14 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         )
         if _is_exporting():  # torch.export traces the plain loop: the other paths have data-dependent shapes
             return self._plain_forward(inputs, step_mask, h, c)
+        if self.gradient_checkpointing and self.training and parametrize.is_parametrized(self):
+            # (Checked whatever the grad mode: reentrant checkpointing runs this first call under no_grad.)
+            raise ValueError(
+                "activation checkpointing would recompute a biLSTM layer in backward without the parametrization of "
+                "its weights (PEFT's LoRA through target_parameters adds it only while the layer is first called), "
+                "which gives wrong gradients or none: turn activation checkpointing off, or put the adapters on the "
+                "character encoder (target_modules) only"
+            )
         if needs_grad:
             if fused_training_fallback(self, inputs, h, c) is None:
                 return fused_bilstm_layer(self, inputs, step_mask, h, c)

@@ -192,3 +192,29 @@ def test_the_readmes_lora_configuration_is_the_one_tested_and_adapts_every_layer
     adapted_modules = {name.split(".lora_A")[0] for name, _ in model.named_parameters() if ".lora_A" in name}
     assert sum("char_encoder" in name for name in adapted_modules) == expected
     assert sum("char_encoder" not in name for name in adapted_modules) == 6  # (nested wrappers, one per weight)
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_activation_checkpointing_with_adapters(base_path, tokenizer, use_reentrant):
+    """With adapters on the character encoder, activation checkpointing gives the gradients of training without it.
+    With adapters on the biLSTM's weights it is refused, naming the reason: the recomputation in backward would run
+    the layer without PEFT's parametrization (reentrant checkpointing gave no gradient at all, silently)."""
+    batch, labels = encode(tokenizer), padded_tags()
+    gradients = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        head = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, dropout=0.0)
+        if checkpointing:
+            head.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+        model = add_adapters(head, ENCODER_LORA).train()
+        model(**batch, labels=labels).loss.backward()
+        gradients.append({name: p.grad for name, p in model.named_parameters() if p.requires_grad})
+    for name, gradient in gradients[0].items():
+        torch.testing.assert_close(gradients[1][name], gradient, rtol=1e-5, atol=1e-6, msg=name)
+
+    torch.manual_seed(0)
+    head = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9)
+    head.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    model = add_adapters(head, BILSTM_LORA).train()
+    with pytest.raises(ValueError, match="activation checkpointing would recompute a biLSTM layer .* turn activation"):
+        model(**batch, labels=labels).loss.backward()
