@@ -183,8 +183,12 @@ def _why_it_must_be_called(module: nn.Module, built_as: type, name: str) -> str 
     """Why a fast path, which computes from `module`'s weights what `built_as` (nn.Linear, ...) computes instead of
     calling it, must call it: another class's forward (a quantized Linear, an adapter such as LoRA's, a subclass with
     its own), a forward set on the module itself (Accelerate's offloading hooks, a patch) or a forward hook would not
-    run. None where nothing stands in the way. (One hook needs no output: transformers' enable_input_require_grads,
-    which makes the embedding's output require gradients.)"""
+    run, and a weight of a tensor subclass (torchao's quantized tensors) cannot be multiplied as a plain one. None
+    where nothing stands in the way. (One hook needs no output: transformers' enable_input_require_grads, which makes
+    the embedding's output require gradients.)"""
+    for key, parameter in module.named_parameters(recurse=False):
+        if type(parameter) not in (torch.Tensor, nn.Parameter):
+            return f"its {name}.{key} is a {type(parameter).__name__} (a tensor subclass), not a plain tensor"
     if type(module).forward is not built_as.forward:
         found = type(module).__name__
         if found == built_as.__name__:  # (a quantized Linear is a Linear too, of another module)

@@ -773,6 +773,54 @@ def test_dynamic_quantization_of_the_linear_layers_runs(converted):
         quantized.train()(**inputs)
 
 
+def test_torchao_quantization_runs_through_the_plain_path(converted, tmp_path):
+    """torchao's int8 quantization (`quantize_`, and transformers' `TorchAoConfig` in `from_pretrained`) swaps the
+    Linear layers' weights for tensor subclasses, which the fast paths cannot multiply as plain tensors (they failed in
+    `torch.cat`): the character encoder then calls its layers, with the reason named, so the outputs are the plain
+    computation of the quantized model and within int8 rounding of the float model's; a quantized folder saves and
+    reloads with the same outputs; the sampled softmax refuses a quantized softmax."""
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_
+    from transformers import AutoModel, TorchAoConfig
+
+    folder = converted["allennlp-elmo"]
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer([["EU", "rejects", "German", "call"], ["Peter", "Blackburn"]], is_split_into_words=True,
+                      padding=True, return_tensors="pt")
+    heads = (ElmoForSequenceClassification, ElmoForTokenClassification)
+    models = [ElmoModel.from_pretrained(folder)] + [head.from_pretrained(folder, num_labels=3) for head in heads]
+    for config in (Int8WeightOnlyConfig(), Int8DynamicActivationInt8WeightConfig()):
+        for model in models:
+            model.eval()
+            quantized = copy.deepcopy(model)
+            quantize_(quantized, config)
+            reason = quantized.base_model.char_encoder.modules_must_run()
+            assert reason is not None and "(a tensor subclass), not a plain tensor" in reason
+            with torch.no_grad():
+                found, unquantized = quantized(**batch), model(**batch)
+                quantized.set_fast_path(False)
+                reference = quantized(**batch)
+            key = "last_hidden_state" if isinstance(model, ElmoModel) else "logits"
+            assert (found[key] - reference[key]).abs().max().item() < 1e-5, type(model).__name__
+            deviation = (found[key] - unquantized[key]).abs().max().item()
+            assert 0 < deviation < 0.05 * unquantized[key].abs().max().item(), (type(model).__name__, deviation)
+
+    loaded = AutoModel.from_pretrained(folder, quantization_config=TorchAoConfig(Int8WeightOnlyConfig())).eval()
+    assert type(loaded.char_encoder.projection.weight) not in (torch.Tensor, torch.nn.Parameter)
+    loaded.save_pretrained(tmp_path / "int8")
+    reloaded = AutoModel.from_pretrained(tmp_path / "int8").eval()
+    with torch.no_grad():
+        assert torch.equal(reloaded(**batch).last_hidden_state, loaded(**batch).last_hidden_state)
+
+    pretraining = ElmoForPreTraining.from_pretrained(folder, lm_vocab_size=10, lm_negative_samples=4).eval()
+    quantize_(pretraining, Int8WeightOnlyConfig())
+    labels = torch.tensor([[1, 2, 3, 4], [5, 6, -100, -100]])
+    inputs = dict(batch, labels=labels, backward_labels=labels.flip(1))
+    with torch.no_grad():
+        assert torch.isfinite(pretraining(**inputs).loss)
+    with pytest.raises(ValueError, match=r"its softmax\.weight is a \w+ \(a tensor subclass\).*train with the full"):
+        pretraining.train()(**inputs)
+
+
 class _Doubled(torch.nn.Linear):
     """Twice nn.Linear's product, through a forward of its own: nn.Linear with twice the weights computes the same."""
 
