@@ -10,28 +10,18 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors import safe_open
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
-from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoTokenizer
+from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
 from hf_elmo.fast_bilstm import built_derived_weights
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer
 
 from conftest import readme_python_block
-from test_heads import encode, ner_dataset, padded_tags
+from test_heads import base_path, encode, ner_dataset, padded_tags, tokenizer  # noqa: F401 (fixtures)
 
 ENCODER_LORA = dict(target_modules=r".*char_encoder\.(char_cnn\.\d+|highway\.\d+\.(transform|carry)|projection)")
 BILSTM_LORA = dict(target_modules=[], target_parameters=[
     f"layers.{i}.{name}" for i in (0, 1) for name in ("input_weight", "recurrent_weight", "projection_weight")
 ])
 TASK_MODULES = ["classifier", "scalar_mixes.0"]  # (trained in full, as without PEFT)
-
-
-@pytest.fixture(scope="module")
-def base_path(converted):
-    return converted["allennlp-elmo"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(base_path):
-    return ElmoTokenizer.from_pretrained(base_path)
 
 
 def add_adapters(model, targets):
