@@ -10,12 +10,12 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors import safe_open
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
+from conftest import readme_python_block
+from test_heads import base_path, encode, ner_dataset, padded_tags, tokenizer  # noqa: F401 (fixtures)
+
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
 from hf_elmo.fast_bilstm import built_derived_weights
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer
-
-from conftest import readme_python_block
-from test_heads import base_path, encode, ner_dataset, padded_tags, tokenizer  # noqa: F401 (fixtures)
 
 ENCODER_LORA = dict(target_modules=r".*char_encoder\.(char_cnn\.\d+|highway\.\d+\.(transform|carry)|projection)")
 BILSTM_LORA = dict(target_modules=[], target_parameters=[
