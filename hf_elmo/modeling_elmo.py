@@ -202,6 +202,15 @@ def _why_it_must_be_called(module: nn.Module, built_as: type, name: str) -> str 
     return None
 
 
+def _parametrized_for_one_call(module: nn.Module) -> bool:
+    """Whether a parametrization that PEFT registers for the length of one call (its LoRA over parameters,
+    `target_parameters`) is on `module`. One that stays (weight_norm's, a user's) is there when a recomputation runs."""
+    return parametrize.is_parametrized(module) and any(
+        type(parametrization).__module__.split(".")[0] == "peft"
+        for parametrizations in module.parametrizations.values() for parametrization in parametrizations
+    )
+
+
 def _reads_no_values() -> bool:
     """Neither an exported program nor a CUDA graph recording (`static_shapes.py`) can read the device's values:
     there the inputs' values go unchecked (the caller of a recording checks them on the host)."""
@@ -374,6 +383,19 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         self.input_gate_cache = ElmoTokenCache(min(DEFAULT_MAX_WORDS, DEFAULT_GATE_CACHE_BYTES // gate_bytes))
         self.approximation: str | None = None  # see ElmoPreTrainedModel.set_lstm_approximation
 
+    def __call__(self, *args, **kwargs):
+        # Checked here, where the caller's grad mode shows: transformers' checkpointing wraps `forward`, and reentrant
+        # checkpointing runs it under no_grad.
+        if (self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+                and _parametrized_for_one_call(self)):
+            raise ValueError(
+                "activation checkpointing would recompute a biLSTM layer in backward without PEFT's LoRA over its "
+                "weights (target_parameters: PEFT adds it for the length of one call), which gives wrong gradients "
+                "or none: turn activation checkpointing off, or put the adapters on the character encoder "
+                "(target_modules) only"
+            )
+        return super().__call__(*args, **kwargs)
+
     @_eager_under_compile
     def forward(
         self, inputs: torch.Tensor, step_mask: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
@@ -390,8 +412,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         (`fast_bilstm.py`), or an opted-in approximation (`approximate.py`, in eval mode only: in training mode the
         exact computation runs, so that training never sees an approximation); when something needs one, the fused
         training path (`fused_bilstm.py`: the same gradients, one autograd Function), where it covers the case. With
-        `use_fast_path = False`, under `torch.export`, in inference with parametrized weights (PEFT's LoRA), or where
-        neither covers it, the plain loop below runs. It is the definition.
+        `use_fast_path = False`, under `torch.export`, in inference with parametrized weights (PEFT's LoRA,
+        weight_norm), or where neither covers it, the plain loop below runs. It is the definition.
         """
         weights = (self.input_weight, self.recurrent_weight, self.bias, self.projection_weight)
         needs_grad = torch.is_grad_enabled() and any(
@@ -399,21 +421,13 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         )
         if _is_exporting():  # torch.export traces the plain loop: the other paths have data-dependent shapes
             return self._plain_forward(inputs, step_mask, h, c)
-        if self.gradient_checkpointing and self.training and parametrize.is_parametrized(self):
-            # (Checked whatever the grad mode: reentrant checkpointing runs this first call under no_grad.)
-            raise ValueError(
-                "activation checkpointing would recompute a biLSTM layer in backward without the parametrization of "
-                "its weights (PEFT's LoRA through target_parameters adds it only while the layer is first called), "
-                "which gives wrong gradients or none: turn activation checkpointing off, or put the adapters on the "
-                "character encoder (target_modules) only"
-            )
         if needs_grad:
             if fused_training_fallback(self, inputs, h, c) is None:
                 return fused_bilstm_layer(self, inputs, step_mask, h, c)
         elif (not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0 and inputs.shape[2] > 0
               and not has_static_shapes() and not parametrize.is_parametrized(self)):
-            # (A parametrized weight, such as PEFT's LoRA over the layer's parameters, is a new tensor at every call:
-            # the paths below would derive their copies of it, or record their CUDA graphs, anew each time.)
+            # (A parametrized weight, PEFT's LoRA over the layer's parameters or weight_norm's, is a new tensor at
+            # every call: the paths below would derive their copies of it, or record their CUDA graphs, anew each time.)
             # The packed loops (the fast one's, the approximations') need every row to start at step 0 (ElmoModel's
             # rows start with <S>; a pretraining batch may hold an empty row); the GPU's graphed loop takes any
             # mask, and reading this one would make the host wait for the layer before.

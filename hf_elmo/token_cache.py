@@ -114,10 +114,6 @@ class _SameTensor:
     def __hash__(self) -> int:
         return self._id
 
-    def __reduce__(self):
-        # A pickled or deep-copied model holds other tensors: its caches' fingerprints become ones that nothing equals.
-        return object, ()
-
 
 def _parameter_state(p: torch.Tensor) -> object:
     if p.is_inference():
@@ -145,6 +141,11 @@ class ElmoTokenCache:
 
     def __len__(self) -> int:
         return len(self._slots)
+
+    def __getstate__(self) -> dict:
+        # A pickled or deep-copied model holds other tensors than those the results came from: its cache starts empty
+        # (and the fingerprint's weak references could not be pickled).
+        return dict(self.__dict__, _slots=OrderedDict(), _vectors=None, _free=[], _fingerprint=None)
 
     def clear(self) -> None:
         self._slots.clear()

@@ -137,28 +137,32 @@ def test_an_adapter_saves_loads_and_trains_with_trainer(base_path, tokenizer, tm
     torch.testing.assert_close(logits(loaded, batch), logits(model.eval(), batch), rtol=1e-6, atol=1e-6)
 
 
-def test_clearing_the_caches_reaches_the_layers_beside_peft_wrappers(base_path, tokenizer):
+def test_clearing_the_caches_reaches_the_layers_inside_peft_wrappers(base_path, tokenizer):
     """PEFT's LoRA over a layer's parameters puts a wrapper in the layer's place in `ElmoModel.layers`: emptying the
-    caches (`clear_caches()`, and on every change of mode) still reaches the unadapted first layer."""
-    model = adapted(base_path, ElmoForTokenClassification, dict(target_modules=[], target_parameters=[
-        "layers.1.input_weight"])).eval()
+    caches (`clear_caches()`, and on every change of mode) still reaches the layer inside it."""
+    head = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9).eval()
+    logits(head, encode(tokenizer))
+    first = head.elmo.layers[0]
+    assert len(first.input_gate_cache) > 0  # (the first layer's input gates of the words)
+    model = add_adapters(head, dict(target_modules=[], target_parameters=["layers.0.input_weight"]))
     elmo = model.base_model.model.elmo
-    assert not isinstance(elmo.layers[1], ElmoBiLstmLayer)
-    logits(model, encode(tokenizer))
-    assert len(elmo.layers[0].input_gate_cache) > 0  # (the first layer's input gates of the words)
+    assert elmo.layers[0] is not first and elmo.layers[0].base_layer is first
     elmo.clear_caches()
-    assert len(elmo.layers[0].input_gate_cache) == 0
+    assert len(first.input_gate_cache) == 0
 
 
-def test_merged_in_place_after_inference_the_weights_must_be_said_changed(base_path, tokenizer):
-    """README: PEFT merges by writing through `.data`, which the caches cannot see; a model that ran inference
-    before the adapters were added and merged gives the merged weights' outputs after `weights_changed()`, through
-    its fast paths (the character encoder's token cache and the biLSTM's copies of the weights in use)."""
+def test_merged_in_place_the_weights_must_be_said_changed(base_path, tokenizer):
+    """README: PEFT merges by writing through `.data`, which the caches cannot see. A model that ran before the
+    adapters were added, and with them disabled (`disable_adapter()`, which runs the plain weights through the fast
+    paths), gives the merged weights' outputs after `weights_changed()`, through its fast paths (the character
+    encoder's token cache and the biLSTM's copies of the weights in use)."""
     batch = encode(tokenizer)
     for targets in (ENCODER_LORA, BILSTM_LORA):
         head = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9).eval()
         logits(head, batch)  # (caches filled from the weights before the merge)
         model = add_adapters(head, targets).eval()
+        with model.disable_adapter():
+            logits(model, batch)
         expected = merged_logits(model, batch)
         merged = model.merge_and_unload()
         merged.elmo.weights_changed()
@@ -208,3 +212,24 @@ def test_activation_checkpointing_with_adapters(base_path, tokenizer, use_reentr
     model = add_adapters(head, BILSTM_LORA).train()
     with pytest.raises(ValueError, match="activation checkpointing would recompute a biLSTM layer .* turn activation"):
         model(**batch, labels=labels).loss.backward()
+    with torch.no_grad():  # (in training mode without gradients nothing is checkpointed: nothing to refuse)
+        model(**batch, labels=labels)
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_a_parametrization_that_stays_trains_with_activation_checkpointing(base_path, tokenizer, use_reentrant):
+    """weight_norm on a biLSTM weight (a parametrization that stays, so that the recomputation in backward sees it)
+    is not refused: activation checkpointing gives the gradients of training without it."""
+    batch, labels = encode(tokenizer), padded_tags()
+    gradients = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        head = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, dropout=0.0, finetune_bilm=True)
+        torch.nn.utils.parametrizations.weight_norm(head.elmo.layers[1], "recurrent_weight")
+        if checkpointing:
+            head.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+        head.train()(**batch, labels=labels).loss.backward()
+        gradients.append({name: p.grad for name, p in head.named_parameters()})
+    for name, gradient in gradients[0].items():
+        assert gradient is not None, name
+        torch.testing.assert_close(gradients[1][name], gradient, rtol=1e-5, atol=1e-6, msg=name)

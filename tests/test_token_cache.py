@@ -141,9 +141,10 @@ def test_a_new_weight_at_the_address_of_a_freed_one_is_another_weight():
                 torch.testing.assert_close(layer, expected_layer, rtol=1e-6, atol=1e-6)
 
 
-def test_a_model_pickles_and_copies_after_inference_and_its_copy_keeps_nothing_stale():
-    """After a forward has filled the caches, `torch.save` of the whole model (pickle) and `copy.deepcopy` work,
-    the copies give the model's outputs, and a copy whose weights then change gives the new weights' outputs."""
+def test_a_model_pickles_and_copies_after_inference_with_empty_caches():
+    """After a forward has filled the caches, `torch.save` of the whole model (pickle) and `copy.deepcopy` work; the
+    copies' caches start empty (their results came from other tensors), and the copies give the model's outputs, and
+    a copy whose weights then change gives the new weights' outputs."""
     torch.manual_seed(0)
     model = ElmoModel(ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1,
                                  cell_size=16, projection_dim=6)).eval()
@@ -155,6 +156,8 @@ def test_a_model_pickles_and_copies_after_inference_and_its_copy_keeps_nothing_s
     torch.save(model, buffer)
     buffer.seek(0)
     for copied in (torch.load(buffer, weights_only=False), copy.deepcopy(model)):
+        caches = (copied.char_encoder.token_cache, copied.layers[0].input_gate_cache)
+        assert all(len(cache) == 0 and cache._vectors is None and cache._fingerprint is None for cache in caches)
         with torch.no_grad():
             assert torch.equal(copied(**batch).last_hidden_state, expected)
             for parameter in copied.parameters():
