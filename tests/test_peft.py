@@ -152,10 +152,11 @@ def test_clearing_the_caches_reaches_the_layers_inside_peft_wrappers(base_path, 
 
 
 def test_merged_in_place_the_weights_must_be_said_changed(base_path, tokenizer):
-    """README: PEFT merges by writing through `.data`, which the caches cannot see. A model that ran before the
-    adapters were added, and with them disabled (`disable_adapter()`, which runs the plain weights through the fast
-    paths), gives the merged weights' outputs after `weights_changed()`, through its fast paths (the character
-    encoder's token cache and the biLSTM's copies of the weights in use)."""
+    """README: PEFT merges (and unmerges) by writing through `.data`, which the caches cannot see. A model that ran
+    before the adapters were added, and with them disabled (`disable_adapter()`, which runs the plain weights through
+    the fast paths), gives the right outputs after `merge_adapter()`, `unmerge_adapter()` and `merge_and_unload()`,
+    each followed by `weights_changed()`; the merged model through its fast paths (the character encoder's token
+    cache and the biLSTM's copies of the weights in use)."""
     batch = encode(tokenizer)
     for targets in (ENCODER_LORA, BILSTM_LORA):
         head = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9).eval()
@@ -163,7 +164,13 @@ def test_merged_in_place_the_weights_must_be_said_changed(base_path, tokenizer):
         model = add_adapters(head, targets).eval()
         with model.disable_adapter():
             logits(model, batch)
-        expected = merged_logits(model, batch)
+        expected, adapted_logits = merged_logits(model, batch), logits(model, batch)
+        model.merge_adapter()  # (merged, the adapters kept to be taken out again)
+        model.base_model.model.elmo.weights_changed()
+        torch.testing.assert_close(logits(model, batch), expected, rtol=1e-5, atol=1e-5)
+        model.unmerge_adapter()
+        model.base_model.model.elmo.weights_changed()
+        torch.testing.assert_close(logits(model, batch), adapted_logits, rtol=1e-5, atol=1e-5)
         merged = model.merge_and_unload()
         merged.elmo.weights_changed()
         torch.testing.assert_close(logits(merged, batch), expected, rtol=1e-5, atol=1e-5)
