@@ -674,6 +674,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
             "new embedding: do not resize"
         )
 
+    def _bilstm_layers(self) -> list[ElmoBiLstmLayer]:
+        """Every biLSTM layer of the model (of its biLM `.elmo` in a head), found by type: a wrapper (PEFT's LoRA over
+        a layer's parameters) may stand in a layer's place in `ElmoModel.layers`."""
+        return [module for module in self.modules() if isinstance(module, ElmoBiLstmLayer)]
+
     def set_lstm_approximation(self, kind: str | None) -> None:
         """Opt in to an approximate, faster biLSTM for inference, or back to the exact one with `None`: every
         biLSTM layer of the model (of its biLM `.elmo` in a head).
@@ -686,7 +691,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """
         if kind is not None and kind not in APPROXIMATIONS:
             raise ValueError(f"unknown biLSTM approximation {kind!r}: choose one of {APPROXIMATIONS} or None (exact)")
-        layers = [module for module in self.modules() if isinstance(module, ElmoBiLstmLayer)]
+        layers = self._bilstm_layers()
         if layers:
             check_approximation(kind, layers[0].input_weight.device, layers[0].input_weight.dtype)
         for layer in layers:
@@ -838,11 +843,9 @@ class ElmoModel(ElmoPreTrainedModel):
         timing a cold start or freeing their memory (after writing weights through `.data`, `weights_changed()`). The
         bf16 approximation's own cache of input gates (`approximate.py`) is emptied too."""
         self.char_encoder.token_cache.clear()
-        # Found by type: a wrapper (PEFT's LoRA over a layer's parameters) may stand in a layer's place.
-        for layer in self.modules():
-            if isinstance(layer, ElmoBiLstmLayer):
-                layer.input_gate_cache.clear()
-                clear_approximation_caches(layer)
+        for layer in self._bilstm_layers():
+            layer.input_gate_cache.clear()
+            clear_approximation_caches(layer)
 
     def _apply(self, fn, *args, **kwargs):
         """`.to()`, `.half()`, `.float()`, `.double()`, `.cuda()`... (and a head's, which reach this module): the
