@@ -19,7 +19,9 @@ whole time loop is recorded once per shape as a CUDA graph and replayed as one l
 """
 
 import contextlib
+import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
 import torch
 
@@ -37,32 +39,48 @@ def bucket(n: int) -> int:
     return -(-n // step) * step
 
 
+# The switch is the process's: the first block to open (in any thread) turns TF32 off and the last to close turns it
+# back, so that no thread's block ends while another's still runs.
+_OPEN_BLOCKS = 0
+_TURN_BACK: Callable[[], None] | None = None
+_BLOCKS_GUARD = threading.Lock()
+
+
 @contextlib.contextmanager
 def exact_float32_matmul():
     """float32 products without TF32 inside the block, restored after, whichever of PyTorch's two switches
-    (`torch.set_float32_matmul_precision` or `torch.backends.cuda.matmul.fp32_precision`) the caller uses."""
+    (`torch.set_float32_matmul_precision` or `torch.backends.cuda.matmul.fp32_precision`) the caller uses. The
+    switch is the process's: while threads are inside blocks at once, it is restored when the last one leaves."""
+    global _OPEN_BLOCKS, _TURN_BACK
+    with _BLOCKS_GUARD:
+        if _OPEN_BLOCKS == 0:
+            _TURN_BACK = _turn_tf32_off()
+        _OPEN_BLOCKS += 1
+    try:
+        yield
+    finally:
+        with _BLOCKS_GUARD:
+            _OPEN_BLOCKS -= 1
+            if _OPEN_BLOCKS == 0:
+                _TURN_BACK()
+
+
+def _turn_tf32_off() -> Callable[[], None]:
+    """Turn TF32 off for float32 products through the switch the caller uses; returns what turns it back (nothing
+    where it was off: a switch the caller never set stays unset)."""
     matmul = torch.backends.cuda.matmul
     try:
         previous = torch.get_float32_matmul_precision()
     except RuntimeError:  # the caller set the newer, per-backend switch: use it too (mixing them is an error)
         previous = matmul.fp32_precision
         if previous == "ieee":
-            yield
-            return
+            return lambda: None
         matmul.fp32_precision = "ieee"
-        try:
-            yield
-        finally:
-            matmul.fp32_precision = previous
-        return
+        return lambda: setattr(matmul, "fp32_precision", previous)
     if previous == "highest":
-        yield
-        return
+        return lambda: None
     torch.set_float32_matmul_precision("highest")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(previous)
+    return lambda: torch.set_float32_matmul_precision(previous)
 
 
 class StaticWeights:

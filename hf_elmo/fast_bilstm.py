@@ -24,6 +24,7 @@ states near the clip). Gradients are not supported: the layer takes this path on
 autocast are off.
 """
 
+import threading
 import weakref
 
 import torch
@@ -49,6 +50,23 @@ def derived_weights(module, kind: str, build, parameters=None) -> object:
         with torch.no_grad():
             cached = per_module[kind] = (fingerprint, build(module))
     return cached[1]
+
+
+# Per module: the lock that its inference path holds (see `inference_lock`); kept outside it as _DERIVED is.
+_LOCKS: "weakref.WeakKeyDictionary[torch.nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def inference_lock(module) -> threading.RLock:
+    """The lock that a call of `module`'s inference path holds. That path reads and fills what belongs to the module
+    (its caches, its derived weights and their kernel choices), so threads that run one model at once (a server's
+    workers) take turns on each module, the character encoder and every biLSTM layer, while a call in one module and
+    another call in the next still run at the same time."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(module)
+        if lock is None:
+            lock = _LOCKS[module] = threading.RLock()
+        return lock
 
 
 def built_derived_weights(module, kind: str) -> object | None:

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import platform
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,10 +93,20 @@ def _this_machine() -> str:
 _HELD: dict | None = None
 
 
+# One thread of this process at a time (the file's lock keeps other processes out); re-entrant, as _HELD is.
+_CHOICES_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def _shared_choices():
     """This machine's stored choices {key: kernel}, under an exclusive lock; changes are written back
     (atomically). Where the file cannot be used, an empty dict that stays in memory."""
+    with _CHOICES_LOCK, _choices_file() as choices:
+        yield choices
+
+
+@contextlib.contextmanager
+def _choices_file():
     global _HELD
     if _HELD is not None:
         yield _HELD

@@ -29,7 +29,7 @@ from .approximate import (APPROXIMATIONS, approximate_bilstm_layer, check_approx
                           drop_approximation)
 from .configuration_elmo import VALUE_RULES, ElmoConfig, check_value
 from .cuda_graphs import runs_graphed
-from .fast_bilstm import clear_derived_weights, fast_bilstm_layer
+from .fast_bilstm import clear_derived_weights, fast_bilstm_layer, inference_lock
 from .fast_char_encoder import fast_char_encoder
 from .files import atomic_file
 from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback
@@ -305,7 +305,8 @@ class ElmoCharacterEncoder(nn.Module):
         if hooked or torch.is_autocast_enabled(char_ids.device.type):
             return self._plain_forward(rows)
         encode = self._fast_forward if self.use_fast_path else self._plain_forward
-        return self.token_cache.encode(encode, rows, list(self.parameters()), use_cache=not self.training)
+        with inference_lock(self):
+            return self.token_cache.encode(encode, rows, list(self.parameters()), use_cache=not self.training)
 
     def modules_must_run(self) -> str | None:
         """Why the modules inside the encoder must be called (by the plain path), or None. The fast paths never call
@@ -433,13 +434,15 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             # mask, and reading this one would make the host wait for the layer before.
             if self.approximation is not None and not self.training:
                 if bool(step_mask[:, 0].all()):
-                    return approximate_bilstm_layer(self, inputs, step_mask, h, c, inputs_repeat)
+                    with inference_lock(self):
+                        return approximate_bilstm_layer(self, inputs, step_mask, h, c, inputs_repeat)
             elif self.use_fast_path and (runs_graphed(self, inputs) or bool(step_mask[:, 0].all())):
                 # On a GPU the input multiply is cheap and the cache's lookup (keys on the host) is not.
                 gate_cache = self.input_gate_cache if inputs_repeat and inputs.device.type == "cpu" else None
-                return fast_bilstm_layer(
-                    self, inputs, step_mask, h, c, gate_cache=gate_cache, use_cache=not self.training
-                )
+                with inference_lock(self):
+                    return fast_bilstm_layer(
+                        self, inputs, step_mask, h, c, gate_cache=gate_cache, use_cache=not self.training
+                    )
         return self._plain_forward(inputs, step_mask, h, c)
 
     def _plain_forward(

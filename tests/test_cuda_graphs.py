@@ -130,6 +130,31 @@ def test_exact_float32_matmul_turns_tf32_off_and_restores_either_switch(switch):
         assert torch.get_float32_matmul_precision() == "highest"
 
 
+def test_exact_float32_matmul_in_two_threads_restores_the_switch_when_the_last_block_ends():
+    """The switch is the process's: a thread that leaves its block first must not turn TF32 back on under another
+    thread's block that still runs."""
+    program = "\n".join([
+        "import threading, torch", "from hf_elmo.cuda_graphs import exact_float32_matmul",
+        "torch.set_float32_matmul_precision('high')",
+        "first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()",
+        "seen = []",
+        "def first():",
+        "    with exact_float32_matmul():",
+        "        first_in.set(); second_in.wait()",
+        "    first_out.set()",
+        "def second():",
+        "    first_in.wait()",
+        "    with exact_float32_matmul():",
+        "        second_in.set(); first_out.wait()",
+        "        seen.append(torch.get_float32_matmul_precision())",
+        "threads = [threading.Thread(target=first), threading.Thread(target=second)]",
+        "[thread.start() for thread in threads]; [thread.join() for thread in threads]",
+        "print(seen[0], torch.get_float32_matmul_precision())",
+    ])
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=60)
+    assert result.stdout.split() == ["highest", "high"]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_whole_model_through_the_static_loop_matches_the_fast_path(converted, device, monkeypatch):
     """The model with every biLSTM layer run by the static loop (eagerly on CPU, captured on CUDA), on the

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import weakref
 
@@ -1343,3 +1344,86 @@ def test_under_autocast_inference_runs_the_plain_path_without_caches(fixture_mod
         exact = outputs(model(**batch))
     assert fast_calls and len(model.char_encoder.token_cache) > 0  # (without autocast, both are used)
     assert 0 < largest_difference([m.float() for m in mixed], exact) < 0.5
+
+
+def _threaded_outputs(model, batches: list, threads: int = 4) -> tuple[list, list[str]]:
+    """Each thread runs every batch through `model`, all threads at once (as a server's workers do); the outputs
+    per thread and batch, and the errors raised."""
+    results, errors = [[None] * len(batches) for _ in range(threads)], []
+    start = threading.Barrier(threads)
+
+    def work(thread: int):
+        try:
+            start.wait()
+            order = range(len(batches)) if thread % 2 == 0 else range(len(batches) - 1, -1, -1)
+            for index in order:
+                with torch.no_grad():
+                    results[thread][index] = model(**batches[index]).hidden_states
+        except Exception as error:
+            errors.append(f"{type(error).__name__}: {error}"[:200])
+
+    workers = [threading.Thread(target=work, args=(thread,)) for thread in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return results, errors
+
+
+@pytest.mark.parametrize("approximation", [None, "int8", "nn_lstm"])
+def test_threads_running_one_model_at_once_get_what_one_thread_gets(monkeypatch, tmp_path, approximation):
+    """The caches, the derived weights and their kernel choices are filled while threads run the model at once: from
+    cold (no kernel measured yet, as in a new process), with caches small enough to evict words all along."""
+    monkeypatch.setattr(fast_linear, "_FASTEST", {})
+    monkeypatch.setenv("HF_ELMO_KERNEL_CHOICES", str(tmp_path / "kernels.json"))
+    torch.manual_seed(0)
+    config = ElmoConfig(char_cnn_filters=((1, 16), (2, 32), (3, 48)), num_highway_layers=2, cell_size=96,
+                        projection_dim=40, cell_clip=3.0, proj_clip=3.0)
+    model = ElmoModel(config).eval()
+    model.set_lstm_approximation(approximation)
+    sentences = [sentence for batch in FIXTURE_SETS["allennlp-elmo"].batches() for sentence in batch]
+    sizes = [1, 2, 3, 5, 7, 4, 6, 8]  # (a new number of rows takes a new kernel choice)
+    tokenizer = ElmoTokenizer()
+    batches = [tokenizer(sentences[start : start + size], is_split_into_words=True, padding=True, return_tensors="pt")
+               for start in range(len(sentences) - 1) for size in [sizes[start % len(sizes)]]]
+    if approximation is None:
+        reference = plain(model)
+    else:  # (an approximation's numbers depend on how rows are grouped: its own run in one thread is the reference)
+        reference = copy.deepcopy(model)
+    with torch.no_grad():
+        expected = [reference(**batch).hidden_states for batch in batches]
+    model.char_encoder.token_cache.max_words = 40
+    model.layers[0].input_gate_cache.max_words = 40
+
+    results, errors = _threaded_outputs(model, batches)
+
+    assert errors == []
+    worst = max(largest_difference(got, want) for per_thread in results for got, want in zip(per_thread, expected))
+    assert worst < 1e-5
+
+
+def test_a_thread_waits_only_for_the_module_another_thread_is_in():
+    """While one thread holds the character encoder (its inference lock), another runs a biLSTM layer, and one that
+    calls the encoder waits for it."""
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(char_cnn_filters=((1, 8), (2, 16)), num_highway_layers=1, cell_size=32,
+                                 projection_dim=16)).eval()
+    batch = ElmoTokenizer()([["a", "short", "one"]], is_split_into_words=True, return_tensors="pt")
+    inputs, step_mask = torch.randn(2, 1, 5, 16), torch.ones(1, 5, dtype=torch.bool)
+    state = (torch.zeros(2, 1, 16), torch.zeros(2, 1, 32))
+    done = {}
+
+    def run(name, call):
+        with torch.no_grad():
+            done[name] = call()
+
+    layer = threading.Thread(target=run, args=("layer", lambda: model.layers[0](inputs, step_mask, *state)))
+    encoder = threading.Thread(target=run, args=("model", lambda: model(**batch)))
+    with fast_bilstm.inference_lock(model.char_encoder):
+        layer.start()
+        layer.join(timeout=120)
+        encoder.start()
+        encoder.join(timeout=1)
+        assert "layer" in done and "model" not in done
+    encoder.join(timeout=120)
+    assert "model" in done
