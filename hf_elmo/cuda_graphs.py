@@ -214,7 +214,9 @@ class GraphedBiLstm:
                 static_bilstm_layer(*arguments)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        # (thread_local: another thread that runs the model's other modules meanwhile, see README "Threads", may
+        # allocate or synchronise without breaking this thread's capture)
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             results = static_bilstm_layer(*arguments)
         # Kept only once captured: a capture that raised (out of memory, say) leaves the bucket to record again at
         # its next call, not to replay a graph that holds nothing.
