@@ -33,6 +33,29 @@ BLOCK_ROWS = 2048
 MAX_GRAPHS = 16
 
 
+# One CUDA graph capture at a time in the process, as PyTorch requires (threads may run two layers at once).
+_CAPTURE_LOCK = threading.Lock()
+
+
+def capture(run: Callable, pool=None) -> tuple["torch.cuda.CUDAGraph", object]:
+    """`run()` recorded as a CUDA graph (in the memory pool `pool`), after two warm-up runs on a side stream (library
+    handles, workspaces), as CUDA graphs require: the graph, and what `run` returned while it was recorded (the
+    tensors that each replay writes)."""
+    with _CAPTURE_LOCK:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                run()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        # (thread_local: another thread that runs the model's other modules meanwhile, see README "Threads", may
+        # allocate or synchronise without breaking this capture)
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            outputs = run()
+    return graph, outputs
+
+
 def bucket(n: int) -> int:
     """`n` rounded up to 3 significant bits: 1-8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ... (at most 25% more)."""
     step = 1 << max(n.bit_length() - 3, 0)
@@ -207,17 +230,7 @@ class GraphedBiLstm:
         """Capture the static loop on `entry`'s buffers (after warm-up runs on a side stream, as CUDA graphs
         require), and replay it once for the current inputs."""
         arguments = (self.weights, entry.inputs, entry.step_mask, entry.h, entry.c)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                static_bilstm_layer(*arguments)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        # (thread_local: another thread that runs the model's other modules meanwhile, see README "Threads", may
-        # allocate or synchronise without breaking this thread's capture)
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            results = static_bilstm_layer(*arguments)
+        graph, results = capture(lambda: static_bilstm_layer(*arguments), self.pool)
         # Kept only once captured: a capture that raised (out of memory, say) leaves the bucket to record again at
         # its next call, not to replay a graph that holds nothing.
         entry.graph, entry.results = graph, results

@@ -23,6 +23,7 @@ from collections import OrderedDict
 
 import torch
 
+from .cuda_graphs import capture
 from .static_shapes import has_static_shapes, static_batch_is_full
 
 # Whether CUDA tensors go through the layers' CUDA graph recordings (`LayerGraphs`); False runs the fused path
@@ -324,15 +325,7 @@ class _Recording:
         self.static_inputs = [None if t is None else t.detach().clone() for t in example_inputs]
         self.graph = None
         if record:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):  # warm-up outside the recording (library handles, workspaces)
-                    body(*self.static_inputs)
-            torch.cuda.current_stream().wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
-                self.static_outputs = body(*self.static_inputs)
+            self.graph, self.static_outputs = capture(lambda: body(*self.static_inputs), pool)
 
     def pool(self):
         return None if self.graph is None else self.graph.pool()

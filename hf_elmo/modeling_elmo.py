@@ -432,14 +432,13 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             # The packed loops (the fast one's, the approximations') need every row to start at step 0 (ElmoModel's
             # rows start with <S>; a pretraining batch may hold an empty row); the GPU's graphed loop takes any
             # mask, and reading this one would make the host wait for the layer before.
-            if self.approximation is not None and not self.training:
-                if bool(step_mask[:, 0].all()):
-                    with inference_lock(self):
+            with inference_lock(self):  # (the approximation too is read under it: set_lstm_approximation takes it)
+                if self.approximation is not None and not self.training:
+                    if bool(step_mask[:, 0].all()):
                         return approximate_bilstm_layer(self, inputs, step_mask, h, c, inputs_repeat)
-            elif self.use_fast_path and (runs_graphed(self, inputs) or bool(step_mask[:, 0].all())):
-                # On a GPU the input multiply is cheap and the cache's lookup (keys on the host) is not.
-                gate_cache = self.input_gate_cache if inputs_repeat and inputs.device.type == "cpu" else None
-                with inference_lock(self):
+                elif self.use_fast_path and (runs_graphed(self, inputs) or bool(step_mask[:, 0].all())):
+                    # On a GPU the input multiply is cheap and the cache's lookup (keys on the host) is not.
+                    gate_cache = self.input_gate_cache if inputs_repeat and inputs.device.type == "cpu" else None
                     return fast_bilstm_layer(
                         self, inputs, step_mask, h, c, gate_cache=gate_cache, use_cache=not self.training
                     )
@@ -698,9 +697,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
         if layers:
             check_approximation(kind, layers[0].input_weight.device, layers[0].input_weight.dtype)
         for layer in layers:
-            if layer.approximation != kind:
-                drop_approximation(layer)
-            layer.approximation = kind
+            with inference_lock(layer):  # (not while another thread's call runs the layer)
+                if layer.approximation != kind:
+                    drop_approximation(layer)
+                layer.approximation = kind
 
     def set_fast_path(self, enabled: bool) -> None:
         """Run the fast paths (`use_fast_path` of the character encoder, of every biLSTM layer and of the pretraining
@@ -844,11 +844,14 @@ class ElmoModel(ElmoPreTrainedModel):
         """Empty the inference caches of per-word results: the token cache (word vectors) and the first biLSTM
         layer's input gates. They empty themselves when their weights change (see `token_cache.py`); this is for
         timing a cold start or freeing their memory (after writing weights through `.data`, `weights_changed()`). The
-        bf16 approximation's own cache of input gates (`approximate.py`) is emptied too."""
-        self.char_encoder.token_cache.clear()
+        bf16 approximation's own cache of input gates (`approximate.py`) is emptied too. Each is emptied between
+        other threads' calls, never during one."""
+        with inference_lock(self.char_encoder):
+            self.char_encoder.token_cache.clear()
         for layer in self._bilstm_layers():
-            layer.input_gate_cache.clear()
-            clear_approximation_caches(layer)
+            with inference_lock(layer):
+                layer.input_gate_cache.clear()
+                clear_approximation_caches(layer)
 
     def _apply(self, fn, *args, **kwargs):
         """`.to()`, `.half()`, `.float()`, `.double()`, `.cuda()`... (and a head's, which reach this module): the

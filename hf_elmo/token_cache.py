@@ -13,6 +13,7 @@ fast paths' copies of the weights). A weight made under `torch.inference_mode` h
 computed from it is kept from one call to the next.
 """
 
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -48,6 +49,7 @@ class _OptimizerSteps:
         self.steps = WeakIdKeyDictionary()  # watched parameter -> optimizer steps taken on it since then
         self.watched = 0  # parameters watched so far: a change makes the optimizers' lists below stale
         self._per_optimizer = WeakIdKeyDictionary()  # optimizer -> (its groups' layout, watched, its watched params)
+        self._watching = threading.Lock()  # (modules in several threads may watch at once: no count may be lost)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -59,8 +61,11 @@ class _OptimizerSteps:
         """The steps taken on `parameter` since it was first watched (0 the first time)."""
         steps = self.steps.get(parameter)
         if steps is None:
-            self.steps[parameter] = steps = 0
-            self.watched += 1
+            with self._watching:
+                steps = self.steps.get(parameter)
+                if steps is None:
+                    self.steps[parameter] = steps = 0
+                    self.watched += 1
         return steps
 
     def count(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:

@@ -112,6 +112,29 @@ def test_heads_use_the_base_models_scalar_mix(base_path, tokenizer):
     assert torch.allclose(logits, expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("head", HEADS)
+def test_layer_norm_and_dropout_set_through_from_pretrained_act_on_the_heads_mix(base_path, tokenizer, head):
+    """The README's options `do_layer_norm` and `dropout` (on the mix), given to a head's `from_pretrained`."""
+    batch = encode(tokenizer)
+    plain = head.from_pretrained(base_path, num_labels=3).eval()
+    normed = head.from_pretrained(base_path, num_labels=3, do_layer_norm=True).eval()
+    dropped = head.from_pretrained(base_path, num_labels=3, dropout=0.5)
+    for model in (normed, dropped):
+        model.classifier.load_state_dict(plain.classifier.state_dict())
+    with torch.no_grad():
+        logits = plain(**batch).logits
+        assert not torch.allclose(normed(**batch).logits, logits, atol=1e-3)
+        if head is ElmoForTokenClassification:  # the layer-normalised mix of the base model, classified
+            mix = ElmoModel.from_pretrained(base_path, do_layer_norm=True).eval()(**batch).elmo_representations[0]
+            assert torch.allclose(normed(**batch).logits, mix @ plain.classifier.weight.T + plain.classifier.bias,
+                                  atol=1e-5)
+        plain.train()
+        assert torch.equal(plain(**batch).logits, plain(**batch).logits)  # (no other randomness in training)
+        first, second = dropped.train()(**batch).logits, dropped(**batch).logits
+        assert not torch.allclose(first, second, atol=1e-3)
+        assert torch.allclose(dropped.eval()(**batch).logits, logits, atol=1e-6)
+
+
 def test_token_loss_ignores_minus_100_and_padding(base_path, tokenizer):
     model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9).eval()
     batch = encode(tokenizer)

@@ -18,7 +18,7 @@ from transformers import (
 )
 from transformers.pipelines.token_classification import AggregationStrategy
 
-from conftest import solved_tagger
+from conftest import FIXTURE_SETS, solved_tagger
 
 from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
 from hf_elmo.pipelines import ElmoFeatureExtractionPipeline, ElmoTokenClassificationPipeline
@@ -151,13 +151,17 @@ def test_token_classification_refuses_input_of_the_other_kind(tagger_folder):
 
 
 def test_feature_extraction_batched_is_unbatched_to_float_rounding_on_the_default_model():
-    """The README's figure: the default model's features batched and one sentence at a time within 2e-6."""
+    """The README's figure: the default model's features batched (as the README batches them, and all at once) and
+    one sentence at a time within 5e-6, on the fixture's 30 sentences of 3 to 53 words."""
     from hf_elmo.default_model import default_model_path
 
     extractor = pipeline("feature-extraction", model=default_model_path())
-    texts = ["I eat an apple every day .", "Apple is a company .", "The bank of the river was steep and muddy ."]
-    for batched, alone in zip(extractor(texts, batch_size=3, return_tensors=True), extractor(texts, return_tensors=True)):
-        assert batched.shape == alone.shape and (batched - alone).abs().max().item() <= 2e-6
+    texts = [" ".join(sentence) for batch in FIXTURE_SETS["allennlp-elmo"].batches() for sentence in batch]
+    alone = extractor(texts, return_tensors=True)
+    for batch_size in (8, len(texts)):
+        batched = extractor(texts, batch_size=batch_size, return_tensors=True)
+        assert [t.shape for t in batched] == [t.shape for t in alone]
+        assert max((b - a).abs().max().item() for b, a in zip(batched, alone)) <= 5e-6
 
 
 def test_feature_extraction_of_a_task_model_gives_its_bilms_top_layer(tagger_folder):
@@ -187,7 +191,7 @@ def tiny_bert_folder(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("strategy", ["none", "simple", "first"])
+@pytest.mark.parametrize("strategy", ["none", "simple", "first", "average", "max"])
 def test_other_models_run_exactly_as_before(tiny_bert_folder, strategy):
     """With hf_elmo imported, pipeline() builds its own class for word tagging: a BERT gives in it what
     transformers' own class gives, entities made of word pieces."""
@@ -201,6 +205,17 @@ def test_other_models_run_exactly_as_before(tiny_bert_folder, strategy):
     assert {entity["word"] for entities in expected for entity in entities} & {"##burn", "peter blackburn", "belgium"}
     assert tagger(TEXTS) == expected and tagger(TEXTS, batch_size=2) == stock(TEXTS, batch_size=2)
     assert tagger(WORDS, is_split_into_words=True) == stock(WORDS, is_split_into_words=True)
+
+
+def test_other_models_tag_long_text_in_overlapping_windows_as_before(tiny_bert_folder):
+    """`stride`, which hf_elmo's class passes on for models other than ELMo: windows of 8 pieces overlapping by 2."""
+    model = BertForTokenClassification.from_pretrained(tiny_bert_folder).eval()
+    tokenizer = BertTokenizerFast.from_pretrained(tiny_bert_folder, model_max_length=8)
+    text = " ".join(TEXTS * 3)
+    tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="first", stride=2)
+    stock = TokenClassificationPipeline(model=model, tokenizer=tokenizer, aggregation_strategy="first", stride=2)
+    assert len(tokenizer(text)["input_ids"]) > 16  # (three windows or more)
+    assert tagger(text) == stock(text) and len(stock(text)) > 0
 
 
 def test_other_models_extract_features_exactly_as_before(tiny_bert_folder):
