@@ -4,7 +4,8 @@
 
 Perplexity is exp(mean negative log-likelihood per target word). Each sentence gives n + 1 targets per direction
 (its words, then `</S>` forward or `<S>` backward), as in the standard Penn Treebank count. The text is read once,
-in order, with the LSTM state carried from sentence to sentence (bilm-tf's `run_test`). The average is
+in order, with the LSTM state carried from sentence to sentence (bilm-tf's `run_test`), in --batch-size contiguous
+parts, each from the zero state. The average is
 exp of the mean of the two directions' NLL, the geometric mean of their perplexities, which is what bilm-tf
 reports.
 """

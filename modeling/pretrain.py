@@ -1042,13 +1042,24 @@ def train(args: argparse.Namespace) -> dict:
         states = load_carried_states(checkpoint, accelerator.process_index, accelerator.device)
         set_learning_rate(optimizer, scheduler, course.schedule_step(step))
         accelerator.print(f"resumed from {checkpoint} at step {step}")
+    # A resume from before the latest checkpoint (--resume PATH) replaces the course after PATH: its later checkpoints
+    # would have a later --resume go on with that course, past the log this run cuts back to PATH's step.
+    abandoned = [old for found, old in list_checkpoints(output_dir) if checkpoint is not None and found > step]
+    if abandoned:
+        accelerator.print(f"--resume {checkpoint}: this run replaces what followed step {step}: removing "
+                          f"{', '.join(old.name for old in abandoned)}")
     if main_process:  # every check has passed: the run starts changing OUTPUT_DIR
         output_dir.mkdir(parents=True, exist_ok=True)
         if args.overwrite_output_dir:
             for _, old in list_checkpoints(output_dir):
                 shutil.rmtree(old)
-        if checkpoint is None:  # an earlier run's record would tell a later --resume that this run had finished
-            (output_dir / "trainer_state.json").unlink(missing_ok=True)
+        for old in abandoned:
+            removed = output_dir / f".{old.name}.pruned"  # (renamed first, as a pruned checkpoint is)
+            os.replace(old, removed)
+            shutil.rmtree(removed)
+        # An earlier end's record would tell a later --resume that the run had finished, even where this one, resumed
+        # from an earlier step, crashes before it gets there (with the log cut back to that step).
+        (output_dir / "trainer_state.json").unlink(missing_ok=True)
     accelerator.wait_for_everyone()
     log = TrainingLog(output_dir / "log.jsonl", main_process, step if checkpoint is not None else None)
 

@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import assert_one_error
 from test_pretrain_options import snapshot
@@ -161,3 +162,45 @@ def test_a_checkpoint_of_a_recorded_run_resumes_on_the_cpu(tmp_path, capsys):
     out = train(capsys, *LINEAR, "--max-steps", 6, "--output-dir", folder, "--resume")
     assert f"resumed from {folder / 'checkpoint-4'} at step 4" in out
     assert rates(folder)[6] == pytest.approx(uninterrupted[6])
+
+
+class _Crash(Exception):
+    """A crash of the run, raised where a kill would stop it."""
+
+
+def test_a_rewound_run_that_crashes_resumes_as_the_run_it_replaces(tmp_path, capsys, monkeypatch):
+    """`--resume PATH` from before the latest checkpoint, crashed before its next save: the same command with a plain
+    `--resume` said the run had finished (the earlier end's record was still there) while the log had lost the steps
+    after PATH; crashed after its next save, it would have gone on from the abandoned course's later checkpoints. The
+    rewound run now removes those at its start, saying so; resumed after the crash, it ends as the uninterrupted run."""
+    from safetensors.torch import load_file
+
+    from modeling import pretrain
+
+    command = [*LINEAR, "--max-steps", 10, "--save-steps", 2, "--save-total-limit", 0]
+    train(capsys, *command, "--output-dir", tmp_path / "uninterrupted")
+    folder = shutil.copytree(tmp_path / "uninterrupted", tmp_path / "run")
+    save = pretrain.save_checkpoint
+
+    def crash_before_step_6_is_saved(accelerator, model, output_dir, step, *rest, **options):
+        if step == 6:
+            raise _Crash
+        return save(accelerator, model, output_dir, step, *rest, **options)
+
+    monkeypatch.setattr(pretrain, "save_checkpoint", crash_before_step_6_is_saved)
+    with pytest.raises(_Crash):
+        pretrain.main([str(argument) for argument in [*command, "--output-dir", folder, "--resume",
+                                                        folder / "checkpoint-4"]])
+    out = capsys.readouterr().out
+    assert f"--resume {folder / 'checkpoint-4'}: this run replaces what followed step 4: removing checkpoint-6, " \
+           "checkpoint-8" in out
+    assert sorted(path.name for path in folder.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    monkeypatch.setattr(pretrain, "save_checkpoint", save)
+
+    out = train(capsys, *command, "--output-dir", folder, "--resume")
+    assert f"resumed from {folder / 'checkpoint-4'} at step 4" in out
+    assert losses(folder) == pytest.approx(losses(tmp_path / "uninterrupted"), abs=1e-6) and sorted(losses(folder)) == \
+        list(range(1, 11))
+    weights, expected = load_file(folder / "model.safetensors"), load_file(tmp_path / "uninterrupted" / "model.safetensors")
+    assert weights.keys() == expected.keys()
+    assert all(torch.allclose(weights[name], expected[name], atol=1e-6) for name in expected)

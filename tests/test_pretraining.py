@@ -876,6 +876,38 @@ def test_evaluate_on_a_checkpoint_folder_gives_the_runs_evaluation_at_its_step(e
     assert json.loads(output.read_text()) == pytest.approx(expected, rel=1e-9)
 
 
+def test_evaluate_reads_each_of_batch_size_parts_of_the_text_in_order_with_the_state_carried(reference_run, tmp_path,
+                                                                                               capsys):
+    """The held-out text is split into --batch-size contiguous parts, each read in order with the LSTM state carried
+    from sentence to sentence: three sentences in three parts score as each alone (from the zero state), in one part
+    otherwise; the perplexities are printed as the JSON gives them."""
+    from modeling import evaluate
+
+    # (of one length, so that three parts hold one sentence each)
+    sentences = [" ".join(line.split()[:6]) for line in (TRAIN / "data.txt").read_text().splitlines()[:3]]
+
+    def scores(lines: list[str], batch_size: int) -> dict:
+        text, output = tmp_path / "held-out.txt", tmp_path / "results.json"
+        text.write_text("\n".join(lines) + "\n")
+        code = evaluate.main(["--model-dir", str(reference_run), "--file", str(text), "--batch-size", str(batch_size),
+                              "--output-json", str(output)])
+        printed = capsys.readouterr()
+        assert code == 0, printed.err
+        results = json.loads(output.read_text())
+        assert (f"forward perplexity {results['forward_perplexity']:.2f}, backward {results['backward_perplexity']:.2f}, "
+                f"average {results['average_perplexity']:.2f} over {results['target_words']} target words per "
+                "direction") in printed.out
+        return results
+
+    alone = [scores([sentence], 1) for sentence in sentences]
+    for direction in ("forward", "backward"):
+        nll = sum(math.log(result[f"{direction}_perplexity"]) * result["target_words"] for result in alone)
+        separately = math.exp(nll / sum(result["target_words"] for result in alone))
+        assert scores(sentences, 3)[f"{direction}_perplexity"] == pytest.approx(separately, rel=1e-5)
+        carried = scores(sentences, 1)[f"{direction}_perplexity"]
+        assert abs(carried - separately) > 1e-3 * separately
+
+
 def test_overwrite_output_dir_starts_afresh_in_a_folder_with_checkpoints(every_three_run, tmp_path, capsys):
     folder = tmp_path / "run"
     shutil.copytree(every_three_run, folder)
