@@ -87,7 +87,7 @@ def test_stateful_embed_reproduces_the_original_model(model_path, tmp_path):
     output = read_all(tmp_path / "top.hdf5")
     for i in range(10):
         for k in range(3):
-            assert np.allclose(output[str(3 * i + k)], FIXTURE.expected_top_layer(k, i), atol=1e-6), (i, k)
+            assert np.allclose(output[str(3 * i + k)], FIXTURE.expected_top_layer(k, i), rtol=0, atol=2e-6), (i, k)
     index = json.loads(output["sentence_to_index"][0])
     assert index[fixture_lines()[4]] == "4" and len(output) == 31
     # Stateless, only the first batch (which starts from zero state too) matches.
