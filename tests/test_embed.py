@@ -378,8 +378,11 @@ def finished_batches(partial: Path) -> dict[str, int]:
     return {path.name: path.stat().st_mtime_ns for path in partial.glob("[0-9]*.hdf5")}
 
 
-def assert_same_embeddings(found: Path, expected: Path, lines: int) -> None:
-    """The same datasets, bit for bit (an interrupted run resumes to exactly the bytes of an uninterrupted one)."""
+def assert_same_embeddings(found: Path, expected: Path, lines: int, same_bytes: bool = False) -> None:
+    """The same datasets, bit for bit; with `same_bytes` (the same command), files of the same bytes too (an
+    interrupted run resumes to exactly the bytes of an uninterrupted one)."""
+    if same_bytes:
+        assert found.read_bytes() == expected.read_bytes()
     found, expected = read_all(found), read_all(expected)
     assert found.keys() == expected.keys() and len(found) == lines + 1
     for key, value in expected.items():
@@ -405,7 +408,7 @@ def test_killed_stateful_run_resumes_without_losing_or_repeating_work(model_path
     assert not partial.exists()
     reference = ElmoEmbedder(model_path, stateful=True)
     reference.embed_file(source, tmp_path / "reference.hdf5", output_format="top", batch_size=2)
-    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines))
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines), same_bytes=True)
     # The same job again finds the finished file and computes nothing.
     again = ElmoEmbedder(model_path, stateful=True).embed_file(source, output, output_format="top", batch_size=2)
     assert (again["computed"], again["resumed"]) == (0, 151)
@@ -440,7 +443,7 @@ def test_interrupted_run_resumes(model_path, tmp_path):
     summary = embedder.embed_file(source, output, batch_size=2, progress=False)
     assert (summary["computed"], summary["resumed"]) == (151 - len(finished), len(finished))
     embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
-    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines))
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines), same_bytes=True)
 
 
 def test_two_processes_write_one_file(model_path, tmp_path):
@@ -1120,7 +1123,7 @@ def test_a_kill_before_the_output_is_moved_into_place_leaves_nothing_behind(mode
     assert "hf-elmo embed: checking output.hdf5" in result.stderr and "hf-elmo embed: making" not in result.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]
     ElmoEmbedder(model_path).embed_file(source, tmp_path / "reference.hdf5", batch_size=4, progress=False)
-    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines))
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines), same_bytes=True)
 
 
 def test_kills_at_several_points_resume_to_the_same_bytes_and_a_second_run_is_refused(model_path, tmp_path):
@@ -1154,7 +1157,7 @@ def test_kills_at_several_points_resume_to_the_same_bytes_and_a_second_run_is_re
     assert f"{150 - counts[2]} computed by this process, {counts[2]} finished by an earlier run" in result.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]
     ElmoEmbedder(model_path).embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
-    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines))
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", len(lines), same_bytes=True)
 
 
 def test_pinned_caches_make_a_batch_depend_on_the_file_and_the_batch_alone(embedder):

@@ -200,3 +200,19 @@ def test_adagrad_with_sentence_batches_scales_the_loss_by_the_words_per_row(tiny
     differences = {name: (trained[name] - expected[name]).abs().max().item() for name in trained}
     assert max(differences.values()) < 1e-5, differences
     assert max((trained[name] - unroll_scaled[name]).abs().max().item() for name in trained) > 1e-3
+
+
+def test_a_new_runs_softmax_start_is_recorded(tmp_path, capsys):
+    """trainer_state.json's softmax_start for a run without --init-from: `random` (the tiny preset's), or `unigram`
+    with the softmax weights 0 and the bias the log of each word's smoothed frequency."""
+    new_run = ["--preset", "tiny", "--train-file", TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt",
+               "--max-steps", 0, "--save-steps", 0]
+    for start in ("random", "unigram"):
+        options = [] if start == "random" else ["--softmax-init", "unigram"]
+        code, _, err = run_main(capsys, *new_run, *options, "--output-dir", tmp_path / start)
+        assert code == 0, err
+        assert json.loads((tmp_path / start / "trainer_state.json").read_text())["softmax_start"] == start
+        softmax = load_file(tmp_path / start / "model.safetensors")
+        assert bool(softmax["softmax.weight"].any()) == (start == "random")
+        if start == "unigram":  # (probabilities: they sum to 1)
+            assert softmax["softmax.bias"].exp().sum().item() == pytest.approx(1.0, rel=1e-5)

@@ -204,3 +204,18 @@ def test_a_rewound_run_that_crashes_resumes_as_the_run_it_replaces(tmp_path, cap
     weights, expected = load_file(folder / "model.safetensors"), load_file(tmp_path / "uninterrupted" / "model.safetensors")
     assert weights.keys() == expected.keys()
     assert all(torch.allclose(weights[name], expected[name], atol=1e-6) for name in expected)
+
+
+def test_epochs_below_the_checkpoints_step_are_refused_and_a_longer_cosine_schedule_ends_at_0(tmp_path, capsys):
+    """The README's two promises beside --max-steps': `--epochs` too short for the checkpoint is refused, naming it;
+    a cosine schedule, like the linear one, goes on to 0 at the new last step."""
+    folder = tmp_path / "run"
+    cosine = [*LINEAR, "--lr-scheduler", "cosine", "--output-dir", folder]
+    train(capsys, *cosine, "--max-steps", 10)
+    code, _, err = run_main(capsys, *cosine, "--epochs", 1, "--resume")
+    assert_one_error(code, err, f"--resume {folder / 'checkpoint-8'}: that run is at step 8, past the")
+    out = train(capsys, *cosine, "--max-steps", 16, "--resume")
+    assert f"resumed from {folder / 'checkpoint-8'} at step 8" in out
+    longer = rates(folder)
+    assert sorted(longer) == list(range(1, 17)) and longer[16] == pytest.approx(0.0, abs=1e-12)
+    assert all(longer[step + 1] < longer[step] for step in range(8, 15))
