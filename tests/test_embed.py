@@ -1152,6 +1152,7 @@ def test_kills_at_several_points_resume_to_the_same_bytes_and_a_second_run_is_re
         run_until_killed(command, partial, batches)
         counts.append(len(finished_batches(partial)))
     assert 5 <= counts[0] < 50 <= counts[1] < 100 <= counts[2] < 150, counts
+    assert (tmp_path / "out.hdf5.lock").is_file()  # (a killed run's lock file stays, unlocked, until a run ends)
     result = subprocess.run(command, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"{150 - counts[2]} computed by this process, {counts[2]} finished by an earlier run" in result.stderr

@@ -88,6 +88,7 @@ def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path)
 
     card = (output / "README.md").read_text()
     assert "pipeline_tag: token-classification" in card and "- elmo" in card and "custom_code" in card
+    assert "\nlanguage: en\n" in card  # (an English task)
     assert "1.58 epochs (60 steps), 600 training examples" in card
     assert "base_model" not in card  # a local folder: nothing for the Hub to link to
     assert f"| test | {results['test']['f1']:.2f} |" in card and "${" not in card
