@@ -1107,8 +1107,9 @@ def test_domain_adaptation_from_a_converted_model(converted, tmp_path):
     data = ["--train-file", TRAIN / "data.txt", "--validation-file", TRAIN / "data.txt", "--logging-steps", 1, "--seed", 3,
             "--batch-size", 4, "--unroll-steps", 10, "--negative-samples", 0, "--save-steps", 0]
     fitted, adapted = tmp_path / "softmax", tmp_path / "adapted"
-    run_pretrain(tmp_path, *data, "--init-from", converted["allennlp-elmo"], "--freeze-body", "--optimizer", "adamw",
-                 "--learning-rate", 0.05, "--max-steps", 30, "--output-dir", fitted)
+    result = run_pretrain(tmp_path, *data, "--init-from", converted["allennlp-elmo"], "--freeze-body", "--optimizer",
+                          "adamw", "--learning-rate", 0.05, "--max-steps", 30, "--output-dir", fitted)
+    assert re.search(r"30/30 .*loss=\d+\.\d+, words_per_s=\d+", result.stderr)  # the progress bar, at its end
     vocabulary = Vocabulary.from_file(fitted / "vocab.txt")
     # Built from the new text: every one of its 77 distinct words, most frequent first.
     assert len(vocabulary) == 80 and vocabulary.words[:5] == ["<S>", "</S>", "<UNK>", "of", "the"]
@@ -1116,6 +1117,10 @@ def test_domain_adaptation_from_a_converted_model(converted, tmp_path):
     assert ModelCard.load(fitted / "README.md").data.language == "en"  # (the converted model's card's)
     original, fitted_body = ElmoModel.from_pretrained(converted["allennlp-elmo"]), ElmoModel.from_pretrained(fitted)
     assert all(torch.equal(t, fitted_body.state_dict()[n]) for n, t in original.state_dict().items())  # body frozen
+    # This run too reports the held-out perplexity at its start (its "before") and its end, and the fitting improves it.
+    fitting = [r for r in read_log(fitted) if "eval_forward_perplexity" in r]
+    assert [r["step"] for r in (fitting[0], fitting[-1])] == [0, 30]
+    assert fitting[-1]["eval_forward_perplexity"] < fitting[0]["eval_forward_perplexity"]
 
     run_pretrain(tmp_path, *data, "--init-from", fitted, "--optimizer", "adamw", "--learning-rate", 0.01,
                  "--max-steps", 30, "--output-dir", adapted)
