@@ -330,13 +330,18 @@ def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int
             shutil.rmtree(retired)
         else:
             os.replace(partial, final)
-        for found, old in list_checkpoints(output_dir)[:-total_limit] if total_limit > 0 else []:
-            # Renamed first: a crash while it is being deleted leaves no checkpoint-N that looks whole.
-            pruned = output_dir / f".checkpoint-{found}.pruned"
-            os.replace(old, pruned)
-            shutil.rmtree(pruned)
+        for _, old in list_checkpoints(output_dir)[:-total_limit] if total_limit > 0 else []:
+            remove_checkpoint(old)
     accelerator.wait_for_everyone()
     return final
+
+
+def remove_checkpoint(checkpoint: Path) -> None:
+    """Delete a checkpoint folder, renamed first: a crash while it is being deleted leaves no checkpoint-N that looks
+    whole (`clean_up_interrupted_saves` deletes the rest)."""
+    pruned = checkpoint.with_name(f".{checkpoint.name}.pruned")
+    os.replace(checkpoint, pruned)
+    shutil.rmtree(pruned)
 
 
 def clean_up_interrupted_saves(output_dir: Path) -> None:
@@ -1042,23 +1047,21 @@ def train(args: argparse.Namespace) -> dict:
         states = load_carried_states(checkpoint, accelerator.process_index, accelerator.device)
         set_learning_rate(optimizer, scheduler, course.schedule_step(step))
         accelerator.print(f"resumed from {checkpoint} at step {step}")
-    # A resume from before the latest checkpoint (--resume PATH) replaces the course after PATH: its later checkpoints
-    # would have a later --resume go on with that course, past the log this run cuts back to PATH's step.
-    abandoned = [old for found, old in list_checkpoints(output_dir) if checkpoint is not None and found > step]
+    # A resume from before OUTPUT_DIR's latest checkpoint (--resume PATH, PATH in OUTPUT_DIR) replaces the course
+    # after PATH: its later checkpoints would have a later --resume go on with that course, past the log this run cuts
+    # back to PATH's step.
+    abandoned = [] if checkpoint is None or checkpoint.resolve().parent != output_dir.resolve() else [
+        old for found, old in list_checkpoints(output_dir) if found > step]
     if abandoned:
         accelerator.print(f"--resume {checkpoint}: this run replaces what followed step {step}: removing "
                           f"{', '.join(old.name for old in abandoned)}")
+    accelerator.wait_for_everyone()  # (every process has loaded what it resumes from: nothing it reads goes)
     if main_process:  # every check has passed: the run starts changing OUTPUT_DIR
         output_dir.mkdir(parents=True, exist_ok=True)
-        if args.overwrite_output_dir:
-            for _, old in list_checkpoints(output_dir):
-                shutil.rmtree(old)
-        for old in abandoned:
-            removed = output_dir / f".{old.name}.pruned"  # (renamed first, as a pruned checkpoint is)
-            os.replace(old, removed)
-            shutil.rmtree(removed)
-        # An earlier end's record would tell a later --resume that the run had finished, even where this one, resumed
-        # from an earlier step, crashes before it gets there (with the log cut back to that step).
+        for old in [old for _, old in list_checkpoints(output_dir)] if args.overwrite_output_dir else abandoned:
+            remove_checkpoint(old)
+        # An earlier end's record would tell a later --resume that the run had finished, even where this one (resumed
+        # from an earlier step, or continuing a finished run) crashes before it gets there, the log cut back.
         (output_dir / "trainer_state.json").unlink(missing_ok=True)
     accelerator.wait_for_everyone()
     log = TrainingLog(output_dir / "log.jsonl", main_process, step if checkpoint is not None else None)

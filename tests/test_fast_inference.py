@@ -1372,10 +1372,8 @@ def _threaded_outputs(model, batches: list, threads: int = 4) -> tuple[list, lis
     return results, errors
 
 
-# The int8 mode quantizes each multiply's rows with a scale of their own: a word's input gates depend on the words
-# computed with it, which the cache's history decides, in one thread too (1e-3 here); a corrupted cache is off by 1.
-@pytest.mark.parametrize("approximation, tolerance", [(None, 1e-6), ("nn_lstm", 1e-6), ("int8", 1e-2)])
-def test_threads_running_one_model_at_once_get_what_one_thread_gets(monkeypatch, tmp_path, approximation, tolerance):
+@pytest.mark.parametrize("approximation", [None, "nn_lstm", "int8"])
+def test_threads_running_one_model_at_once_get_what_one_thread_gets(monkeypatch, tmp_path, approximation):
     """The caches, the derived weights and their kernel choices are filled while threads run the model at once: from
     cold (no kernel measured yet, as in a new process, for the exact path), with caches small enough to evict words
     all along."""
@@ -1398,9 +1396,21 @@ def test_threads_running_one_model_at_once_get_what_one_thread_gets(monkeypatch,
     results, errors = _threaded_outputs(model, batches)
 
     assert errors == []
-    for per_thread in results:  # (1e-6: the bar of the exact fast paths against the plain one; measured 4.8e-7)
+    worst = max(largest_difference(got, want) for per_thread in results for got, want in zip(per_thread, expected))
+    if approximation == "int8":
+        # It quantizes each multiply's rows with a scale of their own: a word's input gates depend on the words computed
+        # with it, which the cache's history decides, in one thread too (1.1e-3 here, against 1.2e-2 from exact).
+        exact_model = plain(model)
+        exact_model.set_lstm_approximation(None)
+        with torch.no_grad():
+            exact = [exact_model(**batch).hidden_states for batch in batches]
+        gap = max(largest_difference(a, b) for a, b in zip(expected, exact))
+        print(f"int8 threaded {worst:.3g}, int8 against exact {gap:.3g}")
+        assert worst < 0.3 * gap
+        return
+    for per_thread in results:  # (the bar of the exact fast paths against the plain one; measured 4.8e-7 at most)
         for got, want in zip(per_thread, expected):
-            assert all(torch.allclose(a, b, rtol=tolerance, atol=tolerance) for a, b in zip(got, want))
+            assert all(torch.allclose(a, b, rtol=1e-6, atol=1e-6) for a, b in zip(got, want))
     # Every choice made is in the file, which later processes read (so that they multiply as this one did).
     stored = json.loads(choices_file.read_text())[fast_linear._this_machine()]
     assert {json.dumps([list(key[0]), *key[1:]]) for key in fast_linear._FASTEST} <= set(stored)

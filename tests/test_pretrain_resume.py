@@ -173,35 +173,66 @@ def test_a_rewound_run_that_crashes_resumes_as_the_run_it_replaces(tmp_path, cap
     `--resume` said the run had finished (the earlier end's record was still there) while the log had lost the steps
     after PATH; crashed after its next save, it would have gone on from the abandoned course's later checkpoints. The
     rewound run now removes those at its start, saying so; resumed after the crash, it ends as the uninterrupted run."""
-    from safetensors.torch import load_file
-
-    from modeling import pretrain
-
     command = [*LINEAR, "--max-steps", 10, "--save-steps", 2, "--save-total-limit", 0]
     train(capsys, *command, "--output-dir", tmp_path / "uninterrupted")
     folder = shutil.copytree(tmp_path / "uninterrupted", tmp_path / "run")
-    save = pretrain.save_checkpoint
 
-    def crash_before_step_6_is_saved(accelerator, model, output_dir, step, *rest, **options):
-        if step == 6:
-            raise _Crash
-        return save(accelerator, model, output_dir, step, *rest, **options)
-
-    monkeypatch.setattr(pretrain, "save_checkpoint", crash_before_step_6_is_saved)
-    with pytest.raises(_Crash):
-        pretrain.main([str(argument) for argument in [*command, "--output-dir", folder, "--resume",
-                                                        folder / "checkpoint-4"]])
+    crash_before_saving(monkeypatch, 6, *command, "--output-dir", folder, "--resume", folder / "checkpoint-4")
     out = capsys.readouterr().out
     assert f"--resume {folder / 'checkpoint-4'}: this run replaces what followed step 4: removing checkpoint-6, " \
            "checkpoint-8" in out
     assert sorted(path.name for path in folder.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
-    monkeypatch.setattr(pretrain, "save_checkpoint", save)
 
     out = train(capsys, *command, "--output-dir", folder, "--resume")
     assert f"resumed from {folder / 'checkpoint-4'} at step 4" in out
-    assert losses(folder) == pytest.approx(losses(tmp_path / "uninterrupted"), abs=1e-6) and sorted(losses(folder)) == \
-        list(range(1, 11))
-    weights, expected = load_file(folder / "model.safetensors"), load_file(tmp_path / "uninterrupted" / "model.safetensors")
+    assert_same_run(folder, tmp_path / "uninterrupted", steps=10)
+    # PATH in another folder: the output folder's checkpoints are not this course's to remove.
+    other = shutil.copytree(tmp_path / "uninterrupted", tmp_path / "other")
+    crash_before_saving(monkeypatch, 6, *command, "--output-dir", other, "--resume", folder / "checkpoint-4")
+    assert "removing" not in capsys.readouterr().out
+    assert sorted(path.name for path in other.glob("checkpoint-*")) == [f"checkpoint-{step}" for step in (2, 4, 6, 8)]
+
+
+def test_a_continued_run_that_crashes_leaves_the_run_it_continued_resumable(tmp_path, capsys, monkeypatch):
+    """A finished run continued with more steps and crashed before its next save: the finished run's record was
+    still there, so the plain `--resume` with the first length said the run had finished, its log holding the
+    continuation's steps. The continuation now removes the record as it starts: that resume goes on from the latest
+    checkpoint and ends as the first run did."""
+    command = [*LINEAR, "--save-total-limit", 0]
+    train(capsys, *command, "--max-steps", 10, "--output-dir", tmp_path / "first")
+    folder = shutil.copytree(tmp_path / "first", tmp_path / "run")
+    crash_before_saving(monkeypatch, 12, *command, "--max-steps", 16, "--output-dir", folder, "--resume")
+    out = train(capsys, *command, "--max-steps", 10, "--output-dir", folder, "--resume")
+    assert f"resumed from {folder / 'checkpoint-8'} at step 8" in out
+    assert_same_run(folder, tmp_path / "first", steps=10)
+
+
+def crash_before_saving(monkeypatch, step: int, *arguments) -> None:
+    """pretrain.py with ARGUMENTS, crashed (`_Crash`) where it would save the checkpoint of `step`."""
+    from modeling import pretrain
+
+    save = pretrain.save_checkpoint
+
+    def crash(accelerator, model, output_dir, at_step, *rest, **options):
+        if at_step == step:
+            raise _Crash
+        return save(accelerator, model, output_dir, at_step, *rest, **options)
+
+    monkeypatch.setattr(pretrain, "save_checkpoint", crash)
+    try:
+        with pytest.raises(_Crash):
+            pretrain.main([str(argument) for argument in arguments])
+    finally:
+        monkeypatch.setattr(pretrain, "save_checkpoint", save)
+
+
+def assert_same_run(folder: Path, uninterrupted: Path, steps: int) -> None:
+    """The losses of every step 1..`steps` and the final weights of the uninterrupted run (within 1e-6)."""
+    from safetensors.torch import load_file
+
+    assert sorted(losses(folder)) == list(range(1, steps + 1))
+    assert losses(folder) == pytest.approx(losses(uninterrupted), abs=1e-6)
+    weights, expected = load_file(folder / "model.safetensors"), load_file(uninterrupted / "model.safetensors")
     assert weights.keys() == expected.keys()
     assert all(torch.allclose(weights[name], expected[name], atol=1e-6) for name in expected)
 
