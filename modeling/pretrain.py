@@ -517,6 +517,14 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
                                 f"latest checkpoint: --resume {inside[-1][1]}")
         if not (path / "trainer_state.json").is_file():
             raise PretrainError(f"--resume {path}: not a complete checkpoint folder (no trainer_state.json)")
+        own = list_checkpoints(output_dir)
+        if own and path.resolve().parent != output_dir.resolve():
+            # Its checkpoints would mix with this run's, and a later plain --resume pick up theirs.
+            raise PretrainError(
+                f"--resume {path}: {output_dir} already holds checkpoints of another run "
+                f"({', '.join(found.name for _, found in own)}); continue PATH's run in an --output-dir without "
+                "checkpoints, or that folder's own run with --resume"
+            )
         return path
     checkpoints = list_checkpoints(output_dir)
     return checkpoints[-1][1] if checkpoints else None
@@ -528,16 +536,19 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
 class TrainingLog:
     """OUTPUT_DIR/log.jsonl, one JSON object per logged step or evaluation (the learning curve)."""
 
-    def __init__(self, path: Path, active: bool, resume_step: int | None):
+    def __init__(self, path: Path, active: bool, resume_step: int | None, continued: Path | None = None):
+        """`continued`: the log of the run resumed (`path` itself, or the log beside a checkpoint of another folder)."""
         self.path, self.active = path, active
-        if active and resume_step is not None and path.is_file():
+        continued = continued or path
+        if active and resume_step is not None:
             # Lines past the checkpoint were written by the interrupted run (the last one maybe half), and the
             # resumed run writes them again.
-            kept = [line for line in path.read_text(encoding="utf-8").splitlines() if self._step(line) <= resume_step]
+            lines = continued.read_text(encoding="utf-8").splitlines() if continued.is_file() else []
+            kept = [line for line in lines if self._step(line) <= resume_step]
             temporary = path.with_name(f".{path.name}.partial")
             temporary.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
             os.replace(temporary, path)
-        elif active and resume_step is None:
+        elif active:
             path.unlink(missing_ok=True)
 
     @staticmethod
@@ -1064,7 +1075,8 @@ def train(args: argparse.Namespace) -> dict:
         # from an earlier step, or continuing a finished run) crashes before it gets there, the log cut back.
         (output_dir / "trainer_state.json").unlink(missing_ok=True)
     accelerator.wait_for_everyone()
-    log = TrainingLog(output_dir / "log.jsonl", main_process, step if checkpoint is not None else None)
+    log = TrainingLog(output_dir / "log.jsonl", main_process, step if checkpoint is not None else None,
+                      checkpoint.parent / "log.jsonl" if checkpoint is not None else None)
 
     def run_seconds() -> float:
         """The run's wall time so far, the processes before a resume counted up to their checkpoint."""

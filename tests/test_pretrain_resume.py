@@ -186,11 +186,27 @@ def test_a_rewound_run_that_crashes_resumes_as_the_run_it_replaces(tmp_path, cap
     out = train(capsys, *command, "--output-dir", folder, "--resume")
     assert f"resumed from {folder / 'checkpoint-4'} at step 4" in out
     assert_same_run(folder, tmp_path / "uninterrupted", steps=10)
-    # PATH in another folder: the output folder's checkpoints are not this course's to remove.
-    other = shutil.copytree(tmp_path / "uninterrupted", tmp_path / "other")
-    crash_before_saving(monkeypatch, 6, *command, "--output-dir", other, "--resume", folder / "checkpoint-4")
-    assert "removing" not in capsys.readouterr().out
-    assert sorted(path.name for path in other.glob("checkpoint-*")) == [f"checkpoint-{step}" for step in (2, 4, 6, 8)]
+
+
+def test_a_checkpoint_of_another_folder_continues_into_a_folder_without_checkpoints(tmp_path, capsys):
+    """`--resume PATH`, PATH in another run's folder: into an output folder that holds checkpoints of its own run it is
+    refused, the folder left as it was (the two runs' checkpoints would mix, and a later plain `--resume` pick up the
+    other run's); into a new folder it ends as the uninterrupted run, the log beginning with PATH's run's to its step."""
+    command = [*LINEAR, "--max-steps", 10, "--save-steps", 2, "--save-total-limit", 0]
+    uninterrupted = tmp_path / "uninterrupted"
+    train(capsys, *command, "--output-dir", uninterrupted)
+    other = shutil.copytree(uninterrupted, tmp_path / "other")
+    before = snapshot(other)
+    code, _, err = run_main(capsys, *command, "--output-dir", other, "--resume", uninterrupted / "checkpoint-4")
+    assert_one_error(code, err, f"--resume {uninterrupted / 'checkpoint-4'}: {other} already holds checkpoints of "
+                     "another run (checkpoint-2, checkpoint-4, checkpoint-6, checkpoint-8)")
+    assert snapshot(other) == before
+
+    out = train(capsys, *command, "--output-dir", tmp_path / "new", "--resume", uninterrupted / "checkpoint-4")
+    assert f"resumed from {uninterrupted / 'checkpoint-4'} at step 4" in out
+    assert_same_run(tmp_path / "new", uninterrupted, steps=10)
+    copied = [record for record in read_log(uninterrupted) if record["step"] <= 4]
+    assert read_log(tmp_path / "new")[:len(copied)] == copied
 
 
 def test_a_continued_run_that_crashes_leaves_the_run_it_continued_resumable(tmp_path, capsys, monkeypatch):
