@@ -62,13 +62,18 @@ def perplexity(model: ElmoForPreTraining, stream: EvaluationStream, device, auto
 
 
 def recorded_word_splitting(model_dir: Path) -> str:
-    """How the run that wrote `model_dir` (its output folder or a checkpoint) split its text into words; "whitespace"
-    where its trainer_state.json records none (a run of an earlier version, a converted model)."""
-    try:
-        state = json.loads((model_dir / "trainer_state.json").read_text(encoding="utf-8"))
-        return state["data"]["word_splitting"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return "whitespace"
+    """How the run that wrote `model_dir` (its output folder or a checkpoint) split its text into words, as its
+    trainer_state.json records it, or else its newest checkpoint's (a continuation that crashed has removed the
+    folder's own); "whitespace" where none records it (a run of an earlier version, a converted model)."""
+    steps = {int(path.name[len("checkpoint-"):]): path for path in model_dir.glob("checkpoint-*")
+             if path.name[len("checkpoint-"):].isdigit()}
+    for folder in [model_dir] + [steps[step] for step in sorted(steps, reverse=True)]:
+        try:
+            state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+            return state["data"]["word_splitting"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return "whitespace"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                                         "(default: validation, else valid, else test)")
     parser.add_argument("--word-splitting", choices=["whitespace", "tokenizer"],
                         help="how the text's lines become words (default: as the run that made the model split its text, "
-                             "recorded in its trainer_state.json; whitespace where none is recorded)")
+                             "recorded in its trainer_state.json or its newest checkpoint's; whitespace where none is)")
     parser.add_argument("--batch-size", type=int, default=64, help="rows read in parallel")
     parser.add_argument("--unroll-steps", type=int, default=100, help="words per window (the result does not depend on it)")
     parser.add_argument("--output-json", help="also write the results to this file")

