@@ -19,6 +19,7 @@ values (and comes back as float32).
 
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,7 @@ def read_weights(model_dir: str | os.PathLike, config: ElmoConfig, num_chars: in
         path = Path(model_dir) / file_name
         if not path.is_file():
             raise ConversionError(f"{path}: weight file not found")
+        _check_zip_entries(path)
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001 - an unpickling error of any kind: name the file
@@ -244,6 +246,20 @@ def read_weights(model_dir: str | os.PathLike, config: ElmoConfig, num_chars: in
                 raise ConversionError(f"{path}: tensor {name} holds no values (a {state[name].device.type} tensor)")
         tensors[file_name] = {name: _exact_float32(state[name], f"{path}: tensor {name}") for name in expected}
     return tensors
+
+
+def _check_zip_entries(path: Path) -> None:
+    """torch's zip format (torch.save since 1.6) keeps a CRC-32 of every entry, which torch.load does not check: a
+    file damaged inside its tensors' bytes loaded, and converted. (The older format keeps none to check.)"""
+    if not zipfile.is_zipfile(path):
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
+        raise ConversionError(f"{path}: damaged: its zip archive does not read ({error})") from None
+    if damaged is not None:
+        raise ConversionError(f"{path}: damaged: its entry {damaged} fails its CRC-32 check")
 
 
 def _exact_float32(tensor: torch.Tensor, where: str) -> torch.Tensor:

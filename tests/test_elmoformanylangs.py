@@ -8,6 +8,8 @@ import json
 import pickle
 import re
 import shutil
+import struct
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -307,6 +309,18 @@ def _edit_state(path: Path, change) -> None:
     torch.save(state, path)
 
 
+def _damage_an_entry(path: Path, entry: str) -> None:
+    """Change 4 bytes in the middle of a zip entry's stored data, leaving its recorded CRC-32 as it was."""
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(entry)
+    data = bytearray(path.read_bytes())
+    name_length, extra_length = struct.unpack_from("<HH", data, info.header_offset + 26)  # the local header's
+    start = info.header_offset + 30 + name_length + extra_length
+    assert info.compress_type == zipfile.ZIP_STORED and info.file_size >= 8
+    data[start + 4:start + 8] = bytes(255 - byte for byte in data[start + 4:start + 8])
+    path.write_bytes(bytes(data))
+
+
 BAD_INPUTS = {
     "missing config.json": (lambda f: (f / "config.json").unlink(), ["config.json", "not found"]),
     "config.json not JSON": (lambda f: (f / "config.json").write_text("{"), ["config.json", "not a JSON"]),
@@ -373,6 +387,9 @@ BAD_INPUTS = {
         ["architecture.json", "token_embedder.char_dim is 0 (words only)"],
     ),
     "missing word.dic": (lambda f: (f / "word.dic").unlink(), ["word.dic", "not found"]),
+    # torch.load does not check the archive's CRC-32s: a changed byte inside a tensor converted silently.
+    "a tensor's bytes damaged": (lambda f: _damage_an_entry(f / "encoder.pkl", "encoder/data/0"),
+                                 ["encoder.pkl: damaged: its entry encoder/data/0 fails its CRC-32 check"]),
     "weights that are not a state dict": (lambda f: torch.save([torch.zeros(2)], f / "encoder.pkl"),
                                           ["encoder.pkl: not a state dict (a mapping of tensor names to tensors)"]),
     # Every option of the architecture is type-checked, named with its file.
