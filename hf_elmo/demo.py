@@ -1,6 +1,7 @@
 """`hf-elmo demo`: what contextual vectors are for, shown on repeated and ambiguous words."""
 
 import os
+import unicodedata
 from dataclasses import dataclass
 
 import torch
@@ -236,6 +237,12 @@ def plot_senses(vectors: SenseVectors, path: str) -> None:
         plt.close(figure)
 
 
+def _padded(text: str, columns: int) -> str:
+    """`text` padded to `columns` terminal columns: a wide character (天) takes two."""
+    width = sum(2 if unicodedata.east_asian_width(character) in "WF" else 1 for character in text)
+    return text + " " * (columns - width)
+
+
 def run_demo(model_path: str | None = None, plot_path: str | None = "elmo-senses.png") -> dict:
     """Print the seed examples' cosines and the nearest-sense scores, draw the picture; return the figures (also
     the nearest-sense check per word, its mean cosines and margins, and the sentences it gets wrong, per layer). A
@@ -257,7 +264,7 @@ def run_demo(model_path: str | None = None, plot_path: str | None = "elmo-senses
         cosines = [torch.cosine_similarity(v[0], v[1], dim=0).item() for v in vectors]
         label = f"{tokenizer.split_words(first)[i]} / {tokenizer.split_words(second)[j]}"
         seed_cosines[label] = cosines
-        print(f"{label:24}" + "".join(f"{c:10.4f}" for c in cosines))
+        print(_padded(label, 24) + "".join(f"{c:10.4f}" for c in cosines))
     print(
         "\nLayer 0 is the context-free character-CNN vector: the same spelling gives exactly 1.0 there (apple and "
         "Apple are different spellings). The biLSTM layers see the sentence, so the vectors part.\n"

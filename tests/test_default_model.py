@@ -5,6 +5,7 @@ import json
 import re
 import sys
 import tarfile
+import unicodedata
 import zipfile
 from pathlib import Path
 
@@ -92,11 +93,24 @@ def test_demo_separates_the_senses_with_the_default_model(tmp_path, capsys):
     # The README shows this output: its figures are this model's.
     readme = README.read_text(encoding="utf-8")
     block = readme.split("into `build/elmo-senses.png`. With the default model:\n\n```\n")[1].split("```")[0]
+    printed = out.splitlines()
+    header = next(line for line in block.splitlines() if line.strip().startswith("layer 0"))
     for label, values in cosines.items():
         line = next(line for line in block.splitlines() if line.startswith(label))
         assert line.split()[-4:] == [f"{value:.4f}" for value in values], line
+        # As printed, its columns under the header's in a terminal, where 天 takes two.
+        assert line in printed and columns(line) == columns(header), line
     assert block.strip().splitlines()[-1].split() == [f"{right}/{total}" for right, total in scores.values()]
     check_the_readmes_account_of_the_senses(readme, results)
+    # "the scalar mix (... the plain average of the layers)": pretraining leaves it at its start.
+    mix = ElmoModel.from_pretrained(DEFAULT_MODEL_DIR).scalar_mixes[0]
+    assert "plain average of the layers" in readme.split("into `build/elmo-senses.png`")[0].split("`make demo` runs")[1]
+    assert mix.scalar_parameters.tolist() == [0.0] * 3 and mix.gamma.tolist() == [1.0]
+
+
+def columns(line: str) -> int:
+    """The terminal columns `line` takes (a wide character two)."""
+    return sum(2 if unicodedata.east_asian_width(character) in "WF" else 1 for character in line)
 
 
 def _words(listed: str) -> set[str]:
