@@ -7,13 +7,15 @@ new folder is written beside the old one, checked by reloading it (a folder that
 is refused, the old one left as it was) and put in its place by two renames (the old folder moved aside as
 `default-model.old`, the new one moved in; a run stopped between the two leaves the old folder there, and the next run
 moves it back first). The card's layer-analysis section is kept
-from the folder being replaced, and `modeling/layer_analysis.py --update-card` fills it. A run folder (weights that
+from the folder being replaced where it measured the same weights (its first line names them), else it says "not
+measured yet"; `modeling/layer_analysis.py --update-card` fills it. A run folder (weights that
 are not finite, or a training state, evaluation or vocabulary without what the card reads, included), sources file,
 --previous-text-results file (a figure the card reads that is missing or not a number, in any of them, included) or
 output that cannot be used is one line `error: ...` and exit code 2, before anything is written.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -122,6 +124,21 @@ def training_machine(device: str) -> str:
     """What the run trained on, beside `device` (the CPU's or GPU's name): this machine's cores where `device` is its
     CPU (pretrain.py records no count, and `make pretrain-default` exports right after training), else `device`."""
     return cpu_cores() if device == cpu_name() else device
+
+
+def weights_key(model: torch.nn.Module) -> str:
+    """A digest of every weight: which model a layer analysis measured (and whose features a cache holds)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def analysed_weights(section: str) -> str | None:
+    """The `weights_key` of the model a layer-analysis section measured (its first line), None where it names none."""
+    match = re.match(r"<!-- weights: ([0-9a-f]{16}) -->", section)
+    return match.group(1) if match else None
 
 
 def layer_analysis_section(card: str) -> str:
@@ -276,6 +293,12 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     except ValueError as error:
         raise ExportError(f"--run-dir {run_dir}: its tokenizer does not fit its model ({error})") from None
 
+    # The replaced card's layer analysis stays where it measured these very weights (a card made again), else it
+    # would describe the earlier model.
+    analysis = layer_analysis_section(old_card)
+    if analysed_weights(analysis) != weights_key(model):
+        analysis = NO_LAYER_ANALYSIS
+
     staging = output.with_name(output.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
@@ -285,7 +308,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     drop_auto_map(staging)
     card = render_model_card(
         model, "hf-elmo-default", source="`make pretrain-default` (see Training)",
-        results=card_results(run, sources, layer_analysis_section(old_card), parameters, previous_results),
+        results=card_results(run, sources, analysis, parameters, previous_results),
         language=["en", "zh"],
     )
     (staging / "README.md").write_text(packaged_usage(card), encoding="utf-8")

@@ -42,7 +42,7 @@ from hf_elmo.files import (atomic_file, check_output_location, model_folder_prob
                             write_text_atomically)
 
 from modeling.export_default import (LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, cpu_cores,  # noqa: E402
-                                     replace_layer_analysis)
+                                     replace_layer_analysis, weights_key)
 from modeling.metrics import entity_scores  # noqa: E402
 from modeling.task_data import NER_TAGS, BadTaskData, MissingTaskData, conll2003_files, load_conll2003  # noqa: E402
 
@@ -71,14 +71,6 @@ class Features:
     @property
     def num_sentences(self) -> int:
         return len(self.offsets) - 1
-
-
-def weights_key(model: nn.Module) -> str:
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 @torch.no_grad()
@@ -284,7 +276,8 @@ def layer_findings(scores: dict) -> list[tuple[str, bool, str]]:
     def margin(task: str, kind: str, other: str) -> str:
         first, second = scores[kind][task], scores[other][task]
         spread = max(first["test_sd"], second["test_sd"])
-        return (f"{first['test']:.2f} against {second['test']:.2f}, {first['test'] - second['test']:+.2f}"
+        shown = round(first["test"], 2), round(second["test"], 2)  # (the margin is that of the figures shown)
+        return (f"{shown[0]:.2f} against {shown[1]:.2f}, {shown[0] - shown[1]:+.2f}"
                 + (f"; standard deviation between seeds up to {spread:.2f}" if spread else ""))
 
     findings = []
@@ -493,7 +486,8 @@ def main(argv=None) -> dict | int:
         except ValueError as error:
             print(f"error: {error}; the table is in {output_dir / 'results.md'}", file=sys.stderr)
             return 2
-        write_text_atomically(args.update_card, replace_layer_analysis(card, markdown))
+        # (named, so that an export of other weights into the card's folder does not keep this table)
+        write_text_atomically(args.update_card, replace_layer_analysis(card, f"<!-- weights: {key} -->\n{markdown}"))
         print(f"updated: {args.update_card}")
     return results
 

@@ -210,6 +210,9 @@ def test_layer_analysis_trains_every_input_caches_features_and_fills_the_card(co
     assert results["settings"]["machine"] == f"16 CPU cores of {cpu_name()}"
     text = card.read_text(encoding="utf-8")
     assert "PLACEHOLDER" not in text and "| (e) learned scalar mix |" in text and text.endswith(f"{LAYER_ANALYSIS_END}\nend\n")
+    # The section names the weights it measured (an export of other weights drops it).
+    key = weights_key(ElmoModel.from_pretrained(converted["allennlp-elmo"]))
+    assert f"{LAYER_ANALYSIS_START}\n<!-- weights: {key} -->\n| input to the task model |" in text
     assert json.loads((tmp_path / "run" / "results.json").read_text())["settings"]["max_sentences"] == 40
 
     # The cache is keyed by the weights: a model with one weight changed gets features of its own.
@@ -249,6 +252,9 @@ def test_each_finding_is_judged_by_its_own_comparison():
         assert holding == [index != flipped for index in range(5)], names[flipped]
     tie = layer_findings(scores({**ner, "mix": 86.0}, pos))
     assert tie[1][1] and tie[1][2] == "86.00 against 86.00, +0.00"
+    # The margin is that of the figures shown (from the unrounded means it read +1.87 beside 72.45 and 70.59).
+    unrounded = layer_findings(scores({**ner, "layer0": 70.586, "layer1": 72.454}, pos))
+    assert unrounded[0][2] == "72.45 against 70.59, +1.86"
     without_mix = {kind: value for kind, value in scores(ner, pos).items() if kind != "mix"}
     assert [text for text, _, _ in layer_findings(without_mix)] == [names[0], names[2], names[4]]
 

@@ -627,11 +627,13 @@ def test_optimizer_is_fused_unless_a_parameter_is_not_contiguous(name, fused_dev
 def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_path, monkeypatch):
     """export_default.py: the biLM without its softmax or code files, and a card with the data, the training time
     and device, the perplexities of the previous default model and of this one on both held-out texts, and the
-    layer-analysis section of the folder it replaces (also when an earlier export stopped with it moved aside), with
-    the usage of a folder that ships inside the package; a model
-    over the size limit is refused, the old folder kept and nothing else left."""
+    layer-analysis section of the folder it replaces where it measured the same weights (also when an earlier export
+    stopped with it moved aside; one of other weights is dropped, not shown as the new model's), with the usage of a
+    folder that ships inside the package; a model over the size limit is refused, the old folder kept and nothing
+    else left."""
     import modeling.export_default as export_default
-    from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, PREVIOUS_MODEL, export
+    from modeling.export_default import (LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, NO_LAYER_ANALYSIS, PREVIOUS_MODEL,
+                                         export, weights_key)
 
     sources = tmp_path / "sources.json"
     sources.write_text(json.dumps({"fixture": {"description": "the fixture text", "package": "tests", "license": "-",
@@ -639,7 +641,8 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
     previous_text = tmp_path / "previous.json"
     previous_text.write_text(json.dumps({"forward_perplexity": 41.25, "backward_perplexity": 42.75,
                                          "average_perplexity": 42.0, "target_words": 139}))
-    section = "| layer | POS accuracy |\n|---|---|\n| 1 | 0.5 |\n\nMeasured by `make layer-analysis`."
+    key = weights_key(ElmoModel.from_pretrained(reference_run))
+    section = f"<!-- weights: {key} -->\n| layer | POS accuracy |\n|---|---|\n| 1 | 0.5 |\n\nMeasured by `make layer-analysis`."
     replaced = tmp_path / "default-model"
     replaced.mkdir()
     (replaced / "README.md").write_text(f"# old card\n\n{LAYER_ANALYSIS_START}\n{section}\n{LAYER_ANALYSIS_END}\n\nold limits\n")
@@ -677,6 +680,10 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
     assert "| before the splitter fix | 41.2 | 42.8 | 42.0 | 139 |" in card
     assert (f"| this corpus's | {results['forward_perplexity']:.1f} | {results['backward_perplexity']:.1f} | "
             f"{results['average_perplexity']:.1f} | {results['target_words']:,} |") in card
+    # A section that measured other weights (the model this export replaces) is not carried over to this one.
+    (folder / "README.md").write_text(card.replace(f"<!-- weights: {key} -->", f"<!-- weights: {'0' * 16} -->"))
+    card = (export(reference_run, sources, replaced, previous_text) / "README.md").read_text()
+    assert f"{LAYER_ANALYSIS_START}\n{NO_LAYER_ANALYSIS}\n{LAYER_ANALYSIS_END}" in card and "POS accuracy" not in card
 
 
 def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path, capsys):

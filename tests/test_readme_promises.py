@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from conftest import FIXTURES, README, REPO
 from hf_elmo import ElmoModel
 from hf_elmo.default_model import DEFAULT_MODEL_DIR, default_model_path
-from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START
+from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, analysed_weights, weights_key
 
 TRAIN = FIXTURES / "bilm-tf" / "train"
 TINY_RUN = ["--preset", "tiny", "--train-file", TRAIN / "data.txt", "--validation-file", TRAIN / "data.txt",
@@ -104,6 +104,49 @@ def test_the_readmes_layer_analysis_is_the_one_in_the_default_models_card():
     start = readme.index("| input to the task model |")
     shown = readme[start:].split("\n\nNER: ", 1)[0].splitlines()
     assert [line for line in shown if line] == table_and_findings
+    # The section measured the packaged weights (an export of other weights would have dropped it), and the
+    # paragraph of settings after the findings is the card's too.
+    assert analysed_weights(section.strip()) == weights_key(ElmoModel.from_pretrained(default_model_path()))
+    paragraph = lambda text: " ".join(text.split("\n\nNER: CoNLL-2003", 1)[1].split("\n\n", 1)[0].split())  # noqa: E731
+    assert paragraph(readme) == paragraph(section)
+
+
+def test_the_readmes_account_of_the_layer_analysis_is_the_cards_table():
+    """README, the paragraphs after the layer-analysis table: every figure they derive from it (differences, the
+    ratio of a gap to the seeds' spread, the ranges of the spreads) is the table's, so a new analysis cannot leave
+    them stale."""
+    section = card_text().split(LAYER_ANALYSIS_START, 1)[1].split(LAYER_ANALYSIS_END, 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(r"\| \((\w)\) .*? \| ([\d.]+) ± ([\d.]+) \| ([\d.]+) \| ([\d.]+) ± ([\d.]+) \| ([\d.]+) \|$", line)
+        if match:
+            ner, ner_sd, _, pos, pos_sd, _ = map(float, match.groups()[1:])
+            rows[match.group(1)] = {"ner": ner, "ner_sd": ner_sd, "pos": pos, "pos_sd": pos_sd}
+    assert sorted(rows) == list("abcdefg")
+    a, b, c, d, e, _, g = (rows[letter] for letter in "abcdefg")
+    trained = [rows[letter] for letter in "bcdefg"]
+    text = " ".join(readme_text().split("### The paper's layer analysis", 1)[1].split("## Converting")[0].split())
+    gap = d["pos"] - c["pos"]
+    assert gap > 4 * max(c["pos_sd"], d["pos_sd"])
+    for phrase in [
+        f"layer 0 beats the untrained character CNN by {b['ner'] - a['ner']:.0f} F1 and {b['pos'] - a['pos']:.0f} "
+        "accuracy points",
+        f"for NER {e['ner']:.2f} against the first layer's {c['ner']:.2f}, for POS {e['pos']:.2f} against the second "
+        f"layer's {d['pos']:.2f}",
+        f"for POS the first biLSTM layer is {gap:.2f} points *below* the second ({c['pos']:.2f} against {d['pos']:.2f})",
+        f"more than four times the standard deviation between seeds ({max(c['pos_sd'], d['pos_sd']):.2f})",
+        f"{c['pos'] - g['pos']:.2f} points below layer 1 for POS ({g['pos']:.2f} against {c['pos']:.2f})",
+        f"for NER even below layer 0 ({g['ner']:.2f})",
+        f"it lifts a linear POS probe by {gap:.2f} points",
+        f"The first layer is the better one for NER ({c['ner']:.2f} against {d['ner']:.2f})",
+        f"up to {max(row['ner_sd'] for row in trained):.2f} F1 for NER",
+        f"shows the mix {e['ner'] - c['ner']:.2f} ahead",
+        f"({min(row['ner_sd'] for row in trained):.1f} to {max(row['ner_sd'] for row in trained):.1f} F1 against "
+        f"{min(row['pos_sd'] for row in trained):.2f} to {max(row['pos_sd'] for row in trained):.2f} points; the "
+        f"untrained baseline {a['ner_sd']:.1f} F1)",
+    ]:
+        assert phrase in text, phrase
+    assert g["ner"] < b["ner"] and c["ner"] > d["ner"] and e["ner"] > max(b["ner"], c["ner"], d["ner"])
 
 
 def test_the_layer_analysis_pos_data_is_the_readmes():
