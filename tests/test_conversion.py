@@ -520,6 +520,26 @@ def test_config_fields_are_type_checked_when_loaded_and_set(converted, tmp_path)
         model_config.num_hidden_layers = "3"
     assert model_config.use_skip_connections is True and model_config.num_lstm_layers == 2
 
+    # "The same holds for every ElmoConfig field, in config.json or set in code": a value of the wrong type for each.
+    for name, annotation in ElmoConfig.__annotations__.items():
+        value = 1 if annotation is str else [["x"]] if "list" in str(annotation) else "x"
+        (folder / "config.json").write_text(json.dumps({**config, name: value}))
+        with pytest.raises(ValueError, match=rf"^ElmoConfig\.{name} "):
+            ElmoConfig.from_pretrained(folder)
+        with pytest.raises(ValueError, match=rf"^ElmoConfig\.{name} "):
+            setattr(ElmoConfig(**TINY), name, value)
+    assert len(ElmoConfig.__annotations__) >= 30
+
+    # What the string "false" did: skip connections on, the top layer 0.66 off the original model's (first batch).
+    (folder / "config.json").write_text(json.dumps({**config, "use_skip_connections": True}))
+    fixture, model = FIXTURE_SETS["bilm-tf"], ElmoModel.from_pretrained(folder).eval()
+    batch = fixture.batches()[0]
+    with torch.no_grad():
+        top = model(**ElmoTokenizer.from_pretrained(folder)(batch, is_split_into_words=True, padding=True,
+                                                             return_tensors="pt")).last_hidden_state
+    off = max(np.abs(top[k, :len(words)].numpy() - fixture.expected_top_layer(k, 0)).max() for k, words in enumerate(batch))
+    assert round(float(off), 2) == 0.66
+
 
 # ---- a checkpoint without every weight of the biLM is refused, by loading and by --to-original --------------------
 

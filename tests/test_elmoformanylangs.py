@@ -768,6 +768,11 @@ def test_the_readmes_tian_example(converted_elmoformanylangs, tmp_path, monkeypa
     assert list(batch["input_ids"].shape) == [1, 12, 50] and list(batch["input_word_ids"].shape) == [1, 12]
     stated = re.search(r"the figures only show the mechanics:\s+`(\[[^]]*\])`", section).group(1)
     assert [round(value, 4) for value in namespace["similarities"]] == json.loads(stated)
+    layer0 = namespace["output"].hidden_states[0][0]
+    assert torch.equal(layer0[0], layer0[6])  # "identical vectors at the context-free layer 0"
+    entries = re.search(r"a char\.dic of (\d+) entries and a word\.dic of (\d+)", " ".join(section.split())).groups()
+    model = ELMOFORMANYLANGS / "with_words"
+    assert [len(read_dictionary(model / name)) for name in ("char.dic", "word.dic")] == list(map(int, entries))
     segmented = tokenizer([["天气", "不错", "！", "小天", "你", "说", "是", "吗", "？"]], is_split_into_words=True,
                           return_tensors="pt")
     assert list(segmented["input_ids"].shape) == [1, 9, 50]
