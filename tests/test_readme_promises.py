@@ -3,6 +3,7 @@
 import importlib
 import json
 import re
+import subprocess
 
 import pytest
 import torch
@@ -91,6 +92,37 @@ def test_the_readmes_default_model_figures_are_the_packaged_models():
     previous = re.search(r"^\| previous default model \|(?: [^|]+ \|){3} [\d.]+ \| [\d.]+ \| ([\d.]+) \|", card, re.MULTILINE)
     assert previous and f"the same documents, where this one has {forward}" in readme
     assert f"had {previous[1]} on the same documents" in readme
+
+    # "on 6.0M words of English ... and Chinese", "96 minutes on 2 cores of an Intel Xeon": the card's corpus and CPU.
+    corpus = int(re.search(r"([\d,]+) training words;", card_training)[1].replace(",", ""))
+    assert f"on {corpus / 1e6:.1f}M words of English" in " ".join(readme.split())
+    assert "96 minutes of training on Intel(R) Xeon(R)" in card_training and "2 cores of an Intel Xeon |" in readme
+
+
+def test_the_make_targets_run_the_commands_the_readme_gives():
+    """README: `make demo` runs `hf-elmo demo --plot build/elmo-senses.png`; `make pretrain-default` trains with
+    `modeling/pretrain.py --preset default` (seeded) and exports with `modeling/export_default.py`; `make
+    layer-analysis` runs `modeling/layer_analysis.py` over three seeds into build/layer-analysis and the default
+    model's card. Seen in a dry run (`make -n`), which runs nothing."""
+    readme = " ".join(readme_text().split())
+    assert "`make demo` runs `hf-elmo demo --plot build/elmo-senses.png`" in readme
+    assert "`modeling/pretrain.py --preset default` trains, and `modeling/export_default.py` writes the biLM" in readme
+    assert "`make pretrain-default` (seeded)" in readme and "cached in `build/layer-analysis/`" in readme
+    assert "each task model once for each of three seeds. The table also goes into the default model's card" in readme
+
+    def dry_run(target: str) -> str:
+        # (the data targets' files may be missing on a fresh checkout: their commands are only printed too)
+        result = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(REPO), target], capture_output=True,
+                                text=True, check=True)
+        return " ".join(result.stdout.replace("\\\n", " ").split())
+
+    assert ".venv/bin/hf-elmo demo --plot build/elmo-senses.png" in dry_run("demo")
+    pretraining = dry_run("pretrain-default")
+    assert re.search(r"modeling/pretrain\.py --preset default .* --seed 1 ", pretraining), pretraining
+    assert "modeling/export_default.py --run-dir build/default-model --sources data/default/sources.json" in pretraining
+    analysis = dry_run("layer-analysis")
+    assert re.search(r"modeling/layer_analysis\.py .*--seeds 0 1 2 --output-dir build/layer-analysis --update-card "
+                     r"hf_elmo/default-model/README\.md", analysis), analysis
 
 
 def test_the_readmes_layer_analysis_is_the_one_in_the_default_models_card():
