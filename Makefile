@@ -64,8 +64,8 @@ $(ALLENNLP_VENV)/bin/python:
 	bash ../shared/tools/peer-allennlp-setup.sh $(ALLENNLP_VENV)
 
 # Training speed on CPU, 2 threads: hf_elmo's training step against AllenNLP's trainable biLM (Small and original
-# sizes) and modeling/pretrain.py's fast path against its plain one on ptb-cpu; writes benchmarks/TRAINING.md in
-# under 10 minutes.
+# sizes) and modeling/pretrain.py's fast path against its plain one on ptb-cpu; writes benchmarks/TRAINING.md
+# (7.5 to 11.2 minutes on the four CPU kinds so far).
 BENCH_TRAIN_ARGS ?=
 
 .PHONY: bench-train

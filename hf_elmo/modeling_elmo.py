@@ -1712,9 +1712,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                     "the sampled softmax scores rows of the softmax's weight without calling the module, and "
                     f"{reason}: train with the full softmax (lm_negative_samples=0), which calls it"
                 )
-            losses = sampled_softmax_loss(
-                hidden, targets, self.softmax.weight, self.softmax.bias, negatives, fused=self.use_fast_path
-            )
+            # (bf16 or fp16 weights train through the plain definition, as the biLSTM and the char CNN do)
+            fused = self.use_fast_path and self.softmax.weight.dtype in (torch.float32, torch.float64)
+            losses = sampled_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias, negatives, fused=fused)
         else:
             losses = full_softmax_loss(hidden, targets, self.softmax, vocab_size)
         return losses.sum() / keep.sum().clamp(min=1)

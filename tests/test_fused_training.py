@@ -547,6 +547,13 @@ def test_which_options_fall_back_to_the_plain_path(monkeypatch):
         model = tiny_model().to(half)
         assert paths_taken(monkeypatch, model) == {"biLSTM": "plain", "char CNN": "plain"}, half
         assert fused_char_encoder_fallback(model.char_encoder) == f"{half} weights (float32 and float64 are covered)"
+    # The sampled softmax too (it had computed bf16 weights' logits in float32: 5e-3 off the plain definition's).
+    config = ElmoConfig(**{**TINY_MODEL, "lm_vocab_size": 40, "lm_negative_samples": 8})
+    batch = {**tiny_batch(), "labels": torch.randint(0, 40, (2, 4)), "backward_labels": torch.randint(0, 40, (2, 4))}
+    for dtype, path in ((torch.float32, "fused"), (torch.bfloat16, "plain"), (torch.float16, "plain")):
+        softmax_calls = calls_to(monkeypatch, _SampledSoftmax)
+        ElmoForPreTraining(config).train().to(dtype)(**batch).loss.backward()
+        assert ("fused" if softmax_calls else "plain") == path, dtype
     model = tiny_model()
     model.enable_input_require_grads()  # transformers' hook, which this path does not need
     assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "fused"}

@@ -4,6 +4,7 @@ import importlib
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -266,3 +267,21 @@ def test_the_readmes_speed_table_is_results_md():
             case = cells[0] or case
             seen[(case, cells[1])] = [cell.replace(",", "").replace("*", "") for cell in cells[2:7]]
     assert seen == expected
+
+
+def test_the_layout_names_files_that_exist_and_every_make_command_is_a_target():
+    """README, "Layout": each path it names exists (a file named alone, such as `gpu.sh`, in its row's folder); and
+    every `make TARGET` the README gives is a target of the Makefile."""
+    readme = README.read_text(encoding="utf-8")
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in layout.splitlines() if line.startswith("| `")]
+    assert len(rows) >= 10
+    for row in rows:
+        folder = re.match(r"\| `([^`]+)`", row[0])[1].rstrip("/")
+        folder = folder if (REPO / folder).is_dir() else str(Path(folder).parent)
+        for name in re.findall(r"`([\w./-]+\.(?:py|md|sh)|[\w./-]+/)`", " | ".join(row)):
+            assert (REPO / name).exists() or (REPO / folder / name).exists(), (name, row[0])
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([\w-]+):", makefile, re.MULTILINE))
+    named = set(re.findall(r"`make ([\w-]+)", readme))
+    assert named and named <= targets, named - targets
