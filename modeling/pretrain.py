@@ -762,8 +762,8 @@ def loss_scale(optimizer: str, labels: torch.Tensor) -> float:
 
 def make_optimizer(parameters: list[torch.nn.Parameter], settings: dict, device_type: str) -> torch.optim.Optimizer:
     """bilm-tf's Adagrad, or AdamW, as torch's fused kernel (one kernel over all parameters) where torch has one:
-    AdamW on CPU and CUDA, Adagrad on CPU. On 2 CPU cores AdamW took 14 ms a step for the default preset's 19M
-    parameters against 80 ms for the loop over tensors, Adagrad 9 ms against 19 for the small preset's 16M.
+    AdamW on CPU and CUDA, Adagrad on CPU: several times faster than the loop over tensors (the README's figures,
+    from benchmarks/optimizer_speed.py).
     torch 2.13's fused CPU kernels update a non-contiguous parameter wrongly, so then the loop."""
     contiguous = all(parameter.is_contiguous() for parameter in parameters)
     if settings["optimizer"] == "adagrad":

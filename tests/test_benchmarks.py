@@ -24,6 +24,7 @@ GPU_RESULTS = REPO / "benchmarks" / "GPU_RESULTS.md"
 MEMORY_RATES = REPO / "benchmarks" / "memory_rates.py"
 EMBED_HOST_SIDE = REPO / "benchmarks" / "embed_host_side.py"
 COMPILE_SPEED = REPO / "benchmarks" / "compile_speed.py"
+OPTIMIZER_SPEED = REPO / "benchmarks" / "optimizer_speed.py"
 
 
 def smoke_run(*args: str) -> str:
@@ -198,6 +199,17 @@ def test_compile_speed_times_both_cases_eager_and_compiled(tmp_path):
     assert [line.split(":")[0] for line in lines[:2]] == ["32 sentences", "1 sentence"], lines
     assert all(re.search(r"eager [\d.]+ ms, compiled [\d.]+ ms, compiled / eager [\d.]+$", line) for line in lines[:2])
     assert lines[2].startswith("(medians of 1; "), lines
+
+
+def test_optimizer_speed_times_the_fused_and_the_loop_optimizer_of_both_presets():
+    result = subprocess.run([sys.executable, OPTIMIZER_SPEED, "--steps", "2", "--threads", "1"], cwd=REPO,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:2]] == ["default preset, adamw, 19.3M parameters",
+                                                          "small preset, adagrad, 16.0M parameters"], lines
+    assert all(re.search(r": fused [\d.]+ ms, loop [\d.]+ ms, loop / fused [\d.]+$", line) for line in lines[:2]), lines
+    assert lines[2].startswith("(medians of 2 steps; 1 threads; "), lines
 
 
 def test_memory_rates_measures_every_kernel_from_memory_and_from_the_cache():

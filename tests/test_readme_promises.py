@@ -269,6 +269,43 @@ def test_the_readmes_speed_table_is_results_md():
     assert seen == expected
 
 
+def test_the_readmes_training_table_is_training_md():
+    """README, "The fast training path": every row of its training table (hf_elmo's fast words/s, the peer's or the
+    plain path's, the ratio with its range, or the per-run ratios) is that of benchmarks/TRAINING.md's section for
+    that CPU, and so are the loss drifts and the dates the text gives, so a new `make bench-train` cannot leave them
+    stale."""
+    text = (REPO / "benchmarks" / "TRAINING.md").read_text(encoding="utf-8")
+    expected, drifts, dates = {}, {}, {}
+    for section in text.split("\n## CPU: ")[1:]:
+        heading = section.splitlines()[0]
+        (name,) = [name for key, name in README_CPU_NAMES.items() if key in heading]
+        dates[name] = re.search(r"From one run of `make bench-train` on (\d{4}-\d\d-\d\d)", section)[1]
+        for size, case in (("small", "one step, Small size"), ("original", "one step, original size")):
+            cells = [cell.strip() for cell in re.search(rf"^\| {size} \|(.*)\|$", section, re.M)[1].split("|")]
+            allennlp, _, fast, ratio = cells[:4]
+            expected[(case, name)] = [f"{int(fast):,} words/s", f"AllenNLP {allennlp}", ratio]
+        fast, plain, ratio = (re.search(rf"^\| {row} \| \**([\d.]+x?)\** \|$", section, re.M)[1]
+                              for row in (r"fast \(the default\)", r"plain \(`--plain-path`\)", "fast / plain"))
+        runs = re.search(r"per-run ratios ([\d.]+), ([\d.]+)\.", section).groups()
+        expected[("`pretrain.py --preset ptb-cpu`", name)] = [f"{int(fast):,} words/s", f"`--plain-path` {int(plain):,}",
+                                                             f"{ratio} ({runs[0]}, {runs[1]})"]
+        drifts[name] = float(re.search(r"differ by ([\d.e-]+) at most", section)[1])
+    seen, case = {}, None
+    for line in README.read_text(encoding="utf-8").split("| training | CPU | hf_elmo fast |", 1)[1].split("\n\n")[0].splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 6 and cells[1] in README_CPU_NAMES.values():
+            case = cells[0] or case
+            seen[(case, cells[1])] = [cells[2], cells[3], cells[4].replace("*", "")]
+    assert seen == expected
+    readme = readme_text()
+    for name, drift in drifts.items():  # ("up to 5.6e-3 on the AMD EPYC Zen 4, 4.3e-3 on the Intel Xeon, ...")
+        shown = f"{drift:.1e}".replace("e-0", "e-")
+        assert re.search(rf"{re.escape(shown)} on the (AMD EPYC )?{name.removeprefix('AMD EPYC ')}\b", readme), name
+    order = ["AMD EPYC Zen 5", "AMD EPYC Zen 4", "AMD EPYC Zen 2", "Intel Xeon"]
+    assert (f"the AMD EPYC Zen 5 on {dates[order[0]]}, the Zen 4 and Zen 2 on {dates[order[1]]}, the Intel Xeon on "
+            f"{dates[order[3]]}") in readme and dates[order[1]] == dates[order[2]]
+
+
 def test_the_layout_names_files_that_exist_and_every_make_command_is_a_target():
     """README, "Layout": each path it names exists (a file named alone, such as `gpu.sh`, in its row's folder); and
     every `make TARGET` the README gives is a target of the Makefile."""
