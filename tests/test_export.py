@@ -47,6 +47,33 @@ def test_heads_export_with_a_batch_axis(converted, head, strict):
     torch.testing.assert_close(program.module()(**batch).logits, expected, atol=1e-5, rtol=1e-5)
 
 
+def test_the_exported_program_does_not_check_its_inputs(converted):
+    """README: the model refuses an attention mask that disagrees with the padding and ids outside the character
+    alphabet; the exported program checks neither: such a mask gives other vectors without an error, and such ids
+    fail inside torch."""
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"]).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
+
+    def encode(texts):
+        return dict(tokenizer(texts, padding="max_length", max_length=8, return_tensors="pt"))
+
+    with torch.no_grad():
+        program = torch.export.export(model, (), encode(["I eat an apple .", "Hello"]),
+                                      dynamic_shapes={name: {0: Dim("batch")} for name in ("input_ids", "attention_mask")})
+        batch = encode(["a b c", "d"])
+        expected = model(**batch).last_hidden_state
+        unmasked = {**batch, "attention_mask": torch.ones_like(batch["attention_mask"])}
+        with pytest.raises(ValueError, match="attention_mask"):
+            model(**unmasked)
+        found = program.module()(**unmasked).last_hidden_state
+        assert (found - expected).abs().max() > 0.1
+        too_large = {**batch, "input_ids": batch["input_ids"].masked_fill(batch["input_ids"] > 0, 10_000)}
+        with pytest.raises(ValueError, match="input_ids"):
+            model(**too_large)
+        with pytest.raises(IndexError):
+            program.module()(**too_large)
+
+
 def test_the_pretraining_model_exports_with_a_batch_axis(converted):
     """The biLM language model, read window after window: the program takes the previous window's final_states and
     gives the eager model's top layer, every layer and final_states (the softmax weights are new: no loss here)."""

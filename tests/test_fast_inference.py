@@ -280,6 +280,28 @@ def test_kernel_choices_are_shared_by_the_processes_of_a_machine(kernel_choices)
     assert set(linear._prepared) == {"blas"}
 
 
+def test_kernel_choices_are_kept_per_number_of_threads(kernel_choices, monkeypatch):
+    """README: a choice is made per weight shape, number of rows and number of threads (where another kernel can be
+    fastest, and rounds otherwise): one stored for another thread count is not taken, this count measures its own,
+    and the stored one is what a run at that count takes."""
+    monkeypatch.setattr(fast_linear, "_FASTEST", {})
+    kernels = {"blas": fast_linear.blas_linear, "also_blas": fast_linear.blas_linear}
+    threads = torch.get_num_threads()
+    key = lambda count: json.dumps([list(kernels), [9, 5], False, count, 4])  # noqa: E731
+    machine = fast_linear._this_machine()
+    kernel_choices.write_text(json.dumps({machine: {key(threads + 1): "also_blas"}}))
+    FastLinear(torch.randn(9, 5), kernels=kernels)(torch.randn(3, 5))
+    stored = json.loads(kernel_choices.read_text())[machine]
+    assert stored.keys() == {key(threads), key(threads + 1)} and stored[key(threads + 1)] == "also_blas"
+    try:
+        torch.set_num_threads(threads + 1)
+        linear = FastLinear(torch.randn(9, 5), kernels=kernels)
+        linear(torch.randn(3, 5))
+    finally:
+        torch.set_num_threads(threads)
+    assert set(linear._prepared) == {"also_blas"}
+
+
 def test_kernel_choices_are_this_machines_and_survive_a_damaged_file(kernel_choices, monkeypatch):
     """The file keeps choices per CPU and torch build: another machine's are neither used nor lost. A file that
     does not read (cut short, say) is measured afresh and written whole again, atomically."""
