@@ -135,9 +135,14 @@ def weights_key(model: torch.nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
+def weights_line(key: str) -> str:
+    """The first line of a layer-analysis section: the `weights_key` of the model it measured."""
+    return f"<!-- weights: {key} -->"
+
+
 def analysed_weights(section: str) -> str | None:
-    """The `weights_key` of the model a layer-analysis section measured (its first line), None where it names none."""
-    match = re.match(r"<!-- weights: ([0-9a-f]{16}) -->", section)
+    """The `weights_key` of the model a layer-analysis section measured, None where it names none."""
+    match = re.match(weights_line("([0-9a-f]{16})"), section)
     return match.group(1) if match else None
 
 

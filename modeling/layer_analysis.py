@@ -42,7 +42,7 @@ from hf_elmo.files import (atomic_file, check_output_location, model_folder_prob
                             write_text_atomically)
 
 from modeling.export_default import (LAYER_ANALYSIS_END, LAYER_ANALYSIS_START, cpu_cores,  # noqa: E402
-                                     replace_layer_analysis, weights_key)
+                                     replace_layer_analysis, weights_key, weights_line)
 from modeling.metrics import entity_scores  # noqa: E402
 from modeling.task_data import NER_TAGS, BadTaskData, MissingTaskData, conll2003_files, load_conll2003  # noqa: E402
 
@@ -487,7 +487,7 @@ def main(argv=None) -> dict | int:
             print(f"error: {error}; the table is in {output_dir / 'results.md'}", file=sys.stderr)
             return 2
         # (named, so that an export of other weights into the card's folder does not keep this table)
-        write_text_atomically(args.update_card, replace_layer_analysis(card, f"<!-- weights: {key} -->\n{markdown}"))
+        write_text_atomically(args.update_card, replace_layer_analysis(card, f"{weights_line(key)}\n{markdown}"))
         print(f"updated: {args.update_card}")
     return results
 

@@ -130,6 +130,12 @@ def test_training_through_a_compiled_model_gives_the_eager_gradients(converted):
         assert eager_grads.keys() == compiled_grads.keys() and len(eager_grads) > 10, name
         for parameter, gradient in eager_grads.items():
             assert torch.equal(compiled_grads[parameter], gradient), (name, parameter)
+        # ("every ELMo class" gives the eager outputs: in eval mode too, where the fast inference paths run)
+        model.eval()
+        with torch.no_grad():
+            eager, compiled = model(**inputs), torch.compile(model)(**inputs)
+        for field in ("loss", "last_hidden_state" if name == "pretraining" else "logits"):
+            assert torch.equal(compiled[field], eager[field]), (name, field)
 
 
 def test_trainer_with_torch_compile_trains_as_without_it(converted, tmp_path):

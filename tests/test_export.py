@@ -9,7 +9,7 @@ from transformers.exporters.utils import get_leaf_tensors
 from conftest import readme_python_block
 
 from hf_elmo import (ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel,
-                     ElmoTokenizer)
+                     ElmoModelOutput, ElmoTokenizer)
 
 
 def test_the_readmes_export_example(converted, tmp_path, monkeypatch):
@@ -19,7 +19,7 @@ def test_the_readmes_export_example(converted, tmp_path, monkeypatch):
     exec(compile(code, "README.md", "exec"), namespace)
     assert (tmp_path / "elmo-16-words.pt2").exists()
     model, batch, output = namespace["model"], namespace["batch"], namespace["output"]
-    assert output.last_hidden_state.shape == (3, 16, 32)
+    assert type(output) is ElmoModelOutput and output.last_hidden_state.shape == (3, 16, 32)  # "an ElmoModelOutput"
     with torch.no_grad():
         expected = model(**batch)
     torch.testing.assert_close(get_leaf_tensors(output), get_leaf_tensors(expected), atol=1e-5, rtol=1e-5)

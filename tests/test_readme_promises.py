@@ -269,6 +269,32 @@ def test_the_readmes_speed_table_is_results_md():
     assert seen == expected
 
 
+def test_the_readmes_account_of_each_cpu_section_is_results_md():
+    """README, Speed: "The figures below come from the four sections": each CPU's date, ceilings (GFLOP/s, GB/s) and
+    largest deviations from AllenNLP and ELMoForManyLangs are those of its section of benchmarks/RESULTS.md."""
+    text = (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+    readme = readme_text()
+    paragraph = readme.split("The figures below come from the four sections", 1)[1].split("(The Zen 2 and Intel runs")[0]
+    spans = {}
+    for section in text.split("\n## CPU: ")[1:]:
+        heading = section.splitlines()[0]
+        (name,) = [name for key, name in README_CPU_NAMES.items() if key in heading]
+        date = re.search(r"From one run of `make bench` on (\d{4}-\d\d-\d\d)", section)[1]
+        gflops, bandwidth = re.search(r"Ceilings: (\d+) GFLOP/s fp32 matrix multiply.*?, ([\d.]+) GB/s memory", section).groups()
+        allennlp = re.search(r"^\| original: every layer within 1e-5 of AllenNLP \| ([\d.e-]+) \|", section, re.M)[1]
+        package = re.search(r"^\| ELMoForManyLangs size: every layer within 2e-5 of the package \| ([\d.e-]+) \|",
+                            section, re.M)[1]
+        start = paragraph.index(f"the {name} (") if f"the {name} (" in paragraph else paragraph.index(f"the {name}")
+        spans[start] = (name, [date, f"{gflops} GFLOP/s", f"{bandwidth} GB/s",
+                               *(f"{float(value):.1e}".replace("e-0", "e-") for value in (allennlp, package))])
+    starts = sorted(spans)
+    for index, start in enumerate(starts):
+        name, figures = spans[start]
+        part = paragraph[start:starts[index + 1] if index + 1 < len(starts) else len(paragraph)]
+        for figure in figures:
+            assert figure in part, (name, figure, part)
+
+
 def test_the_readmes_training_table_is_training_md():
     """README, "The fast training path": every row of its training table (hf_elmo's fast words/s, the peer's or the
     plain path's, the ratio with its range, or the per-run ratios) is that of benchmarks/TRAINING.md's section for
@@ -322,3 +348,21 @@ def test_the_layout_names_files_that_exist_and_every_make_command_is_a_target():
     targets = set(re.findall(r"^([\w-]+):", makefile, re.MULTILINE))
     named = set(re.findall(r"`make ([\w-]+)", readme))
     assert named and named <= targets, named - targets
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads the process's memory map (Linux)")
+def test_weights_load_memory_mapped_from_model_safetensors(converted):
+    """README, Speed: "Weights load memory-mapped from `model.safetensors`": after from_pretrained the weights' memory
+    is the file's mapping, not a copy."""
+    folder = converted["allennlp-elmo"]
+    model = ElmoModel.from_pretrained(folder)
+    mapped = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and Path(fields[5]).name == "model.safetensors" and Path(fields[5]).parent == Path(folder):
+            start, end = (int(address, 16) for address in fields[0].split("-"))
+            mapped.append((start, end))
+    assert mapped
+    inside = [name for name, parameter in model.named_parameters()
+              if any(start <= parameter.data_ptr() < end for start, end in mapped)]
+    assert len(inside) == len(list(model.parameters())), set(dict(model.named_parameters())) - set(inside)
