@@ -23,6 +23,7 @@ is loaded and anything written.
 import argparse
 import hashlib
 import json
+import re
 import sys
 import textwrap
 import time
@@ -296,6 +297,20 @@ def layer_findings(scores: dict) -> list[tuple[str, bool, str]]:
     return findings
 
 
+def markdown_paragraph(text: str, width: int = 115) -> str:
+    """`text` wrapped at `width`, no line beginning with a number and a full stop, which Markdown would read as a
+    numbered list (the paragraph cut at "seed\n0. The whole run ..." did), and no `code span` cut."""
+    unbroken = re.sub(r"`[^`]*`", lambda span: span.group(0).replace(" ", "\0"), text)
+    lines = [line.replace("\0", " ") for line in
+             textwrap.wrap(unbroken, width=width, break_on_hyphens=False, break_long_words=False)]
+    for index in range(len(lines) - 1, 0, -1):
+        if re.match(r"\d+[.)](\s|$)", lines[index]):
+            number, _, rest = lines[index].partition(" ")
+            lines[index - 1] += " " + number
+            lines[index] = rest
+    return "\n".join(line for line in lines if line)
+
+
 def results_markdown(results: dict, settings: dict) -> str:
     several = len(settings["seeds"]) > 1
 
@@ -317,7 +332,7 @@ def results_markdown(results: dict, settings: dict) -> str:
     else:
         protocol = f"seed {seeds}; each cell is the test score at the epoch with the best validation score"
     cached = ", with the features of an earlier run (from its cache)" if settings["features_cached"] else ""
-    settings_text = textwrap.fill(
+    settings_text = markdown_paragraph(
         f"NER: CoNLL-2003 English ({settings['ner_sentences']}), a 1-layer BiLSTM tagger ({settings['ner_hidden']} "
         f"units per direction, dropout {settings['dropout']}) over the frozen features, {settings['ner_epochs']} "
         f"epochs. POS: Brown corpus ({settings['pos_sentences']}; {settings['pos_tags']} tags, the Brown tags without "
@@ -325,7 +340,7 @@ def results_markdown(results: dict, settings: dict) -> str:
         f"Adam, learning rate {settings['learning_rate']}, batches of {settings['batch_size']} sentences (NER) or 256 "
         f"words (POS); {protocol}. Features of {settings['model']}; the untrained model has the same size, initialised "
         f"with seed {settings['seeds'][0]}. The whole run (`make layer-analysis`) took {settings['minutes']:.0f} "
-        f"minutes on {settings['machine']}{cached}.", width=115)
+        f"minutes on {settings['machine']}{cached}.")
     return f"""| input to the task model | NER test F1 | NER validation F1 | POS test accuracy | POS validation accuracy |
 |---|---|---|---|---|
 {rows}

@@ -16,7 +16,7 @@ from modeling.export_default import LAYER_ANALYSIS_END, LAYER_ANALYSIS_START
 import modeling.layer_analysis as layer_analysis
 from hf_elmo.default_model import default_model_path
 from modeling.layer_analysis import (INPUTS, Features, LayerInput, LinearProbe, fit, layer_findings, main, pos_accuracy,
-                                     pos_losses, weights_key)
+                                     markdown_paragraph, pos_losses, weights_key)
 
 LAYER_ANALYSIS = REPO / "modeling" / "layer_analysis.py"
 
@@ -116,6 +116,18 @@ def test_without_model_the_default_model_and_a_card_changed_during_the_run_is_on
     assert settings["model"] == "the default model (hf_elmo/default-model)"
     key = weights_key(ElmoModel.from_pretrained(default_model_path()))
     assert len(list(run.glob(f"features-ner-train-trained-{key}-5-*.pt"))) == 1
+
+
+def test_the_settings_paragraph_has_no_line_that_markdown_reads_as_a_numbered_list():
+    """The card's paragraph was cut at "initialised with seed" so that the next line began "0. The whole run", which
+    Markdown renders as a list; nor is a code span cut (textwrap cut `make layer-analysis` at its hyphen)."""
+    text = ("the untrained model has the same size, initialised with seed 0. The whole run (`make layer-analysis`) "
+            "took 11 minutes. ") * 3
+    for width in range(40, 80):
+        wrapped = markdown_paragraph(text, width)
+        assert " ".join(wrapped.split()) == " ".join(text.split())
+        assert not re.search(r"^\d+[.)](\s|$)", wrapped, re.M), (width, wrapped)
+        assert all(line.count("`") % 2 == 0 for line in wrapped.splitlines()), (width, wrapped)  # (spans whole)
 
 
 def test_scalar_mix_input_starts_as_the_average_and_single_layers_pick_their_layer():
