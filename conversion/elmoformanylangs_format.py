@@ -256,8 +256,9 @@ def _check_zip_entries(path: Path) -> None:
     try:
         with zipfile.ZipFile(path) as archive:
             damaged = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
-        raise ConversionError(f"{path}: damaged: its zip archive does not read ({error})") from None
+    except Exception as error:  # noqa: BLE001 - also an unknown compression method, an encrypted entry: name the file
+        reason = f"{type(error).__name__}: {error}"
+        raise ConversionError(f"{path}: damaged: its zip archive does not read ({reason})") from None
     if damaged is not None:
         raise ConversionError(f"{path}: damaged: its entry {damaged} fails its CRC-32 check")
 

@@ -15,6 +15,13 @@ import torch
 from .fused_bilstm import multiply_dtype
 
 
+def fused_softmax_fallback(weight: torch.Tensor) -> str | None:
+    """Why the sampled softmax over `weight` must train through the plain loss, or None where this path covers it."""
+    if weight.dtype not in (torch.float32, torch.float64):
+        return f"{weight.dtype} weights (float32 and float64 are covered)"
+    return None
+
+
 def fused_sampled_softmax_loss(
     hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, words: torch.Tensor, log_q: torch.Tensor,
     hit_rows: torch.Tensor, hit_columns: torch.Tensor,

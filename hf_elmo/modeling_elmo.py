@@ -34,7 +34,7 @@ from .fast_char_encoder import fast_char_encoder
 from .files import atomic_file
 from .fused_char_encoder import distinct_words, fused_char_encoder, fused_char_encoder_fallback
 from .fused_bilstm import clear_training_graphs, fused_bilstm_layer, fused_training_fallback
-from .fused_softmax import fused_sampled_softmax_loss
+from .fused_softmax import fused_sampled_softmax_loss, fused_softmax_fallback
 from .static_shapes import has_static_shapes, static_batch_is_full
 from .token_cache import DEFAULT_GATE_CACHE_BYTES, DEFAULT_MAX_WORDS, ElmoTokenCache
 from .tokenization_elmo import ElmoTokenizer  # noqa: F401 - a saved model folder carries the tokenizer's code too
@@ -1712,8 +1712,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                     "the sampled softmax scores rows of the softmax's weight without calling the module, and "
                     f"{reason}: train with the full softmax (lm_negative_samples=0), which calls it"
                 )
-            # (bf16 or fp16 weights train through the plain definition, as the biLSTM and the char CNN do)
-            fused = self.use_fast_path and self.softmax.weight.dtype in (torch.float32, torch.float64)
+            fused = self.use_fast_path and fused_softmax_fallback(self.softmax.weight) is None
             losses = sampled_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias, negatives, fused=fused)
         else:
             losses = full_softmax_loss(hidden, targets, self.softmax, vocab_size)

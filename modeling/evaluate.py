@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from hf_elmo import ElmoForPreTraining, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location, write_text_atomically  # noqa: E402
 
+from modeling.checkpoints import list_checkpoints  # noqa: E402
 from modeling.data import IGNORE_INDEX, DataError, EncodedText, EvaluationStream, WordTable, read_corpus  # noqa: E402
 from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
 
@@ -61,19 +62,36 @@ def perplexity(model: ElmoForPreTraining, stream: EvaluationStream, device, auto
     }
 
 
-def recorded_word_splitting(model_dir: Path) -> str:
-    """How the run that wrote `model_dir` (its output folder or a checkpoint) split its text into words, as its
-    trainer_state.json records it, or else its newest checkpoint's (a continuation that crashed has removed the
-    folder's own); "whitespace" where none records it (a run of an earlier version, a converted model)."""
-    steps = {int(path.name[len("checkpoint-"):]): path for path in model_dir.glob("checkpoint-*")
-             if path.name[len("checkpoint-"):].isdigit()}
-    for folder in [model_dir] + [steps[step] for step in sorted(steps, reverse=True)]:
+def recorded_word_splitting(model_dir: Path) -> tuple[str, str]:
+    """How the run that wrote `model_dir` (its output folder or a checkpoint) split its text into words, and where
+    that is recorded: its trainer_state.json, or else its newest checkpoint's that holds the same model (vocabulary
+    and config; a continuation that crashed has removed the folder's own record, and a fresh run's checkpoints
+    beside an earlier run's final model are another model's); "whitespace" where none records it (a run of an
+    earlier version, a converted model)."""
+
+    def recorded(folder: Path) -> str | None:
         try:
-            state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
-            return state["data"]["word_splitting"]
+            return json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))["data"]["word_splitting"]
         except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return "whitespace"
+            return None
+
+    def same_model(checkpoint: Path) -> bool:
+        """The same vocabulary, and every config field both record alike (the final save adds a few)."""
+        folders = (model_dir, checkpoint)
+        try:
+            ours, theirs = (json.loads((folder / "config.json").read_text(encoding="utf-8")) for folder in folders)
+            vocabularies = [(folder / "vocab.txt").read_bytes() for folder in folders]
+        except (OSError, ValueError):
+            return False
+        shared = ours.keys() & theirs.keys()
+        return vocabularies[0] == vocabularies[1] and all(ours[key] == theirs[key] for key in shared)
+
+    if (splitting := recorded(model_dir)) is not None:
+        return splitting, f"recorded in {model_dir / 'trainer_state.json'}"
+    for _, checkpoint in reversed(list_checkpoints(model_dir)):
+        if same_model(checkpoint) and (splitting := recorded(checkpoint)) is not None:
+            return splitting, f"recorded in {checkpoint.name}: the folder's trainer_state.json is missing"
+    return "whitespace", "none recorded"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                                         "(default: validation, else valid, else test)")
     parser.add_argument("--word-splitting", choices=["whitespace", "tokenizer"],
                         help="how the text's lines become words (default: as the run that made the model split its text, "
-                             "recorded in its trainer_state.json or its newest checkpoint's; whitespace where none is)")
+                             "recorded in its trainer_state.json or its newest checkpoint of the same model; whitespace "
+                             "where none is)")
     parser.add_argument("--batch-size", type=int, default=64, help="rows read in parallel")
     parser.add_argument("--unroll-steps", type=int, default=100, help="words per window (the result does not depend on it)")
     parser.add_argument("--output-json", help="also write the results to this file")
@@ -116,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, ValueError) as error:  # its char.dic or word.dic missing or unreadable, named
                 raise DataError(f"{model_dir}: its tokenizer does not load ({error})") from None
         table = WordTable(model.config.max_characters_per_token, tokenizer)
-        splitting = args.word_splitting or recorded_word_splitting(model_dir)
+        if args.word_splitting:
+            splitting = args.word_splitting
+        else:
+            splitting, source = recorded_word_splitting(model_dir)
+            print(f"word splitting: {splitting} ({source})")
         corpus = read_corpus(args.file, args.text_column, splitting, "validation", "--file", split=args.split)
         text = EncodedText.encode(corpus, table, vocabulary)
         stream = EvaluationStream(text, table, vocabulary, rows=args.batch_size, unroll_steps=args.unroll_steps)

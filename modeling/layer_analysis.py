@@ -298,8 +298,9 @@ def layer_findings(scores: dict) -> list[tuple[str, bool, str]]:
 
 
 def markdown_paragraph(text: str, width: int = 115) -> str:
-    """`text` wrapped at `width`, no line beginning with a number and a full stop, which Markdown would read as a
-    numbered list (the paragraph cut at "seed\n0. The whole run ..." did), and no `code span` cut."""
+    """`text` wrapped at `width`, no line beginning with a number and a full stop, which Markdown can read as a
+    numbered list ("1." in CommonMark, any number in some renderers; the paragraph was cut at "seed\n0. The whole
+    run ..."), and no `code span` cut."""
     unbroken = re.sub(r"`[^`]*`", lambda span: span.group(0).replace(" ", "\0"), text)
     lines = [line.replace("\0", " ") for line in
              textwrap.wrap(unbroken, width=width, break_on_hyphens=False, break_long_words=False)]

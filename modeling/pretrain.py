@@ -30,7 +30,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -67,12 +66,12 @@ from modeling.data import (  # noqa: E402
     count_words,
     read_corpus,
 )
+from modeling.checkpoints import CHECKPOINT_NAME, list_checkpoints  # noqa: E402
 from modeling.evaluate import perplexity  # noqa: E402
 from modeling.graphed_step import GraphedTrainingStep, assign_learning_rates, graph_unsupported_reason  # noqa: E402
 from modeling.presets import PRESETS, TRAINING_DEFAULTS, training_settings  # noqa: E402
 from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
 
-CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
 # Options a resumed run must share with the run it continues, or it would not continue it exactly.
 FIXED_ON_RESUME = (
     "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "negative_samples", "softmax_init",
@@ -285,16 +284,6 @@ def checkpoint_notice(args: argparse.Namespace, settings: dict, max_steps: int) 
 
 
 # ---- checkpoints ---------------------------------------------------------------------------------------------
-
-
-def list_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints, oldest first (incomplete ones only ever exist under a hidden name)."""
-    found = []
-    for path in output_dir.glob("checkpoint-*"):
-        match = CHECKPOINT_NAME.fullmatch(path.name)
-        if match and (path / "trainer_state.json").is_file():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -521,9 +510,9 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
         if own and path.resolve().parent != output_dir.resolve():
             # Its checkpoints would mix with this run's, and a later plain --resume pick up theirs.
             raise PretrainError(
-                f"--resume {path}: {output_dir} already holds checkpoints of another run "
-                f"({', '.join(found.name for _, found in own)}); continue PATH's run in an --output-dir without "
-                "checkpoints, or that folder's own run with --resume"
+                f"--resume {path}: {output_dir} already holds checkpoints ({', '.join(found.name for _, found in own)}), "
+                f"with which this run's would mix: to go on from its latest, pass --resume alone; to continue from "
+                f"{path} instead, choose an --output-dir without checkpoints"
             )
         return path
     checkpoints = list_checkpoints(output_dir)
@@ -760,17 +749,19 @@ def loss_scale(optimizer: str, labels: torch.Tensor) -> float:
     return int((labels != IGNORE_INDEX).sum()) / labels.shape[0]
 
 
-def make_optimizer(parameters: list[torch.nn.Parameter], settings: dict, device_type: str) -> torch.optim.Optimizer:
+def make_optimizer(parameters: list[torch.nn.Parameter], settings: dict, device_type: str,
+                   fused: bool = True) -> torch.optim.Optimizer:
     """bilm-tf's Adagrad, or AdamW, as torch's fused kernel (one kernel over all parameters) where torch has one:
     AdamW on CPU and CUDA, Adagrad on CPU: several times faster than the loop over tensors (the README's figures,
     from benchmarks/optimizer_speed.py).
-    torch 2.13's fused CPU kernels update a non-contiguous parameter wrongly, so then the loop."""
-    contiguous = all(parameter.is_contiguous() for parameter in parameters)
+    torch 2.13's fused CPU kernels update a non-contiguous parameter wrongly, so then the loop. `fused=False`: torch's
+    own choice, the loop over tensors on CPU (what benchmarks/optimizer_speed.py compares with)."""
+    fused = fused and all(parameter.is_contiguous() for parameter in parameters)
     if settings["optimizer"] == "adagrad":
         return torch.optim.Adagrad(parameters, lr=settings["learning_rate"], initial_accumulator_value=1.0,
-                                   fused=(device_type == "cpu" and contiguous) or None)
+                                   fused=(fused and device_type == "cpu") or None)
     return torch.optim.AdamW(parameters, lr=settings["learning_rate"], weight_decay=settings["weight_decay"],
-                             fused=(device_type in ("cpu", "cuda") and contiguous) or None)
+                             fused=(fused and device_type in ("cpu", "cuda")) or None)
 
 
 class TrainingClock:

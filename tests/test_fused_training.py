@@ -18,7 +18,7 @@ from conftest import DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, FIXTURE
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForTokenClassification, ElmoModel, ElmoTokenizer, fused_bilstm
 from hf_elmo.fused_bilstm import LayerGraphs, _FusedBiLstm, fused_bilstm_layer, fused_training_fallback
 from hf_elmo.fused_char_encoder import _CharFilters, distinct_words, fused_char_encoder_fallback
-from hf_elmo.fused_softmax import _SampledSoftmax
+from hf_elmo.fused_softmax import _SampledSoftmax, fused_softmax_fallback
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer, sampled_softmax_loss
 from modeling.data import EncodedText, StreamBatches, WordTable, load_sentences
 from modeling.presets import TINY_MODEL
@@ -552,8 +552,11 @@ def test_which_options_fall_back_to_the_plain_path(monkeypatch):
     batch = {**tiny_batch(), "labels": torch.randint(0, 40, (2, 4)), "backward_labels": torch.randint(0, 40, (2, 4))}
     for dtype, path in ((torch.float32, "fused"), (torch.bfloat16, "plain"), (torch.float16, "plain")):
         softmax_calls = calls_to(monkeypatch, _SampledSoftmax)
-        ElmoForPreTraining(config).train().to(dtype)(**batch).loss.backward()
+        model = ElmoForPreTraining(config).train().to(dtype)
+        model(**batch).loss.backward()
         assert ("fused" if softmax_calls else "plain") == path, dtype
+        assert fused_softmax_fallback(model.softmax.weight) == (
+            None if path == "fused" else f"{dtype} weights (float32 and float64 are covered)")
     model = tiny_model()
     model.enable_input_require_grads()  # transformers' hook, which this path does not need
     assert paths_taken(monkeypatch, model) == {"biLSTM": "fused", "char CNN": "fused"}

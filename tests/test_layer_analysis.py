@@ -120,9 +120,10 @@ def test_without_model_the_default_model_and_a_card_changed_during_the_run_is_on
 
 def test_the_settings_paragraph_has_no_line_that_markdown_reads_as_a_numbered_list():
     """The card's paragraph was cut at "initialised with seed" so that the next line began "0. The whole run", which
-    Markdown renders as a list; nor is a code span cut (textwrap cut `make layer-analysis` at its hyphen)."""
+    Markdown can render as a list (CommonMark does with "1."); nor is a code span cut (textwrap cut `make
+    layer-analysis` at its hyphen)."""
     text = ("the untrained model has the same size, initialised with seed 0. The whole run (`make layer-analysis`) "
-            "took 11 minutes. ") * 3
+            "took 11 minutes, seed 1. Then 2) more. ") * 3
     for width in range(40, 80):
         wrapped = markdown_paragraph(text, width)
         assert " ".join(wrapped.split()) == " ".join(text.split())

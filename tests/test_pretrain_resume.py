@@ -189,17 +189,20 @@ def test_a_rewound_run_that_crashes_resumes_as_the_run_it_replaces(tmp_path, cap
 
 
 def test_a_checkpoint_of_another_folder_continues_into_a_folder_without_checkpoints(tmp_path, capsys):
-    """`--resume PATH`, PATH in another run's folder: into an output folder that holds checkpoints of its own run it is
-    refused, the folder left as it was (the two runs' checkpoints would mix, and a later plain `--resume` pick up the
-    other run's); into a new folder it ends as the uninterrupted run, the log beginning with PATH's run's to its step."""
+    """`--resume PATH`, PATH in another run's folder: into an output folder that holds checkpoints it is refused, the
+    folder left as it was (the two runs' checkpoints would mix, and a later plain `--resume` pick up the latest of
+    either), saying how to go on; into a new folder it ends as the uninterrupted run, the log beginning with PATH's
+    run's to its step."""
     command = [*LINEAR, "--max-steps", 10, "--save-steps", 2, "--save-total-limit", 0]
     uninterrupted = tmp_path / "uninterrupted"
     train(capsys, *command, "--output-dir", uninterrupted)
     other = shutil.copytree(uninterrupted, tmp_path / "other")
     before = snapshot(other)
     code, _, err = run_main(capsys, *command, "--output-dir", other, "--resume", uninterrupted / "checkpoint-4")
-    assert_one_error(code, err, f"--resume {uninterrupted / 'checkpoint-4'}: {other} already holds checkpoints of "
-                     "another run (checkpoint-2, checkpoint-4, checkpoint-6, checkpoint-8)")
+    assert_one_error(code, err, f"--resume {uninterrupted / 'checkpoint-4'}: {other} already holds checkpoints "
+                     "(checkpoint-2, checkpoint-4, checkpoint-6, checkpoint-8), with which this run's would mix: to go on "
+                     f"from its latest, pass --resume alone; to continue from {uninterrupted / 'checkpoint-4'} instead, "
+                     "choose an --output-dir without checkpoints")
     assert snapshot(other) == before
 
     out = train(capsys, *command, "--output-dir", tmp_path / "new", "--resume", uninterrupted / "checkpoint-4")

