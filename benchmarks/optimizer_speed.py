@@ -12,13 +12,13 @@ milliseconds of each (the first fifth of the steps left out) and their ratio, wi
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_common import timed  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForPreTraining  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from modeling.presets import PRESETS, training_settings  # noqa: E402
@@ -47,9 +47,7 @@ def main(argv=None) -> list[dict]:
         times = {name: [] for name in optimizers}
         for _ in range(args.steps):
             for name, optimizer in optimizers.items():  # (alternating: the machine's drift falls on both)
-                started = time.perf_counter()
-                optimizer.step()
-                times[name].append(time.perf_counter() - started)
+                times[name].append(timed(optimizer.step)[0])
         kept = args.steps // 5
         medians = {name: statistics.median(found[kept:]) * 1000 for name, found in times.items()}
         count = sum(parameter.numel() for parameter in parameters)

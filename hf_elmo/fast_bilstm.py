@@ -62,7 +62,10 @@ def inference_lock(module) -> threading.RLock:
     (its caches, its derived weights and their kernel choices), so threads that run one model at once (a server's
     workers) take turns on each module, the character encoder and every biLSTM layer, while a call in one module and
     another call in the next still run at the same time."""
-    with _LOCKS_GUARD:
+    lock = _LOCKS.get(module)
+    if lock is not None:
+        return lock
+    with _LOCKS_GUARD:  # (the first call for the module: one lock, whichever thread makes it)
         lock = _LOCKS.get(module)
         if lock is None:
             lock = _LOCKS[module] = threading.RLock()

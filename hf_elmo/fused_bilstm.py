@@ -38,14 +38,21 @@ def multiply_dtype(weight: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) and weight.dtype == torch.float32 else weight.dtype
 
 
+def uncovered_dtype(weight: torch.Tensor) -> str | None:
+    """Why the fused training paths do not cover `weight`'s dtype, or None where they do."""
+    if weight.dtype not in (torch.float32, torch.float64):
+        return f"{weight.dtype} weights (float32 and float64 are covered)"
+    return None
+
+
 def fused_training_fallback(layer, inputs: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> str | None:
     """Why `layer` must train through the plain loop for these tensors, or None where this path covers them."""
     if not layer.use_fast_path:
         return "use_fast_path is False"
     if inputs.shape[1] == 0 or inputs.shape[2] == 0:
         return "no rows or no steps"
-    if layer.input_weight.dtype not in (torch.float32, torch.float64):
-        return f"{layer.input_weight.dtype} weights (float32 and float64 are covered)"
+    if (reason := uncovered_dtype(layer.input_weight)) is not None:
+        return reason
     autocast = torch.is_autocast_enabled(inputs.device.type)
     if not autocast and not inputs.dtype == h.dtype == c.dtype == layer.input_weight.dtype:
         return "inputs or states of another dtype than the weights, outside autocast"

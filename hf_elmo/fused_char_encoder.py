@@ -25,7 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from .fast_char_encoder import BLOCK_WORDS, blocks_by_length, filter_matrix, window_products
-from .fused_bilstm import multiply_dtype
+from .fused_bilstm import multiply_dtype, uncovered_dtype
 from .static_shapes import has_static_shapes
 
 
@@ -36,9 +36,7 @@ def fused_char_encoder_fallback(encoder) -> str | None:
     reason = encoder.modules_must_run()
     if reason is not None:
         return reason
-    if encoder.char_embedding.weight.dtype not in (torch.float32, torch.float64):
-        return f"{encoder.char_embedding.weight.dtype} weights (float32 and float64 are covered)"
-    return None
+    return uncovered_dtype(encoder.char_embedding.weight)
 
 
 def distinct_words(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,14 +12,12 @@ them within 1e-5 of autograd's of the plain loss).
 
 import torch
 
-from .fused_bilstm import multiply_dtype
+from .fused_bilstm import multiply_dtype, uncovered_dtype
 
 
 def fused_softmax_fallback(weight: torch.Tensor) -> str | None:
     """Why the sampled softmax over `weight` must train through the plain loss, or None where this path covers it."""
-    if weight.dtype not in (torch.float32, torch.float64):
-        return f"{weight.dtype} weights (float32 and float64 are covered)"
-    return None
+    return uncovered_dtype(weight)
 
 
 def fused_sampled_softmax_loss(

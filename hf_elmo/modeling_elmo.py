@@ -432,6 +432,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             # The packed loops (the fast one's, the approximations') need every row to start at step 0 (ElmoModel's
             # rows start with <S>; a pretraining batch may hold an empty row); the GPU's graphed loop takes any
             # mask, and reading this one would make the host wait for the layer before.
+            if self.approximation is None and not self.use_fast_path:
+                return self._plain_forward(inputs, step_mask, h, c)  # (uses nothing the lock guards)
             with inference_lock(self):  # (the approximation too is read under it: set_lstm_approximation takes it)
                 if self.approximation is not None and not self.training:
                     if bool(step_mask[:, 0].all()):

@@ -75,21 +75,23 @@ def recorded_word_splitting(model_dir: Path) -> tuple[str, str]:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def same_model(checkpoint: Path) -> bool:
-        """The same vocabulary, and every config field both record alike (the final save adds a few)."""
-        folders = (model_dir, checkpoint)
+    def model_files(folder: Path) -> tuple[dict, bytes] | None:
         try:
-            ours, theirs = (json.loads((folder / "config.json").read_text(encoding="utf-8")) for folder in folders)
-            vocabularies = [(folder / "vocab.txt").read_bytes() for folder in folders]
+            return json.loads((folder / "config.json").read_text(encoding="utf-8")), (folder / "vocab.txt").read_bytes()
         except (OSError, ValueError):
-            return False
-        shared = ours.keys() & theirs.keys()
-        return vocabularies[0] == vocabularies[1] and all(ours[key] == theirs[key] for key in shared)
+            return None
+
+    def same_model(ours: tuple[dict, bytes], checkpoint: Path) -> bool:
+        """The same vocabulary, and every config field both record alike (the final save adds a few)."""
+        theirs = model_files(checkpoint)
+        return theirs is not None and ours[1] == theirs[1] and all(
+            ours[0][key] == theirs[0][key] for key in ours[0].keys() & theirs[0].keys())
 
     if (splitting := recorded(model_dir)) is not None:
         return splitting, f"recorded in {model_dir / 'trainer_state.json'}"
-    for _, checkpoint in reversed(list_checkpoints(model_dir)):
-        if same_model(checkpoint) and (splitting := recorded(checkpoint)) is not None:
+    ours = model_files(model_dir)
+    for _, checkpoint in reversed(list_checkpoints(model_dir) if ours is not None else []):
+        if same_model(ours, checkpoint) and (splitting := recorded(checkpoint)) is not None:
             return splitting, f"recorded in {checkpoint.name}: the folder's trainer_state.json is missing"
     return "whitespace", "none recorded"
 

@@ -300,10 +300,10 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
 
     # The replaced card's layer analysis stays where it measured these very weights (a card made again), else it
     # would describe the earlier model.
-    analysis, key = layer_analysis_section(old_card), weights_key(model)
-    if analysis != NO_LAYER_ANALYSIS and analysed_weights(analysis) != key:
-        print(f"layer analysis: the card's measured other weights ({analysed_weights(analysis) or 'not named'}; these "
-              f"are {key}): left out; `make layer-analysis` measures these")
+    analysis = layer_analysis_section(old_card)
+    if analysis != NO_LAYER_ANALYSIS and (measured := analysed_weights(analysis)) != (key := weights_key(model)):
+        print(f"layer analysis: the card's measured other weights ({measured or 'not named'}; these are {key}): left "
+              "out; `make layer-analysis` measures these")
         analysis = NO_LAYER_ANALYSIS
 
     staging = output.with_name(output.name + ".partial")

@@ -66,7 +66,7 @@ from modeling.data import (  # noqa: E402
     count_words,
     read_corpus,
 )
-from modeling.checkpoints import CHECKPOINT_NAME, list_checkpoints  # noqa: E402
+from modeling.checkpoints import CHECKPOINT_NAME, in_folder, list_checkpoints  # noqa: E402
 from modeling.evaluate import perplexity  # noqa: E402
 from modeling.graphed_step import GraphedTrainingStep, assign_learning_rates, graph_unsupported_reason  # noqa: E402
 from modeling.presets import PRESETS, TRAINING_DEFAULTS, training_settings  # noqa: E402
@@ -507,7 +507,7 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
         if not (path / "trainer_state.json").is_file():
             raise PretrainError(f"--resume {path}: not a complete checkpoint folder (no trainer_state.json)")
         own = list_checkpoints(output_dir)
-        if own and path.resolve().parent != output_dir.resolve():
+        if own and not in_folder(path, output_dir):
             # Its checkpoints would mix with this run's, and a later plain --resume pick up theirs.
             raise PretrainError(
                 f"--resume {path}: {output_dir} already holds checkpoints ({', '.join(found.name for _, found in own)}), "
@@ -525,13 +525,14 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
 class TrainingLog:
     """OUTPUT_DIR/log.jsonl, one JSON object per logged step or evaluation (the learning curve)."""
 
-    def __init__(self, path: Path, active: bool, resume_step: int | None, continued: Path | None = None):
-        """`continued`: the log of the run resumed (`path` itself, or the log beside a checkpoint of another folder)."""
+    def __init__(self, path: Path, active: bool, resumed: tuple[int, Path] | None):
+        """`resumed`: the checkpoint's step and the log of the run it belongs to (`path` itself, or the log beside a
+        checkpoint of another folder); None for a new run."""
         self.path, self.active = path, active
-        continued = continued or path
-        if active and resume_step is not None:
+        if active and resumed is not None:
             # Lines past the checkpoint were written by the interrupted run (the last one maybe half), and the
             # resumed run writes them again.
+            resume_step, continued = resumed
             lines = continued.read_text(encoding="utf-8").splitlines() if continued.is_file() else []
             kept = [line for line in lines if self._step(line) <= resume_step]
             temporary = path.with_name(f".{path.name}.partial")
@@ -1052,7 +1053,7 @@ def train(args: argparse.Namespace) -> dict:
     # A resume from before OUTPUT_DIR's latest checkpoint (--resume PATH, PATH in OUTPUT_DIR) replaces the course
     # after PATH: its later checkpoints would have a later --resume go on with that course, past the log this run cuts
     # back to PATH's step.
-    abandoned = [] if checkpoint is None or checkpoint.resolve().parent != output_dir.resolve() else [
+    abandoned = [] if checkpoint is None or not in_folder(checkpoint, output_dir) else [
         old for found, old in list_checkpoints(output_dir) if found > step]
     if abandoned:
         accelerator.print(f"--resume {checkpoint}: this run replaces what followed step {step}: removing "
@@ -1066,8 +1067,8 @@ def train(args: argparse.Namespace) -> dict:
         # from an earlier step, or continuing a finished run) crashes before it gets there, the log cut back.
         (output_dir / "trainer_state.json").unlink(missing_ok=True)
     accelerator.wait_for_everyone()
-    log = TrainingLog(output_dir / "log.jsonl", main_process, step if checkpoint is not None else None,
-                      checkpoint.parent / "log.jsonl" if checkpoint is not None else None)
+    log = TrainingLog(output_dir / "log.jsonl", main_process,
+                      (step, checkpoint.parent / "log.jsonl") if checkpoint is not None else None)
 
     def run_seconds() -> float:
         """The run's wall time so far, the processes before a resume counted up to their checkpoint."""
