@@ -62,7 +62,7 @@ from tqdm.auto import tqdm
 from .embedder import ElmoEmbedder, check_batch_size, check_output_format, length_sorted_batches, sentence_arrays
 from .fast_bilstm import derived_weights
 from .files import (OutputLock, check_output_location, check_text_file, decode_utf8, fsync_path, link_target,
-                    read_file_bytes, read_text_file)
+                    read_file_bytes, read_text_file, sha256_tensors)
 
 logger = logging.getLogger(__name__)
 
@@ -201,11 +201,7 @@ def _model_fingerprint(model: torch.nn.Module) -> str:
 
 
 def _state_dict_sha256(tensors: dict[str, torch.Tensor]) -> str:
-    digest = hashlib.sha256()
-    for name, tensor in tensors.items():
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy())
-    return digest.hexdigest()
+    return sha256_tensors(tensors.items()).hexdigest()
 
 
 def _check_sentence_keys(sentences: list[str], input_file) -> None:

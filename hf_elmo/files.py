@@ -233,6 +233,17 @@ def sha256_file(path) -> str:
     return digest.hexdigest()
 
 
+def sha256_tensors(tensors) -> "hashlib._Hash":
+    """The sha256 of (name, tensor) pairs, names and bytes in the order given: a digest of a model's weights."""
+    import torch  # (here, not above: the commands check their files before torch is loaded)
+
+    digest = hashlib.sha256()
+    for name, tensor in tensors:
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return digest
+
+
 class OutputLock:
     """An exclusive lock that one run holds on its output, as the file `path`, for as long as the run lasts.
 

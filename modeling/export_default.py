@@ -15,7 +15,6 @@ output that cannot be used is one line `error: ...` and exit code 2, before anyt
 """
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -31,7 +30,7 @@ if __package__ in (None, ""):
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import DEFAULT_MODEL_DIR  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
-from hf_elmo.files import check_output_location, read_text_file  # noqa: E402
+from hf_elmo.files import check_output_location, read_text_file, sha256_tensors  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
@@ -128,11 +127,7 @@ def training_machine(device: str) -> str:
 
 def weights_key(model: torch.nn.Module) -> str:
     """A digest of every weight: which model a layer analysis measured (and whose features a cache holds)."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().numpy().tobytes())
-    return digest.hexdigest()[:16]
+    return sha256_tensors(sorted(model.state_dict().items())).hexdigest()[:16]
 
 
 def weights_line(key: str) -> str:

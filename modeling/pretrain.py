@@ -26,7 +26,6 @@ transformers), with log.jsonl (losses and held-out perplexities) and eval_result
 import argparse
 import contextlib
 import ctypes
-import hashlib
 import json
 import math
 import os
@@ -50,7 +49,8 @@ from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
-from hf_elmo.files import check_output_location, fsync_path, model_folder_problem, sha256_file  # noqa: E402
+from hf_elmo.files import (check_output_location, fsync_path, model_folder_problem, sha256_file,  # noqa: E402
+                            sha256_tensors)
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
 from hf_elmo.model_card import check_language, folder_card_language, render_model_card  # noqa: E402
@@ -708,11 +708,7 @@ def set_unigram_softmax(model: ElmoForPreTraining, text: EncodedText, vocabulary
 
 def weights_digest(model) -> int:
     """A 63-bit hash of every parameter's bytes, to check that all processes hold the same model."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return int.from_bytes(digest.digest()[:8], "big") >> 1
+    return int.from_bytes(sha256_tensors(sorted(model.state_dict().items())).digest()[:8], "big") >> 1
 
 
 def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vocabulary, tokenizer: ElmoTokenizer,

@@ -9,6 +9,7 @@ import site
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,20 +193,24 @@ def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subpr
     """`torchrun --standalone --nproc_per_node 2 ARGUMENTS` on CPU (gloo).
 
     --standalone rendezvous on a free port, never the fixed 29500 that another job on the machine may hold. On a
-    timeout the whole process group (the launcher and both workers) is killed and the test fails with the output."""
+    timeout the whole process group (the launcher and both workers) is killed and the test fails with the output,
+    which holds where each worker's threads were (faulthandler's traceback on SIGABRT)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *map(str, arguments)]
-    process = subprocess.Popen(command, env={**env, "ACCELERATE_USE_CPU": "1"}, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(command, env={**env, "ACCELERATE_USE_CPU": "1", "PYTHONFAULTHANDLER": "1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         # torchrun starts each worker in a session of its own: kill them by parentage, then the launcher's group.
-        for pid in _descendants(process.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        # SIGABRT first, so that each Python process writes its threads' tracebacks to the captured stderr.
+        for kill_signal in (signal.SIGABRT, signal.SIGKILL):
+            for pid in _descendants(process.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, kill_signal)
+            time.sleep(2 if kill_signal == signal.SIGABRT else 0)
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
-        pytest.fail(f"two processes still running after {timeout} s:\n{stdout[-2000:]}\n{stderr[-4000:]}")
+        pytest.fail(f"two processes still running after {timeout} s:\n{stdout[-2000:]}\n{stderr[-12000:]}")
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 

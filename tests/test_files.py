@@ -3,17 +3,20 @@ per output lock, and what is a Hub id."""
 
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import stat
 
+import numpy as np
 import pytest
+import torch
 
 from conftest import unwritable_folder
 
 from hf_elmo import files
 from hf_elmo.files import (OutputLock, atomic_file, check_output_location, check_text_file, is_hub_id, read_text_file,
-                           write_text_atomically)
+                           sha256_tensors, write_text_atomically)
 
 
 def test_text_files_are_checked_in_blocks_without_cutting_a_character(tmp_path, monkeypatch):
@@ -205,3 +208,15 @@ def test_text_files_and_output_locations_that_cannot_be_used_are_named(tmp_path)
         check_output_location(blocker / "sub" / "out.hdf5", "file")
     with pytest.raises(ValueError, match=f"^{re.escape(str(blocker))}: is a file, not a folder$"):
         check_output_location(blocker, "folder")
+
+
+def test_sha256_tensors_digests_names_and_bytes_in_order():
+    """The digest of (name, tensor) pairs: the names and each tensor's bytes (any dtype and shape, a scalar or a
+    non-contiguous view too), in the order given."""
+    weight = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    pairs = [("weight", weight.t()), ("gamma", torch.tensor(2.0)), ("half", torch.ones(2, dtype=torch.bfloat16))]
+    expected = hashlib.sha256(b"weight" + np.float32([[0, 3], [1, 4], [2, 5]]).tobytes() + b"gamma" +
+                              np.float32(2.0).tobytes() + b"half" + b"\x80\x3f" * 2)  # (bf16 1.0 is 0x3f80)
+    assert sha256_tensors(pairs).hexdigest() == expected.hexdigest()
+    assert sha256_tensors(reversed(pairs)).hexdigest() != expected.hexdigest()
+    assert sha256_tensors([("weight", weight.t().double())]).hexdigest() != sha256_tensors(pairs[:1]).hexdigest()
