@@ -757,6 +757,12 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
             )
         if found is not None and found != manifest:
             differences = sorted(key for key in manifest if found.get(key) != manifest[key])
+            if not differences:  # (only keys this version does not write: another version's run)
+                raise ValueError(
+                    f"{partial}: holds batches of an interrupted run of another version of hf-elmo (its "
+                    f"{MANIFEST_NAME} has {', '.join(sorted(set(found) - set(manifest)))}); finish it with that "
+                    "version, or delete the folder to start again"
+                )
             if differences == ["cpu_threads"] and isinstance(found.get("cpu_threads"), int):
                 raise ValueError(
                     f"{partial}: holds batches of an interrupted run that computed with {found['cpu_threads']} "

@@ -74,7 +74,7 @@ def usable_device(device: str | torch.device | None) -> torch.device:
     """`device` (default CPU) as a `torch.device`, or a ValueError saying why this machine cannot run on it."""
     available = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     try:
-        device = torch.device(device or "cpu")
+        device = torch.device("cpu" if device is None else device)  # (0 is the first GPU, as in torch)
         if device.type == "meta":
             raise RuntimeError("a meta tensor holds no numbers")
         torch.empty(1, device=device)
@@ -89,11 +89,12 @@ def usable_device(device: str | torch.device | None) -> torch.device:
 def load_model(model_name_or_path: str | os.PathLike, **model_kwargs) -> tuple[ElmoModel, ElmoTokenizer]:
     """The `ElmoModel` (in eval mode) and the tokenizer of a model folder or Hub id. A path that names no model
     folder is refused (ValueError) and a model that cannot be loaded (OSError), or is not an ELMo (ValueError), is
-    named, with why: transformers' messages do not name a Hub id it cannot reach."""
+    named, with why: transformers' messages do not name a Hub id it cannot reach. The tokenizer pads on the right
+    whatever the folder says: the embedder and the demo read each sentence's words from the start of its row."""
     check_model_location(model_name_or_path)
     try:
         model = ElmoModel.from_pretrained(model_name_or_path, **model_kwargs).eval()
-        tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path)
+        tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path, padding_side="right")
     except OSError as error:
         raise OSError(f"{model_name_or_path}: cannot load the model ({error})") from None
     except ValueError as error:  # (a config or a tokenizer file that is not an ELMo's: named, as above)

@@ -109,7 +109,7 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
             )
         # Each position is one word, never part of one; its text is its span of the sentence. A batch of a
         # left-padding tokenizer puts padding words (all zeros) before the sentence's, which its spans do not count.
-        padded = np.asarray(input_ids).reshape(len(scores), -1).any(axis=1).argmax() if len(scores) else 0
+        padded = int(np.asarray(input_ids).reshape(len(scores), -1).any(axis=1).argmax()) if len(scores) else 0
         pre_entities = []
         for index, word_scores in enumerate(scores):
             if special_tokens_mask[index]:

@@ -210,6 +210,29 @@ def test_the_token_cache_turned_off_embeds_the_same(model_path, embedder, tmp_pa
     assert all(np.allclose(off[key], on[key], atol=1e-6) for key in on if key != "sentence_to_index")
 
 
+def test_a_folder_that_pads_on_the_left_embeds_the_same(model_path, embedder, tmp_path):
+    """A model folder whose tokenizer pads on the left (tokenizer_config.json): the embedder, `embed_file` and the
+    demo read each sentence's own words, as with the folder that pads on the right."""
+    from hf_elmo.demo import run_demo
+
+    left = tmp_path / "left"
+    shutil.copytree(model_path, left)
+    config = json.loads((left / "tokenizer_config.json").read_text())
+    (left / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "left"}))
+    assert ElmoTokenizer.from_pretrained(left).padding_side == "left"
+    left_embedder = ElmoEmbedder(left)
+    sentences = [line.split() for line in fixture_lines()[:6]]  # (3 to 53 words)
+    for ours, right in zip(left_embedder.embed_batch(sentences), embedder.embed_batch(sentences), strict=True):
+        assert np.allclose(ours, right, atol=1e-6)
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:6])
+    left_embedder.embed_file(source, tmp_path / "left.hdf5", batch_size=3, progress=False)
+    embedder.embed_file(source, tmp_path / "right.hdf5", batch_size=3, progress=False)
+    ours, right = read_all(tmp_path / "left.hdf5"), read_all(tmp_path / "right.hdf5")
+    assert ours.keys() == right.keys() and ours["sentence_to_index"] == right["sentence_to_index"]
+    assert all(np.allclose(ours[key], right[key], atol=1e-6) for key in right if key != "sentence_to_index")
+    assert run_demo(str(left), None)["nearest_sense"] == run_demo(str(model_path), None)["nearest_sense"]
+
+
 def test_the_output_folder_is_made_when_missing(model_path, tmp_path):
     source = write_lines(tmp_path / "in.txt", ["a b", "c"])
     output = tmp_path / "new" / "sub" / "out.hdf5"
@@ -701,6 +724,14 @@ def test_devices_that_this_machine_lacks_fail_clearly(tmp_path, capsys):
                             "--model", tmp_path / "no-such-model")
         assert_only_an_error_line(code, err, f"device '{device}' cannot be used here", "this machine has cpu")
     assert not (tmp_path / "out.hdf5").exists()
+    # The device number 0 is the first GPU, as in torch and transformers (it was taken for "no device": the CPU).
+    from hf_elmo.embedder import usable_device
+
+    if torch.cuda.is_available():
+        assert usable_device(0) == torch.device("cuda:0")
+    else:
+        with pytest.raises(ValueError, match="device '0' cannot be used here"):
+            usable_device(0)
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_word(embedder, tmp_path):
@@ -974,6 +1005,15 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
         embedder.embed_file(source, output, batch_size=4, progress=False)
     assert str(raised.value) == (f"{partial}: holds batches of an interrupted run with different batch_size; rerun "
                                  "that command to finish it, or delete the folder to start again")
+    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+    # A run of another version, whose manifest holds a key this one does not write (and all of this one's alike):
+    manifest = json.loads((partial / "manifest.json").read_text())
+    (partial / "manifest.json").write_text(json.dumps({**manifest, "layout": 2}))
+    with pytest.raises(ValueError) as raised:
+        embedder.embed_file(source, output, batch_size=2, progress=False)
+    assert str(raised.value) == (f"{partial}: holds batches of an interrupted run of another version of hf-elmo (its "
+                                 "manifest.json has layout); finish it with that version, or delete the folder to "
+                                 "start again")
     assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
 
 

@@ -69,10 +69,12 @@ def without_scores(entities):
 
 
 def assert_same_entities(found, expected):
-    """The same entities, scores to float rounding (a batch computes them in other sums)."""
+    """The same entities, scores to float rounding (a batch computes them in other sums), and their positions plain
+    ints, as transformers' own pipeline gives them (not NumPy's)."""
     assert len(found) == len(expected)
     for one, other in zip(found, expected):
         assert without_scores(one) == without_scores(other)
+        assert all(type(entity[key]) is int for entity in one for key in ("index", "start", "end") if key in entity)
         assert [entity["score"] for entity in one] == pytest.approx([entity["score"] for entity in other], abs=1e-5)
 
 

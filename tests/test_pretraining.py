@@ -1265,6 +1265,35 @@ def test_time_budget_ends_on_time_with_the_schedule_complete(tmp_path):
     assert rates[7] == pytest.approx(0.2 * (1 - spent), rel=1e-6)
 
 
+def test_time_budget_counts_only_the_optimizer_steps(tmp_path, monkeypatch):
+    """--max-train-minutes counts the optimizer steps' own time: evaluations and checkpoints (here each made to take
+    100 s more on pretrain.py's clock) do not spend the budget, and the run's wall time passes it by their time."""
+    from modeling import pretrain
+
+    class Clock:  # pretrain.py's time: the real one, and the 100 s that each slowed call took
+        slowed = 0
+
+        @staticmethod
+        def perf_counter():
+            return time.perf_counter() + 100.0 * Clock.slowed
+
+    def slowed(function):
+        def call(*args):
+            Clock.slowed += 1
+            return function(*args)
+        return call
+
+    monkeypatch.setattr(pretrain, "time", Clock)
+    monkeypatch.setattr(pretrain, "perplexity", slowed(pretrain.perplexity))
+    monkeypatch.setattr(pretrain, "save_checkpoint", slowed(pretrain.save_checkpoint))
+    folder = tmp_path / "run"
+    assert pretrain.main([*map(str, TRAIN_ARGS), "--max-train-minutes", "0.02", "--eval-steps", "2", "--save-steps",
+                          "2", "--output-dir", str(folder)]) == 0
+    state = json.loads((folder / "trainer_state.json").read_text())
+    assert 1.2 <= state["train_seconds"] < 10 and Clock.slowed >= 3  # (step 2's evaluation and checkpoint, the last)
+    assert state["seconds"] >= state["train_seconds"] + 100 * Clock.slowed
+
+
 def test_bf16_mixed_precision_trains_near_the_float32_run(reference_run, tmp_path):
     """--mixed-precision bf16 (Accelerate's autocast, here on the CPU): recorded in the run's settings, and its losses
     are finite and near, but not equal to, the float32 reference run's (the same seed, batches and draws)."""
