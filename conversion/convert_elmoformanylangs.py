@@ -30,7 +30,7 @@ from hf_elmo.lexicon import ElmoLexicon, LexiconError, read_dictionary  # noqa: 
 from hf_elmo.model_card import check_language, render_model_card  # noqa: E402
 
 from conversion.convert_original_elmo import (  # noqa: E402
-    _verify_reload, atomic_output_dir, check_finite_weights, check_output_dir, load_checkpoint, quiet_transformers)
+    _verify_reload, atomic_output_dir, check_weights_to_write, check_output_dir, load_checkpoint, quiet_transformers)
 from conversion.elmoformanylangs_format import (  # noqa: E402
     WEIGHT_FILES,
     architecture_from_config,
@@ -130,7 +130,7 @@ def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path
     model = load_checkpoint(model_dir)
     config = model.config
     check_convertible(config)
-    check_finite_weights(model, model_dir)
+    check_weights_to_write(model, model_dir)
     # A folder saved before the tokenizer recorded its alphabet would load without char.dic as a byte tokenizer.
     for name in ("char.dic", "word.dic") if config.word_vocab_size else ("char.dic",):
         if not (path := Path(model_dir, name)).is_file():

@@ -1,7 +1,7 @@
 """Convert original ELMo weights (options.json + weights.hdf5) to a Hugging Face checkpoint, and back.
 
     python conversion/convert_original_elmo.py --options-file OPTIONS.json --weight-file WEIGHTS.hdf5 \
-        --output-dir DIR
+        --output-dir DIR [--language fr]
     python conversion/convert_original_elmo.py --to-original --model-dir DIR --output-dir ORIGINAL_DIR
 
 The Hugging Face folder holds the config, safetensors weights, tokenizer files, a model card and the model
@@ -31,7 +31,7 @@ from safetensors import safe_open  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location, plain_mode  # noqa: E402
-from hf_elmo.model_card import render_model_card  # noqa: E402
+from hf_elmo.model_card import check_language, render_model_card  # noqa: E402
 
 from conversion.original_format import (  # noqa: E402
     ConversionError,
@@ -150,21 +150,32 @@ def quiet_transformers(errors_only: bool = False):
             transformers.logging.enable_progress_bar()
 
 
-def check_finite_weights(model: ElmoModel, model_dir: str | os.PathLike) -> None:
-    """Every weight a way back writes is finite: the original formats are read with NaN and infinity refused, and
-    the read-back of the files written would refuse them naming the staging folder, which is gone by then."""
+def check_weights_to_write(model: ElmoModel, model_dir: str | os.PathLike) -> None:
+    """Every weight a way back writes is finite and float32 holds it exactly: the original formats are float32, read
+    with NaN and infinity refused (the read-back of the files written would refuse them naming the staging folder,
+    which is gone by then), and a float64 checkpoint's values must not be rounded on the way, as on the way in."""
     for name, tensor in model.state_dict().items():
-        if not name.startswith("scalar_mixes.") and not torch.isfinite(tensor).all():
+        if name.startswith("scalar_mixes."):
+            continue
+        if not torch.isfinite(tensor).all():
             count = tensor.numel() - int(torch.isfinite(tensor).sum())
             plural = "s" if count > 1 else ""
             raise ConversionError(f"{model_dir}: tensor {name} holds {count} non-finite value{plural} (NaN or infinity)")
+        if not torch.equal(tensor.to(torch.float32).to(tensor.dtype), tensor):
+            raise ConversionError(f"{model_dir}: tensor {name} is {str(tensor.dtype).removeprefix('torch.')}, with "
+                                  "values that float32 (the original format's) would round")
 
 
 def _shard_names(index: Path) -> list[str]:
+    """The files that the index's weight_map names: each a file name beside it."""
     try:
-        return list(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        names = list(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as error:
         raise ConversionError(f"{index}: not a safetensors index ({error})") from None
+    for name in names:
+        if not (isinstance(name, str) and name and Path(name).name == name):
+            raise ConversionError(f"{index}: not a safetensors index (its weight_map names {name!r}, not a file name)")
+    return names
 
 
 def _probe_outputs(model: ElmoModel, tokenizer: ElmoTokenizer) -> list[torch.Tensor]:
@@ -205,8 +216,11 @@ def convert_original_to_hf(
     output_dir: str | os.PathLike,
     model_id: str | None = None,
     overwrite: bool = False,
+    language: str | list[str] = "en",
 ) -> Path:
-    """Write a complete, verified Hugging Face checkpoint of an original ELMo model to `output_dir`."""
+    """Write a complete, verified Hugging Face checkpoint of an original ELMo model to `output_dir`; `language` (the
+    card's: the released models are English) is checked before anything else."""
+    check_language(language)
     inputs = (options_file, weight_file)
     check_output_dir(output_dir, overwrite, inputs)
     config = ElmoConfig.from_original_options(options_file)
@@ -217,7 +231,8 @@ def convert_original_to_hf(
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     model_id = model_id or Path(output_dir).resolve().name
     card = render_model_card(
-        model, model_id, source=f"converted from `{Path(options_file).name}` and `{Path(weight_file).name}`"
+        model, model_id, source=f"converted from `{Path(options_file).name}` and `{Path(weight_file).name}`",
+        language=language,
     )
     with atomic_output_dir(output_dir, overwrite, inputs) as staging:
         model.save_pretrained(staging)
@@ -233,7 +248,7 @@ def convert_hf_to_original(
     """Write `options.json` and `weights.hdf5` (bilm-tf's format, read by AllenNLP) for a checkpoint."""
     check_output_dir(output_dir, overwrite, (model_dir,))
     model = load_checkpoint(model_dir)
-    check_finite_weights(model, model_dir)
+    check_weights_to_write(model, model_dir)
     config = model.config
     arrays = state_dict_to_original(model.state_dict(), config)
     with atomic_output_dir(output_dir, overwrite, (model_dir,)) as staging:
@@ -255,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weight-file", help="original weights.hdf5")
     parser.add_argument("--output-dir", required=True, help="folder to write (must not exist or be empty)")
     parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
+    parser.add_argument("--language", default="en", help="the model's language for the card, an ISO 639 code such "
+                        "as en or fr (default: en, the language of the released models)")
     parser.add_argument("--to-original", action="store_true", help="convert a Hugging Face checkpoint back")
     parser.add_argument("--model-dir", help="with --to-original: the Hugging Face checkpoint folder")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
@@ -264,13 +281,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.to_original and not (args.options_file and args.weight_file):
         parser.error("converting original weights needs --options-file and --weight-file")
     try:
+        try:
+            check_language(args.language)
+        except ValueError as error:
+            raise ConversionError(f"--language {error}") from None
         with quiet_transformers():
             if args.to_original:
                 convert_hf_to_original(args.model_dir, args.output_dir, overwrite=args.overwrite)
                 print(f"wrote options.json and weights.hdf5 to {args.output_dir}")
             else:
                 convert_original_to_hf(args.options_file, args.weight_file, args.output_dir, model_id=args.model_id,
-                                       overwrite=args.overwrite)
+                                       overwrite=args.overwrite, language=args.language)
                 print(f"wrote and verified a Hugging Face checkpoint in {args.output_dir}")
     except (ValueError, OSError) as error:  # ConversionError, the config's own checks, a full disk
         print(f"error: {error}", file=sys.stderr)

@@ -44,6 +44,7 @@ ELMO_AUTO_MAP = {
 # What each field's value must be, beyond its type (checked at construction): (test, requirement for the message).
 AT_LEAST_ONE = (lambda value: value >= 1, "at least 1")
 A_PROBABILITY = (lambda value: 0 <= value < 1, "in [0, 1)")
+MAX_CHARACTERS_PER_TOKEN = 1000  # (the released models read 50)
 VALUE_RULES = {
     "char_embedding_dim": AT_LEAST_ONE,
     "char_cnn_filters": (
@@ -52,7 +53,9 @@ VALUE_RULES = {
     ),
     "num_highway_layers": (lambda value: value >= 0, "0 or more"),
     "char_cnn_activation": (lambda value: value in ("relu", "tanh"), "'relu' or 'tanh'"),
-    "max_characters_per_token": (lambda value: value >= 3, "at least 3 (begin, end and one character)"),
+    # (an upper bound too: every word is padded to it, and 10**9 from an options.json filled the memory)
+    "max_characters_per_token": (lambda value: 3 <= value <= MAX_CHARACTERS_PER_TOKEN,
+                                 f"from 3 (begin, end and one character) to {MAX_CHARACTERS_PER_TOKEN}"),
     "n_characters": (lambda value: value >= 2, "at least 2 (262 for the byte alphabet: see _check_alphabet)"),
     "alphabet": (lambda value: value in ALPHABETS, f"one of {', '.join(map(repr, ALPHABETS))}"),
     "word_vocab_size": (lambda value: value >= 0, "0 or more (0: no word input)"),

@@ -59,6 +59,15 @@ def check_language(language: str | Sequence[str]) -> None:
             raise ValueError(f"{code!r} is not a language code: give ISO 639 codes such as en, zh or pt-BR")
 
 
+# Words that YAML 1.1 (the Hub's and PyYAML's) reads as true or false, whatever their case: Norwegian's `no` among them.
+YAML_BOOLEANS = {"y", "n", "yes", "no", "on", "off", "true", "false"}
+
+
+def _yaml_code(code: str) -> str:
+    """A language code as the card's YAML header reads it back: quoted where YAML would read a boolean."""
+    return f'"{code}"' if code.lower() in YAML_BOOLEANS else code
+
+
 def render_model_card(
     model: nn.Module,
     model_id: str,
@@ -84,7 +93,7 @@ def render_model_card(
         model_id=model_id,
         pipeline_tag=pipeline_tag or class_pipeline_tag,
         license=license,
-        language=language if isinstance(language, str) else "".join(f"\n- {code}" for code in language),
+        language=_yaml_code(language) if isinstance(language, str) else "".join(f"\n- {_yaml_code(code)}" for code in language),
         extra_metadata=f"base_model: {base_model}\n" if base_model else "",
         parameters=f"{sum(p.numel() for p in model.parameters()):,}",
         num_layers=config.num_lstm_layers + 1,
@@ -112,10 +121,12 @@ def _input_description(config: ElmoConfig) -> str:
     """How the model reads a word: its UTF-8 bytes, or its characters in char.dic (and its id in word.dic)."""
     if config.alphabet == "bytes":
         return "each word's UTF-8 bytes: there are no out-of-vocabulary words"
-    described = f"each word's characters in char.dic: {config.n_characters - 1} characters (others read as `<oov>`)"
+    described = (f"each word's characters in char.dic: {config.n_characters - 1} entries, the special `<bos>`, `<eos>`, "
+                 "`<oov>`, `<pad>`, `<bow>` and `<eow>` among them (other characters read as `<oov>`)")
     if config.word_vocab_size:
-        described += (f"; and its id in word.dic: {config.word_vocab_size} words (others read as `<oov>`), "
-                      f"{config.word_embedding_dim}-dimensional word vectors")
+        described += (f"; and its id in word.dic: {config.word_vocab_size} entries, the special `<oov>`, `<bos>`, "
+                      f"`<eos>` and `<pad>` among them (other words read as `<oov>`), {config.word_embedding_dim}-"
+                      "dimensional word vectors")
     return described
 
 

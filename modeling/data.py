@@ -203,15 +203,35 @@ class WordTable:
 
     def spell(self, types: np.ndarray) -> torch.Tensor:
         """Word-table ids [...] -> character ids [..., K], the model's input."""
-        return self.char_ids[torch.from_numpy(np.ascontiguousarray(types, dtype=np.int64))].long()
+        return self.char_ids[_index(types)].long()
 
     def model_inputs(self, types: np.ndarray, prefix: str = "") -> dict[str, torch.Tensor]:
         """Word-table ids [...] -> `{prefix}input_ids` [..., K] and, with word input, `{prefix}input_word_ids` [...]."""
         inputs = {f"{prefix}input_ids": self.spell(types)}
         if self.has_word_ids:
             self.char_ids  # (re)builds the word id table with the character one
-            inputs[f"{prefix}input_word_ids"] = self._word_id_table[torch.from_numpy(np.ascontiguousarray(types, dtype=np.int64))]
+            inputs[f"{prefix}input_word_ids"] = self._word_id_table[_index(types)]
         return inputs
+
+
+def _index(types: np.ndarray) -> torch.Tensor:
+    """`types` as an int64 tensor of its own: np.array copies where np.ascontiguousarray may not (NumPy counts a
+    [1, 1] window flipped left to right as contiguous, with a negative stride, which torch refuses)."""
+    return torch.from_numpy(np.array(types, dtype=np.int64))
+
+
+def target_ids(words: list[str], vocabulary: Vocabulary, table: WordTable) -> np.ndarray:
+    """The vocabulary ids of `words` as targets, `<UNK>`'s for words it lacks. With a character vocabulary
+    (ELMoForManyLangs'), the model reads a word as its first K - 2 characters and word.dic holds words so cut: a
+    longer word that the vocabulary lacks is its cut form's target, as in the package's training."""
+    ids = vocabulary.ids(words)
+    lexicon = table.tokenizer.lexicon
+    if lexicon is not None:
+        for position in np.flatnonzero(ids == vocabulary.unk_id):
+            cut = lexicon.cut(words[position])
+            if cut != words[position]:
+                ids[position] = vocabulary.index.get(cut, vocabulary.unk_id)
+    return ids
 
 
 @dataclass
@@ -239,7 +259,7 @@ class EncodedText:
         for batch in sentences.iter(batch_size=10_000):
             words = [word for sentence in batch["words"] for word in sentence]
             types.append(np.asarray(table.ids(words), dtype=np.int32))
-            targets.append(vocabulary.ids(words).astype(np.int32))
+            targets.append(target_ids(words, vocabulary, table).astype(np.int32))
             lengths.extend(len(sentence) for sentence in batch["words"])
         return cls(types=np.concatenate(types), targets=np.concatenate(targets), offsets=np.cumsum(lengths))
 

@@ -144,7 +144,7 @@ PRESETS = {
             "max_grad_norm": 5.0,
             "epochs": 40.0,
             "save_steps": 2000,
-            "eval_steps": 2656,  # every 2 epochs
+            "eval_steps": 2654,  # every 2 epochs (1,327 steps each)
             "logging_steps": 50,
         },
     },

@@ -455,8 +455,11 @@ def finished_run_message(args, settings: dict, output_dir: Path, finished: dict,
         length = (f"its {settings['max_train_minutes']:g} minutes of training spent" if spent
                   else f"--max-steps {max_steps}" if args.max_steps is not None
                   else f"the {max_steps} steps of --epochs {settings['epochs']:g}")
+        going_on = ("a run with a time budget ends with it: more minutes are another run, in another folder" if spent
+                    else "a larger --max-steps trains on, from its latest checkpoint" if checkpoint
+                    else "a larger --max-steps trains again from the beginning: no checkpoint is left")
         return (f"{output_dir}: the run finished at step {finished['step']} ({length}): nothing to train; its final "
-                "model is there (a larger --max-steps trains on, from its latest checkpoint)"), True
+                f"model is there ({going_on})"), True
     start = f"from {checkpoint}, the latest checkpoint" if checkpoint else "from the beginning: no checkpoint is left"
     return f"{output_dir}: the run finished at step {finished['step']}; it goes on to step {max_steps} {start}", False
 
@@ -491,6 +494,16 @@ def load_carried_states(checkpoint: Path, process_index: int, device) -> tuple[t
     return (carried["h"].to(device), carried["c"].to(device)) if carried else None
 
 
+def is_final_model(folder: Path) -> bool:
+    """Whether `folder` holds a run's final model (its trainer_state.json records the run's latest checkpoint), which
+    is not a checkpoint."""
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(state, dict) and "latest_checkpoint" in state
+
+
 def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path | None:
     if args.resume is None:
         if list_checkpoints(output_dir) and not args.overwrite_output_dir:
@@ -506,6 +519,10 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
                                 f"latest checkpoint: --resume {inside[-1][1]}")
         if not (path / "trainer_state.json").is_file():
             raise PretrainError(f"--resume {path}: not a complete checkpoint folder (no trainer_state.json)")
+        if is_final_model(path):
+            raise PretrainError(f"--resume {path}: a run's final model, which kept no checkpoint to resume from (it "
+                                "holds no optimizer or random states); to train it on, start a run with --init-from "
+                                f"{path}")
         own = list_checkpoints(output_dir)
         if own and not in_folder(path, output_dir):
             # Its checkpoints would mix with this run's, and a later plain --resume pick up theirs.
@@ -698,7 +715,9 @@ def build_model(args, settings: dict, vocabulary: Vocabulary, tokenizer: ElmoTok
 
 def set_unigram_softmax(model: ElmoForPreTraining, text: EncodedText, vocabulary: Vocabulary) -> None:
     """Make the softmax the unigram model of `text`: weights 0, bias = log of each word's (add-one smoothed)
-    frequency among the training targets of both LMs. Whatever the biLM reads, it starts at unigram perplexity."""
+    frequency in the text with both sentence boundaries, each word counted once and `<S>` and `</S>` once per
+    sentence (the backward and the forward LM's end target). Whatever the biLM reads, it starts near unigram
+    perplexity."""
     counts = np.bincount(text.targets, minlength=len(vocabulary)).astype(np.float64)
     counts[[vocabulary.bos_id, vocabulary.eos_id]] += text.num_sentences
     with torch.no_grad():
@@ -1160,7 +1179,7 @@ def train(args: argparse.Namespace) -> dict:
         steps_in_sums += 1
         progress.update(1)
 
-        if step % settings["logging_steps"] == 0 or step == max_steps:
+        if step % settings["logging_steps"] == 0 or finished:  # (a time limit ends at any step)
             totals = accelerator.reduce(sums, "sum")
             elapsed = time.perf_counter() - started
             record = {

@@ -81,11 +81,17 @@ class Vocabulary:
 
     @classmethod
     def from_word_dictionary(cls, words: dict[str, int], source: str = "word.dic") -> "Vocabulary":
-        """The words of an ELMoForManyLangs word.dic (`word -> id`), id = position, as the package's softmax has them."""
+        """The words of an ELMoForManyLangs word.dic (`word -> id`), id = position, as the package's softmax has them.
+
+        An entry that a vocabulary file cannot hold as it is (one with whitespace, such as the `\u3000` that the
+        package reads for a line without a word, or `!!!MAXTERMID`) keeps its softmax row under the name
+        `<word.dic:ID>`, so that the vocabulary saved reads back the same: text split at whitespace never has such a
+        word as a target."""
         ordered = sorted(words, key=words.__getitem__)
         if [words[word] for word in ordered] != list(range(len(ordered))):
             raise VocabularyError(f"{source}: the word ids must be 0 .. {len(ordered) - 1}, one per word")
-        return cls(ordered, source=source)
+        return cls([word if _one_line_word(word) else f"<word.dic:{number}>" for number, word in enumerate(ordered)],
+                   source=source)
 
     @classmethod
     def from_counts(cls, counts: Counter, max_size: int | None = None, min_count: int = 1) -> "Vocabulary":
@@ -108,3 +114,8 @@ class Vocabulary:
     def save(self, path: str | os.PathLike) -> None:
         """Write the file atomically: a reader sees the old file or the whole new one."""
         write_text_atomically(path, "\n".join(self.words) + "\n")
+
+
+def _one_line_word(word: str) -> bool:
+    """Whether a vocabulary file's line can hold `word` as it is (`from_file` reads it back the same)."""
+    return bool(word) and word == word.strip() and not any(c in word for c in " \t\n\r") and word != SKIPPED_LINE

@@ -458,13 +458,23 @@ def test_converted_folders_have_the_modes_of_a_plain_folder(original, tmp_path):
         assert modes == dict.fromkeys(modes, 0o640)
 
 
-def test_model_id_names_the_model_in_its_card(original, tmp_path, capsys):
-    """--model-id is the name the card's usage code loads; by default, the output folder's name."""
+def test_model_id_and_language_name_the_model_in_its_card(original, tmp_path, capsys):
+    """--model-id is the name the card's usage code loads; by default, the output folder's name. --language is the
+    card's language (every card said en: a French community model could not say fr); by default en, the released
+    models'. A code that is none is refused before anything is written."""
+    from huggingface_hub import ModelCard
+
     args = ["--options-file", original / "options.json", "--weight-file", original / "weights.hdf5"]
-    assert run_main(capsys, *args, "--output-dir", tmp_path / "out", "--model-id", "someone/elmo-test")[0] == 0
-    assert 'AutoModel.from_pretrained("someone/elmo-test")' in (tmp_path / "out" / "README.md").read_text()
+    assert run_main(capsys, *args, "--output-dir", tmp_path / "out", "--model-id", "someone/elmo-test",
+                    "--language", "fr")[0] == 0
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert 'AutoModel.from_pretrained("someone/elmo-test")' in card and ModelCard(card).data.language == "fr"
     assert run_main(capsys, *args, "--output-dir", tmp_path / "elmo-here")[0] == 0
-    assert 'AutoModel.from_pretrained("elmo-here")' in (tmp_path / "elmo-here" / "README.md").read_text()
+    card = (tmp_path / "elmo-here" / "README.md").read_text()
+    assert 'AutoModel.from_pretrained("elmo-here")' in card and ModelCard(card).data.language == "en"
+    code, _, err = run_main(capsys, *args, "--output-dir", tmp_path / "bad", "--language", "french")
+    assert code == 2 and not (tmp_path / "bad").exists()
+    assert err == "error: --language 'french' is not a language code: give ISO 639 codes such as en, zh or pt-BR\n"
 
 
 def test_to_original_from_a_folder_that_is_not_a_checkpoint(tmp_path, capsys):
@@ -662,6 +672,11 @@ def damage_checkpoint(folder: Path, case: str) -> None:
         state = load_file(folder / "model.safetensors")
         state["layers.1.bias"][0, 3] = float("nan")
         save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    elif case in ("a float64 weight that float32 would round", "a float64 weight beyond float32's range"):
+        model = ElmoModel.from_pretrained(folder).double()  # (saved so, its config.json says float64)
+        with torch.no_grad():
+            model.layers[1].bias[0, 3] = 1e300 if "range" in case else model.layers[1].bias[0, 3] + 1e-12
+        model.save_pretrained(folder)
 
 
 TO_ORIGINAL_BAD_INPUTS = {
@@ -677,6 +692,11 @@ TO_ORIGINAL_BAD_INPUTS = {
     "fewer highway layers in config.json": ["which its config.json has no place for"],
     # (the read-back of weights.hdf5 refused it, naming the staging folder, gone by then, and the dataset)
     "a NaN in a weight": ["model: tensor layers.1.bias holds 1 non-finite value (NaN or infinity)"],
+    # (written rounded, and read back equal to what was written; 1e300 became infinity, refused naming the staging)
+    "a float64 weight that float32 would round": [
+        "model: tensor layers.1.bias is float64, with values that float32 (the original format's) would round"],
+    "a float64 weight beyond float32's range": [
+        "model: tensor layers.1.bias is float64, with values that float32 (the original format's) would round"],
 }
 
 
@@ -685,15 +705,27 @@ def test_to_original_refuses_a_broken_checkpoint(converted, tmp_path, capsys, mo
     folder = tmp_path / "model"
     shutil.copytree(converted["allennlp-elmo"], folder)
     damage_checkpoint(folder, case)
+    capsys.readouterr()  # (the progress bars of a damage that loads and saves the model)
     monkeypatch.chdir(tmp_path)  # paths as a user types them, relative
     code, _, err = run_main(capsys, "--to-original", "--model-dir", "model", "--output-dir", "back")
     assert_only_an_error_line(code, err, *TO_ORIGINAL_BAD_INPUTS[case])
     assert not (tmp_path / "back").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".back")]
 
 
+def test_to_original_of_a_float64_checkpoint_that_float32_holds_is_exact(converted, tmp_path):
+    """A checkpoint saved in float64 whose values float32 holds (as the way back refuses the others) is written back
+    with the original's very values."""
+    folder = tmp_path / "model"
+    ElmoModel.from_pretrained(converted["allennlp-elmo"]).double().save_pretrained(folder)
+    back = read_datasets(convert_hf_to_original(folder, tmp_path / "back") / "weights.hdf5")
+    original = read_datasets(FIXTURE_SETS["allennlp-elmo"].weight_file)
+    assert back.keys() == original.keys() and all(np.array_equal(back[key], original[key]) for key in original)
+
+
 def test_to_original_reads_a_sharded_checkpoint_and_names_a_broken_index_or_shard(converted, tmp_path, capsys):
     """A checkpoint saved in shards (model.safetensors.index.json and the files it names) converts back exactly; an
-    index that does not read, or a shard cut short, is one error line naming the file, and nothing is written."""
+    index that does not read or names what is not a file beside it, or a shard cut short, is one error line naming
+    the file, and nothing is written."""
     folder = tmp_path / "model"
     ElmoModel.from_pretrained(converted["allennlp-elmo"]).save_pretrained(folder, max_shard_size="20KB")
     shards = sorted(folder.glob("model-*.safetensors"))
@@ -704,7 +736,11 @@ def test_to_original_reads_a_sharded_checkpoint_and_names_a_broken_index_or_shar
     index = folder / "model.safetensors.index.json"
     whole_index, whole_shard = index.read_text(), shards[-1].read_bytes()
     capsys.readouterr()  # (the progress bars of the saving and loading above)
+    weight_map = json.loads(whole_index)["weight_map"]
     for damage, message in [(lambda: index.write_text('{"metadata": {}}'), f"{index}: not a safetensors index"),
+                            *[(lambda name=name: index.write_text(json.dumps({"weight_map": {**weight_map, "x": name}})),
+                               f"{index}: not a safetensors index (its weight_map names {name!r}, not a file name)")
+                              for name in (1, "", "../model.safetensors")],
                             (lambda: shards[-1].write_bytes(whole_shard[:100]),
                              f"{shards[-1]}: not a readable safetensors file")]:
         damage()

@@ -249,7 +249,11 @@ def test_converted_folder_is_complete(converted_elmoformanylangs):
     assert config["auto_map"]["AutoModel"] == "modeling_elmo.ElmoModel"
     card = (folder / "README.md").read_text()
     assert "language: zh" in card and "ELMoForManyLangs model `with_words`" in card and "${" not in card
-    assert "char.dic: 61 characters" in card and "word.dic: 51 words" in card
+    # (the counts are of the files' entries, the special ones among them: 55 characters and 6 special entries)
+    lexicon = ElmoTokenizer.from_pretrained(folder).lexicon
+    assert len(lexicon.chars) == 61 and len(lexicon.words) == 51
+    assert "char.dic: 61 entries, the special `<bos>`, `<eos>`, `<oov>`, `<pad>`, `<bow>` and `<eow>` among them" in card
+    assert "word.dic: 51 entries, the special `<oov>`, `<bos>`, `<eos>` and `<pad>` among them" in card
 
 
 def test_released_models_name_the_packages_own_architecture(converted_elmoformanylangs, tmp_path):
@@ -478,6 +482,22 @@ def test_bad_input_fails_clearly_and_writes_nothing(tmp_path, capsys, case):
     assert_a_damaged_copy_is_refused(ELMOFORMANYLANGS / "with_words", *BAD_INPUTS[case], tmp_path, capsys)
     assert not (tmp_path / "model" / "ran").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ([] if case == "no model folder" else ["model"])
+
+
+def test_weights_in_torchs_format_before_1_6_convert_exactly(converted_elmoformanylangs, tmp_path):
+    """The released models were saved by torch 0.4, before torch's zip format: such .pkl files (no zip archive, so
+    no CRC-32s to check) convert to the same model as the fixtures' zip files."""
+    import zipfile
+
+    folder = tmp_path / "model"
+    shutil.copytree(ELMOFORMANYLANGS / "with_words", folder)
+    for name in ("encoder.pkl", "token_embedder.pkl"):
+        state = torch.load(folder / name, weights_only=True)
+        torch.save(state, folder / name, _use_new_zipfile_serialization=False)
+        assert not zipfile.is_zipfile(folder / name)
+    expected = ElmoModel.from_pretrained(converted_elmoformanylangs["with_words"]).state_dict()
+    found = ElmoModel.from_pretrained(convert_elmoformanylangs_to_hf(folder, tmp_path / "out")).state_dict()
+    assert found.keys() == expected.keys() and all(torch.equal(found[name], expected[name]) for name in expected)
 
 
 def test_tensors_of_other_float_types_that_float32_holds_convert_exactly(converted_elmoformanylangs, tmp_path):

@@ -377,8 +377,10 @@ def test_the_default_card_keeps_the_language_of_the_folders_card(head_folders, t
     (folder / "README.md").unlink(missing_ok=True)
     model = ElmoForTokenClassification.from_pretrained(folder)
     assert ModelCard(default_model_card(model, "someone/tagger")).data.language == "und"
-    for language in ("zh", ["en", "zh"]):
+    # (Norwegian's `no`, and `on`, YAML reads as booleans unless they are quoted: they were False and True, then und.)
+    for language in ("zh", ["en", "zh"], "no", ["no", "nn"], "ON"):
         (folder / "README.md").write_text(render_model_card(model, "someone/tagger", source="a test", language=language))
+        assert ModelCard((folder / "README.md").read_text()).data.language == language
         assert ModelCard(default_model_card(model, "someone/tagger")).data.language == language
     # A card that names no language hf-elmo can write (or whose header does not parse) gives und, not an error.
     for header, expected in (("license: mit", "und"), ("language: multilingual", "multilingual"),

@@ -232,6 +232,14 @@ def test_a_pooling_set_after_the_classifier_was_built_is_refused_naming_it():
         model(input_ids=ids)
 
 
+def test_words_of_up_to_1000_characters_and_no_more():
+    """max_characters_per_token has an upper bound as well: an options.json's 10**9 padded every word of the
+    converter's probe to a billion ids, until the memory ran out."""
+    assert ElmoConfig(max_characters_per_token=1000).max_characters_per_token == 1000
+    with pytest.raises(ValueError, match=r"^ElmoConfig.max_characters_per_token must be from 3 .* to 1000, got 1000000000$"):
+        ElmoConfig(max_characters_per_token=10**9)
+
+
 @pytest.mark.parametrize("field", OUT_OF_RANGE)
 def test_config_refuses_every_value_out_of_its_range(field):
     """Every rule of VALUE_RULES, at construction: one line naming the field, its requirement and the value."""

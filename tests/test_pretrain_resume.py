@@ -73,7 +73,10 @@ def test_a_finished_run_resumed_says_so_and_changes_nothing(tmp_path, capsys):
         train(capsys, *command)
         before = snapshot(folder)
         out = train(capsys, *command, "--resume")
-        assert f"{folder}: the run finished at step 6 (--max-steps 6): nothing to train" in out, name
+        going_on = ("a larger --max-steps trains on, from its latest checkpoint" if save_steps else
+                    "a larger --max-steps trains again from the beginning: no checkpoint is left")
+        assert (f"{folder}: the run finished at step 6 (--max-steps 6): nothing to train; its final model is there "
+                f"({going_on})") in out, name
         assert "resumed from" not in out and snapshot(folder) == before, name
         code, _, err = run_main(capsys, *command, "--max-steps", 5, "--resume")
         assert_one_error(code, err, f"{folder}: the run finished at step 6, past the 5 steps this command trains for")
@@ -86,7 +89,9 @@ def test_a_finished_run_resumed_says_so_and_changes_nothing(tmp_path, capsys):
     train(capsys, *timed)
     before = snapshot(tmp_path / "timed")
     out = train(capsys, *timed, "--resume")
-    assert "(its 0.01 minutes of training spent): nothing to train" in out and snapshot(tmp_path / "timed") == before
+    assert ("(its 0.01 minutes of training spent): nothing to train; its final model is there (a run with a time "
+            "budget ends with it: more minutes are another run, in another folder)") in out
+    assert snapshot(tmp_path / "timed") == before
     # More steps go on from the latest checkpoint; a run that kept none trains again from the beginning, saying so.
     for name, start in [("checkpoints", f"from {tmp_path / 'checkpoints' / 'checkpoint-4'}, the latest checkpoint"),
                         ("final-only", "from the beginning: no checkpoint is left")]:

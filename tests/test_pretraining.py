@@ -320,7 +320,8 @@ def test_unigram_softmax():
     model = ElmoForPreTraining(tiny_config(lm_vocab_size=5))
     set_unigram_softmax(model, text, vocabulary)
     assert torch.all(model.softmax.weight == 0)
-    # Targets of both LMs: <S> x 2, </S> x 2, <UNK> (zz), a x 3, b; add-one smoothed over 9 + 5.
+    # Each word once, each boundary once per sentence: <S> x 2, </S> x 2, <UNK> (zz), a x 3, b; add-one smoothed
+    # over 9 + 5.
     assert torch.allclose(model.softmax.bias, torch.log(torch.tensor([3.0, 3.0, 2.0, 4.0, 2.0]) / 14))
 
 
@@ -355,6 +356,24 @@ def test_a_word_dictionary_needs_one_id_per_word_from_0():
         Vocabulary.from_word_dictionary({**words, "天": 7})
 
 
+def test_a_word_longer_than_the_model_reads_is_its_cut_forms_target(tmp_path):
+    """With a character vocabulary, the model reads a word as its first K - 2 characters and word.dic holds words
+    so cut: a longer word is the target of its cut form (it was `<oov>`, and the cut form's row never a target),
+    as in ELMoForManyLangs' training; with bilm-tf's byte alphabet every word is its own target, as there."""
+    from hf_elmo.lexicon import ElmoLexicon
+
+    long_word = "x" * 60
+    lexicon = ElmoLexicon.build({long_word: 2, "a": 3}, 50, with_words=True)
+    lexicon.save(tmp_path / "char.dic", tmp_path / "word.dic")
+    tokenizer = ElmoTokenizer(char_vocab_file=str(tmp_path / "char.dic"), word_vocab_file=str(tmp_path / "word.dic"))
+    vocabulary = Vocabulary.from_word_dictionary(lexicon.words)
+    text = EncodedText.encode(sentences_dataset([f"a {long_word} zz"]), WordTable(50, tokenizer), vocabulary)
+    assert text.targets.tolist() == [vocabulary.index["a"], vocabulary.index["x" * 48], vocabulary.unk_id]
+    full_words = Vocabulary(["<S>", "</S>", "<UNK>", "a", long_word])
+    text = EncodedText.encode(sentences_dataset([f"a {long_word} {'x' * 70}"]), WordTable(50), full_words)
+    assert text.targets.tolist() == [3, 4, full_words.unk_id]
+
+
 def test_saving_a_vocabulary_replaces_the_file_whole_or_not_at_all(tmp_path):
     """Vocabulary.save is atomic: a save that fails part way (here at a word that is no UTF-8 text, a lone surrogate)
     leaves the old file as it was, and no temporary file beside it."""
@@ -378,13 +397,23 @@ def test_a_vocabulary_built_from_text_reads_back_from_its_file(tmp_path):
     """vocab.txt readers (bilm-tf's and from_file) skip a line `!!!MAXTERMID`. A corpus with that word gave a
     vocabulary whose saved file read back without it, every later word's id one lower (a resume, evaluate.py and the
     final folder then disagreed with the softmax); it is left out of a vocabulary built from text, and refused in
-    one that is given (a word.dic)."""
+    a list of words given. A word.dic's entries that no line can hold as they are (that one, the package's `\u3000`
+    for a line without a word, a word with spaces inside or at its end) gave a vocab.txt that read back with fewer
+    words, or not at all (evaluate.py and --resume of a model adapted with --init-from failed); they keep their
+    softmax rows under the names `<word.dic:ID>`, which read back the same."""
     vocabulary = Vocabulary.from_counts(Counter({"b": 3, "!!!MAXTERMID": 2, "a": 1}))
     assert vocabulary.words == ["<S>", "</S>", "<UNK>", "b", "a"]
     vocabulary.save(tmp_path / "vocab.txt")
     assert Vocabulary.from_file(tmp_path / "vocab.txt") == vocabulary
-    with pytest.raises(VocabularyError, match=r"^word\.dic: holds the word '!!!MAXTERMID', a line that vocabulary files skip"):
-        Vocabulary.from_word_dictionary({"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "!!!MAXTERMID": 4})
+    with pytest.raises(VocabularyError, match=r"^vocabulary: holds the word '!!!MAXTERMID', a line that vocabulary files skip"):
+        Vocabulary(["<S>", "</S>", "<UNK>", "!!!MAXTERMID"])
+    words = {"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "x": 4, "!!!MAXTERMID": 5, "\u3000": 6, "New York": 7,
+             "x ": 8, "a\u3000b": 9}
+    vocabulary = Vocabulary.from_word_dictionary(words)
+    assert vocabulary.words == ["<oov>", "<bos>", "<eos>", "<pad>", "x", "<word.dic:5>", "<word.dic:6>", "<word.dic:7>",
+                                "<word.dic:8>", "a\u3000b"]
+    vocabulary.save(tmp_path / "vocab.txt")
+    assert Vocabulary.from_file(tmp_path / "vocab.txt") == vocabulary
 
 
 def test_corpora_from_text_files_and_saved_datasets(tmp_path, caplog):
@@ -479,14 +508,17 @@ def test_batches_need_text_for_one_window_and_a_held_out_text_sentences():
 
 
 def test_held_out_perplexity_does_not_depend_on_the_window():
+    """The same perplexities in windows of any length, down to one row read one word at a time (a [1, 1] window)."""
     torch.manual_seed(0)
     model = ElmoForPreTraining(tiny_config()).eval()
     text, table, vocabulary = fixture_text()
-    results = [perplexity(model, EvaluationStream(text, table, vocabulary, rows=2, unroll_steps=unroll), "cpu") for unroll in (3, 7, 200)]
-    assert results[0]["target_words"] == results[2]["target_words"] == text.num_predictions == 139
-    for other in results[1:]:
-        assert other["forward_perplexity"] == pytest.approx(results[0]["forward_perplexity"], rel=1e-5)
-        assert other["backward_perplexity"] == pytest.approx(results[0]["backward_perplexity"], rel=1e-5)
+    for rows, windows in ((2, (3, 7, 200)), (1, (1, 200))):
+        results = [perplexity(model, EvaluationStream(text, table, vocabulary, rows=rows, unroll_steps=unroll), "cpu")
+                   for unroll in windows]
+        assert results[0]["target_words"] == results[-1]["target_words"] == text.num_predictions == 139
+        for other in results[1:]:
+            assert other["forward_perplexity"] == pytest.approx(results[0]["forward_perplexity"], rel=1e-5)
+            assert other["backward_perplexity"] == pytest.approx(results[0]["backward_perplexity"], rel=1e-5)
 
 
 # ---- the training program ----------------------------------------------------------------------------------------
@@ -1267,7 +1299,8 @@ def test_time_budget_ends_on_time_with_the_schedule_complete(tmp_path):
 
 def test_time_budget_counts_only_the_optimizer_steps(tmp_path, monkeypatch):
     """--max-train-minutes counts the optimizer steps' own time: evaluations and checkpoints (here each made to take
-    100 s more on pretrain.py's clock) do not spend the budget, and the run's wall time passes it by their time."""
+    100 s more on pretrain.py's clock) do not spend the budget, and the run's wall time passes it by their time. The
+    last step is logged, whichever step the time ends at."""
     from modeling import pretrain
 
     class Clock:  # pretrain.py's time: the real one, and the 100 s that each slowed call took
@@ -1288,10 +1321,11 @@ def test_time_budget_counts_only_the_optimizer_steps(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrain, "save_checkpoint", slowed(pretrain.save_checkpoint))
     folder = tmp_path / "run"
     assert pretrain.main([*map(str, TRAIN_ARGS), "--max-train-minutes", "0.02", "--eval-steps", "2", "--save-steps",
-                          "2", "--output-dir", str(folder)]) == 0
+                          "2", "--logging-steps", "100000", "--output-dir", str(folder)]) == 0
     state = json.loads((folder / "trainer_state.json").read_text())
     assert 1.2 <= state["train_seconds"] < 10 and Clock.slowed >= 3  # (step 2's evaluation and checkpoint, the last)
     assert state["seconds"] >= state["train_seconds"] + 100 * Clock.slowed
+    assert [record["step"] for record in read_log(folder) if "loss" in record] == [state["step"]]
 
 
 def test_bf16_mixed_precision_trains_near_the_float32_run(reference_run, tmp_path):
@@ -1930,7 +1964,8 @@ def test_resume_refuses_what_is_not_a_checkpoint(reference_copy, capsys):
     """--resume PATH without trainer_state.json, and a latest checkpoint whose trainer_state.json is not a
     checkpoint's, are one error line each, the second naming the complete checkpoint to resume from. --resume of the
     run's output folder itself (whose trainer_state.json is the final model's) said that no earlier checkpoint was
-    complete and advised --overwrite-output-dir, which deletes them; it names the latest checkpoint now. A resume
+    complete and advised --overwrite-output-dir, which deletes them; it names the latest checkpoint now, and a final
+    model without checkpoints is called what it is. A resume
     with fewer --max-steps than its checkpoint's step ended at once at that step, replacing the final model of 60
     steps with the checkpoint's; it is refused, the folder left as it was."""
     folder = reference_copy
@@ -1940,6 +1975,12 @@ def test_resume_refuses_what_is_not_a_checkpoint(reference_copy, capsys):
     code, _, err = run_main(capsys, *command, folder)
     assert_one_error(code, err, f"--resume {folder}: a run's output folder, not one of its checkpoints; resume from its "
                                 f"latest checkpoint: --resume {folder / 'checkpoint-55'}")
+    final_only = folder.parent / "final-only"  # (a run of --save-steps 0, or its final model copied on its own)
+    shutil.copytree(folder, final_only, ignore=shutil.ignore_patterns("checkpoint-*"))
+    code, _, err = run_main(capsys, *command, final_only)  # (it said: its optimizer.bin is missing, start afresh)
+    assert_one_error(code, err, f"--resume {final_only}: a run's final model, which kept no checkpoint to resume from "
+                                f"(it holds no optimizer or random states); to train it on, start a run with "
+                                f"--init-from {final_only}")
     final = {name: (folder / name).read_bytes() for name in ("model.safetensors", "log.jsonl", "trainer_state.json")}
     code, _, err = run_main(capsys, *command, "--max-steps", 40)
     assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: that run is at step 55, past the 40 steps this "
