@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
-from hf_elmo.lexicon import ElmoLexicon, LexiconError, read_dictionary  # noqa: E402
+from hf_elmo.lexicon import ElmoLexicon, LexiconError, check_dense_ids, read_dictionary  # noqa: E402
 from hf_elmo.model_card import check_language, render_model_card  # noqa: E402
 
 from conversion.convert_original_elmo import (  # noqa: E402
@@ -46,12 +46,6 @@ from conversion.elmoformanylangs_format import (  # noqa: E402
 from conversion.original_format import ConversionError  # noqa: E402
 
 ARCHITECTURE_FILE = "architecture.json"
-
-
-def _check_dense_ids(entries: dict[str, int], path: Path) -> None:
-    """The package gives a dictionary of N entries an embedding of N rows: its ids must be 0 .. N - 1."""
-    if sorted(entries.values()) != list(range(len(entries))):
-        raise ConversionError(f"{path}: its ids must be 0 .. {len(entries) - 1}, one per entry, as the package's embedding rows are")
 
 
 def _verify_dictionaries(reloaded_tokenizer: ElmoTokenizer, model_dir: Path, output_dir: str | Path) -> None:
@@ -91,17 +85,13 @@ def convert_elmoformanylangs_to_hf(
     model_dir = Path(model_dir)
     architecture, source = read_architecture(model_dir)
     options = architecture_options(architecture, source)
-    # The dictionaries are checked before the tokenizer is built from them: it makes a list of names as long as the
-    # largest id, so an id of 10**10 would exhaust the memory instead of being refused.
+    # The dictionaries are checked (their ids 0 .. N - 1 among them) before the tokenizer is built from them.
     word_file = model_dir / "word.dic"
     try:
         lexicon = ElmoLexicon.from_files(model_dir / "char.dic", word_file if word_file.is_file() else None,
                                          options["max_characters_per_token"])
     except LexiconError as error:
         raise ConversionError(str(error)) from None
-    _check_dense_ids(lexicon.chars, model_dir / "char.dic")
-    if lexicon.words is not None:
-        _check_dense_ids(lexicon.words, word_file)
     tokenizer = read_tokenizer(model_dir, options)
     config = config_from_options(options, tokenizer, source)
     state = package_to_state_dict(read_weights(model_dir, config, len(lexicon.chars)), config)
@@ -143,7 +133,7 @@ def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path
     # memory instead of being refused).
     for name in ("char.dic", "word.dic") if config.word_vocab_size else ("char.dic",):
         try:
-            _check_dense_ids(read_dictionary(Path(model_dir, name)), Path(model_dir, name))
+            check_dense_ids(read_dictionary(Path(model_dir, name)), Path(model_dir, name))
         except LexiconError as error:
             raise ConversionError(str(error)) from None
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)

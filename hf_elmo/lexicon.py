@@ -36,7 +36,8 @@ STRIPPED_TOKEN = "\u3000"
 
 
 class LexiconError(ValueError):
-    """A char.dic or word.dic that the package could not read either; the message names the file and line."""
+    """A char.dic or word.dic that cannot be read or written as the package reads it (ids of ASCII digits only:
+    stricter than the package's `int`, which also takes " 5", "+5" or "1_0"); the message names the file and line."""
 
 
 def _parse_line(line: str) -> tuple[str, int] | None:
@@ -83,13 +84,22 @@ def unreadable_entry(entries: dict[str, int]) -> str | None:
     reads lines with codecs, split where str.splitlines splits: also at U+2028, U+001C ...); None if all do."""
     for token, index in entries.items():
         line = f"{token}\t{index}"
-        if len(line.splitlines()) != 1 or _parse_line(line) != (token, index):
+        if len(line.splitlines()) != 1 or _parse_line(line) != (token, index) or not _is_utf8(token):
             return token
     return None
 
 
+def _is_utf8(token: str) -> bool:
+    """Whether UTF-8 can write `token` (not a lone surrogate)."""
+    try:
+        token.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 UNREADABLE = ("it would read back as another (an entry must not be empty, begin with whitespace other than "
-              "U+3000 alone, or hold a tab or line break; an id is an integer >= 0)")
+              "U+3000 alone, or hold a tab, a line break or a lone surrogate; an id is an integer >= 0)")
 
 
 def write_dictionary(entries: dict[str, int], path: str | os.PathLike) -> None:
@@ -99,6 +109,14 @@ def write_dictionary(entries: dict[str, int], path: str | os.PathLike) -> None:
         raise LexiconError(f"{os.fspath(path)}: cannot hold the entry {token!r} (id {entries[token]!r}): {UNREADABLE}")
     with atomic_file(path) as out:
         out.writelines(f"{token}\t{index}\n" for token, index in entries.items())
+
+
+def check_dense_ids(entries: dict[str, int], source: str | os.PathLike) -> None:
+    """The package gives a dictionary of N entries an embedding of N rows: its ids must be 0 .. N - 1 (and a stray
+    large id would make the embedding, and the list of names, that long)."""
+    if sorted(entries.values()) != list(range(len(entries))):
+        raise LexiconError(f"{source}: its ids must be 0 .. {len(entries) - 1}, one per entry, as the package's "
+                           "embedding rows are")
 
 
 def _check_specials(entries: dict[str, int], specials: tuple[str, ...], source: str) -> None:
@@ -119,8 +137,10 @@ class ElmoLexicon:
     def __init__(self, chars: dict[str, int], words: dict[str, int] | None, max_characters_per_token: int,
                  char_source: str = "char.dic", word_source: str = "word.dic"):
         _check_specials(chars, CHAR_SPECIALS, char_source)
+        check_dense_ids(chars, char_source)
         if words is not None:
             _check_specials(words, WORD_SPECIALS, word_source)
+            check_dense_ids(words, word_source)
         self.chars, self.words = dict(chars), None if words is None else dict(words)
         self.max_characters_per_token = max_characters_per_token
         # The package's quirk: a word begins with the id of <eow> and ends with the id of <bow>.
@@ -185,10 +205,8 @@ class ElmoLexicon:
         text holds, so that a word is never read as one of these ids."""
         names = []
         for char_id in range(1, self.num_char_ids):
-            token = self._char_names.get(char_id)
-            if token is None:
-                names.append(f"<unused_{char_id}>")
-            elif token in SPECIAL_CHAR_NAMES:
+            token = self._char_names[char_id]  # (every id has its entry: check_dense_ids)
+            if token in SPECIAL_CHAR_NAMES:
                 names.append(SPECIAL_CHAR_NAMES[token])
             elif len(token) == 1:
                 names.append(f"<U+{ord(token):04X}>")

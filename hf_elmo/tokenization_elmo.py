@@ -255,7 +255,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
     alphabet (or an added special token) gives its id.
 
     `add_tokens` and `add_special_tokens` add words that raw text is split around, never inside (`tokenizer.add_tokens(
-    ["don't", "<URL>"])` keeps them whole); they are spelled as every word is, so the model needs no new embedding.
+    ["don't", "<URL>"])` keeps them whole), wherever they occur, inside a longer word too (`AddedToken`'s
+    `single_word`, `lstrip` and `rstrip` are not read); they are spelled as every word is, so the model needs no new
+    embedding.
     Added special tokens are marked in `special_tokens_mask` and dropped by `decode(..., skip_special_tokens=True)`.
     With `split_special_tokens=True` (in a call, or as the tokenizer's setting) raw text is split as if no token had
     been added, as transformers does then.
@@ -490,7 +492,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if not lengths or None in lengths or max(lengths) > self.model_max_length:
             return the_call()
         width = self.max_characters_per_token
-        word_id = self.lexicon.word_id if self.returns_word_ids else None
+        # (word ids are cached for every word.dic, not only where they are returned: `model_input_names` may change)
+        has_words = self.lexicon is not None and self.lexicon.words is not None
+        word_id = self.lexicon.word_id if has_words else None
         cache = self._spelled_words
         try:  # (a word that is not a str, or not encodable: the call names it)
             with cache.lock:
@@ -503,7 +507,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
                     mask = mask[:, ::-1]
                 index[mask] = rows
                 data = {"input_ids": cache.char_ids[index]}
-                if word_id is not None:
+                if self.returns_word_ids and has_words:
                     data["input_word_ids"] = np.where(mask, cache.word_ids[index], self.lexicon.pad_word_id)
         except (TypeError, ValueError):
             return the_call()
@@ -785,6 +789,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         as transformers' decode reads an int). Padding words are always dropped; added special tokens with
         `skip_special_tokens=True`.
         """
+        if getattr(token_ids, "ndim", None) == 3 and len(token_ids) == 0:  # (as lists, an example of no words)
+            return []
         token_ids = _unless_a_list(token_ids)
         if isinstance(token_ids, int):
             return self.convert_ids_to_tokens(token_ids)

@@ -256,6 +256,20 @@ def read_run(run_dir: Path) -> dict:
     return {"state": state, "results": results, "vocabulary_size": len(vocabulary)}
 
 
+def check_replaceable(output: Path, inputs: list[Path | None]) -> Path:
+    """`output` (absolute), which the export replaces whole: refused where it holds one of the export's `inputs`,
+    or is a folder with things in it but no model (config.json or model.safetensors)."""
+    for source in inputs:
+        if source is not None and Path(source).resolve().is_relative_to(output):
+            raise ExportError(f"--output {output}: holds the input {source}, which replacing it would delete: write "
+                              "to another folder")
+    if output.is_dir() and any(output.iterdir()) and not any((output / name).is_file()
+                                                            for name in ("config.json", "model.safetensors")):
+        raise ExportError(f"--output {output}: a folder that holds no model, which the export would replace whole: "
+                          "write to a new folder, or to a model folder")
+    return output
+
+
 @torch.no_grad()
 def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, previous_text: Path | None = None) -> Path:
     """`previous_text`: `evaluate.py --output-json` of this model on the previous model's held-out text."""
@@ -272,6 +286,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
         check_output_location(output, "folder", error=ExportError)
     except ExportError as error:
         raise ExportError(f"--output {error}") from None
+    output = check_replaceable(Path(output).resolve(), [run_dir, sources_file, previous_text])
     retired = output.with_name(output.name + ".old")
     if retired.is_dir() and not output.exists():  # (an export stopped between its two renames)
         retired.rename(output)

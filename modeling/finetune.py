@@ -150,6 +150,7 @@ NUMBERS = {
                      "a whole number of steps, or a fraction of the training steps in [0, 1)"),
     "dropout": (lambda value: 0 <= value < 1, "in [0, 1)"),
     "scalar_mix_l2_coef": (lambda value: 0 <= value < math.inf, "a finite number >= 0"),
+    "seed": (lambda value: 0 <= value < 2**32, "from 0 to 2**32 - 1 (NumPy's seeds)"),
 }
 
 
@@ -172,9 +173,15 @@ def check_inputs(args: argparse.Namespace) -> None:
     except FinetuneError as error:
         raise FinetuneError(f"--model {error}") from None
     try:
-        check_output_dir(args.output_dir, args.overwrite)
+        check_output_dir(args.output_dir, args.overwrite, local_inputs(args))
     except ConversionError as error:
         raise FinetuneError(f"--output-dir {error}") from None
+
+
+def local_inputs(args: argparse.Namespace) -> tuple[str, ...]:
+    """The folders on this machine that the run reads (the model, the task data): --overwrite must not replace an
+    output folder that holds one of them."""
+    return tuple(path for path in (args.model, args.data_dir) if Path(path).exists())
 
 
 def main(argv=None) -> int:
@@ -235,7 +242,7 @@ def finetune(args: argparse.Namespace) -> dict:
                (("train", train), ("validation", validation), ("test", test))}
 
     max_steps = -1 if args.max_steps is None else args.max_steps  # Trainer's -1: --epochs decides
-    with atomic_output_dir(args.output_dir, args.overwrite) as staging:
+    with atomic_output_dir(args.output_dir, args.overwrite, local_inputs(args)) as staging:
         training_args = TrainingArguments(
             output_dir=str(staging / "trainer"), per_device_train_batch_size=args.batch_size,
             per_device_eval_batch_size=2 * args.batch_size, learning_rate=args.learning_rate,
@@ -273,7 +280,7 @@ def finetune(args: argparse.Namespace) -> dict:
         # A Hub id names the base model (the Hub links the two); a local folder's path means nothing there.
         from_hub = is_hub_id(args.model)
         card = render_model_card(
-            model, model_id, source=f"`{args.model if from_hub else Path(args.model).name}`, fine-tuned on "
+            model, model_id, source=f"`{args.model if from_hub else Path(args.model).resolve().name}`, fine-tuned on "
             f"{TASKS[args.task][4]}", results=results_table(args.task, results),
             base_model=args.model if from_hub else None,
         )

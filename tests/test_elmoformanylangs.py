@@ -429,7 +429,8 @@ BAD_INPUTS = {
     ),
     "max_characters_per_token too small": (
         lambda f: _edit_json(f / "architecture.json", lambda a: a["token_embedder"].update(max_characters_per_token=2)),
-        ["architecture.json: option 'token_embedder.max_characters_per_token' must be at least 3"],
+        ["architecture.json: option 'token_embedder.max_characters_per_token' must be from 3 (begin, end and one "
+         "character) to 1000, got 2"],
     ),
     "a cell clip as a string": (
         lambda f: _edit_json(f / "architecture.json", lambda a: a["encoder"].update(cell_clip="3")),

@@ -201,6 +201,7 @@ def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsy
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "results.json").write_text("{}")
+    shutil.copytree(converted["allennlp-elmo"], tmp_path / "used" / "elmo")
     output = tmp_path / "out"
     no_data = ["--data-dir", tmp_path / "no-data"]
     numbers = [
@@ -221,6 +222,8 @@ def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsy
                                   "steps in [0, 1), got 2.5"),
         (["--dropout", 1], "--dropout must be in [0, 1), got 1"),
         (["--scalar-mix-l2-coef", -0.1], "--scalar-mix-l2-coef must be a finite number >= 0, got -0.1"),
+        (["--seed", -1], "--seed must be from 0 to 2**32 - 1 (NumPy's seeds), got -1"),
+        (["--seed", 2**32], "--seed must be from 0 to 2**32 - 1 (NumPy's seeds), got 4.29497e+09"),
     ]
     for arguments, message in [
         (["--model", "/nonexistent"], "--model /nonexistent: no such folder"),
@@ -228,13 +231,20 @@ def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsy
         (["--model", tmp_path], f"--model {tmp_path}: no config.json, not a model folder"),
         (["--model", model, "--output-dir", tmp_path / "used"],
          f"--output-dir {tmp_path / 'used'}: output folder exists and is not empty (pass --overwrite to replace it)"),
+        # (--overwrite deleted an output folder that held the model or the data, without a word)
+        (["--model", tmp_path / "used" / "elmo", "--output-dir", tmp_path / "used", "--overwrite"],
+         f"--output-dir {tmp_path / 'used'}: the output folder holds the input {tmp_path / 'used' / 'elmo'}, which "
+         "replacing it would delete: write to another folder"),
+        (["--model", model, "--data-dir", tmp_path / "used", "--output-dir", tmp_path, "--overwrite"],
+         f"--output-dir {tmp_path}: the output folder holds the input {tmp_path / 'used'}, which replacing it would "
+         "delete: write to another folder"),
         *[(["--model", model, *no_data, *option], message) for option, message in numbers],
         (["--model", model, *no_data],
          f"--data-dir {tmp_path / 'no-data'}: {tmp_path / 'no-data' / 'conll2003' / 'train.txt'}: missing; `make data` downloads"),
     ]:
         code = main([str(argument) for argument in ["--task", "ner", "--output-dir", output, *arguments]])
         assert_one_error(code, capsys.readouterr().err, message)
-    assert not output.exists() and [p.name for p in (tmp_path / "used").iterdir()] == ["results.json"]
+    assert not output.exists() and sorted(p.name for p in (tmp_path / "used").iterdir()) == ["elmo", "results.json"]
     # The smallest sizes are accepted.
     args = parse_args(["--task", "ner", "--model", str(model), "--output-dir", str(output), "--epochs", "0.5",
                        "--max-train-examples", "1", "--max-eval-examples", "1", "--warmup-steps", "0",
@@ -304,3 +314,7 @@ def test_a_hub_base_model_is_named_on_the_card_and_a_local_folder_is_not(convert
     run_finetune(*small, "--output-dir", tmp_path / "local")
     card = (tmp_path / "local" / "README.md").read_text()
     assert "base_model" not in card and "`elmo-base`, fine-tuned on CoNLL-2003" in card
+    # A folder named as `.` (run inside it) is named by its own name (the card said ``).
+    monkeypatch.chdir(tmp_path / hub_id)
+    run_finetune(*[str(a) for a in small[:3]], ".", *small[4:], "--output-dir", tmp_path / "here")
+    assert "`elmo-base`, fine-tuned on CoNLL-2003" in (tmp_path / "here" / "README.md").read_text()

@@ -93,7 +93,13 @@ def write_reviews(folder, data: bytes):
     (bz2.compress(b"category,text\nplot,A story.\nfresh,Good.\nmeh,Fine.\n"),
      "record 3 (after the header): category 'meh', not plot, rotten or fresh"),
     (bz2.compress(b"category,text\nplot,\nrotten,\n"), "record 2 (after the header): a review without text"),
-], ids=["not bzip2", "no text column", "another category", "a review without text"])
+    # (each was a traceback from datasets: "corresponds to no data", "The columns in features", "least populated class")
+    (bz2.compress(b"category,text\n"), "cannot be read as bzip2-compressed CSV"),
+    (bz2.compress(b"category,text\nplot,A story.\n"), "0 distinct rotten reviews, too few for the 80/10/10 split"),
+    (bz2.compress(b"category,text\n" + b"".join(b"fresh,Good %d.\nrotten,Bad.\n" % i for i in range(20))),
+     "1 distinct rotten reviews, too few for the 80/10/10 split (at least 10 of each label)"),
+], ids=["not bzip2", "no text column", "another category", "a review without text", "no records", "no reviews",
+        "too few of a label"])
 def test_a_reviews_file_that_cannot_be_used_is_one_error_naming_it(converted, tmp_path, capsys, monkeypatch, content,
                                                                    message):
     """Each was a traceback from datasets (DatasetGenerationError, "Column 'text' doesn't exist"), or, for a record

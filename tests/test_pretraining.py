@@ -721,15 +721,27 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
             "`make layer-analysis` measures these") in capsys.readouterr().out
 
 
-def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path, capsys):
-    """export_default.py: a missing run folder or sources file was a traceback."""
+def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path, capsys, monkeypatch):
+    """export_default.py: a missing run folder or sources file was a traceback. --output, which the export replaces
+    whole, replaced any folder: one of notes, the run folder itself (its checkpoints deleted), `.` (a traceback)."""
     from modeling import export_default
 
     sources, output = tmp_path / "sources.json", tmp_path / "default-model"
     sources.write_text("{}")
     (tmp_path / "cut.json").write_text('{"fixture": ')
     (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+    monkeypatch.chdir(tmp_path / "notes")
+    run = [*map(str, ["--run-dir", reference_run, "--sources", sources])]
+    run_files = sorted(path.name for path in reference_run.iterdir())
     for arguments, message in [
+        ([*run, "--output", tmp_path / "notes"], f"--output {tmp_path / 'notes'}: a folder that holds no model, which "
+                                                 "the export would replace whole"),
+        ([*run, "--output", "."], f"--output {tmp_path / 'notes'}: a folder that holds no model"),
+        ([*run, "--output", reference_run], f"--output {reference_run}: holds the input {reference_run}, which "
+                                            "replacing it would delete: write to another folder"),
+        ([*run, "--output", reference_run.parent], f"--output {reference_run.parent}: holds the input {reference_run}"),
         (["--run-dir", tmp_path / "missing", "--sources", sources], f"--run-dir {tmp_path / 'missing'}: no such folder; train first"),
         (["--run-dir", tmp_path, "--sources", sources], f"--run-dir {tmp_path}: no model.safetensors; train first"),
         (["--run-dir", reference_run, "--sources", tmp_path / "missing.json"], f"--sources {tmp_path / 'missing.json'}: sources file not found"),
@@ -739,7 +751,8 @@ def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path
     ]:
         code = export_default.main([str(argument) for argument in ["--output", output, *arguments]])  # (the last --output counts)
         assert_one_error(code, capsys.readouterr().err, message)
-    assert not output.exists()
+    assert not output.exists() and [path.name for path in (tmp_path / "notes").iterdir()] == ["keep.txt"]
+    assert sorted(path.name for path in reference_run.iterdir()) == run_files
 
 
 def test_default_model_export_refuses_a_folder_that_does_not_reload_and_keeps_the_old_one(reference_run, tmp_path,

@@ -4,6 +4,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import stat
 
 import numpy as np
@@ -304,6 +305,11 @@ def test_decode(tok):
     assert tok.convert_ids_to_tokens(word_to_char_ids("Hi")) == "Hi" and tok.convert_ids_to_tokens([0] * 50) == "<pad>"
     assert tok.decode(word_to_char_ids("<S>")) == "<S>"
     assert char_ids_to_word([0] * 50) is None
+    # A batch of no examples is no strings (it was "", one example of no words), a batch of examples of no words is
+    # empty strings.
+    for empty in (torch.zeros(0, 3, 50, dtype=torch.long), np.zeros((0, 0, 50), dtype=np.int64)):
+        assert tok.decode(empty) == [] and tok.batch_decode(empty) == []
+    assert tok.decode(torch.zeros(2, 0, 50, dtype=torch.long)) == ["", ""]
 
 
 def test_decode_takes_what_transformers_decode_takes(tok):
@@ -429,6 +435,10 @@ def test_every_way_of_adding_tokens_takes_effect_at_once(tmp_path):
     assert kept_whole_and_special(reloaded) == (words[1:], words[1:])
     reloaded.added_tokens_decoder = {dont: AddedToken("don't", special=False)}
     assert kept_whole_and_special(reloaded) == (words[1:], ["<URL>", "[SEP]", "[CLS]"])
+    # Found wherever it occurs, inside a longer word too: AddedToken's single_word, lstrip and rstrip are not read.
+    inside = ElmoTokenizer()
+    inside.add_tokens([AddedToken("ab", single_word=True, lstrip=True, rstrip=True)])
+    assert inside.tokenize("xaby ab") == ["x", "ab", "y", "ab"]
 
 
 def test_split_special_tokens_splits_added_tokens_as_any_text(tmp_path):
@@ -483,7 +493,7 @@ def test_vocabulary(tok):
 def test_a_character_vocabulary_names_its_ids_apart_from_words():
     """With char.dic, id 0 is `<pad_word>` and every character id has a name no word has: `<U+5929>` for 天, `<bos_char>`
     ... for the special entries (`<char_pad>` for char.dic's `<pad>`), `<char ab>` for an entry of several
-    characters, `<unused_N>` for an id char.dic leaves out; a name gives its id and the id its name."""
+    characters; a name gives its id and the id its name. (char.dic leaves no id out: check_dense_ids.)"""
     folder = ELMOFORMANYLANGS / "with_words"
     tokenizer = ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic"))
     chars, vocab = read_dictionary(folder / "char.dic"), tokenizer.get_vocab()
@@ -493,10 +503,10 @@ def test_a_character_vocabulary_names_its_ids_apart_from_words():
         assert vocab[name] == tokenizer.convert_tokens_to_ids(name) == chars[entry] + 1, name
         assert tokenizer.convert_ids_to_tokens(chars[entry] + 1) == name
     assert len(vocab) == len(tokenizer) == max(chars.values()) + 2
-    specials = {token: 3 + index for index, token in enumerate(("<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"))}
-    lexicon = ElmoLexicon({"天": 0, "ab": 1, **specials}, None, 50)  # (id 2 is no entry's)
-    assert lexicon.char_names() == ["<U+5929>", "<char ab>", "<unused_3>", "<bos_char>", "<eos_char>", "<oov_char>",
-                                    "<char_pad>", "<bow>", "<eow>"]
+    specials = {token: 2 + index for index, token in enumerate(("<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"))}
+    lexicon = ElmoLexicon({"天": 0, "ab": 1, **specials}, None, 50)
+    assert lexicon.char_names() == ["<U+5929>", "<char ab>", "<bos_char>", "<eos_char>", "<oov_char>", "<char_pad>",
+                                    "<bow>", "<eow>"]
 
 
 def test_save_and_load(tmp_path):
@@ -575,6 +585,20 @@ def test_dictionaries_are_written_atomically_with_plain_modes(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["char.dic", "taken"]
 
 
+def test_a_dictionary_whose_ids_are_not_its_rows_is_refused(tmp_path):
+    """The package's embedding has one row per entry: ids must be 0 .. N - 1. A char.dic with one stray large id (a
+    count where the id belongs) loaded, and made a list of names as long as that id (3,000,000: 17 s and 1 GB)."""
+    folder = ELMOFORMANYLANGS / "with_words"
+    for name, extra in (("char.dic", "b\t3000000\n"), ("word.dic", "zz\t100\n"), ("word.dic", "zz\t4\n")):
+        shutil.copy(folder / "char.dic", tmp_path / "char.dic")
+        shutil.copy(folder / "word.dic", tmp_path / "word.dic")
+        with open(tmp_path / name, "a", encoding="utf-8") as handle:
+            handle.write(extra)
+        with pytest.raises(LexiconError) as raised:
+            ElmoTokenizer(char_vocab_file=str(tmp_path / "char.dic"), word_vocab_file=str(tmp_path / "word.dic"))
+        assert str(raised.value).startswith(str(tmp_path / name)), (name, extra)
+
+
 def test_entries_that_would_not_read_back_are_refused(tmp_path):
     """The package reads `line.strip().split("\\t")` from lines split as str.splitlines splits: an entry with a tab or
     line break, or that begins with whitespace (a lone U+001F becomes U+3000), would read back as another."""
@@ -584,8 +608,10 @@ def test_entries_that_would_not_read_back_are_refused(tmp_path):
         ElmoLexicon.build({" a": 3}, 50, with_words=True)
     with pytest.raises(LexiconError, match=r"^the word '' cannot be an entry of word.dic"):
         ElmoLexicon.build({"": 3, "b": 1}, 50, with_words=True)
+    with pytest.raises(LexiconError, match=r"^the word 'a\\ud800' cannot be an entry of word.dic"):  # (no UTF-8 for it)
+        ElmoLexicon.build({"a\ud800": 3, "b": 1}, 50, with_words=True)
     lexicon = ElmoLexicon.build({"ab": 3}, 50, with_words=True)
-    for token in ("x\u2028y", "x\ty", "x\ny", "\u00a0"):
+    for token in ("x\u2028y", "x\ty", "x\ny", "\u00a0", "x\udc80"):
         with pytest.raises(LexiconError, match=f"^{re.escape(str(tmp_path / 'word.dic'))}: cannot hold the entry"):
             write_dictionary({**lexicon.words, token: len(lexicon.words)}, tmp_path / "word.dic")
     assert list(tmp_path.iterdir()) == []
@@ -736,3 +762,12 @@ def test_encode_words_gives_what_the_call_gives_from_its_cache_of_spelled_words(
     copied = pickle.loads(pickle.dumps(tokenizer))  # (the cache and its lock are not carried: a copy starts empty)
     assert copied._spelled_words.size == 1 and copied._spelled_words.max_words == 64
     _same_encoding(copied.encode_words(others), tokenizer.encode_words(others))
+    # Words cached while word ids were not returned have their word.dic ids once they are (they were all 0).
+    tokenizer = ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic"),
+                              model_input_names=["input_ids", "attention_mask"])
+    _same_encoding(tokenizer.encode_words(others), tokenizer(others, is_split_into_words=True, padding=True,
+                                                             return_tensors="pt"))
+    tokenizer.model_input_names = ["input_ids", "input_word_ids", "attention_mask"]
+    slow = tokenizer(others, is_split_into_words=True, padding=True, return_tensors="pt")
+    assert (slow["input_word_ids"] > tokenizer.lexicon.pad_word_id).sum() > 10
+    _same_encoding(tokenizer.encode_words(others), slow)
