@@ -103,8 +103,6 @@ class Int8Multiplies:
 
 def int8_layer(layer, inputs, step_mask, h, c):
     """`ElmoBiLstmLayer.forward` with int8 multiplies (CPU float32 only)."""
-    if inputs.device.type != "cpu":
-        raise ValueError(f"the 'int8' approximation runs on CPU only, got inputs on {inputs.device}")
     multiplies = derived_weights(layer, "int8", Int8Multiplies)
     return fast_bilstm_layer(layer, inputs.float(), step_mask, h.float(), c.float(), multiplies=multiplies)
 
@@ -128,9 +126,20 @@ def native_bfloat16_extension() -> str | None:
     return None
 
 
-def check_approximation(kind: str | None, device: torch.device, dtype: torch.dtype = torch.float32) -> None:
-    """Refuse, with the reason, an approximation that cannot run on a model of `dtype` (the 'bf16' and 'int8'
-    modes read float32 weights), or that `device` would run slower than the exact model."""
+def check_approximation(kind: str | None, layer) -> None:
+    """Refuse, with the reason, an approximation that cannot run on `layer` (a biLSTM layer, where its weights
+    are): the 'bf16' and 'int8' modes read float32 weights, 'int8' runs on CPU only, `torch.nn.LSTM` ('nn_lstm')
+    holds no projection as wide as the cell, and 'bf16' on a CPU without native bfloat16 would be slower than the
+    exact model."""
+    device, dtype = layer.input_weight.device, layer.input_weight.dtype
+    if kind == "int8" and device.type != "cpu":
+        raise ValueError(f"the 'int8' approximation runs on CPU only, and this model is on {device}: use 'bf16' or "
+                         "'nn_lstm' there, or the exact model (set_lstm_approximation(None))")
+    cells, projection = layer.input_weight.shape[1] // 4, layer.input_weight.shape[2]
+    if kind == "nn_lstm" and layer.projection_weight is not None and projection >= cells:
+        raise ValueError(f"the 'nn_lstm' approximation cannot run this model: torch.nn.LSTM needs a cell projection "
+                         f"narrower than the cell, and this one projects {cells} cells to {projection}; use 'bf16' "
+                         "or 'int8', or the exact model (set_lstm_approximation(None))")
     if kind in ("bf16", "int8") and dtype != torch.float32:
         raise ValueError(
             f"the {kind!r} approximation needs a float32 model, and this one is {dtype}: convert it with "
@@ -216,7 +225,7 @@ def approximate_bilstm_layer(layer, inputs, step_mask, h, c, inputs_repeat: bool
     if layer.approximation == "nn_lstm":
         return nn_lstm_layer(layer, inputs, step_mask, h, c)
     # (again here: the model may have been moved or converted since it opted in)
-    check_approximation(layer.approximation, inputs.device, layer.input_weight.dtype)
+    check_approximation(layer.approximation, layer)
     if layer.approximation == "bf16":
         return bf16_layer(layer, inputs, step_mask, h, c, inputs_repeat)
     return int8_layer(layer, inputs, step_mask, h, c)
@@ -230,9 +239,8 @@ def approximation_deviation(model, inputs: dict, kind: str) -> list[float]:
     if kind not in APPROXIMATIONS:
         raise ValueError(f"unknown approximation {kind!r}: choose one of {APPROXIMATIONS}")
     model = model.base_model  # (a head's ElmoModel; an ElmoModel is its own)
-    weight = next(model.parameters())
-    check_approximation(kind, weight.device, weight.dtype)  # refused here, before any work, where it cannot run
-    device = weight.device
+    check_approximation(kind, model._bilstm_layers()[0])  # refused here, before any work, where it cannot run
+    device = next(model.parameters()).device
     inputs = {name: value.to(device) for name, value in inputs.items()}
     training = model.training
     try:

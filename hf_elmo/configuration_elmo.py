@@ -274,9 +274,9 @@ class ElmoConfig(PreTrainedConfig):
 
     def check_values(self) -> None:
         """Check every field's value, and the fields together, with an error naming the field, and bring them to
-        their one form (a clip of 0 is None, a number a float, filters lists). Run at construction, after the keyword
-        arguments of `from_pretrained`, and by every ELMo model built on the config, so that fields set afterwards
-        (`config.dropout = 1.5`) are refused there."""
+        their one form (a clip of 0 is None, the clips, dropouts and forget bias floats, filters lists). Run at
+        construction, after the keyword arguments of `from_pretrained`, and by every ELMo model built on the config,
+        so that fields set afterwards (`config.dropout = 1.5`) are refused there."""
         self.char_cnn_filters = [list(width_and_count) for width_and_count in self.char_cnn_filters]
         # 0 means "no clip" in both reference implementations.
         self.cell_clip = float(self.cell_clip) if self.cell_clip else None
@@ -416,6 +416,11 @@ class ElmoConfig(PreTrainedConfig):
             elif name in VALUE_RULES:
                 check_value(f"{source}: option '{option}'", value, *VALUE_RULES[name])
             values[name] = value
+        clashing = sorted(set(kwargs) & set(values))
+        if clashing:  # (a TypeError for the repeated keyword before)
+            raise ValueError(f"{source}: {', '.join(clashing)} come{'s' if len(clashing) == 1 else ''} from the "
+                             "options file; keyword arguments set the output options only (num_output_representations, "
+                             "do_layer_norm, dropout)")
         try:
             return cls(**values, **kwargs)
         except ValueError as error:  # what only the options together contradict

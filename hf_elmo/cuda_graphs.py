@@ -102,8 +102,17 @@ def _turn_tf32_off() -> Callable[[], None]:
         return lambda: setattr(matmul, "fp32_precision", previous)
     if previous == "highest":
         return lambda: None
+    # (the legacy switch sets oneDNN's CPU one too: where the caller set cuBLAS's alone, `allow_tf32 = True`, the
+    # CPU's is put back as it was, not left at TF32)
+    cpu = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
+    cpu_previous = getattr(cpu, "fp32_precision", None)
     torch.set_float32_matmul_precision("highest")
-    return lambda: torch.set_float32_matmul_precision(previous)
+
+    def turn_back() -> None:
+        torch.set_float32_matmul_precision(previous)
+        if cpu_previous is not None and cpu.fp32_precision != cpu_previous:
+            cpu.fp32_precision = cpu_previous
+    return turn_back
 
 
 class StaticWeights:

@@ -93,7 +93,8 @@ def render_model_card(
         model_id=model_id,
         pipeline_tag=pipeline_tag or class_pipeline_tag,
         license=license,
-        language=_yaml_code(language) if isinstance(language, str) else "".join(f"\n- {_yaml_code(code)}" for code in language),
+        language=(_yaml_code(language) if isinstance(language, str)
+                  else "".join(f"\n- {_yaml_code(code)}" for code in language)),
         extra_metadata=f"base_model: {base_model}\n" if base_model else "",
         parameters=f"{sum(p.numel() for p in model.parameters()):,}",
         num_layers=config.num_lstm_layers + 1,

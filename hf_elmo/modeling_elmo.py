@@ -227,6 +227,25 @@ def _check_card_and_tags(model_card, tags) -> None:
         raise ValueError(f"tags must be a list of strings, got {tags!r}{hint}")
 
 
+def _card_bytes(model_card: str, tags) -> bytes:
+    """The card's text with `tags` added to its own, as UTF-8: a ValueError where its header does not read as
+    YAML (with tags to add) or the text is not UTF-8."""
+    from transformers.utils.hub import ModelCard
+
+    if tags:
+        try:
+            card = ModelCard(model_card)
+        except Exception as error:  # noqa: BLE001 (yaml's errors among them: the header is not YAML)
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ValueError(f"model_card: its header cannot be read to add the tags ({reason})") from None
+        card.data.tags = list(card.data.tags or []) + [tag for tag in tags if tag not in (card.data.tags or [])]
+        model_card = str(card)
+    try:
+        return model_card.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"model_card is not UTF-8 text ({error.reason} at character {error.start})") from None
+
+
 class ElmoHighway(nn.Module):
     """One highway layer, in bilm-tf's form: `y = g * relu(W_t x + b_t) + (1 - g) * x`, `g = sigmoid(W_c x + b_c)`.
 
@@ -413,8 +432,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         (`fast_bilstm.py`), or an opted-in approximation (`approximate.py`, in eval mode only: in training mode the
         exact computation runs, so that training never sees an approximation); when something needs one, the fused
         training path (`fused_bilstm.py`: the same gradients, one autograd Function), where it covers the case. With
-        `use_fast_path = False`, under `torch.export`, in inference with parametrized weights (PEFT's LoRA,
-        weight_norm), or where neither covers it, the plain loop below runs. It is the definition.
+        `use_fast_path = False` (and no approximation), under `torch.export`, in inference with parametrized weights
+        (PEFT's LoRA, weight_norm), or where neither covers it, the plain loop below runs. It is the definition.
         """
         weights = (self.input_weight, self.recurrent_weight, self.bias, self.projection_weight)
         needs_grad = torch.is_grad_enabled() and any(
@@ -512,12 +531,14 @@ class ElmoScalarMix(nn.Module):
 
     @staticmethod
     def _normalize(layer: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        # AllenNLP's layer norm: one mean and variance over every unmasked value of the whole batch.
-        mask = mask.unsqueeze(-1).to(layer.dtype)
+        # AllenNLP's layer norm: one mean and variance over every unmasked value of the whole batch, in float32 at
+        # least (in float16 the count alone passes its largest number, 65504, at 64 words of the released width).
+        values = layer.to(torch.promote_types(layer.dtype, torch.float32))
+        mask = mask.unsqueeze(-1).to(values.dtype)
         count = mask.sum() * layer.shape[-1]
-        mean = (layer * mask).sum() / count
-        variance = (((layer - mean) * mask) ** 2).sum() / count
-        return (layer - mean) / torch.sqrt(variance + 1e-13)
+        mean = (values * mask).sum() / count
+        variance = (((values - mean) * mask) ** 2).sum() / count
+        return ((values - mean) / torch.sqrt(variance + 1e-13)).to(layer.dtype)
 
 
 # The biLM's own weights (in a head, under `elmo.`): a checkpoint must hold each of them, in the config's shape.
@@ -578,9 +599,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
         completes by initialising the rest). A caller who asks for the load report (`output_loading_info=True`)
         gets it instead of the error: it lists every missing, extra and mis-shaped weight. A weights file that cannot
         be read (cut short by a copy or a download) is refused naming the model and what safetensors found."""
+        wants_report = kwargs.pop("output_loading_info", False)  # (False given explicitly, as by default)
         try:
-            if kwargs.get("output_loading_info") or kwargs.get("state_dict") is not None:
-                return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+            if wants_report or kwargs.get("state_dict") is not None:
+                return super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=wants_report,
+                                               **kwargs)
             model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True,
                                                   **kwargs)
         except SafetensorError as error:
@@ -697,7 +720,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
             raise ValueError(f"unknown biLSTM approximation {kind!r}: choose one of {APPROXIMATIONS} or None (exact)")
         layers = self._bilstm_layers()
         if layers:
-            check_approximation(kind, layers[0].input_weight.device, layers[0].input_weight.dtype)
+            check_approximation(kind, layers[0])
         for layer in layers:
             with inference_lock(layer):  # (not while another thread's call runs the layer)
                 if layer.approximation != kind:
@@ -707,7 +730,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
     def set_fast_path(self, enabled: bool) -> None:
         """Run the fast paths (`use_fast_path` of the character encoder, of every biLSTM layer and of the pretraining
         softmax: for inference, and the fused training paths under autograd) or, with False, the plain definition
-        everywhere."""
+        everywhere, but for an approximation opted into with `set_lstm_approximation`, which still runs in eval
+        mode (`set_lstm_approximation(None)` is the exact model)."""
         for module in self.modules():
             if isinstance(module, (ElmoCharacterEncoder, ElmoBiLstmLayer, ElmoForPreTraining)):
                 module.use_fast_path = enabled
@@ -744,14 +768,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 model_card = default_model_card(self, repo_id)
             except ImportError:
                 model_card = str(ModelCard.from_template(ModelCard.card_data_class(library_name="transformers")))
-        if tags:
-            card = ModelCard(model_card)
-            card.data.tags = list(card.data.tags or []) + [tag for tag in tags if tag not in (card.data.tags or [])]
-            model_card = str(card)
-        try:
-            card_bytes = model_card.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise ValueError(f"model_card is not UTF-8 text ({error.reason} at character {error.start})") from None
+        card_bytes = _card_bytes(model_card, tags)
         self.save_pretrained(folder, max_shard_size=max_shard_size)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
@@ -784,7 +801,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
         # huggingface_hub's public calls, in transformers' order: the repository, the branch, then one commit of
         # every file (`upload_folder` may split a large folder into several commits).
-        _check_card_and_tags(model_card, tags)  # (before the repository is made)
+        _check_card_and_tags(model_card, tags)  # (before the repository is made, and the card given with its tags)
+        if model_card is not None:
+            _card_bytes(model_card, tags)
         api = HfApi(token=token)
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         if commit_message is None:  # (transformers' default)
@@ -925,7 +944,8 @@ class ElmoModel(ElmoPreTrainedModel):
             None reads as the default (True), as transformers reads None for its `output_*` flags. False:
             `final_states` is None, and the LSTMs skip each row's last step (`</S>` forward, `<S>` backward), whose
             only results are the final state and outputs at `<S>`/`</S>`, which are not returned; every output is
-            unchanged. (With `do_layer_norm` the scalar mixes' statistics include `<S>`/`</S>`: nothing is skipped.)
+            the same, to float rounding (the fast path's multiplies then cover fewer steps). (With `do_layer_norm`
+            the scalar mixes' statistics include `<S>`/`</S>`: nothing is skipped.)
         Every layer is returned (`output_hidden_states` is accepted and has no effect); any other keyword argument is
         refused, naming it.
         """
@@ -1210,7 +1230,8 @@ class ElmoTaskModel(ElmoPreTrainedModel):
         if num_items_in_batch is None:
             denominator, share = num_items.clamp(min=1), 1.0
         else:
-            denominator = torch.as_tensor(num_items_in_batch, device=summed_loss.device)
+            # (at least 1: a whole accumulation window of labels all -100 has a loss of 0, not NaN)
+            denominator = torch.as_tensor(num_items_in_batch, device=summed_loss.device).clamp(min=1)
             share = num_items / denominator
         loss = summed_loss / denominator
         # (set on the model's config after it was built, a negative one would be kept silently)
@@ -1359,7 +1380,8 @@ class ElmoForTokenClassification(ElmoTaskModel):
         input_ids (`torch.LongTensor` [B, T, K]), attention_mask ([B, T], *optional*) and input_word_ids ([B, T],
             for a model with word input): as for `ElmoModel`.
         labels (`torch.LongTensor` [B, T], *optional*):
-            A label id in [0, num_labels) per word; -100 is ignored, and so is every padding position. Labels of
+            A label id in [0, num_labels) per word; -100 is ignored, and so is every padding position (which
+            under Trainer must hold -100: Trainer counts the other labels in `num_items_in_batch`). Labels of
             another shape (one row for the whole batch, say), a float dtype or ids out of range are refused.
         Returns logits [B, T, num_labels]. Any other keyword argument is refused (Trainer's `num_items_in_batch`
         aside).
@@ -1373,7 +1395,12 @@ class ElmoForTokenClassification(ElmoTaskModel):
         if labels is not None:
             padding = outputs.attention_mask == 0
             _check_class_ids(labels, logits.shape[:2], self.num_labels, padding=padding)
-            labels = labels.to(logits.device, torch.long).masked_fill(padding, -100)  # (cross_entropy: long ids)
+            labels = labels.to(logits.device, torch.long)  # (cross_entropy: long ids)
+            if kwargs.get("num_items_in_batch") is not None and bool(labels.masked_select(padding).ne(-100).any()):
+                raise ValueError("labels: padding positions hold labels other than -100, which Trainer counts in "
+                                 "num_items_in_batch (the loss would be divided by them too): pad labels with -100, "
+                                 "as DataCollatorForTokenClassification does")
+            labels = labels.masked_fill(padding, -100)
             summed_loss = F.cross_entropy(
                 logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
             )

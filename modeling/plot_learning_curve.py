@@ -19,19 +19,32 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from hf_elmo.files import atomic_file, check_output_location, read_text_file  # noqa: E402
 
 
+EVALUATION_FIELDS = ("eval_forward_perplexity", "eval_backward_perplexity", "eval_average_perplexity")
+
+
 def read_log(path: str) -> list[dict]:
     """The records of a log.jsonl, or a ValueError naming the file and the line that does not read as a record of
-    an optimizer step (a JSON object with its `step`)."""
+    an optimizer step (a JSON object with its `step`; an evaluation's with its three perplexities). A last line cut
+    short, without its newline (a run stopped while writing it, as pretrain.py's log allows), is left out, saying
+    so."""
+    text = read_text_file(path, "training log")
+    lines = text.splitlines()
     records = []
-    for number, line in enumerate(read_text_file(path, "training log").splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         if line.strip():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
+                if number == len(lines) and not text.endswith("\n"):
+                    print(f"{path}: line {number}, the last, is cut short (the run stopped while writing it): left "
+                          "out", file=sys.stderr)
+                    break
                 raise ValueError(f"{path}: line {number} is not a JSON record") from None
             if not isinstance(record, dict) or "step" not in record:
                 raise ValueError(f"{path}: line {number} is not a record of a training step (a JSON object with a "
                                  "\"step\")")
+            if any(name in record for name in EVALUATION_FIELDS) and not all(name in record for name in EVALUATION_FIELDS):
+                raise ValueError(f"{path}: line {number} is an evaluation without all of {', '.join(EVALUATION_FIELDS)}")
             records.append(record)
     return records
 

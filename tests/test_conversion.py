@@ -580,12 +580,13 @@ def test_loading_refuses_a_checkpoint_without_every_biLM_weight(converted, tmp_p
     }
     for model_class, kwargs in loaders.items():
         prefix = "" if model_class is ElmoModel else "elmo."
-        with pytest.raises(ValueError) as raised:
-            model_class.from_pretrained(folder, **kwargs)
-        assert str(raised.value) == (
-            f"{folder}: not a complete {model_class.__name__}: it lacks the tensor "
-            f"{prefix}char_encoder.highway.1.carry.bias (and 1 more)"
-        )
+        for report in ({}, {"output_loading_info": False}):  # (False, the default, given: a TypeError before)
+            with pytest.raises(ValueError) as raised:
+                model_class.from_pretrained(folder, **kwargs, **report)
+            assert str(raised.value) == (
+                f"{folder}: not a complete {model_class.__name__}: it lacks the tensor "
+                f"{prefix}char_encoder.highway.1.carry.bias (and 1 more)"
+            )
         # Who asks for transformers' load report gets it instead: it names what is missing.
         _, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
         assert {f"{prefix}layers.1.recurrent_weight", f"{prefix}char_encoder.highway.1.carry.bias"} <= set(info["missing_keys"])

@@ -110,22 +110,25 @@ def test_bf16_static_loop_stays_close_to_the_exact_one(trained_layers):
     assert 1e-4 < deviation < 0.2
 
 
-@pytest.mark.parametrize("switch", ["legacy", "per-backend"])
+@pytest.mark.parametrize("switch", ["legacy", "per-backend", "cuBLAS's only"])
 def test_exact_float32_matmul_turns_tf32_off_and_restores_either_switch(switch):
     """Inside the block cuBLAS may not use TF32, whichever switch the caller set it with; after it, the caller's
     setting is back and still readable through that switch (PyTorch refuses reads that mix the two)."""
     set_tf32, read = {
         "legacy": ("torch.set_float32_matmul_precision('high')", "torch.get_float32_matmul_precision()"),
         "per-backend": ("torch.backends.cuda.matmul.fp32_precision = 'tf32'", "torch.backends.cuda.matmul.fp32_precision"),
+        # (cuBLAS's alone: the restore through the legacy switch set oneDNN's CPU one to TF32 as well)
+        "cuBLAS's only": ("torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cuda.matmul.allow_tf32"),
     }[switch]
     program = "\n".join([
         "import torch", "from hf_elmo.cuda_graphs import exact_float32_matmul", set_tf32, f"before = {read}",
+        "cpu = torch.backends.mkldnn.matmul.fp32_precision",
         "with exact_float32_matmul():", "    inside = torch.backends.cuda.matmul.fp32_precision",
-        f"print(before, inside, {read})",
+        f"print(before, inside, {read}, cpu, torch.backends.mkldnn.matmul.fp32_precision)",
     ])
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
-    before, inside, after = result.stdout.split()
-    assert inside == "ieee" and after == before and before in ("high", "tf32")
+    before, inside, after, cpu_before, cpu_after = result.stdout.split()
+    assert inside == "ieee" and after == before and before in ("high", "tf32", "True") and cpu_after == cpu_before
     with exact_float32_matmul():  # the default (no TF32) is left alone
         assert torch.get_float32_matmul_precision() == "highest"
 

@@ -1338,14 +1338,41 @@ def test_the_caches_default_sizes_and_turning_them_off(fixture_model):
     assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(cached, uncached, again))
 
 
-def test_int8_refuses_inputs_off_the_cpu(fixture_model):
-    """int8's products are CPU kernels: inputs on another device get one clear error, not a kernel's."""
-    from hf_elmo.approximate import int8_layer
+def test_approximations_that_cannot_run_are_refused_when_chosen(fixture_model):
+    """int8's products are CPU kernels: a model on another device (here meta) is refused when it opts in, not by a
+    kernel. torch.nn.LSTM holds no cell projection as wide as the cell: 'nn_lstm' on such a model (the `ptb-cpu`
+    size with a character vocabulary, 300 cells projected to 300) was accepted, and then every call failed 19
+    frames deep in torch; it is refused when chosen, and a narrower projection is accepted."""
+    model = copy.deepcopy(fixture_model[0]).to("meta")
+    with pytest.raises(ValueError, match=r"^the 'int8' approximation runs on CPU only, and this model is on meta: "):
+        model.set_lstm_approximation("int8")
+    small = {"char_cnn_filters": [[1, 4]], "num_highway_layers": 1, "always_project": True}
+    square = ElmoModel(ElmoConfig(cell_size=16, projection_dim=16, **small)).eval()
+    with pytest.raises(ValueError, match=r"^the 'nn_lstm' approximation cannot run this model: torch.nn.LSTM needs a "
+                                         r"cell projection narrower than the cell, and this one projects 16 cells to 16"):
+        square.set_lstm_approximation("nn_lstm")
+    assert [layer.approximation for layer in square.layers] == [None, None]
+    narrow = ElmoModel(ElmoConfig(cell_size=16, projection_dim=8, **small)).eval()
+    narrow.set_lstm_approximation("nn_lstm")
+    ids = ElmoTokenizer()(["a b c"], return_tensors="pt")
+    assert torch.isfinite(narrow(**ids).last_hidden_state).all()
 
-    layer = fixture_model[0].layers[0]
-    inputs = torch.zeros(2, 1, 3, layer.input_weight.shape[-1], device="meta")
-    with pytest.raises(ValueError, match=r"^the 'int8' approximation runs on CPU only, got inputs on meta$"):
-        int8_layer(layer, inputs, torch.ones(1, 3, dtype=torch.bool), None, None)
+
+def test_an_approximation_chosen_runs_with_the_fast_path_off_too(fixture_model):
+    """set_fast_path(False) is the plain definition everywhere but for an approximation opted into, which still runs
+    in eval mode (as set_fast_path's docstring says); set_lstm_approximation(None) is the exact model."""
+    model, tokenizer = copy.deepcopy(fixture_model[0]), fixture_model[1]
+    batch = tokenizer(FIXTURE_SETS["allennlp-elmo"].batches()[0], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        exact = model(**batch).last_hidden_state
+        model.set_lstm_approximation("int8")
+        approximate = model(**batch).last_hidden_state
+        model.set_fast_path(False)
+        assert torch.equal(model(**batch).last_hidden_state, approximate)
+        model.set_lstm_approximation(None)
+        plain = model(**batch).last_hidden_state
+    assert not torch.allclose(approximate, exact, atol=1e-3) and torch.allclose(plain, exact, atol=1e-6)
 
 
 def test_under_autocast_inference_runs_the_plain_path_without_caches(fixture_model, monkeypatch):

@@ -149,6 +149,18 @@ def test_token_loss_ignores_minus_100_and_padding(base_path, tokenizer):
     expected = F.cross_entropy(output.logits[valid], labels[valid])
     assert torch.allclose(output.loss, expected, atol=1e-6)
     assert output.logits.shape == (4, 9, 9)
+    # Under Trainer (num_items_in_batch, its count of labels other than -100), padding must hold -100, or the loss
+    # is divided by the padding positions too (7/12 of itself for rows of 6 and 1 words): refused, naming labels.
+    padded = labels.masked_fill(batch["attention_mask"] == 0, -100)
+    counted = padded.ne(-100).sum()
+    with torch.no_grad():
+        assert torch.allclose(model(**batch, labels=padded, num_items_in_batch=counted).loss, output.loss, atol=1e-6)
+        with pytest.raises(ValueError, match=r"^labels: padding positions hold labels other than -100, which Trainer "
+                                             r"counts in num_items_in_batch"):
+            model(**batch, labels=labels.masked_fill(batch["attention_mask"] == 0, 0), num_items_in_batch=counted)
+        # A whole accumulation window without a label: a loss of 0, not NaN.
+        nothing = torch.full_like(labels, -100)
+        assert model(**batch, labels=nothing, num_items_in_batch=torch.tensor(0)).loss.item() == 0.0
 
 
 def test_labels_of_another_shape_dtype_or_range_are_refused(base_path, tokenizer):
@@ -437,3 +449,23 @@ def test_a_head_without_labels_is_refused(base_path, head):
         with pytest.raises(ValueError, match=rf"^{head.__name__} needs at least one label"):
             head.from_pretrained(base_path, num_labels=num_labels)
     assert head.from_pretrained(base_path, num_labels=1).classifier.out_features == 1
+
+
+def test_the_layer_norm_of_the_mix_holds_in_float16_over_a_large_batch():
+    """The mix's layer norm counts every value of the batch: 5 x 20 words of the released width (1024) are 102,400
+    values, past float16's largest number (65504), and the mix was NaN in float16. Its statistics are computed in
+    float32, so a float16 mix is finite and near the float32 one; a float32 mix is computed as before."""
+    from hf_elmo.modeling_elmo import ElmoScalarMix
+
+    torch.manual_seed(0)
+    layers = [torch.randn(5, 20, 1024) * scale + shift for scale, shift in ((1, 0), (3, 1), (0.5, -2))]
+    mask = torch.ones(5, 20, dtype=torch.bool)
+    mask[1, 15:] = False
+    mix = ElmoScalarMix(3, do_layer_norm=True)
+    full = mix(layers, mask)
+    half = mix.half()([layer.half() for layer in layers], mask)
+    assert half.dtype == torch.float16 and torch.isfinite(half).all()
+    assert torch.allclose(half.float(), full, atol=2e-2)
+    values = layers[1][mask]  # (AllenNLP's definition, over the unmasked words only)
+    normalised = (layers[1] - values.mean()) / torch.sqrt(values.var(unbiased=False) + 1e-13)
+    assert torch.allclose(ElmoScalarMix._normalize(layers[1], mask), normalised, atol=1e-5)

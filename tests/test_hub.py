@@ -264,13 +264,18 @@ def test_push_to_hub_commits_to_a_branch_it_makes_as_transformers_does(head_fold
 
 def test_push_to_hub_refuses_a_bad_card_or_tags_before_anything_reaches_the_hub(head_folders, monkeypatch):
     """A card that is not text, or tags that are not a list of strings, are refused before the repository or the
-    branch is made."""
+    branch is made; so are a card that is not UTF-8 and one whose header does not read with tags to add (these two
+    were refused after the repository was made, the second as yaml's traceback)."""
     uploads = fake_hub_uploads(monkeypatch, ElmoForTokenClassification)
     model = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
     with pytest.raises(ValueError, match="model_card must be the card's text"):
         model.push_to_hub(HUB_ID, revision="v1", model_card=Path("README.md"))
     with pytest.raises(ValueError, match="tags must be a list of strings"):
         model.push_to_hub(HUB_ID, revision="v1", tags="ner")
+    with pytest.raises(ValueError, match=r"^model_card is not UTF-8 text \(surrogates not allowed at character 7\)$"):
+        model.push_to_hub(HUB_ID, revision="v1", model_card="# card \ud800")
+    with pytest.raises(ValueError, match=r"^model_card: its header cannot be read to add the tags \("):
+        model.push_to_hub(HUB_ID, revision="v1", model_card="---\n: : bad\n---\n# card\n", tags=["ner"])
     assert (uploads, uploads.repositories, uploads.branches) == ([], [], [])
 
 

@@ -337,6 +337,11 @@ def test_original_options_are_read_as_bilm_tf_writes_them_and_refused_where_they
     ]:
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             ElmoConfig.from_original_options(broken)
+    # Keyword arguments set the output options; one that the file sets is refused (a TypeError before).
+    assert ElmoConfig.from_original_options(options, do_layer_norm=True, dropout=0.25).dropout == 0.25
+    with pytest.raises(ValueError, match=r"^options: cell_clip comes from the options file; keyword arguments set the "
+                                         r"output options only \(num_output_representations, do_layer_norm, dropout\)$"):
+        ElmoConfig.from_original_options(options, cell_clip=0)
 
 
 def test_a_configs_auto_map_is_elmos_with_the_entries_a_folder_names(tmp_path):

@@ -472,3 +472,25 @@ def test_a_log_line_that_is_not_a_steps_record_is_one_error_naming_the_line(tmp_
     assert_one_error(code, capsys.readouterr().err,
                      f'{log}: line 2 is not a record of a training step (a JSON object with a "step")')
     assert sorted(path.name for path in tmp_path.iterdir()) == ["log.jsonl"]
+
+
+def test_a_log_cut_short_plots_what_it_holds_and_an_evaluation_needs_its_three_perplexities(tmp_path, capsys):
+    """A run stopped while writing its log leaves a last line cut short, without its newline (pretrain.py's log
+    allows it): the curve was refused; it is plotted without that line, saying so. An evaluation record without
+    all three perplexities was a KeyError traceback; it is one error naming the line."""
+    log = tmp_path / "log.jsonl"
+    steps = "".join(f'{{"step": {step}, "loss": {5.0 - step / 10}}}\n' for step in range(1, 4))
+    evaluation = ('{"step": 3, "eval_forward_perplexity": 9.0, "eval_backward_perplexity": 8.0, '
+                  '"eval_average_perplexity": 8.5}\n')
+    log.write_text(steps + evaluation + '{"step": 4, "lo')
+    assert plot_learning_curve.main([str(log), str(tmp_path / "curve.png")]) == 0
+    assert f"{log}: line 5, the last, is cut short (the run stopped while writing it): left out" in capsys.readouterr().err
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    log.write_text(steps + '{"step": 4, "lo\n')  # (with its newline: a line that is not JSON, in the middle or not)
+    assert_one_error(plot_learning_curve.main([str(log), str(tmp_path / "again.png")]), capsys.readouterr().err,
+                     f"{log}: line 4 is not a JSON record")
+    log.write_text(steps + '{"step": 3, "eval_forward_perplexity": 9.0}\n')
+    assert_one_error(plot_learning_curve.main([str(log), str(tmp_path / "again.png")]), capsys.readouterr().err,
+                     f"{log}: line 4 is an evaluation without all of eval_forward_perplexity, eval_backward_perplexity, "
+                     "eval_average_perplexity")
+    assert not (tmp_path / "again.png").exists()
