@@ -15,22 +15,22 @@ PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 
 setup: $(VENV)/.installed
 
-# A TORCH_SPEC other than the venv's rewrites the stamp, which makes the set-up run again and reinstall torch: by
-# force, since pip takes the CPU build 2.13.0+cpu as satisfying `torch==2.13.0` from any index. (A venv made before
-# the stamp existed gets one written, and torch installed as before, not by force.)
+# A TORCH_SPEC other than the venv's makes the set-up run again and reinstall torch: by force, since pip takes the
+# CPU build 2.13.0+cpu as satisfying `torch==2.13.0` from any index. The stamp is written once torch is installed,
+# so that a reinstall that fails (a download cut short) is forced again next time. (A venv made before the stamp
+# existed gets one written, and torch installed as before, not by force.)
 ifneq ($(INSTALLED_TORCH),$(strip $(TORCH_SPEC)))
 .PHONY: $(TORCH_STAMP)
 REINSTALL_TORCH := $(if $(INSTALLED_TORCH),yes)
 endif
 
-$(TORCH_STAMP):
-	mkdir -p $(@D)
-	printf '%s\n' '$(strip $(TORCH_SPEC))' > $@
+$(TORCH_STAMP): ;
 
 $(VENV)/.installed: pyproject.toml $(TORCH_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(REINSTALL_TORCH),$(PIP) install --force-reinstall --no-deps $(TORCH_SPEC))
 	$(PIP) install $(TORCH_SPEC)
+	printf '%s\n' '$(strip $(TORCH_SPEC))' > $(TORCH_STAMP)
 	$(PIP) install -e ".[dev]"
 	touch $@
 
@@ -72,10 +72,14 @@ BENCH_TRAIN_ARGS ?=
 bench-train: setup ptb-data $(ALLENNLP_VENV)/bin/python
 	$(BIN)/python benchmarks/train_bench.py --allennlp-python $(ALLENNLP_VENV)/bin/python $(BENCH_TRAIN_ARGS)
 
-# What benchmarks/gpu.sh needs besides torch, for a GPU machine without network (same Python version).
+# What benchmarks/gpu.sh needs besides torch, for a GPU machine without network (same Python version). pip --target
+# installs every requirement afresh, accelerate's torch and its CUDA libraries among them: removed, so that the
+# machine's own torch is the one imported (gpu.sh puts this folder first on PYTHONPATH).
 .PHONY: gpu-deps
 gpu-deps: setup
+	rm -rf build/gpu-deps
 	$(PIP) install --target build/gpu-deps "transformers>=5.23,<6" tokenizers safetensors datasets h5py accelerate pytest
+	cd build/gpu-deps && rm -rf torch torch-* torchgen functorch triton triton-* nvidia nvidia_* bin/torchrun
 
 # ---- the oldest releases pyproject.toml admits (not part of `make test`) ---------------------------------------
 # A new venv gets the newest releases that pyproject.toml admits; `make test-floors` runs the same tests on the

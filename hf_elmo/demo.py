@@ -123,7 +123,7 @@ class SenseVectors:
 def load_default(model_path: str | None) -> tuple[ElmoModel, ElmoTokenizer, str]:
     """The model `model_path` (a folder or Hub id; default: the default model), its tokenizer, and its path; one
     that cannot be loaded is refused naming it (`embedder.load_model`)."""
-    path = model_path or default_model_path()
+    path = default_model_path() if model_path is None else model_path  # ("" is refused by load_model, not the default)
     return *load_model(path), path
 
 
@@ -250,7 +250,7 @@ def run_demo(model_path: str | None = None, plot_path: str | None = "elmo-senses
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # the demo's own output is the point
-    if plot_path:
+    if plot_path is not None:
         check_output_location(plot_path, "file")  # before the model loads and the figures are computed
     model, tokenizer, path = load_default(model_path)
     layers = model.config.num_lstm_layers + 1
@@ -278,7 +278,7 @@ def run_demo(model_path: str | None = None, plot_path: str | None = "elmo-senses
     print("".join(f"{name:>10}" for name in names))
     print("".join(f"{f'{right}/{total}':>10}" for right, total in scores))
     print("(layer 0 gives one vector per spelling, so it cannot separate senses: every case is a tie)")
-    if plot_path:
+    if plot_path is not None:
         try:
             plot_senses(vectors, plot_path)
             print(f"\npicture of the senses, one panel per layer: {os.path.abspath(plot_path)}")

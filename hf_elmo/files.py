@@ -12,6 +12,7 @@ import hashlib
 import os
 import stat
 import tempfile
+import threading
 from pathlib import Path
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -21,6 +22,7 @@ try:  # lexicon.py's atomic writes make this file Hub remote code too, which mus
 except ImportError:  # (Windows: no OutputLock there)
     fcntl = None
 
+_UMASK_GUARD = threading.Lock()  # (where the umask is read by setting it: one thread at a time)
 # A byte-order mark that some editors put at the start of UTF-8 files: not part of the first word.
 BYTE_ORDER_MARK = "\ufeff"
 # Text files are checked in blocks of about this many bytes (cut between characters), so a corpus, even one long
@@ -132,7 +134,9 @@ def model_folder_problem(path) -> str | None:
 
 def check_model_location(name, error: type[ValueError] = ValueError) -> None:
     """Fail, naming `name` and why, unless it is a Hub id or a model folder (transformers would take a path that
-    names no model folder for a malformed Hub id)."""
+    names no model folder for a malformed Hub id). An empty name is no location (it read as the current folder)."""
+    if not str(name):
+        raise error("the model's location is empty: give a model folder or a Hub id")
     problem = None if is_hub_id(str(name)) else model_folder_problem(name)
     if problem:
         raise error(f"{name}: {problem}")
@@ -144,9 +148,15 @@ def check_output_location(path, kind: str, error: type[ValueError] = ValueError,
     `path` must not be the other kind, no file may stand where a folder of the path belongs, and the folder where
     the new entry will be made (the nearest one that exists) must be writable; this is tried, as permissions alone
     do not tell (a read-only file system, or root). `writes_inside`: an existing folder `path` is written into
-    rather than replaced, so it is the one that must be writable.
+    rather than replaced, so it is the one that must be writable. A file behind links is checked where they lead,
+    where `atomic_file` writes it (links in a loop are refused).
     """
     path = Path(path).absolute()
+    if kind == "file" and path.is_symlink():
+        try:
+            path = link_target(path)
+        except OSError:
+            raise error(f"{path}: links in a loop, so it cannot be written") from None
     if path.exists() or path.is_symlink():
         if kind == "file" and path.is_dir():
             raise error(f"{path}: is a folder; give the path of the {kind} to write")
@@ -166,9 +176,23 @@ def check_output_location(path, kind: str, error: type[ValueError] = ValueError,
 def plain_mode(folder: bool = False) -> int:
     """The mode that mkdir (`folder`) or open would give a new entry under this process's umask (mkdtemp's and
     mkstemp's are private)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return (0o777 if folder else 0o666) & ~umask
+    return (0o777 if folder else 0o666) & ~_umask()
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it where Linux tells it (/proc/self/status): setting it to read
+    it, as elsewhere, gives another thread's new file that moment's mode."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_GUARD:
+        umask = os.umask(0)
+        os.umask(umask)
+    return umask
 
 
 def _mode_of_existing(path: Path) -> int | None:
@@ -191,7 +215,8 @@ def link_target(path) -> Path:
 @contextlib.contextmanager
 def atomic_file(path, mode: str = "w"):
     """An open file (`mode` "w" for UTF-8 text, "wb" for bytes) that becomes `path` when the block ends without an
-    error, creating its folder: a reader sees the old file or the whole new one, never a part. A link at `path` is
+    error, creating its folder: a reader sees the old file or the whole new one, never a part, after a power cut
+    too (the file is on the disk before its name is, and its name before this returns). A link at `path` is
     written through, as a plain open writes: its target becomes the new file (made beside the target, on its file
     system) and the link stays (replacing the link itself left the target as it was). The file gets the mode a
     plain open would give it: the old file's own (a private file stays private), else the umask's."""
@@ -201,9 +226,12 @@ def atomic_file(path, mode: str = "w"):
     try:
         with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
             yield out
+            out.flush()
+            os.fsync(out.fileno())
         kept = _mode_of_existing(path)
         os.chmod(temporary, plain_mode() if kept is None else kept)
         os.replace(temporary, path)
+        fsync_path(path.parent)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

@@ -11,7 +11,7 @@ import huggingface_hub.constants
 import pytest
 import torch
 
-from conftest import assert_only_an_error_line
+from conftest import REPO, assert_only_an_error_line
 
 from hf_elmo.cli import main
 from hf_elmo.demo import SenseVectors, plot_senses
@@ -41,6 +41,22 @@ def test_demo_refuses_a_missing_model_or_an_unwritable_picture_in_one_line(tmp_p
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "no-such-model" in err and len(err.splitlines()) == 1
     assert list(tmp_path.iterdir()) == [] and not list(tmp_path.parent.glob(f".{tmp_path.name}.*"))
+
+
+
+def test_an_empty_model_or_picture_is_refused_not_read_as_a_default(tmp_path, capsys, monkeypatch):
+    """`--model ""` loaded whatever model the current folder held (embed), or the default model (demo); `--plot ""`
+    drew no picture. Each is one error line now, before any work."""
+    monkeypatch.chdir(REPO / "hf_elmo" / "default-model")  # (a folder with a config.json: "" read as it)
+    (tmp_path / "in.txt").write_text("a b\n")
+    for arguments in (["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--model", ""],
+                      ["demo", "--model", "", "--plot", str(tmp_path / "senses.png")]):
+        assert main(arguments) == 2
+        assert capsys.readouterr().err == ("error: the model's location is empty: give a model folder or a Hub "
+                                           "id\n"), arguments
+    assert main(["demo", "--plot", ""]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {REPO / 'hf_elmo' / 'default-model'}: is a folder; give the path")
+    assert list(tmp_path.iterdir()) == [tmp_path / "in.txt"]
 
 
 def test_a_picture_that_fails_to_be_written_leaves_the_one_there(tmp_path):

@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -159,6 +160,28 @@ def test_a_folder_written_into_must_itself_be_writable(tmp_path):
     check_output_location(tmp_path / "new", "folder", writes_inside=True)
 
 
+def test_a_file_behind_a_link_is_checked_where_the_link_leads(tmp_path, capsys):
+    """atomic_file writes a link's target, so check_output_location checks there: a link into a folder that cannot
+    be written, or links in a loop, were let through and failed after the work (`hf-elmo demo --plot`, after the
+    whole demo, with an error that did not name --plot); the demo now refuses them before the model loads."""
+    from hf_elmo.cli import main
+
+    folder = unwritable_folder(tmp_path)
+    (tmp_path / "link.png").symlink_to(folder / "picture.png")
+    (tmp_path / "loop.png").symlink_to(tmp_path / "loop.png")
+    (tmp_path / "fine.png").symlink_to(tmp_path / "elsewhere.png")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(folder))}: cannot write there, so "
+                                         f"{re.escape(str(folder / 'picture.png'))} cannot be written"):
+        check_output_location(tmp_path / "link.png", "file")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'loop.png'))}: links in a loop"):
+        check_output_location(tmp_path / "loop.png", "file")
+    check_output_location(tmp_path / "fine.png", "file")
+    for link in ("link.png", "loop.png"):  # (the model named does not exist: the plot is refused first)
+        assert main(["demo", "--model", str(tmp_path / "no-model"), "--plot", str(tmp_path / link)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and "no-model" not in err and len(err.splitlines()) == 1, err
+
+
 def test_a_folder_here_is_never_a_hub_id(tmp_path, monkeypatch):
     """is_hub_id: a valid repository id names the Hub unless a folder of that name is here, which from_pretrained
     would load instead."""
@@ -183,6 +206,29 @@ def test_an_atomic_write_keeps_the_mode_of_the_file_it_replaces(tmp_path):
     assert private.read_text() == "new" and stat.S_IMODE(private.stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o644
     assert sorted(os.listdir(tmp_path)) == ["new.json", "token.json"]
+
+
+def test_the_umask_is_read_without_being_set(tmp_path, monkeypatch):
+    """plain_mode reads the umask from /proc/self/status: setting it to read it (os.umask) would give a file that
+    another thread makes at that moment the mode 0666; the value is the one os.umask would give."""
+    umask = os.umask(0o027)
+    try:
+        calls = []
+        monkeypatch.setattr(files.os, "umask", lambda value: calls.append(value) or 0o027)
+        assert files.plain_mode() == 0o640 and files.plain_mode(folder=True) == 0o750 and calls == []
+    finally:
+        monkeypatch.undo()
+        os.umask(umask)
+
+
+def test_an_atomic_write_is_on_the_disk_before_its_name_is(tmp_path, monkeypatch):
+    """atomic_file flushes the new file to the disk before it takes the name, and the folder's entry after: a power
+    cut leaves the old file or the whole new one (without the first, some file systems kept an empty file)."""
+    synced, fsync = [], os.fsync
+    monkeypatch.setattr(files.os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or fsync(fd))
+    write_text_atomically(tmp_path / "vocab.txt", "new")
+    assert len(synced) == 2 and Path(synced[0]).parent == tmp_path and Path(synced[0]).name.startswith(".vocab.txt.")
+    assert synced[1] == str(tmp_path) and (tmp_path / "vocab.txt").read_text() == "new"
 
 
 def test_text_files_and_output_locations_that_cannot_be_used_are_named(tmp_path):

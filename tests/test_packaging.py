@@ -60,6 +60,17 @@ def test_the_wheel_holds_every_module_and_the_default_model(wheel):
         assert wheel.read(f"hf_elmo/default-model/{name}") == (PACKAGE / "default-model" / name).read_bytes(), name
 
 
+def test_the_wheel_holds_the_license_it_declares(wheel):
+    """pyproject.toml declares Apache-2.0, which asks that a copy of it go with the software: the repository's
+    LICENSE (the license's text) is in the wheel's metadata, as the license of the package."""
+    names = wheel.namelist()
+    (license_file,) = [name for name in names if name.endswith(".dist-info/licenses/LICENSE")]
+    assert wheel.read(license_file) == (REPO / "LICENSE").read_bytes()
+    assert b"Apache License\n                           Version 2.0, January 2004" in wheel.read(license_file)
+    (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
+    assert "License-Expression: Apache-2.0" in wheel.read(metadata).decode()
+
+
 def test_the_wheel_holds_the_model_card_template_as_a_file_not_a_link(wheel):
     """hf_elmo/model_card.md is a symbolic link to the repository's model_card.md; the wheel must hold its text."""
     info = wheel.getinfo("hf_elmo/model_card.md")
@@ -145,13 +156,17 @@ def test_a_venvs_torch_build_is_kept_until_another_torch_spec_is_given(tmp_path)
     venv = a_venv(tmp_path / "gpu", GPU_SPEC, up_to_date=True)
     assert torch_installs(make_setup_dry_run(venv), venv) == []  # without TORCH_SPEC: nothing to do
     assert torch_installs(make_setup_dry_run(venv, f" {GPU_SPEC} "), venv) == []  # the same spec
-    commands = make_setup_dry_run(venv, DEFAULT_SPEC)  # another: the stamp is rewritten, torch reinstalled
+    commands = make_setup_dry_run(venv, DEFAULT_SPEC)  # another: torch reinstalled, then the stamp rewritten
     assert stamp_written(commands, venv) == [f"printf '%s\\n' '{DEFAULT_SPEC}' > {venv}/.torch-spec"]
     assert torch_installs(commands, venv) == [f"--force-reinstall --no-deps {DEFAULT_SPEC}", DEFAULT_SPEC]
+    # (after torch's installs: a reinstall that fails leaves the old stamp, so the next call forces it again)
+    assert commands.index(stamp_written(commands, venv)[0]) > max(
+        index for index, line in enumerate(commands) if DEFAULT_SPEC in line and "install" in line)
     # A venv that must be set up again (pyproject.toml changed) installs the stamp's build, not the default one.
     stale = a_venv(tmp_path / "stale", GPU_SPEC, up_to_date=False)
     commands = make_setup_dry_run(stale)
-    assert torch_installs(commands, stale) == [GPU_SPEC] and stamp_written(commands, stale) == []
+    assert torch_installs(commands, stale) == [GPU_SPEC]
+    assert stamp_written(commands, stale) == [f"printf '%s\\n' '{GPU_SPEC}' > {stale}/.torch-spec"]  # (as it was)
     commands = make_setup_dry_run(stale, DEFAULT_SPEC)
     assert torch_installs(commands, stale) == [f"--force-reinstall --no-deps {DEFAULT_SPEC}", DEFAULT_SPEC]
 
@@ -252,3 +267,19 @@ def test_make_test_floors_needs_python_3_11_and_says_so_before_any_set_up(tmp_pa
     assert result.stderr.splitlines()[0] == ("error: make test-floors needs Python 3.11, the oldest that hf-elmo admits "
                                              "(NumPy 1.25 has no wheels for later ones): pass PYTHON=python3.11")
     assert not (checkout / "build").exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_gpu_deps_leaves_out_the_torch_that_pip_target_installs_with_them(tmp_path):
+    """`make gpu-deps` (what benchmarks/gpu.sh puts first on PYTHONPATH on a GPU machine): pip --target installs
+    every requirement afresh, accelerate's torch and its CUDA libraries (several GB) among them, which gpu.sh then
+    imported instead of the machine's own; they are removed after the install."""
+    venv = a_venv(tmp_path / "venv", DEFAULT_SPEC, up_to_date=True)
+    result = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(REPO), "gpu-deps", f"VENV={venv}",
+                             f"TORCH_SPEC={DEFAULT_SPEC}"], capture_output=True, text=True, env=make_environment(),
+                            timeout=60)
+    commands = result.stdout.splitlines()
+    install = next(index for index, line in enumerate(commands) if "--target build/gpu-deps" in line)
+    removed = commands[install + 1].split()
+    assert removed[:4] == ["cd", "build/gpu-deps", "&&", "rm"]
+    assert {"torch", "torch-*", "nvidia", "nvidia_*", "triton", "triton-*"} <= set(removed)
