@@ -19,6 +19,7 @@ and a few steps, to check the script itself where there is no GPU (its figures m
 
 import argparse
 import copy
+import importlib.util
 import json
 import os
 import statistics
@@ -40,6 +41,7 @@ from hf_elmo.modeling_elmo import ElmoBiLstmLayer  # noqa: E402
 
 TARGETS = {"ptb-gpu": 60_000, "original": 25_000}
 PTB = ROOT / "data" / "ptb"
+TRAIN_TEXT = PTB / "train.txt"  # --train-file: the text of the speed parts (the smoke test gives the fixture's)
 DEVICE = "cuda"  # --device
 SMOKE = False  # --smoke: the tiny preset and a few steps instead of ptb-gpu and the original size
 
@@ -112,14 +114,17 @@ def model_check() -> str:
 def pytest_on_cuda() -> str:
     result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda",
                   "tests/test_fused_training.py", "tests/test_graphed_step.py"], timeout=120)
-    summary = [line for line in result.stdout.splitlines() if " passed" in line or " failed" in line]
+    # (the counts, and each failure's or error's line of -ra's short summary: its reason)
+    summary = [line for line in result.stdout.splitlines()
+               if " passed" in line or " failed" in line or line.startswith(("FAILED", "ERROR"))]
     verdict = "PASS" if result.returncode == 0 else "FAIL"
     return f"{verdict}: `pytest -k cuda tests/test_fused_training.py tests/test_graphed_step.py`: " + (
         "; ".join(summary) if summary else (result.stdout + result.stderr)[-800:])
 
 
-def ptb_data(batch_size: int, unroll_steps: int, path: Path = PTB / "train.txt"):
-    """Stream batches of a text file (by default PTB's training text) and its vocabulary's size."""
+def ptb_data(batch_size: int, unroll_steps: int, path: Path | None = None):
+    """Stream batches of a text file (by default --train-file, PTB's training text) and its vocabulary's size."""
+    path = path or TRAIN_TEXT
     from modeling.data import EncodedText, StreamBatches, WordTable, count_words, read_corpus
     from modeling.vocabulary import Vocabulary
 
@@ -130,7 +135,7 @@ def ptb_data(batch_size: int, unroll_steps: int, path: Path = PTB / "train.txt")
     return StreamBatches(text, table, vocabulary, batch_size, unroll_steps, seed=1, shuffle=False), len(vocabulary)
 
 
-def preset_model(name: str, negatives: int, text: Path = PTB / "train.txt"):
+def preset_model(name: str, negatives: int, text: Path | None = None):
     """A preset's model (its size and dropout; `negatives` sampled words, 0 for the full softmax), seeded 0, on the
     CPU in train mode, with the stream batches of `text` and the words a step trains on."""
     from modeling.presets import PRESETS, training_settings
@@ -197,7 +202,7 @@ def pretrain(preset: str, steps: int, mixed_precision: str, timeout: float) -> d
     with tempfile.TemporaryDirectory() as folder:
         accelerate_config = "modeling/configs/gpu.yaml" if DEVICE == "cuda" else "modeling/configs/cpu.yaml"
         command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config,
-                   "modeling/pretrain.py", "--preset", preset, "--train-file", str(PTB / "train.txt"),
+                   "modeling/pretrain.py", "--preset", preset, "--train-file", str(TRAIN_TEXT),
                    "--output-dir", folder, "--max-steps", str(steps), "--max-train-minutes", "0", "--save-steps", "0",
                    "--logging-steps", "2" if SMOKE else "10", "--seed", "1", "--mixed-precision", mixed_precision]
         started = time.time()
@@ -268,15 +273,17 @@ def write_section(path: Path, section: str) -> None:
 
 
 def main() -> int:
-    global DEVICE, SMOKE
+    global DEVICE, SMOKE, TRAIN_TEXT
     parser = argparse.ArgumentParser()
     parser.add_argument("--output", help="the results file whose Training section this run writes (replacing an "
                                          "earlier one; default: benchmarks/GPU_RESULTS.md; with --smoke, whose figures "
                                          "only check the script, no file)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and a few steps: checks the script, not the speed")
+    parser.add_argument("--train-file", type=Path, default=TRAIN_TEXT,
+                        help="the text of the speed parts (default: PTB's training text, `make ptb-data`)")
     args = parser.parse_args()
-    DEVICE, SMOKE = args.device, args.smoke
+    DEVICE, SMOKE, TRAIN_TEXT = args.device, args.smoke, args.train_file
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device visible to torch", file=sys.stderr)
         return 2
@@ -307,11 +314,14 @@ def main() -> int:
     small = SMOKE or DEVICE != "cuda"
     parts = [lambda: [layer_check(*((32, 16, 4, 6) if small else (650, 650, 20, 35)))],
              lambda: [layer_check(*((16, 16, 4, 6) if small else (256, 64, 16, 20)))], lambda: [model_check()]]
-    if (PTB / "train.txt").is_file():
+    has_datasets = importlib.util.find_spec("datasets") is not None  # (pretrain.py reads its text with it)
+    if not has_datasets:
+        report("- Speed and the CUDA tests: not run, the package datasets is not installed here (see gpu.sh).")
+    elif TRAIN_TEXT.is_file():
         parts += [pretrain_speed, step_speed]
     else:
-        report(f"- Speed: not measured, no {PTB}/train.txt (`make ptb-data`).")
-    if DEVICE == "cuda":
+        report(f"- Speed: not measured, no {TRAIN_TEXT} (`make ptb-data`).")
+    if DEVICE == "cuda" and has_datasets:
         parts.append(lambda: [pytest_on_cuda()])
     for part in parts:
         try:

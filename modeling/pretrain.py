@@ -1180,16 +1180,17 @@ def train(args: argparse.Namespace) -> dict:
         progress.update(1)
 
         if step % settings["logging_steps"] == 0 or finished:  # (a time limit ends at any step)
-            totals = accelerator.reduce(sums, "sum")
+            # (read to the host first, which waits for the steps a GPU still has queued: then the time is theirs)
+            totals = accelerator.reduce(sums, "sum").tolist()
             elapsed = time.perf_counter() - started
             record = {
                 "step": step,
                 "epoch": step * accumulation / batches.steps_per_epoch,
-                "loss": totals[0].item() / (steps_in_sums * accelerator.num_processes),
-                "forward_loss": totals[1].item() / (steps_in_sums * accelerator.num_processes),
-                "backward_loss": totals[2].item() / (steps_in_sums * accelerator.num_processes),
+                "loss": totals[0] / (steps_in_sums * accelerator.num_processes),
+                "forward_loss": totals[1] / (steps_in_sums * accelerator.num_processes),
+                "backward_loss": totals[2] / (steps_in_sums * accelerator.num_processes),
                 "learning_rate": float(optimizer.param_groups[0]["lr"]),  # (a tensor in a recorded step)
-                "words_per_second": totals[3].item() / elapsed,
+                "words_per_second": totals[3] / elapsed,
             }
             if grad_norm is not None:
                 record["grad_norm"] = float(grad_norm)
