@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
-from hf_elmo.lexicon import ElmoLexicon, LexiconError, check_dense_ids, read_dictionary  # noqa: E402
+from hf_elmo.lexicon import ElmoLexicon, LexiconError, read_dictionary  # noqa: E402
 from hf_elmo.model_card import check_language, render_model_card  # noqa: E402
 
 from conversion.convert_original_elmo import (  # noqa: E402
@@ -129,14 +129,10 @@ def convert_hf_to_elmoformanylangs(model_dir: str | Path, output_dir: str | Path
     for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
         if (path := Path(model_dir, name)).is_file():  # transformers' json error names no file
             _read_json_file(path)
-    # The ids before the tokenizer is built from the dictionaries, as on the way in (an id of 10**10 would exhaust the
-    # memory instead of being refused).
-    for name in ("char.dic", "word.dic") if config.word_vocab_size else ("char.dic",):
-        try:
-            check_dense_ids(read_dictionary(Path(model_dir, name)), Path(model_dir, name))
-        except LexiconError as error:
-            raise ConversionError(str(error)) from None
-    tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+    try:  # (the lexicon checks its dictionaries, their ids 0 .. N - 1 among them, as on the way in)
+        tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+    except LexiconError as error:
+        raise ConversionError(str(error)) from None
     _check_lexicon_matches(tokenizer.lexicon, config, Path(model_dir))
     tensors = state_dict_to_package(model.state_dict(), config)
     output_dir = Path(output_dir)

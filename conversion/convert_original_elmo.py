@@ -270,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weight-file", help="original weights.hdf5")
     parser.add_argument("--output-dir", required=True, help="folder to write (must not exist or be empty)")
     parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
-    parser.add_argument("--language", default="en", help="the model's language for the card, an ISO 639 code such "
-                        "as en or fr (default: en, the language of the released models)")
+    parser.add_argument("--language", help="the model's language for the card, an ISO 639 code such as en or fr "
+                        "(default: en, the language of the released models)")
     parser.add_argument("--to-original", action="store_true", help="convert a Hugging Face checkpoint back")
     parser.add_argument("--model-dir", help="with --to-original: the Hugging Face checkpoint folder")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
@@ -280,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--to-original needs --model-dir")
     if not args.to_original and not (args.options_file and args.weight_file):
         parser.error("converting original weights needs --options-file and --weight-file")
+    if args.to_original and args.language is not None:
+        parser.error("--language is the card's, which only converting original weights writes (not --to-original)")
+    args.language = args.language or "en"
     try:
         try:
             check_language(args.language)

@@ -418,9 +418,9 @@ class ElmoConfig(PreTrainedConfig):
             values[name] = value
         clashing = sorted(set(kwargs) & set(values))
         if clashing:  # (a TypeError for the repeated keyword before)
-            raise ValueError(f"{source}: {', '.join(clashing)} come{'s' if len(clashing) == 1 else ''} from the "
-                             "options file; keyword arguments set the output options only (num_output_representations, "
-                             "do_layer_norm, dropout)")
+            raise ValueError(f"{source}: {', '.join(clashing)} {'is an option' if len(clashing) == 1 else 'are options'} "
+                             "of the options file (bilm-tf's default where it leaves one out); keyword arguments set "
+                             "the output options only (num_output_representations, do_layer_norm, dropout)")
         try:
             return cls(**values, **kwargs)
         except ValueError as error:  # what only the options together contradict

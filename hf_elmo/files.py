@@ -216,7 +216,8 @@ def link_target(path) -> Path:
 def atomic_file(path, mode: str = "w"):
     """An open file (`mode` "w" for UTF-8 text, "wb" for bytes) that becomes `path` when the block ends without an
     error, creating its folder: a reader sees the old file or the whole new one, never a part, after a power cut
-    too (the file is on the disk before its name is, and its name before this returns). A link at `path` is
+    too (the file is on the disk before its name is, and its name before this returns, where the folder can be
+    synced). A link at `path` is
     written through, as a plain open writes: its target becomes the new file (made beside the target, on its file
     system) and the link stays (replacing the link itself left the target as it was). The file gets the mode a
     plain open would give it: the old file's own (a private file stays private), else the umask's."""
@@ -231,10 +232,12 @@ def atomic_file(path, mode: str = "w"):
         kept = _mode_of_existing(path)
         os.chmod(temporary, plain_mode() if kept is None else kept)
         os.replace(temporary, path)
-        fsync_path(path.parent)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    if os.name != "nt":  # (the new name to the disk too, where a folder can be synced: not on Windows, which
+        with contextlib.suppress(OSError):  # opens no folder so, nor on some network file systems)
+            fsync_path(path.parent)
 
 
 def fsync_path(path) -> None:

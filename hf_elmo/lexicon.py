@@ -111,7 +111,7 @@ def write_dictionary(entries: dict[str, int], path: str | os.PathLike) -> None:
         out.writelines(f"{token}\t{index}\n" for token, index in entries.items())
 
 
-def check_dense_ids(entries: dict[str, int], source: str | os.PathLike) -> None:
+def _check_dense_ids(entries: dict[str, int], source: str | os.PathLike) -> None:
     """The package gives a dictionary of N entries an embedding of N rows: its ids must be 0 .. N - 1 (and a stray
     large id would make the embedding, and the list of names, that long)."""
     if sorted(entries.values()) != list(range(len(entries))):
@@ -137,10 +137,10 @@ class ElmoLexicon:
     def __init__(self, chars: dict[str, int], words: dict[str, int] | None, max_characters_per_token: int,
                  char_source: str = "char.dic", word_source: str = "word.dic"):
         _check_specials(chars, CHAR_SPECIALS, char_source)
-        check_dense_ids(chars, char_source)
+        _check_dense_ids(chars, char_source)
         if words is not None:
             _check_specials(words, WORD_SPECIALS, word_source)
-            check_dense_ids(words, word_source)
+            _check_dense_ids(words, word_source)
         self.chars, self.words = dict(chars), None if words is None else dict(words)
         self.max_characters_per_token = max_characters_per_token
         # The package's quirk: a word begins with the id of <eow> and ends with the id of <bow>.
@@ -205,7 +205,7 @@ class ElmoLexicon:
         text holds, so that a word is never read as one of these ids."""
         names = []
         for char_id in range(1, self.num_char_ids):
-            token = self._char_names[char_id]  # (every id has its entry: check_dense_ids)
+            token = self._char_names[char_id]  # (every id has its entry: _check_dense_ids)
             if token in SPECIAL_CHAR_NAMES:
                 names.append(SPECIAL_CHAR_NAMES[token])
             elif len(token) == 1:

@@ -59,7 +59,8 @@ def check_language(language: str | Sequence[str]) -> None:
             raise ValueError(f"{code!r} is not a language code: give ISO 639 codes such as en, zh or pt-BR")
 
 
-# Words that YAML 1.1 (the Hub's and PyYAML's) reads as true or false, whatever their case: Norwegian's `no` among them.
+# Words that YAML 1.1 (PyYAML, which the Hub's card reader uses) may read as true or false, Norwegian's `no` among
+# them: quoted in any case (quoting one that would have read as text does no harm).
 YAML_BOOLEANS = {"y", "n", "yes", "no", "on", "off", "true", "false"}
 
 

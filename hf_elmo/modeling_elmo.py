@@ -130,10 +130,11 @@ def _word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, rig
 
 
 def _check_class_ids(labels, shape, num_classes: int, name: str = "labels", classes: str = "the label ids",
-                     padding: torch.Tensor | None = None) -> None:
+                     padding: torch.Tensor | None = None, padding_counted: bool = False) -> None:
     """Targets of a cross-entropy: integer ids [shape] in [0, num_classes), -100 = no target. One clear error for
     another shape, a dtype that is not an integer (a float would be truncated) or an id outside the classes.
-    `padding` [shape] bool: positions whose label is not read."""
+    `padding` [shape] bool: positions whose label is not read; `padding_counted`: they must hold -100 all the same,
+    since the caller's count of labels counts the others (Trainer's `num_items_in_batch`)."""
     if not isinstance(labels, torch.Tensor) or labels.shape != shape:
         raise ValueError(f"{name} must be {list(shape)}, got {_shape_of(labels)}")
     _check_integer_ids(labels, name, "class")
@@ -142,12 +143,21 @@ def _check_class_ids(labels, shape, num_classes: int, name: str = "labels", clas
     # One read of the device's result (no boolean indexing, whose result's size the host must wait for); the first
     # wrong id is looked up only for the message.
     outside = ((labels < 0) & (labels != -100)) | (labels >= num_classes)
+    labelled_padding = torch.zeros((), dtype=torch.bool, device=labels.device)
     if padding is not None:
-        outside &= ~padding.to(labels.device)
-    if bool(outside.any()):
+        padding = padding.to(labels.device)
+        outside &= ~padding
+        if padding_counted:
+            labelled_padding = (padding & (labels != -100)).any()
+    found_outside, found_labelled_padding = torch.stack([outside.any(), labelled_padding]).tolist()
+    if found_outside:
         raise ValueError(
             f"{name} holds {labels[outside][0].item()}, outside {classes} [0, {num_classes}) (-100 = no target)"
         )
+    if found_labelled_padding:
+        raise ValueError(f"{name}: padding positions hold labels other than -100, which Trainer counts in "
+                         "num_items_in_batch (the loss would be divided by them too): pad labels with -100, as "
+                         "DataCollatorForTokenClassification does")
 
 
 def _is_exporting() -> bool:
@@ -1394,13 +1404,9 @@ class ElmoForTokenClassification(ElmoTaskModel):
         loss = None
         if labels is not None:
             padding = outputs.attention_mask == 0
-            _check_class_ids(labels, logits.shape[:2], self.num_labels, padding=padding)
-            labels = labels.to(logits.device, torch.long)  # (cross_entropy: long ids)
-            if kwargs.get("num_items_in_batch") is not None and bool(labels.masked_select(padding).ne(-100).any()):
-                raise ValueError("labels: padding positions hold labels other than -100, which Trainer counts in "
-                                 "num_items_in_batch (the loss would be divided by them too): pad labels with -100, "
-                                 "as DataCollatorForTokenClassification does")
-            labels = labels.masked_fill(padding, -100)
+            _check_class_ids(labels, logits.shape[:2], self.num_labels, padding=padding,
+                             padding_counted=kwargs.get("num_items_in_batch") is not None)
+            labels = labels.to(logits.device, torch.long).masked_fill(padding, -100)  # (cross_entropy: long ids)
             summed_loss = F.cross_entropy(
                 logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
             )

@@ -126,7 +126,8 @@ def training_machine(device: str) -> str:
 
 
 def weights_key(model: torch.nn.Module) -> str:
-    """A digest of every weight: which model a layer analysis measured (and whose features a cache holds)."""
+    """A digest of every weight, in its own dtype (a float16 copy of a model has a key of its own): which model a
+    layer analysis measured (and whose features a cache holds)."""
     return sha256_tensors(sorted(model.state_dict().items())).hexdigest()[:16]
 
 

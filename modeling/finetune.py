@@ -167,7 +167,8 @@ def check_inputs(args: argparse.Namespace) -> None:
     for name, (valid, wanted) in NUMBERS.items():
         value = getattr(args, name)
         if not valid(value):  # (NaN fails every comparison: refused too)
-            raise FinetuneError(f"--{name.replace('_', '-')} must be {wanted}, got {value:g}")
+            shown = value if isinstance(value, int) else format(value, "g")
+            raise FinetuneError(f"--{name.replace('_', '-')} must be {wanted}, got {shown}")
     try:
         check_model_location(args.model, FinetuneError)
     except FinetuneError as error:

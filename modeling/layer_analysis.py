@@ -82,7 +82,9 @@ def compute_features(model: ElmoModel, tokenizer: ElmoTokenizer, sentences: list
     per_sentence: list[torch.Tensor | None] = [None] * len(sentences)
     for start in range(0, len(order), batch_size):
         chosen = order[start : start + batch_size]
-        batch = tokenizer([sentences[k] for k in chosen], is_split_into_words=True, padding=True, return_tensors="pt")
+        # (padded on the right whatever the tokenizer's setting: each sentence's words are read from its row's start)
+        batch = tokenizer([sentences[k] for k in chosen], is_split_into_words=True, padding=True, padding_side="right",
+                          return_tensors="pt")
         if token_layer_only:
             char_ids = batch["input_ids"]  # [B, T, 50]
             token = model.char_encoder(char_ids.flatten(0, 1)).view(*char_ids.shape[:2], -1)  # [B, T, P]

@@ -425,15 +425,22 @@ def checkpoint_record(checkpoint: Path) -> dict:
     return {"name": checkpoint.name, "trainer_state_sha256": sha256_file(checkpoint / "trainer_state.json")}
 
 
+def read_final_state(folder: Path) -> dict | None:
+    """The trainer_state.json of a run's final model in `folder` (it records the run's latest checkpoint; older
+    versions did not), None where there is none: a checkpoint's, or none that reads."""
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) and "latest_checkpoint" in state else None
+
+
 def finished_run(output_dir: Path, checkpoint: Path | None, settings: dict, data: dict) -> dict | None:
     """OUTPUT_DIR's final trainer_state.json where it is the end of the run that `--resume` would continue: written
     after that run's latest checkpoint (`checkpoint`, or none is left), by a run of these options on this text. None
     where there is no such final model (the run did not finish, or a later one started since)."""
-    try:
-        state = json.loads((output_dir / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(state, dict) or "latest_checkpoint" not in state:  # (older versions did not record it)
+    state = read_final_state(output_dir)
+    if state is None:
         return None
     if checkpoint is not None and state["latest_checkpoint"] != checkpoint_record(checkpoint):
         return None
@@ -494,16 +501,6 @@ def load_carried_states(checkpoint: Path, process_index: int, device) -> tuple[t
     return (carried["h"].to(device), carried["c"].to(device)) if carried else None
 
 
-def is_final_model(folder: Path) -> bool:
-    """Whether `folder` holds a run's final model (its trainer_state.json records the run's latest checkpoint), which
-    is not a checkpoint."""
-    try:
-        state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(state, dict) and "latest_checkpoint" in state
-
-
 def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path | None:
     if args.resume is None:
         if list_checkpoints(output_dir) and not args.overwrite_output_dir:
@@ -519,7 +516,7 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
                                 f"latest checkpoint: --resume {inside[-1][1]}")
         if not (path / "trainer_state.json").is_file():
             raise PretrainError(f"--resume {path}: not a complete checkpoint folder (no trainer_state.json)")
-        if is_final_model(path):
+        if read_final_state(path) is not None:
             raise PretrainError(f"--resume {path}: a run's final model, which kept no checkpoint to resume from (it "
                                 "holds no optimizer or random states); to train it on, start a run with --init-from "
                                 f"{path}")

@@ -475,6 +475,11 @@ def test_model_id_and_language_name_the_model_in_its_card(original, tmp_path, ca
     code, _, err = run_main(capsys, *args, "--output-dir", tmp_path / "bad", "--language", "french")
     assert code == 2 and not (tmp_path / "bad").exists()
     assert err == "error: --language 'french' is not a language code: give ISO 639 codes such as en, zh or pt-BR\n"
+    with pytest.raises(SystemExit):  # (the way back writes no card: --language there did nothing)
+        main(["--to-original", "--model-dir", str(tmp_path / "out"), "--output-dir", str(tmp_path / "back"),
+              "--language", "fr"])
+    assert "--language is the card's, which only converting original weights writes" in capsys.readouterr().err
+    assert not (tmp_path / "back").exists()
 
 
 def test_to_original_from_a_folder_that_is_not_a_checkpoint(tmp_path, capsys):

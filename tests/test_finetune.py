@@ -223,7 +223,7 @@ def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsy
         (["--dropout", 1], "--dropout must be in [0, 1), got 1"),
         (["--scalar-mix-l2-coef", -0.1], "--scalar-mix-l2-coef must be a finite number >= 0, got -0.1"),
         (["--seed", -1], "--seed must be from 0 to 2**32 - 1 (NumPy's seeds), got -1"),
-        (["--seed", 2**32], "--seed must be from 0 to 2**32 - 1 (NumPy's seeds), got 4.29497e+09"),
+        (["--seed", 2**32], "--seed must be from 0 to 2**32 - 1 (NumPy's seeds), got 4294967296"),
     ]
     for arguments, message in [
         (["--model", "/nonexistent"], "--model /nonexistent: no such folder"),

@@ -305,3 +305,17 @@ def test_several_seeds_train_each_task_model_once_per_seed_and_judge_the_finding
     sd = both["inputs"]["mix"]["ner"]["test_sd"]
     assert f"| (e) learned scalar mix | {mean['mix']['ner']:.2f} ± {sd:.2f} |" in markdown
     assert "once per seed (0, 1" in prose and "seed 0;" not in prose
+
+
+def test_features_are_each_sentences_own_words_whatever_side_the_tokenizer_pads():
+    """compute_features reads each sentence's words from the start of its row: a tokenizer that pads on the left
+    (a model folder may say so) gave other positions' vectors (up to 3.0 off); the batch is padded on the right."""
+    from modeling.layer_analysis import compute_features
+
+    model = ElmoModel.from_pretrained(default_model_path()).eval()
+    sentences = [["I", "eat"], ["the", "bank", "of", "the", "river"], ["ok"]]
+    labels = [[0] * len(words) for words in sentences]
+    with torch.no_grad():
+        right, left = (compute_features(model, ElmoTokenizer.from_pretrained(default_model_path(), padding_side=side),
+                                        sentences, labels, token_layer_only=False) for side in ("right", "left"))
+    assert right.offsets == left.offsets == [0, 2, 7, 8] and torch.equal(right.vectors, left.vectors)

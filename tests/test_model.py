@@ -339,8 +339,9 @@ def test_original_options_are_read_as_bilm_tf_writes_them_and_refused_where_they
             ElmoConfig.from_original_options(broken)
     # Keyword arguments set the output options; one that the file sets is refused (a TypeError before).
     assert ElmoConfig.from_original_options(options, do_layer_norm=True, dropout=0.25).dropout == 0.25
-    with pytest.raises(ValueError, match=r"^options: cell_clip comes from the options file; keyword arguments set the "
-                                         r"output options only \(num_output_representations, do_layer_norm, dropout\)$"):
+    with pytest.raises(ValueError, match=r"^options: cell_clip is an option of the options file \(bilm-tf's default "
+                                         r"where it leaves one out\); keyword arguments set the output options only "
+                                         r"\(num_output_representations, do_layer_norm, dropout\)$"):
         ElmoConfig.from_original_options(options, cell_clip=0)
 
 

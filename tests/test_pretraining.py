@@ -1824,8 +1824,10 @@ def test_the_learning_curve_is_drawn_from_a_runs_log(reference_run, tmp_path, ca
     assert plot_learning_curve.main([str(reference_run / "log.jsonl"), str(picture), "--title", "tiny"]) == 0
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and [p.name for p in tmp_path.iterdir()] == ["curve.png"]
     capsys.readouterr()
-    (tmp_path / "cut.jsonl").write_text('{"step": 1, "loss": 5.0}\n{"step": 2, "lo')
-    (tmp_path / "evaluations.jsonl").write_text('{"step": 1, "eval_forward_perplexity": 9.0}\n')
+    # (a line that is not JSON, with its newline: a last line cut short, without it, is left out, saying so)
+    (tmp_path / "cut.jsonl").write_text('{"step": 1, "loss": 5.0}\n{"step": 2, "lo\n')
+    (tmp_path / "evaluations.jsonl").write_text('{"step": 1, "eval_forward_perplexity": 9.0, "eval_backward_perplexity": '
+                                                '8.0, "eval_average_perplexity": 8.5}\n')
     for log, output, message in [
         (tmp_path / "missing.jsonl", picture, f"{tmp_path / 'missing.jsonl'}: training log not found"),
         (tmp_path / "cut.jsonl", picture, f"{tmp_path / 'cut.jsonl'}: line 2 is not a JSON record"),

@@ -493,7 +493,7 @@ def test_vocabulary(tok):
 def test_a_character_vocabulary_names_its_ids_apart_from_words():
     """With char.dic, id 0 is `<pad_word>` and every character id has a name no word has: `<U+5929>` for 天, `<bos_char>`
     ... for the special entries (`<char_pad>` for char.dic's `<pad>`), `<char ab>` for an entry of several
-    characters; a name gives its id and the id its name. (char.dic leaves no id out: check_dense_ids.)"""
+    characters; a name gives its id and the id its name. (char.dic leaves no id out: ElmoLexicon refuses one that does.)"""
     folder = ELMOFORMANYLANGS / "with_words"
     tokenizer = ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic"))
     chars, vocab = read_dictionary(folder / "char.dic"), tokenizer.get_vocab()
