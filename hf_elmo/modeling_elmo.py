@@ -140,21 +140,21 @@ def _check_class_ids(labels, shape, num_classes: int, name: str = "labels", clas
     _check_integer_ids(labels, name, "class")
     if _reads_no_values():
         return
-    # One read of the device's result (no boolean indexing, whose result's size the host must wait for); the first
-    # wrong id is looked up only for the message.
+    # One read of the device's result (no boolean indexing, whose result's size the host must wait for): bit 1 an
+    # id outside the classes, bit 2 a labelled padding position. The first wrong id is looked up only for the message.
     outside = ((labels < 0) & (labels != -100)) | (labels >= num_classes)
-    labelled_padding = torch.zeros((), dtype=torch.bool, device=labels.device)
+    labelled_padding = None
     if padding is not None:
         padding = padding.to(labels.device)
         outside &= ~padding
-        if padding_counted:
-            labelled_padding = (padding & (labels != -100)).any()
-    found_outside, found_labelled_padding = torch.stack([outside.any(), labelled_padding]).tolist()
-    if found_outside:
+        labelled_padding = (padding & (labels != -100)).any() if padding_counted else None
+    found = outside.any().int() if labelled_padding is None else outside.any().int() + 2 * labelled_padding.int()
+    found = int(found)
+    if found & 1:
         raise ValueError(
             f"{name} holds {labels[outside][0].item()}, outside {classes} [0, {num_classes}) (-100 = no target)"
         )
-    if found_labelled_padding:
+    if found & 2:
         raise ValueError(f"{name}: padding positions hold labels other than -100, which Trainer counts in "
                          "num_items_in_batch (the loss would be divided by them too): pad labels with -100, as "
                          "DataCollatorForTokenClassification does")

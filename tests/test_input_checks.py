@@ -279,6 +279,8 @@ def test_each_input_check_reads_the_device_once(tokenizer):
         ("multi-label labels", lambda: classifier._summed_loss(logits, multi_labels)),
         ("token labels", lambda: _check_class_ids(labels, (2, 3), 3, padding=padding)),
         ("labels without padding", lambda: _check_class_ids(labels.masked_fill(padding, -100), (2, 3), 3)),
+        ("token labels under Trainer", lambda: _check_class_ids(labels.masked_fill(padding, -100), (2, 3), 3,
+                                                                padding=padding, padding_counted=True)),
         ("word ids", lambda: words._check_word_ids(word_ids, ~padding, "input_word_ids")),
     ]:
         with HostReads() as host:
