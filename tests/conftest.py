@@ -202,12 +202,17 @@ def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subpr
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         # torchrun starts each worker in a session of its own: kill them by parentage, then the launcher's group.
-        # SIGABRT first, so that each Python process writes its threads' tracebacks to the captured stderr.
-        for kill_signal in (signal.SIGABRT, signal.SIGKILL):
-            for pid in _descendants(process.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, kill_signal)
-            time.sleep(2 if kill_signal == signal.SIGABRT else 0)
+        # First the launcher is stopped (it would end the other worker once one dies) and each worker in turn gets
+        # SIGABRT, so that it writes its threads' tracebacks to the captured stderr, one after the other.
+        os.kill(process.pid, signal.SIGSTOP)
+        workers = _descendants(process.pid)
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGABRT)
+            time.sleep(1)
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
         pytest.fail(f"two processes still running after {timeout} s:\n{stdout[-2000:]}\n{stderr[-12000:]}")
