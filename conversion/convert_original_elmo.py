@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from safetensors import safe_open  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
-from hf_elmo.files import check_output_location, plain_mode  # noqa: E402
+from hf_elmo.files import check_output_location, input_inside, plain_mode  # noqa: E402
 from hf_elmo.model_card import check_language, render_model_card  # noqa: E402
 
 from conversion.original_format import (  # noqa: E402
@@ -59,10 +59,10 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs: tup
             raise ConversionError(
                 f"{output_dir}: output folder exists and is not empty (pass --overwrite to replace it)"
             )
-        for source in inputs:
-            if Path(source).resolve().is_relative_to(output_dir.resolve()):
-                raise ConversionError(f"{output_dir}: the output folder holds the input {source}, which replacing it "
-                                      "would delete: write to another folder")
+        source = input_inside(output_dir, inputs)
+        if source is not None:
+            raise ConversionError(f"{output_dir}: the output folder holds the input {source}, which replacing it "
+                                  "would delete: write to another folder")
 
 
 @contextlib.contextmanager

@@ -173,6 +173,14 @@ def check_output_location(path, kind: str, error: type[ValueError] = ValueError,
         raise error(f"{folder}: cannot write there, so {path} cannot be written ({failure.strerror})") from None
 
 
+def input_inside(folder, inputs):
+    """The first of `inputs` (paths; None is skipped) that lies in `folder`, links followed, or None: replacing
+    `folder` whole would delete it."""
+    folder = Path(folder).resolve()
+    return next((source for source in inputs
+                 if source is not None and Path(source).resolve().is_relative_to(folder)), None)
+
+
 def plain_mode(folder: bool = False) -> int:
     """The mode that mkdir (`folder`) or open would give a new entry under this process's umask (mkdtemp's and
     mkstemp's are private)."""

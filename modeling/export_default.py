@@ -30,7 +30,7 @@ if __package__ in (None, ""):
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import DEFAULT_MODEL_DIR  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
-from hf_elmo.files import check_output_location, read_text_file, sha256_tensors  # noqa: E402
+from hf_elmo.files import check_output_location, input_inside, read_text_file, sha256_tensors  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
 
 from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
@@ -260,10 +260,10 @@ def read_run(run_dir: Path) -> dict:
 def check_replaceable(output: Path, inputs: list[Path | None]) -> Path:
     """`output` (absolute), which the export replaces whole: refused where it holds one of the export's `inputs`,
     or is a folder with things in it but no model (config.json or model.safetensors)."""
-    for source in inputs:
-        if source is not None and Path(source).resolve().is_relative_to(output):
-            raise ExportError(f"--output {output}: holds the input {source}, which replacing it would delete: write "
-                              "to another folder")
+    source = input_inside(output, inputs)
+    if source is not None:
+        raise ExportError(f"--output {output}: holds the input {source}, which replacing it would delete: write "
+                          "to another folder")
     if output.is_dir() and any(output.iterdir()) and not any((output / name).is_file()
                                                             for name in ("config.json", "model.safetensors")):
         raise ExportError(f"--output {output}: a folder that holds no model, which the export would replace whole: "
