@@ -24,13 +24,22 @@ FORMS = {
 }
 
 
+# The share of a normal's draws more than one standard deviation from the mean (a uniform's is 1 - 1 / sqrt(3), 0.42).
+NORMAL_SHARE_PAST_ONE_STD = math.erfc(1 / math.sqrt(2))  # 0.317
+
+
 def assert_normal(tensor, std, name):
-    """Drawn from N(0, std): mean and standard deviation within a few standard errors, no outlier past 6 std."""
+    """Drawn from N(0, std): mean, standard deviation and the share of values past one standard deviation within a
+    few standard errors (the share tells a normal from a uniform of the same std), no outlier past 6 std."""
     values = tensor.detach().double().flatten()
     error = std / math.sqrt(len(values))
     assert abs(values.mean().item()) < 5 * error, (name, values.mean().item(), std)
     assert abs(values.std().item() - std) < 0.1 * std, (name, values.std().item(), std)
     assert values.abs().max().item() < 6 * std, name
+    share, expected = (values.abs() > std).double().mean().item(), NORMAL_SHARE_PAST_ONE_STD
+    share_error = math.sqrt(expected * (1 - expected) / len(values))
+    assert 4 * share_error < 0.1, (name, len(values))  # (enough values to tell the uniform's 0.42 apart)
+    assert abs(share - expected) < 4 * share_error, (name, share, expected)
 
 
 def assert_uniform(tensor, bound, name):

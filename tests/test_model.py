@@ -659,6 +659,27 @@ def test_lm_dropout_is_the_pretraining_models_and_active_in_training_only(conver
     assert torch.equal(first.hidden_states[-1], second.hidden_states[-1]) and not torch.equal(first.loss, second.loss)
 
 
+def test_lm_dropout_drops_every_lstm_layers_input_and_the_residual_adds_the_dropped_input():
+    """bilm-tf wraps each layer's cell in DropoutWrapper(ResidualWrapper(cell)): every biLSTM layer reads a dropped
+    input, and the second layer's residual adds that dropped input, not the undropped one."""
+    torch.manual_seed(0)
+    config = ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 8], [2, 8]], num_highway_layers=1, cell_size=32,
+                        projection_dim=16, num_lstm_layers=2, use_skip_connections=True, lm_vocab_size=10,
+                        lm_dropout=0.5)
+    model = ElmoForPreTraining(config).train()
+    batch = ElmoTokenizer()([["<S>", "a", "b", "c", "d", "</S>"]], is_split_into_words=True, return_tensors="pt")
+    seen = {}
+    for index, layer in enumerate(model.elmo.layers):  # (inputs and outputs: directions x rows x steps x 16)
+        layer.register_forward_pre_hook(lambda module, args, index=index: seen.__setitem__(("in", index), args[0]))
+        layer.register_forward_hook(
+            lambda module, args, output, index=index: seen.__setitem__(("out", index), output[0]))
+    with torch.no_grad():
+        top = model(**batch, output_hidden_states=True).hidden_states[-1][0]
+    for index in range(2):
+        assert 0.3 < (seen[("in", index)] == 0).float().mean().item() < 0.7, index
+    assert torch.allclose(top[:, :16], seen[("out", 1)][0, 0] + seen[("in", 1)][0, 0], atol=1e-6)
+
+
 def test_the_sentence_layout_is_the_stable_sort_of_each_row_words_first():
     """`_SentenceLayout` computes the stable sort of each row by "not a word" from running counts (so that the
     model exports to ONNX, which has no stable sort): `order` is that sort, `restore` its inverse, on masks with the

@@ -106,14 +106,19 @@ def test_log_uniform_draws_follow_the_distribution():
     assert len(set(candidates.tolist())) == 5 and tries >= 5
 
 
-def test_sampled_softmax_loss_by_hand():
+@pytest.mark.parametrize("seed", [2, 1])
+def test_sampled_softmax_loss_by_hand(seed):
+    """The loss of each row by hand, TensorFlow's correction for unique sampling included: seed 2 draws the four
+    negatives in four tries (each word's expected count is then p * 4, a constant factor that the softmax cancels),
+    seed 1 rejects repeats and needs 8 (the expected count is 1 - (1 - p) ** 8)."""
     torch.manual_seed(1)
     vocab_size, num_sampled = 12, 4
     hidden, weight, bias = torch.randn(5, 3), torch.randn(vocab_size, 3), torch.randn(vocab_size)
-    torch.manual_seed(2)
+    torch.manual_seed(seed)
     candidates, tries = sample_log_uniform(num_sampled, vocab_size)
+    assert (tries > num_sampled) == (seed == 1)
     targets = torch.tensor([candidates[0].item(), 11, 0, 5, candidates[2].item()])  # two accidental hits
-    torch.manual_seed(2)
+    torch.manual_seed(seed)
     loss = sampled_softmax_loss(hidden, targets, weight, bias, num_sampled)
 
     def log_q(word: int) -> float:
