@@ -247,9 +247,9 @@ def approximation_deviation(model, inputs: dict, kind: str) -> list[float]:
         model.eval()
         model.set_lstm_approximation(None)
         with torch.no_grad():
-            exact = model(**inputs).hidden_states
+            exact = model(**inputs, return_dict=True).hidden_states
             model.set_lstm_approximation(kind)
-            approximate = model(**inputs).hidden_states
+            approximate = model(**inputs, return_dict=True).hidden_states
     finally:
         model.set_lstm_approximation(None)
         model.train(training)

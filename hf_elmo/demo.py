@@ -132,7 +132,7 @@ def embed_words(model: ElmoModel, tokenizer: ElmoTokenizer, sentences: list[str]
     """Every layer's vector (and the first mix) of the word at `positions[k]` of `sentences[k]`: [sentences, 2P] each."""
     words = [tokenizer.split_words(sentence) for sentence in sentences]
     batch = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
-    output = model(**batch, output_final_states=False)
+    output = model(**batch, output_final_states=False, return_dict=True)
     rows = torch.arange(len(sentences))
     index = torch.tensor(positions)
     return [layer[rows, index] for layer in [*output.hidden_states, output.elmo_representations[0]]]

@@ -188,7 +188,8 @@ class ElmoEmbedder:
         if not words:
             return None
         batch = batch.to(self.device)
-        output = self.model(**batch, initial_states=self._initial_states(len(words)), output_final_states=self.stateful)
+        output = self.model(**batch, initial_states=self._initial_states(len(words)), output_final_states=self.stateful,
+                            return_dict=True)
         if self.stateful:
             self._keep_states(output.final_states)
         if output_format == "all":

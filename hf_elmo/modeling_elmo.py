@@ -1286,8 +1286,9 @@ class ElmoForSequenceClassification(ElmoTaskModel):
         Returns logits [B, num_labels]. Any other keyword argument is refused (Trainer's `num_items_in_batch` aside).
         """
         self._check_keywords(kwargs)
-        outputs = self.elmo(
-            input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False
+        outputs = self.elmo(  # (a dict whatever the shared config's return_dict: the head reads it by name)
+            input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False,
+            return_dict=True,
         )
         pooled = self.pool(outputs.elmo_representations[0], outputs.attention_mask.bool())
         logits = self.classifier(pooled)
@@ -1397,8 +1398,9 @@ class ElmoForTokenClassification(ElmoTaskModel):
         aside).
         """
         self._check_keywords(kwargs)
-        outputs = self.elmo(
-            input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False
+        outputs = self.elmo(  # (a dict whatever the shared config's return_dict: the head reads it by name)
+            input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False,
+            return_dict=True,
         )
         logits = self.classifier(outputs.elmo_representations[0])
         loss = None

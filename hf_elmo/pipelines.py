@@ -43,7 +43,7 @@ class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
     def _forward(self, model_inputs):
         if not _is_elmo(self.model):
             return super()._forward(model_inputs)
-        outputs = self.model.base_model(**model_inputs, output_final_states=False)
+        outputs = self.model.base_model(**model_inputs, output_final_states=False, return_dict=True)
         return {"last_hidden_state": outputs.last_hidden_state, "attention_mask": outputs.attention_mask}
 
     def postprocess(self, model_outputs, return_tensors=False):

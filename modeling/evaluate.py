@@ -40,7 +40,7 @@ def perplexity(model: ElmoForPreTraining, stream: EvaluationStream, device, auto
     for batch in stream:
         batch = {name: tensor.to(device) for name, tensor in batch.items()}
         with autocast():
-            output = model(**batch, initial_states=states)
+            output = model(**batch, initial_states=states, return_dict=True)
         states = output.final_states
         forward_count = (batch["labels"] != IGNORE_INDEX).sum()
         backward_count = (batch["backward_labels"] != IGNORE_INDEX).sum()

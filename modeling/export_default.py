@@ -305,7 +305,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     parameters = sum(p.numel() for p in model.parameters())
     probe = ["I eat an apple .", "天气不错！小天你说是吗？"]
     try:  # (before anything is written: a tokenizer of another word length than the model's, say)
-        expected = model(**tokenizer(probe, padding=True, return_tensors="pt")).last_hidden_state
+        expected = model(**tokenizer(probe, padding=True, return_tensors="pt"), return_dict=True).last_hidden_state
     except ValueError as error:
         raise ExportError(f"--run-dir {run_dir}: its tokenizer does not fit its model ({error})") from None
 

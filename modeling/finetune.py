@@ -307,7 +307,7 @@ def _check_reload(folder: Path, auto_class, model, dataset, collator) -> None:
     # The model's inputs only (not the labels): its character ids, the mask and, with a word.dic, the word ids.
     batch = {key: value.to(model.device) for key, value in batch.items() if key in collator.tokenizer.model_input_names}
     with torch.no_grad():
-        expected = model(**batch).logits
+        expected = model(**batch, return_dict=True).logits
         found = reloaded(**batch).logits
     if not torch.equal(expected, found):
         raise RuntimeError(f"{folder}: the reloaded model differs from the trained one by {(expected - found).abs().max():.3g}")

@@ -1155,7 +1155,7 @@ def train(args: argparse.Namespace) -> dict:
                 batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
                 sync = contextlib.nullcontext() if micro == accumulation - 1 else accelerator.no_sync(model)
                 with sync:
-                    output = model(**batch, initial_states=states)
+                    output = model(**batch, initial_states=states, return_dict=True)
                     accelerator.backward(output.loss * scale)
                 if batches.stateful:
                     states = tuple(state.detach() for state in output.final_states)

@@ -2,10 +2,13 @@
 remote code where hf_elmo cannot be imported: word-level entities with their spans, every aggregation strategy,
 batched equal to unbatched."""
 
+import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import (
@@ -174,6 +177,41 @@ def test_feature_extraction_of_a_task_model_gives_its_bilms_top_layer(tagger_fol
     from_folder = pipeline("feature-extraction", model=str(tagger_folder))
     for found, wanted in zip(extractor(TEXTS, return_tensors=True), from_folder(TEXTS, return_tensors=True), strict=True):
         assert found.shape == wanted.shape and found.shape[2] == 32 and torch.equal(found, wanted)
+
+
+def test_a_config_that_says_return_dict_false_changes_only_what_a_model_returns(tagger_folder, tmp_path):
+    """`return_dict=False` in a folder's config (transformers' switch to tuples, which the body shares with its head)
+    makes the heads return tuples of the same values; the heads, the pipelines, the embedder and the demo read the
+    biLM's outputs by name as before (they failed on a tuple)."""
+    from hf_elmo import ElmoEmbedder, ElmoForSequenceClassification
+    from hf_elmo.approximate import approximation_deviation
+    from hf_elmo.demo import embed_words, load_default
+
+    folder = tmp_path / "tuples"
+    shutil.copytree(tagger_folder, folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    (folder / "config.json").write_text(json.dumps(dict(config, return_dict=False)), encoding="utf-8")
+    batch = ElmoTokenizer()(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        for head in (ElmoForTokenClassification, ElmoForSequenceClassification):
+            outputs = []
+            for source in (tagger_folder, folder):
+                torch.manual_seed(0)  # (the sequence head's new classifier: the same draw for both)
+                outputs.append(head.from_pretrained(source).eval()(**batch))
+            wanted, found = outputs
+            assert isinstance(found, tuple) and torch.equal(found[0], wanted.logits), head
+    deviations = [approximation_deviation(ElmoForTokenClassification.from_pretrained(source), batch, "nn_lstm")
+                  for source in (tagger_folder, folder)]
+    assert deviations[0] == deviations[1] and len(deviations[0]) == 3
+    for task in ("feature-extraction", "token-classification"):
+        assert pipeline(task, model=str(folder))(TEXTS) == pipeline(task, model=str(tagger_folder))(TEXTS), task
+    for wanted, found in zip(ElmoEmbedder(tagger_folder).embed_batch(TEXTS), ElmoEmbedder(folder).embed_batch(TEXTS),
+                             strict=True):
+        assert np.array_equal(found, wanted)
+    positions = [1, 0, 1]
+    for wanted, found in zip(embed_words(*load_default(str(tagger_folder))[:2], TEXTS, positions),
+                             embed_words(*load_default(str(folder))[:2], TEXTS, positions), strict=True):
+        assert torch.equal(found, wanted)
 
 
 @pytest.fixture(scope="module")
