@@ -13,6 +13,7 @@ and transformers.
 """
 
 import copy
+import json
 import os
 import re
 import threading
@@ -225,6 +226,24 @@ class _SpelledWords:
         return [rows[word] for word in words]
 
 
+def _model_config_settings(folder) -> dict:
+    """`max_characters_per_token` and `alphabet` from the config.json of an ELMo in the local `folder` that holds no
+    tokenizer_config.json (a model saved without its tokenizer, which `from_pretrained` then builds from nothing):
+    without them a model of 20 characters per word, or one of a character vocabulary, got a tokenizer of UTF-8 bytes
+    and 50 characters. Empty for any other folder or name."""
+    if not isinstance(folder, (str, os.PathLike)) or not os.path.isdir(folder) or os.path.isfile(
+            os.path.join(folder, "tokenizer_config.json")):
+        return {}
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as file:
+            config = json.load(file)
+    except (OSError, ValueError):  # (no config, or one that is no JSON: the model's loading names it)
+        return {}
+    if not isinstance(config, dict) or config.get("model_type") != "elmo":
+        return {}
+    return {name: config[name] for name in ("max_characters_per_token", "alphabet") if name in config}
+
+
 class ElmoTokenizer(PreTrainedTokenizer):
     """
     Splits text into words and spells each word as `max_characters_per_token` character ids.
@@ -268,7 +287,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     Args:
         max_characters_per_token (`int`, defaults to 50): characters per word, begin/end-of-word included. Must
-            match the model's `max_characters_per_token`.
+            match the model's `max_characters_per_token`. `from_pretrained` of a model folder saved without its
+            tokenizer (no tokenizer_config.json) takes it, and `alphabet`, from the folder's config.json.
         char_vocab_file (`str`, *optional*): an ELMoForManyLangs char.dic: spell words with its characters instead
             of UTF-8 bytes (the sentence boundaries are then the words `<bos>` and `<eos>`).
         word_vocab_file (`str`, *optional*): with `char_vocab_file`, its word.dic. Word ids are returned as
@@ -285,12 +305,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def __init__(
         self,
-        max_characters_per_token: int = 50,
+        max_characters_per_token: int | None = None,
         char_vocab_file: str | None = None,
         word_vocab_file: str | None = None,
         alphabet: str | None = None,
         **kwargs,
     ):
+        # A model folder saved without its tokenizer: the tokenizer the model's config describes, not the default.
+        settings = _model_config_settings(kwargs.get("name_or_path"))
+        if max_characters_per_token is None:
+            max_characters_per_token = settings.get("max_characters_per_token", 50)
+        alphabet = alphabet or settings.get("alphabet")
         if isinstance(max_characters_per_token, bool) or not isinstance(max_characters_per_token, int):
             raise ValueError(f"max_characters_per_token must be an integer, got {max_characters_per_token!r}.")
         if max_characters_per_token < 3:

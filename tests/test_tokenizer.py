@@ -554,6 +554,32 @@ def test_a_saved_tokenizer_records_its_alphabet(tmp_path):
         ElmoTokenizer(alphabet="bytes", char_vocab_file=str(folder / "char.dic"))
 
 
+def test_a_model_folder_saved_without_its_tokenizer_gives_the_tokenizer_its_config_describes(tmp_path):
+    """From a model folder with no tokenizer files, `AutoTokenizer` (and so `pipeline` and `ElmoEmbedder`) builds
+    the tokenizer the model's config describes: its characters per word, and for a character vocabulary an error
+    naming the missing char.dic. It built the default, 50 UTF-8 bytes per word, whose ids such a model misreads."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from hf_elmo import ElmoConfig, ElmoModel
+
+    sizes = dict(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1, cell_size=16,
+                 projection_dim=8)
+    ElmoModel(ElmoConfig(max_characters_per_token=20, **sizes)).save_pretrained(tmp_path / "bytes")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "bytes")
+    assert tokenizer.max_characters_per_token == 20
+    batch = tokenizer(["a longer sentence", "b"], padding=True, return_tensors="pt")
+    assert batch["input_ids"].shape == (2, 3, 20)
+    assert AutoModel.from_pretrained(tmp_path / "bytes")(**batch).last_hidden_state.shape == (2, 3, 16)
+    assert ElmoTokenizer.from_pretrained(tmp_path / "bytes", max_characters_per_token=30).max_characters_per_token == 30
+    tokenizer.save_pretrained(tmp_path / "bytes")  # (its own tokenizer_config.json now says what it reads)
+    assert AutoTokenizer.from_pretrained(tmp_path / "bytes").max_characters_per_token == 20
+    chars = ElmoConfig(alphabet="vocabulary", n_characters=5000, bos_char_id=1, eos_char_id=2, bow_char_id=3,
+                       eow_char_id=4, pad_char_id=5, **sizes)
+    ElmoModel(chars).save_pretrained(tmp_path / "chars")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'chars' / 'char.dic'))}: not found; this tokenizer"):
+        AutoTokenizer.from_pretrained(tmp_path / "chars")
+
+
 def test_a_saved_tokenizer_of_word_ids_without_its_word_dic_names_the_file(tmp_path):
     """A saved tokenizer that returns input_word_ids, reloaded from a folder without its word.dic, fails naming that
     file, as it does for a missing char.dic."""
