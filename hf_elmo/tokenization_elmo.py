@@ -280,7 +280,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
     Added special tokens are marked in `special_tokens_mask` and dropped by `decode(..., skip_special_tokens=True)`.
     With `split_special_tokens=True` (in a call, or as the tokenizer's setting) raw text is split as if no token had
     been added, as transformers does then.
-    The padding word is always id 0, the all-zero word; `pad_token` only names it: a word of that name in the text is
+    The padding word is always id 0, the all-zero word; `pad_token` only names it, when the tokenizer is made (setting
+    `pad_token` or `pad_token_id` to anything else later is refused): a word of that name in the text is
     a word as any other (raw text splits `<pad>` into `<`, `pad`, `>`; a pre-split `"<pad>"` is spelled, kept by
     `decode` and 0 in `special_tokens_mask`), though `convert_tokens_to_ids(pad_token)` is `pad_token_id`, 0, as
     transformers needs.
@@ -373,6 +374,29 @@ class ElmoTokenizer(PreTrainedTokenizer):
                 raise ValueError(f"{missing}: not found; this tokenizer returns input_word_ids (model_input_names), "
                                  "the ids of that word vocabulary, which the model reads.")
             raise ValueError("model_input_names names input_word_ids, which need a word.dic (word_vocab_file).")
+        self._padding_named = True
+
+    def __setattr__(self, key, value):
+        # Once made, the padding word keeps its id 0 and its name: transformers pads with pad_token_id, which
+        # another name would make an added token's id (262 up), and the model refuses that id.
+        if key in ("pad_token", "pad_token_id") and self.__dict__.get("_padding_named"):
+            self._check_padding_unchanged(key, value)
+        super().__setattr__(key, value)
+
+    def add_special_tokens(self, special_tokens_dict, replace_extra_special_tokens=True) -> int:
+        if isinstance(special_tokens_dict, Mapping) and "pad_token" in special_tokens_dict:
+            self._check_padding_unchanged("pad_token", special_tokens_dict["pad_token"])  # (before any other key)
+        return super().add_special_tokens(special_tokens_dict, replace_extra_special_tokens)
+
+    def _check_padding_unchanged(self, key: str, value) -> None:
+        name = self._id_to_name[PAD_WORD_CHAR_ID]
+        if (value == PAD_WORD_CHAR_ID) if key == "pad_token_id" else (value is not None and str(value) == name):
+            return
+        raise ValueError(
+            f"{key} cannot become {value!r}: ElmoTokenizer pads with id {PAD_WORD_CHAR_ID}, the all-zero word, named "
+            f"{name!r}; to give it another name, make the tokenizer with it (`ElmoTokenizer.from_pretrained(path, "
+            "pad_token=...)`)."
+        )
 
     @property
     def returns_word_ids(self) -> bool:

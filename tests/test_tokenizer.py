@@ -481,6 +481,27 @@ def test_a_word_named_like_the_padding_word_is_spelled_as_any_word(tok):
     assert padded["special_tokens_mask"][0] == [0, 1] and tok.decode(padded["input_ids"][0]) == "a"
 
 
+def test_the_padding_word_keeps_its_id_and_name_once_made():
+    """pad_token names id 0 when the tokenizer is made; renaming it later (as `add_special_tokens` or GPT's
+    `pad_token = eos_token` would) is refused naming the way, with nothing changed: it made pad_token_id an added
+    token's id (262), with which transformers' padding gave ids the model refuses."""
+    tok = ElmoTokenizer()
+    before = (tok.get_vocab(), tok.special_tokens_map, tok.bos_token)
+    attempts = [lambda: setattr(tok, "pad_token", "[PAD]"), lambda: setattr(tok, "pad_token_id", 5),
+                lambda: setattr(tok, "pad_token", tok.eos_token),
+                lambda: tok.add_special_tokens({"bos_token": "[B]", "pad_token": "[PAD]"})]
+    for attempt in attempts:
+        with pytest.raises(ValueError, match=r"cannot become .*: ElmoTokenizer pads with id 0, the all-zero word, "
+                                             r"named '<pad>'; to give it another name, make the tokenizer with it"):
+            attempt()
+    assert (tok.get_vocab(), tok.special_tokens_map, tok.bos_token) == before and tok.pad_token_id == 0
+    tok.pad_token, tok.pad_token_id = "<pad>", 0  # (what it is already)
+    named = ElmoTokenizer(pad_token="[PAD]")
+    assert (named.pad_token, named.pad_token_id) == ("[PAD]", 0)
+    padded = named(["a b", "c"], padding=True, return_tensors="pt")["input_ids"]
+    assert (padded[1, 1] == 0).all()
+
+
 def test_vocabulary(tok):
     vocab = tok.get_vocab()
     assert len(tok) == len(vocab) == tok.vocab_size == 262

@@ -8,6 +8,8 @@ assumes what ELMo does not have, the test says so in a comment and checks ELMo's
   * one id per position (a word vocabulary): an ELMo position is a word of `max_characters_per_token` character
     ids, so the three padding tests make the mixin's checks with the padding word, `[pad_token_id] * chars`,
     where it expects `pad_token_id`;
+  * the padding word keeps id 0 and its name once the tokenizer is made, so the test of the special tokens' id
+    setters checks that changing pad_token_id is refused;
   * test sentences built from the vocabulary: the vocabulary is the character alphabet, so the two hooks that
     build them (`get_clean_sequence`, `get_input_output_texts`) give sentences of words, as other character-level
     tokenizers' tests do.
@@ -143,6 +145,27 @@ class ElmoTokenizationTest(TokenizerTesterMixin, unittest.TestCase):
 
     def test_encode_plus_with_padding_1(self):
         self.check_padding(padding_side_as_kwarg=False)  # the mixin pads with `pad_token_id`, one id per position
+
+    def test_tokenizers_common_ids_setters(self):
+        # The mixin's check for every special token but the padding word, which keeps id 0 and its name once made
+        # (transformers pads with pad_token_id): setting it to None or to another id is refused, and it is unchanged.
+        tokenizer = self.get_tokenizer()
+        token_id = next(iter(tokenizer.get_vocab().values()))
+        token = tokenizer.convert_ids_to_tokens(token_id, skip_special_tokens=False)
+        for attribute in ("bos_token", "eos_token", "unk_token", "sep_token", "cls_token", "mask_token"):
+            setattr(tokenizer, attribute + "_id", None)
+            self.assertEqual((getattr(tokenizer, attribute), getattr(tokenizer, attribute + "_id")), (None, None))
+            setattr(tokenizer, attribute + "_id", token_id)
+            self.assertEqual((getattr(tokenizer, attribute), getattr(tokenizer, attribute + "_id")), (token, token_id))
+        pad_token = tokenizer.pad_token
+        for value in (None, 5):
+            with self.assertRaisesRegex(ValueError, f"pad_token_id cannot become {value}: ElmoTokenizer pads with id 0"):
+                tokenizer.pad_token_id = value
+        self.assertEqual((tokenizer.pad_token, tokenizer.pad_token_id), (pad_token, 0))
+        tokenizer.extra_special_tokens_ids = []
+        self.assertEqual((tokenizer.extra_special_tokens, tokenizer.extra_special_tokens_ids), ([], []))
+        tokenizer.extra_special_tokens_ids = [token_id]
+        self.assertEqual((tokenizer.extra_special_tokens, tokenizer.extra_special_tokens_ids), ([token], [token_id]))
 
 
 class ElmoCharacterVocabularyTokenizationTest(ElmoTokenizationTest):
