@@ -410,6 +410,27 @@ def card_code(card: str, model_id: str, folder: Path) -> str:
     return "\n".join(blocks).replace(f'"{model_id}"', repr(str(folder)))
 
 
+def test_the_cards_example_runs_with_only_transformers_as_the_card_says(base_path, python_without_hf_elmo, tmp_path):
+    """The card's example changed as it tells readers with only transformers (no `import hf_elmo`,
+    `trust_remote_code=True` in both `from_pretrained` calls) runs where hf-elmo is not installed; the package is
+    installed from its source, not from a package index that does not have it."""
+    card = (base_path / "README.md").read_text(encoding="utf-8")
+    assert "leave out `import hf_elmo` and pass `trust_remote_code=True` to both" in card
+    assert "pip install hf-elmo" not in card and "pypi.org" not in card
+    code = card_code(card, base_path.name, base_path).replace("import hf_elmo  # registers ELMo with the Auto classes\n", "")
+    loaded = f".from_pretrained({str(base_path)!r})"
+    assert "hf_elmo" not in code and code.count(loaded) == 2
+    code = code.replace(loaded, f".from_pretrained({str(base_path)!r}, trust_remote_code=True)")
+    result = subprocess.run(
+        [python_without_hf_elmo, "-c", code + "\nprint(type(model).__module__, tuple(output.last_hidden_state.shape))"],
+        cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    module, shape = result.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert module.startswith("transformers_modules.") and shape == "(2, 5, 32)"
+
+
 @pytest.mark.parametrize("kind", ["ElmoModel", "ElmoForPreTraining", "AutoModelForSequenceClassification",
                                   "AutoModelForTokenClassification"])
 def test_every_classs_card_example_runs_as_written(kind, base_path, head_folders, tmp_path, monkeypatch):
