@@ -9,6 +9,7 @@ subclass, `error=`).
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import stat
 import tempfile
@@ -120,10 +121,24 @@ def is_hub_id(name) -> bool:
     return True
 
 
+# What a JSON value that is not an object is, in JSON's words.
+JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false",
+              type(None): "null"}
+
+
 def model_folder_problem(path) -> str | None:
-    """Why `path` is not a model folder (a folder with a config.json), in a few words, or None where it is one."""
+    """Why `path` is not a model folder (a folder with a config.json), in a few words, or None where it is one. A
+    config.json or tokenizer_config.json that holds JSON but no object (of settings) is named too: transformers'
+    loading failed on it with an AttributeError from deep inside."""
     path = Path(path)
     if (path / "config.json").is_file():
+        for name in ("config.json", "tokenizer_config.json"):
+            try:
+                settings = json.loads((path / name).read_text(encoding="utf-8"))
+            except (OSError, ValueError):  # (none, or no JSON: the loading says so, naming the file)
+                continue
+            if not isinstance(settings, dict):
+                return f"its {name} holds {JSON_KINDS[type(settings)]}, not an object of settings"
         return None
     if not path.exists():
         return "no such folder"

@@ -38,6 +38,7 @@ if __package__ in (None, ""):
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import default_model_path  # noqa: E402
+from hf_elmo.embedder import load_model  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.files import (atomic_file, check_output_location, model_folder_problem, read_text_file,  # noqa: E402
                             write_text_atomically)
@@ -428,12 +429,13 @@ def main(argv=None) -> dict | int:
     except (BadTaskData, MissingTaskData) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    try:  # (a folder whose weights or tokenizer do not load: one line, with nothing written)
+        model, tokenizer = load_model(args.model or default_model_path())
+    except (ValueError, OSError) as error:
+        print(f"error: --model {error}", file=sys.stderr)
+        return 2
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-
-    model_path = args.model or default_model_path()
-    model = ElmoModel.from_pretrained(model_path).eval()
-    tokenizer = ElmoTokenizer.from_pretrained(model_path)
     torch.manual_seed(args.seeds[0])
     untrained = ElmoModel(model.config).eval()
     key = weights_key(model)

@@ -577,7 +577,7 @@ def check_init_from(source: Path) -> ElmoConfig:
     problem = model_folder_problem(source)
     if problem:
         hint = ("; convert original weights first (conversion/convert_original_elmo.py or convert_elmoformanylangs.py)"
-                if source.is_dir() else "")
+                if source.is_dir() and not (source / "config.json").exists() else "")
         raise PretrainError(f"--init-from {source}: {problem}{hint}")
     try:
         return ElmoConfig.from_pretrained(source)

@@ -13,6 +13,7 @@ import torch
 
 from conftest import REPO, assert_only_an_error_line
 
+from hf_elmo import ElmoConfig
 from hf_elmo.cli import main
 from hf_elmo.demo import SenseVectors, plot_senses
 
@@ -92,11 +93,20 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(tmp_path, capsys, m
     (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
     (tmp_path / "bert").mkdir()  # (its config failed on an ELMo field it lacks, naming no model)
     (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 16}))
+    for name, config, tokenizer_config in [("array", [], None), ("string", {"model_type": "elmo"}, "x")]:
+        (tmp_path / name).mkdir()  # (JSON, but no object of settings: AttributeErrors from inside transformers)
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        if tokenizer_config is not None:
+            (tmp_path / name / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     for model, message in [("./no-such-model", "./no-such-model: no such folder"),
                            ("empty-folder", "empty-folder: no config.json, not a model folder"),
                            ("bert", "bert: the config is of a bert model, not an ELMo one (model_type 'bert')"),
+                           ("array", "array: its config.json holds an array, not an object of settings"),
+                           ("string", "string: its tokenizer_config.json holds a string, not an object of settings"),
                            ("hf-elmo-tests/no-such-elmo", "hf-elmo-tests/no-such-elmo: cannot load the model (")]:
         for command in (["demo", "--plot", "senses.png"], ["embed", "in.txt", "out.hdf5"]):
             assert main([*command, "--model", model]) == 2
             assert_only_an_error_line(2, capsys.readouterr().err, f"error: {message}")
-    assert sorted(os.listdir(tmp_path)) == ["bert", "empty-folder", "in.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["array", "bert", "empty-folder", "in.txt", "string"]
+    with pytest.raises(ValueError, match="^the config holds a JSON list, not an object of settings$"):
+        ElmoConfig.from_pretrained(tmp_path / "array")

@@ -3,12 +3,13 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import REPO, assert_one_error
+from conftest import REPO, assert_one_error, assert_only_an_error_line
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.fast_linear import cpu_name
@@ -87,6 +88,22 @@ def test_unusable_arguments_exit_with_code_2_from_the_command_line(tmp_path):
                              str(tmp_path), "--brown-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("error: task data missing: ") and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_a_model_folder_that_does_not_load_is_one_error_line_with_nothing_written(converted, tmp_path, capsys):
+    """A --model folder with a config.json whose weights or config do not load: one line naming it, exit code 2,
+    and no output folder (it was a traceback, after the output folder was made)."""
+    cut = tmp_path / "cut"
+    shutil.copytree(converted["allennlp-elmo"], cut)
+    weights = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 16}))
+    for folder, message in [(cut, "its weights (.safetensors) cannot be read"), (tmp_path / "bert", "the config is of a bert model")]:
+        assert main(["--model", str(folder), "--output-dir", str(tmp_path / "run"), "--max-sentences", "2"]) == 2
+        captured = capsys.readouterr()
+        assert_only_an_error_line(2, captured.err, f"error: --model {folder}", message)
+        assert not (tmp_path / "run").exists()
 
 
 def test_without_model_the_default_model_and_a_card_changed_during_the_run_is_one_error_line(tmp_path, capsys,

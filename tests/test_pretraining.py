@@ -1566,6 +1566,8 @@ def test_options_out_of_range_and_unusable_init_from_folders_are_refused_before_
     (tmp_path / "config-a-folder" / "config.json").mkdir(parents=True)
     (tmp_path / "cut-config").mkdir()
     (tmp_path / "cut-config" / "config.json").write_text('{"cell_size": ')
+    (tmp_path / "array-config").mkdir()
+    (tmp_path / "array-config" / "config.json").write_text("[]")
     output = tmp_path / "out"
     for arguments, message in [
         (["--max-grad-norm", -1], "--max-grad-norm must be 0 or more, got -1.0"),
@@ -1594,6 +1596,8 @@ def test_options_out_of_range_and_unusable_init_from_folders_are_refused_before_
         (["--init-from", tmp_path / "no-config"], f"--init-from {tmp_path / 'no-config'}: no config.json, not a model folder; convert original weights first"),
         (["--init-from", tmp_path / "config-a-folder"], f"--init-from {tmp_path / 'config-a-folder'}: its config.json is not a file"),
         (["--init-from", tmp_path / "cut-config"], f"--init-from {tmp_path / 'cut-config' / 'config.json'}: "),
+        (["--init-from", tmp_path / "array-config"],
+         f"--init-from {tmp_path / 'array-config'}: its config.json holds an array, not an object of settings"),
     ]:
         code, _, err = run_main(capsys, *TRAIN_ARGS, *arguments, "--output-dir", output)
         assert_one_error(code, err, message)
