@@ -1224,6 +1224,29 @@ def test_pinned_caches_make_a_batch_depend_on_the_file_and_the_batch_alone(embed
     assert len(token_cache) == pinned  # the words stay
 
 
+def test_a_pinned_batch_of_held_and_new_words_gives_the_uncached_models_numbers(model_path):
+    """With the caches pinned (as `hf-elmo embed` runs), a batch of pinned words and words it has not seen takes
+    the held words from the caches and computes the others: every layer as the model without caches gives it (the
+    test above compares a batch with itself, both sides on that path)."""
+    from hf_elmo.embed_file import pin_frequent_words, unpin_words
+
+    embedder, uncached = ElmoEmbedder(model_path), ElmoEmbedder(model_path)
+    uncached.model.char_encoder.token_cache.max_words = 0
+    uncached.model.layers[0].input_gate_cache.max_words = 0
+    token_cache = embedder.model.char_encoder.token_cache
+    lines = fixture_lines()
+    batch = lines[25:28] + ["entirely novel words here"]
+    pin_frequent_words(embedder, lines[:20])
+    try:
+        hits, misses = token_cache.hits, token_cache.misses
+        found = embedder.embed_batch(batch)
+        assert token_cache.hits > hits and token_cache.misses > misses  # (held words and computed ones)
+    finally:
+        unpin_words(embedder)
+    worst = max(np.abs(a - b).max() for a, b in zip(found, uncached.embed_batch(batch), strict=True))
+    assert worst < 1e-5, worst
+
+
 def test_a_run_stopped_while_pinning_leaves_the_caches_filling_as_they_go(embedder, tmp_path, monkeypatch):
     """embed_file pinned its frequent words before the block that unpins them: stopped there (Ctrl-C in the first
     layer's pass over the pinned words), it left the embedder's caches keeping no new word for the rest of the

@@ -522,6 +522,27 @@ def test_fast_char_encoder_cuts_only_padding(fixture_model):
     assert (short - slow[[0, 5, 6, 11]]).abs().max().item() < 1e-6
 
 
+def test_fast_char_encoder_keeps_the_widest_filters_window_of_padding_only():
+    """Where a word's maximum comes from a window of padding characters only, the cut keeps that window: the
+    padding character's embedding is made the one direction the widest filter answers, so that window wins (the
+    fixture's words never take their maximum there)."""
+    torch.manual_seed(0)
+    encoder = ElmoModel(ElmoConfig(char_cnn_filters=[[1, 4], [3, 4]], num_highway_layers=1, cell_size=16,
+                                   projection_dim=8)).eval().char_encoder
+    with torch.no_grad():
+        encoder.char_embedding.weight.mul_(0.1)
+        direction = torch.nn.functional.normalize(torch.randn(encoder.char_embedding.weight.shape[1]), dim=0)
+        encoder.char_embedding.weight[encoder.pad_char_id] = 10 * direction
+        widest = encoder.char_cnn[1]
+        widest.weight.copy_(direction[None, :, None].expand_as(widest.weight))
+    words = ["a", "ELMo", "representations", "b"]
+    char_ids = ElmoTokenizer()([words], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+    with torch.no_grad():
+        fast = fast_char_encoder(encoder, char_ids)
+        slow = encoder._plain_forward(char_ids)
+    assert (fast - slow).abs().max().item() < 1e-5
+
+
 def test_outputs_do_not_depend_on_where_the_weights_sit_in_memory(converted):
     """A loaded checkpoint is memory-mapped (weights at odd offsets); the same weights copied into fresh
     memory must give bit-identical outputs, one sentence alone included."""

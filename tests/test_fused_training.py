@@ -120,16 +120,20 @@ def layer_gradients(layer, tensors, fast: bool):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cell,proj", [(16, 8), (8, 8)], ids=["projection", "no-projection"])
 @pytest.mark.parametrize("clip", [0.5, None], ids=["clipped", "no-clip"])
-def test_fused_layer_matches_plain_layer(cell, proj, clip, device):
+def test_fused_layer_matches_plain_layer(cell, proj, clip, device, monkeypatch):
     """Masked and padded rows (an empty one too), carried state, clipping that really clips, with and without a cell
-    projection: the fused layer's loss and gradients against the plain loop's, in float32 and float64."""
+    projection: the fused layer's loss and gradients against the plain loop's, in float32 and float64 (the fast
+    side ran the fused Function once: a fallback to the plain loop would compare the plain loop with itself)."""
     for dtype, tolerance in ((torch.float32, TOLERANCE), (torch.float64, 1e-12)):
         layer = random_layer(cell, proj, clip, dtype=dtype).to(device)
         tensors = [t.to(device).detach().requires_grad_(t.dtype.is_floating_point) for t in
                    layer_inputs(proj=proj, cell=cell, dtype=dtype)]
         tensors[1] = tensors[1].detach()
         plain_loss, plain = layer_gradients(layer, tensors, fast=False)
+        calls = calls_to(monkeypatch, _FusedBiLstm)
         fast_loss, fast = layer_gradients(layer, tensors, fast=True)
+        monkeypatch.undo()
+        assert len(calls) == 1, dtype
         assert abs(fast_loss - plain_loss) <= tolerance * abs(plain_loss)
         errors = relative_errors(fast, plain)
         assert max(errors.values()) <= tolerance, errors
@@ -170,6 +174,27 @@ def test_fused_layer_gradcheck(cell, proj):
     def function(inputs, h, c, *weights):
         projection = weights[3] if len(weights) == 4 else None
         return _FusedBiLstm.apply(inputs, mask, h, c, *weights[:3], projection, settings, None)
+
+    assert torch.autograd.gradcheck(function, (inputs, h, c, *weights), eps=1e-6, atol=1e-6)
+
+
+def test_fused_layer_gradcheck_through_a_projection_clip_that_clips():
+    """float64 finite differences where the projection clip stops some gradients (the inputs above reach neither
+    clip): a clip of 0.4 cuts some projections and not others, away from its kink."""
+    from hf_elmo.fused_bilstm import _forward
+
+    layer = random_layer(4, 2, clip=1.5, dtype=torch.float64)
+    inputs, mask, h, c = layer_inputs(batch=3, steps=3, proj=2, cell=4, dtype=torch.float64)
+    c, h = (c * 0.3).detach().requires_grad_(), (h * 0.2).detach().requires_grad_()
+    weights = [p.detach().requires_grad_() for p in
+               (layer.input_weight, layer.recurrent_weight, layer.bias, layer.projection_weight)]
+    settings = (1.5, 0.4, layer.forget_bias, torch.float64, False)
+    with torch.no_grad():
+        _, saved = _forward(inputs.detach(), mask, h.detach(), c.detach(), *weights, settings)
+    assert 0 < saved[-1].double().mean() < 1  # (where the projection passed the gradient: some, not all)
+
+    def function(inputs, h, c, *weights):
+        return _FusedBiLstm.apply(inputs, mask, h, c, *weights, settings, None)
 
     assert torch.autograd.gradcheck(function, (inputs, h, c, *weights), eps=1e-6, atol=1e-6)
 
