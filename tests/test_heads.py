@@ -296,21 +296,25 @@ def one_sgd_step(base_path, tokenizer, tmp_path, batch_size, accumulation, **con
         output_dir=str(tmp_path / f"ga{accumulation}"), per_device_train_batch_size=batch_size,
         gradient_accumulation_steps=accumulation, max_steps=1, learning_rate=1.0, optim="sgd",
         lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=0.0, report_to="none", use_cpu=True,
-        save_strategy="no", logging_steps=1, seed=0,
+        save_strategy="no", logging_steps=1, seed=0, include_num_input_tokens_seen="non_padding",
     )
     trainer = Trainer(model=model, args=args, train_dataset=ner_dataset(tokenizer),
                       data_collator=DataCollatorForTokenClassification(tokenizer))
     logged = trainer.train().training_loss
-    return {name: p.detach() - before[name] for name, p in model.named_parameters() if p.requires_grad}, logged
+    updates = {name: p.detach() - before[name] for name, p in model.named_parameters() if p.requires_grad}
+    return updates, logged, trainer.state.num_input_tokens_seen
 
 
 def test_gradient_accumulation_matches_one_large_batch(base_path, tokenizer, tmp_path):
     """GA=2 x 2 sentences gives the update and the logged loss of one batch of 4 (the sentences have 9, 2, 2
     and 9 labelled words, so averaging per micro-batch would not), from mix weights [1, -2, 3], so that an L2
-    penalty counted on every micro-batch would double its gradient."""
+    penalty counted on every micro-batch would double its gradient. README: Trainer's
+    `include_num_input_tokens_seen="non_padding"` counts the words (its default counts `input_ids`' numel, 50 per
+    word position)."""
     config = dict(scalar_mix_l2_coef=0.1, finetune_bilm=True)
-    large, large_loss = one_sgd_step(base_path, tokenizer, tmp_path, 4, 1, **config)
-    accumulated, accumulated_loss = one_sgd_step(base_path, tokenizer, tmp_path, 2, 2, **config)
+    large, large_loss, large_words = one_sgd_step(base_path, tokenizer, tmp_path, 4, 1, **config)
+    accumulated, accumulated_loss, accumulated_words = one_sgd_step(base_path, tokenizer, tmp_path, 2, 2, **config)
+    assert large_words == accumulated_words == 9 + 2 + 2 + 9
     for name, update in large.items():
         assert update.abs().max() > 0, name
         ratio = accumulated[name].norm() / update.norm()
