@@ -568,6 +568,23 @@ class ElmoPreTrainedModel(PreTrainedModel):
         config.check_values()
         super().__init__(config, *inputs, **kwargs)
 
+    @property
+    def dummy_inputs(self) -> dict[str, torch.Tensor]:
+        """A batch this model reads (transformers' default, [3, 5] token ids, is no ELMo input): 2 sentences of 3 and
+        2 words, each word [begin-of-word, one character, end-of-word, padding...], the missing word all zeros;
+        `input_word_ids` too (word id 0) for a model with word input."""
+        config = self.config
+        specials = {config.bos_char_id, config.eos_char_id, config.bow_char_id, config.eow_char_id, config.pad_char_id}
+        letter = next((i for i in range(1, config.n_characters) if i not in specials), config.bow_char_id)
+        word = [config.bow_char_id, letter, config.eow_char_id]
+        word += [config.pad_char_id] * (config.max_characters_per_token - len(word))
+        padding = [0] * config.max_characters_per_token
+        inputs = {"input_ids": torch.tensor([[word] * 3, [word, word, padding]]),
+                  "attention_mask": torch.tensor([[1, 1, 1], [1, 1, 0]])}
+        if config.word_vocab_size:
+            inputs["input_word_ids"] = torch.zeros(2, 3, dtype=torch.long)
+        return inputs
+
     # Keyword arguments a forward takes beyond its own parameters and reads or may ignore (`return_dict` is taken by
     # `can_return_tuple` before `forward` sees it).
     _accepted_extra_kwargs: tuple[str, ...] = ()

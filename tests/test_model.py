@@ -11,7 +11,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
+from hf_elmo import (ElmoConfig, ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification,
+                     ElmoModel, ElmoTokenizer)
 from hf_elmo.configuration_elmo import VALUE_RULES
 from hf_elmo.modeling_elmo import ElmoLmDropout, _SentenceLayout
 from hf_elmo.token_cache import _OPTIMIZER_STEPS
@@ -678,6 +679,28 @@ def test_lm_dropout_drops_every_lstm_layers_input_and_the_residual_adds_the_drop
     for index in range(2):
         assert 0.3 < (seen[("in", index)] == 0).float().mean().item() < 0.7, index
     assert torch.allclose(top[:, :16], seen[("out", 1)][0, 0] + seen[("in", 1)][0, 0], atol=1e-6)
+
+
+def test_dummy_inputs_are_a_batch_every_class_reads():
+    """`model.dummy_inputs` (transformers' default is [3, 5] token ids, which ELMo refuses): spelled words of the
+    model's width and alphabet, word ids for a model with word input, one padded position."""
+    sizes = dict(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1, cell_size=16,
+                 projection_dim=8, lm_vocab_size=10)
+    configs = [ElmoConfig(**sizes), ElmoConfig(max_characters_per_token=20, **sizes),
+               ElmoConfig(alphabet="vocabulary", n_characters=7, bos_char_id=1, eos_char_id=2, bow_char_id=3,
+                          eow_char_id=4, pad_char_id=5, word_vocab_size=9, word_embedding_dim=4, bos_word_id=1,
+                          eos_word_id=2, forget_bias=0.0, **sizes)]
+    for config in configs:
+        for model_class in (ElmoModel, ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification):
+            model = model_class(config).eval()
+            inputs = model.dummy_inputs
+            assert inputs["input_ids"].shape == (2, 3, config.max_characters_per_token)
+            assert ("input_word_ids" in inputs) == (config.word_vocab_size > 0)
+            with torch.no_grad():
+                output = model(**inputs)
+            if model_class is ElmoModel:
+                assert output.last_hidden_state.shape == (2, 3, 16)
+                assert torch.equal(output.last_hidden_state[1, 2], torch.zeros(16))
 
 
 def test_the_sentence_layout_is_the_stable_sort_of_each_row_words_first():
