@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError, read_dictionary  # noqa: E402
-from hf_elmo.model_card import check_language, render_model_card  # noqa: E402
+from hf_elmo.model_card import check_language, check_license, render_model_card  # noqa: E402
 
 from conversion.convert_original_elmo import (  # noqa: E402
     _verify_reload, atomic_output_dir, check_weights_to_write, check_output_dir, load_checkpoint, quiet_transformers)
@@ -79,8 +79,12 @@ def convert_elmoformanylangs_to_hf(
     model_id: str | None = None,
     language: str = "und",
     overwrite: bool = False,
+    license: str | None = None,
 ) -> Path:
-    """Write a complete, verified Hugging Face checkpoint of an ELMoForManyLangs model to `output_dir`."""
+    """Write a complete, verified Hugging Face checkpoint of an ELMoForManyLangs model to `output_dir`; `language`
+    and `license` (the card's; a Hub license id, or None for none) are checked before anything else."""
+    check_language(language)
+    check_license(license)
     check_output_dir(output_dir, overwrite, (model_dir,))  # before the weights are read, as for the original format
     model_dir = Path(model_dir)
     architecture, source = read_architecture(model_dir)
@@ -100,7 +104,7 @@ def convert_elmoformanylangs_to_hf(
     model.eval()
     model_id = model_id or Path(output_dir).resolve().name
     card = render_model_card(
-        model, model_id, language=language,
+        model, model_id, language=language, license=license,
         source=f"converted from the ELMoForManyLangs model `{model_dir.resolve().name}` ({', '.join(WEIGHT_FILES)})",
     )
     with atomic_output_dir(output_dir, overwrite, (model_dir,)) as staging:
@@ -191,14 +195,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
     parser.add_argument("--language", default="und",
                         help="the model's language for the card, an ISO 639 code such as zh or fr (default: und)")
+    parser.add_argument("--license", help="the weights' license for the card, a Hub license id such as mit or "
+                        "cc-by-4.0 (default: none)")
     parser.add_argument("--to-elmoformanylangs", action="store_true", help="convert a Hugging Face checkpoint back")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     args = parser.parse_args(argv)
+    if args.to_elmoformanylangs and args.license is not None:
+        parser.error("--license is the card's, which only converting to Hugging Face writes (not --to-elmoformanylangs)")
     try:
-        try:
-            check_language(args.language)
-        except ValueError as error:
-            raise ConversionError(f"--language {error}") from None
+        for option, check in (("language", check_language), ("license", check_license)):
+            try:
+                check(getattr(args, option))
+            except ValueError as error:
+                raise ConversionError(f"--{option} {error}") from None
         with quiet_transformers():
             if args.to_elmoformanylangs:
                 config_file = Path(args.model_dir, "config.json")
@@ -209,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote an ELMoForManyLangs model to {args.output_dir}")
             else:
                 convert_elmoformanylangs_to_hf(args.model_dir, args.output_dir, model_id=args.model_id,
-                                               language=args.language, overwrite=args.overwrite)
+                                               language=args.language, overwrite=args.overwrite,
+                                               license=args.license)
                 print(f"wrote and verified a Hugging Face checkpoint in {args.output_dir}")
     except (ValueError, OSError) as error:  # ConversionError, LexiconError, the config's own checks, a full disk
         print(f"error: {error}", file=sys.stderr)

@@ -31,7 +31,7 @@ from safetensors import safe_open  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location, input_inside, plain_mode  # noqa: E402
-from hf_elmo.model_card import check_language, render_model_card  # noqa: E402
+from hf_elmo.model_card import check_language, check_license, render_model_card  # noqa: E402
 
 from conversion.original_format import (  # noqa: E402
     ConversionError,
@@ -217,10 +217,13 @@ def convert_original_to_hf(
     model_id: str | None = None,
     overwrite: bool = False,
     language: str | list[str] = "en",
+    license: str | None = None,
 ) -> Path:
-    """Write a complete, verified Hugging Face checkpoint of an original ELMo model to `output_dir`; `language` (the
-    card's: the released models are English) is checked before anything else."""
+    """Write a complete, verified Hugging Face checkpoint of an original ELMo model to `output_dir`; `language` and
+    `license` (the card's: the released models are English; a Hub license id, or None for none) are checked before
+    anything else."""
     check_language(language)
+    check_license(license)
     inputs = (options_file, weight_file)
     check_output_dir(output_dir, overwrite, inputs)
     config = ElmoConfig.from_original_options(options_file)
@@ -232,7 +235,7 @@ def convert_original_to_hf(
     model_id = model_id or Path(output_dir).resolve().name
     card = render_model_card(
         model, model_id, source=f"converted from `{Path(options_file).name}` and `{Path(weight_file).name}`",
-        language=language,
+        language=language, license=license,
     )
     with atomic_output_dir(output_dir, overwrite, inputs) as staging:
         model.save_pretrained(staging)
@@ -272,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
     parser.add_argument("--language", help="the model's language for the card, an ISO 639 code such as en or fr "
                         "(default: en, the language of the released models)")
+    parser.add_argument("--license", help="the weights' license for the card, a Hub license id such as apache-2.0 "
+                        "or mit (default: none)")
     parser.add_argument("--to-original", action="store_true", help="convert a Hugging Face checkpoint back")
     parser.add_argument("--model-dir", help="with --to-original: the Hugging Face checkpoint folder")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
@@ -280,21 +285,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--to-original needs --model-dir")
     if not args.to_original and not (args.options_file and args.weight_file):
         parser.error("converting original weights needs --options-file and --weight-file")
-    if args.to_original and args.language is not None:
-        parser.error("--language is the card's, which only converting original weights writes (not --to-original)")
+    for option in ("language", "license"):
+        if args.to_original and getattr(args, option) is not None:
+            parser.error(f"--{option} is the card's, which only converting original weights writes (not --to-original)")
     args.language = args.language or "en"
     try:
-        try:
-            check_language(args.language)
-        except ValueError as error:
-            raise ConversionError(f"--language {error}") from None
+        for option, check in (("language", check_language), ("license", check_license)):
+            try:
+                check(getattr(args, option))
+            except ValueError as error:
+                raise ConversionError(f"--{option} {error}") from None
         with quiet_transformers():
             if args.to_original:
                 convert_hf_to_original(args.model_dir, args.output_dir, overwrite=args.overwrite)
                 print(f"wrote options.json and weights.hdf5 to {args.output_dir}")
             else:
                 convert_original_to_hf(args.options_file, args.weight_file, args.output_dir, model_id=args.model_id,
-                                       overwrite=args.overwrite, language=args.language)
+                                       overwrite=args.overwrite, language=args.language, license=args.license)
                 print(f"wrote and verified a Hugging Face checkpoint in {args.output_dir}")
     except (ValueError, OSError) as error:  # ConversionError, the config's own checks, a full disk
         print(f"error: {error}", file=sys.stderr)

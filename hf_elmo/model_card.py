@@ -65,8 +65,17 @@ YAML_BOOLEANS = {"y", "n", "yes", "no", "on", "off", "true", "false"}
 
 
 def _yaml_code(code: str) -> str:
-    """A language code as the card's YAML header reads it back: quoted where YAML would read a boolean."""
+    """A language code or license id as the card's YAML header reads it back: quoted where YAML would read a
+    boolean."""
     return f'"{code}"' if code.lower() in YAML_BOOLEANS else code
+
+
+def check_license(license: str | None) -> None:
+    """Refuse what is not a license id as the Hub spells them (`apache-2.0`, `mit`, `cc-by-sa-4.0`, `other`): it goes
+    into the card's YAML header as it is. None: the card names no license."""
+    if license is not None and not (isinstance(license, str) and re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", license)):
+        raise ValueError(f"{license!r} is not a license id: give the Hub's, such as apache-2.0, mit or cc-by-4.0 "
+                         "(or other)")
 
 
 def render_model_card(
@@ -75,16 +84,19 @@ def render_model_card(
     source: str,
     results: str = "",
     pipeline_tag: str | None = None,
-    license: str = "apache-2.0",
+    license: str | None = None,
     language: str | Sequence[str] = "en",
     base_model: str | None = None,
 ) -> str:
     """
     The card for `model` (any ELMo class), with its sizes, where it came from and its measured `results`
-    (Markdown). `pipeline_tag` defaults to the class's task; `language` is an ISO 639 code or a list of them (`und`:
-    not known); `base_model` (a Hub id) is the model a head was fine-tuned from.
+    (Markdown). `pipeline_tag` defaults to the class's task; `license` is the weights' (a Hub license id; None: the
+    card names none, as the code's license says nothing of weights converted or trained with it); `language` is an
+    ISO 639 code or a list of them (`und`: not known); `base_model` (a Hub id) is the model a head was fine-tuned
+    from.
     """
     check_language(language)
+    check_license(license)
     config: ElmoConfig = model.config
     class_pipeline_tag, auto_class, outputs, state = _CLASS_CARDS.get(type(model).__name__, _BASE_CARD)
     labels = ", ".join(str(label) for _, label in sorted(config.id2label.items()))
@@ -93,7 +105,7 @@ def render_model_card(
         model_name=model_id.rsplit("/", 1)[-1],
         model_id=model_id,
         pipeline_tag=pipeline_tag or class_pipeline_tag,
-        license=license,
+        license_metadata=f"license: {_yaml_code(license)}\n" if license else "",
         language=(_yaml_code(language) if isinstance(language, str)
                   else "".join(f"\n- {_yaml_code(code)}" for code in language)),
         extra_metadata=f"base_model: {base_model}\n" if base_model else "",
@@ -132,19 +144,40 @@ def _input_description(config: ElmoConfig) -> str:
     return described
 
 
-def folder_card_language(name_or_path: str | Path | None) -> str | list[str]:
-    """The `language` of the card (README.md) of a model folder on this machine; `und` where there is no path,
-    or it is no folder, or its card is missing or unreadable, or names no language that `check_language` accepts
-    (the card of a new model then says `und` rather than fail). A card on the Hub is not fetched."""
+def _folder_card_data(name_or_path: str | Path | None):
+    """The header of the card (README.md) of a model folder on this machine, or None where there is no path, or it
+    is no folder, or its card is missing or unreadable. A card on the Hub is not fetched."""
     from huggingface_hub import ModelCard
 
     card = Path(name_or_path) / "README.md" if name_or_path else None
     if card is None or not card.is_file():
-        return "und"
+        return None
     try:
-        language = ModelCard.load(card).data.language
+        return ModelCard.load(card).data
     except Exception:  # noqa: BLE001 (an unreadable file, a header that is not YAML: yaml's own errors among them)
+        return None
+
+
+def folder_card_license(name_or_path: str | Path | None) -> str | None:
+    """The `license` of the card of a model folder on this machine (a model made from it inherits it), or None
+    where there is none, or none that `check_license` accepts."""
+    data = _folder_card_data(name_or_path)
+    license = getattr(data, "license", None)
+    try:
+        check_license(license)
+    except ValueError:
+        return None
+    return license
+
+
+def folder_card_language(name_or_path: str | Path | None) -> str | list[str]:
+    """The `language` of the card (README.md) of a model folder on this machine; `und` where its card names no
+    language that `check_language` accepts, or there is none (the card of a new model then says `und` rather than
+    fail)."""
+    data = _folder_card_data(name_or_path)
+    if data is None:
         return "und"
+    language = data.language
     if isinstance(language, list) and len(language) == 1:
         language = language[0]
     try:
@@ -156,11 +189,11 @@ def folder_card_language(name_or_path: str | Path | None) -> str | list[str]:
 
 def default_model_card(model: nn.Module, repo_id: str) -> str:
     """The card `push_to_hub` writes when it is given none: the model's sizes and where it was loaded from, and the
-    language of the card of the folder it was loaded from (`und` where none says)."""
+    language and license of the card of the folder it was loaded from (`und` and none where none says)."""
     name_or_path = str(getattr(model, "name_or_path", "") or "")
     # A Hub id names the base model; a local folder means nothing to readers of the Hub.
     from_hub = is_hub_id(name_or_path)
     source = f"`{name_or_path}`" if from_hub else f"hf-elmo `{type(model).__name__}`"
     base_model = name_or_path if from_hub and type(model).__name__ in _CLASS_CARDS else None
-    language = folder_card_language(name_or_path)
-    return render_model_card(model, repo_id, source=source, base_model=base_model, language=language)
+    return render_model_card(model, repo_id, source=source, base_model=base_model,
+                             language=folder_card_language(name_or_path), license=folder_card_license(name_or_path))

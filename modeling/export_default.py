@@ -327,7 +327,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     card = render_model_card(
         model, "hf-elmo-default", source="`make pretrain-default` (see Training)",
         results=card_results(run, sources, analysis, parameters, previous_results),
-        language=["en", "zh"],
+        language=["en", "zh"], license="apache-2.0",  # (the project's, for the weights it trains itself)
     )
     (staging / "README.md").write_text(packaged_usage(card), encoding="utf-8")
 

@@ -41,7 +41,7 @@ from conversion.convert_original_elmo import atomic_output_dir, check_output_dir
 from conversion.original_format import ConversionError  # noqa: E402
 from hf_elmo import ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_model_location, is_hub_id  # noqa: E402
-from hf_elmo.model_card import render_model_card  # noqa: E402
+from hf_elmo.model_card import check_license, folder_card_license, render_model_card  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
 from modeling.task_data import (NER_TAGS, SENTIMENT_LABELS, BadTaskData, MissingTaskData, load_conll2003,  # noqa: E402
                                 load_rotten_tomatoes)
@@ -83,6 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--logging-steps", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
+    parser.add_argument("--license", help="the weights' license for the model card, a Hub license id such as "
+                        "apache-2.0 (default: the --model folder's card's, else none)")
     return parser.parse_args(argv)
 
 
@@ -173,6 +175,10 @@ def check_inputs(args: argparse.Namespace) -> None:
         check_model_location(args.model, FinetuneError)
     except FinetuneError as error:
         raise FinetuneError(f"--model {error}") from None
+    try:
+        check_license(args.license)
+    except ValueError as error:
+        raise FinetuneError(f"--license {error}") from None
     try:
         check_output_dir(args.output_dir, args.overwrite, local_inputs(args))
     except ConversionError as error:
@@ -283,7 +289,7 @@ def finetune(args: argparse.Namespace) -> dict:
         card = render_model_card(
             model, model_id, source=f"`{args.model if from_hub else Path(args.model).resolve().name}`, fine-tuned on "
             f"{TASKS[args.task][4]}", results=results_table(args.task, results),
-            base_model=args.model if from_hub else None,
+            base_model=args.model if from_hub else None, license=args.license or folder_card_license(args.model),
         )
         (staging / "README.md").write_text(card, encoding="utf-8")
         _check_reload(staging, auto_class, model, encoded["test"], collator)

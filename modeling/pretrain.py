@@ -53,7 +53,8 @@ from hf_elmo.files import (check_output_location, fsync_path, model_folder_probl
                             sha256_tensors)
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
-from hf_elmo.model_card import check_language, folder_card_language, render_model_card  # noqa: E402
+from hf_elmo.model_card import (check_language, check_license, folder_card_language, folder_card_license,  # noqa: E402
+                                render_model_card)
 
 from modeling.data import (  # noqa: E402
     IGNORE_INDEX,
@@ -104,6 +105,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     data.add_argument("--language", nargs="+", metavar="CODE",
                       help="the training text's language(s) for the model card, ISO 639 codes such as en or zh fr "
                            "(default: the --init-from folder's card's, else und)")
+    data.add_argument("--license", help="the weights' license for the model card, a Hub license id such as apache-2.0 "
+                      "or cc-by-sa-4.0, as the training text allows (default: the --init-from folder's card's, else none)")
 
     model = parser.add_argument_group("model")
     model.add_argument("--preset", choices=list(PRESETS), help="model size and training recipe (with --init-from: the recipe only; default bilm-tf's)")
@@ -240,10 +243,12 @@ def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
                             "model's vocabulary is built from the training text anyway (or read from --vocab-file)")
     if args.new_vocabulary and args.vocab_file:
         raise PretrainError("--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other")
-    try:  # (checked before the training, the card is written after it)
-        check_language(args.language or [])
-    except ValueError as error:
-        raise PretrainError(f"--language {error}") from None
+    for option, value, check in (("language", args.language or [], check_language),
+                                 ("license", args.license, check_license)):
+        try:  # (checked before the training, the card is written after it)
+            check(value)
+        except ValueError as error:
+            raise PretrainError(f"--{option} {error}") from None
     if args.vocab_file and settings["alphabet"] == "vocabulary" and not args.init_from:
         raise PretrainError(f"--vocab-file {args.vocab_file} would be the softmax vocabulary, but with --alphabet "
                             "vocabulary the softmax's is the word.dic built from the training text (as ELMoForManyLangs "
@@ -728,18 +733,18 @@ def weights_digest(model) -> int:
 
 
 def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vocabulary, tokenizer: ElmoTokenizer,
-                     output_dir: Path, source: str, results: str, language: str | list[str],
-                     records: dict[str, dict]) -> None:
+                     output_dir: Path, source: str, results: str, card: dict, records: dict[str, dict]) -> None:
     """save_pretrained, and `records` (file name: JSON document), into a hidden folder, then move each file into
-    OUTPUT_DIR (each replacement is atomic), trainer_state.json last: once it is there, the rest is too."""
+    OUTPUT_DIR (each replacement is atomic), trainer_state.json last: once it is there, the rest is too. `card`:
+    the model card's `language` and `license`."""
     staging = output_dir / ".final.partial"
     shutil.rmtree(staging, ignore_errors=True)
     # (config.json keeps the config's full auto_map: the folder loads as every ELMo class, the heads included)
     model.save_pretrained(staging, state_dict=state_dict)
     tokenizer.save_pretrained(staging)
     vocabulary.save(staging / "vocab.txt")
-    card = render_model_card(model, output_dir.resolve().name, source=source, results=results, language=language)
-    (staging / "README.md").write_text(card, encoding="utf-8")
+    (staging / "README.md").write_text(
+        render_model_card(model, output_dir.resolve().name, source=source, results=results, **card), encoding="utf-8")
     for name, record in records.items():
         (staging / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     _fsync_tree(staging)
@@ -1243,8 +1248,9 @@ def train(args: argparse.Namespace) -> dict:
             "device": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else cpu_name(),
             "weights_digest_per_process": digests,
         }
-        language = args.language or folder_card_language(args.init_from)
-        save_final_model(unwrapped, state_dict, vocabulary, tokenizer, output_dir, source, result_lines, language,
+        card = {"language": args.language or folder_card_language(args.init_from),
+                "license": args.license or folder_card_license(args.init_from)}
+        save_final_model(unwrapped, state_dict, vocabulary, tokenizer, output_dir, source, result_lines, card,
                          {"eval_results.json": results, "trainer_state.json": final_state})
     accelerator.wait_for_everyone()
     accelerator.end_training()

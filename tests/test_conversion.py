@@ -472,13 +472,23 @@ def test_model_id_and_language_name_the_model_in_its_card(original, tmp_path, ca
     assert run_main(capsys, *args, "--output-dir", tmp_path / "elmo-here")[0] == 0
     card = (tmp_path / "elmo-here" / "README.md").read_text()
     assert 'AutoModel.from_pretrained("elmo-here")' in card and ModelCard(card).data.language == "en"
+    # --license is the weights' (none by default: the converter cannot know it), checked before anything is written.
+    assert ModelCard(card).data.license is None and ModelCard(
+        (tmp_path / "out" / "README.md").read_text()).data.license is None
+    assert run_main(capsys, *args, "--output-dir", tmp_path / "licensed", "--license", "apache-2.0")[0] == 0
+    assert ModelCard.load(tmp_path / "licensed" / "README.md").data.license == "apache-2.0"
+    code, _, err = run_main(capsys, *args, "--output-dir", tmp_path / "bad", "--license", "Apache 2")
+    assert code == 2 and not (tmp_path / "bad").exists()
+    assert err == ("error: --license 'Apache 2' is not a license id: give the Hub's, such as apache-2.0, mit or "
+                   "cc-by-4.0 (or other)\n")
     code, _, err = run_main(capsys, *args, "--output-dir", tmp_path / "bad", "--language", "french")
     assert code == 2 and not (tmp_path / "bad").exists()
     assert err == "error: --language 'french' is not a language code: give ISO 639 codes such as en, zh or pt-BR\n"
-    with pytest.raises(SystemExit):  # (the way back writes no card: --language there did nothing)
-        main(["--to-original", "--model-dir", str(tmp_path / "out"), "--output-dir", str(tmp_path / "back"),
-              "--language", "fr"])
-    assert "--language is the card's, which only converting original weights writes" in capsys.readouterr().err
+    for option, value in (("--language", "fr"), ("--license", "mit")):
+        with pytest.raises(SystemExit):  # (the way back writes no card: these did nothing there)
+            main(["--to-original", "--model-dir", str(tmp_path / "out"), "--output-dir", str(tmp_path / "back"),
+                  option, value])
+        assert f"{option} is the card's, which only converting original weights writes" in capsys.readouterr().err
     assert not (tmp_path / "back").exists()
 
 

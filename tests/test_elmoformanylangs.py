@@ -730,18 +730,23 @@ def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, caps
     assert not (tmp_path / "out").exists()
 
 
-def test_model_id_and_language_go_into_the_card(tmp_path, capsys):
-    """--model-id and --language name the model and its language in the card; by default the output folder's name
-    and und."""
+def test_model_id_language_and_license_go_into_the_card(tmp_path, capsys):
+    """--model-id, --language and --license name the model, its language and the weights' license in the card; by
+    default the output folder's name, und and no license (it said apache-2.0, which nobody had said of the weights)."""
     code = main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir", str(tmp_path / "out"),
-                 "--model-id", "someone/elmo-zhs", "--language", "zh"])
+                 "--model-id", "someone/elmo-zhs", "--language", "zh", "--license", "mit"])
     assert code == 0, capsys.readouterr().err
     card = (tmp_path / "out" / "README.md").read_text()
     assert 'AutoModel.from_pretrained("someone/elmo-zhs")' in card and "language: zh" in card
-    # By default: the output folder's name, and the language undetermined.
+    assert "\nlicense: mit\n" in card
+    # By default: the output folder's name, the language undetermined, no license.
     assert main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir", str(tmp_path / "elmo-here")]) == 0
     card = (tmp_path / "elmo-here" / "README.md").read_text()
-    assert 'AutoModel.from_pretrained("elmo-here")' in card and "language: und" in card
+    assert 'AutoModel.from_pretrained("elmo-here")' in card and "language: und" in card and "license:" not in card
+    with pytest.raises(SystemExit):  # (the way back writes no card)
+        main(["--to-elmoformanylangs", "--model-dir", str(tmp_path / "out"), "--output-dir", str(tmp_path / "back"),
+              "--license", "mit"])
+    assert "--license is the card's, which only converting to Hugging Face writes" in capsys.readouterr().err
     # A code that is none would go into the card's YAML header as it is: refused before anything is written.
     code = main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir", str(tmp_path / "bad"),
                  "--language", "zh\nlicense: none"])

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
@@ -93,6 +94,7 @@ def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path)
     assert "base_model" not in card  # a local folder: nothing for the Hub to link to
     assert f"| test | {results['test']['f1']:.2f} |" in card and "${" not in card
     assert '.from_pretrained("ner")' in card  # (--model-id's default: the output folder's name)
+    assert "license:" not in card  # (the converted model's card names none, and --license gave none)
     model = AutoModelForTokenClassification.from_pretrained(output)
     assert type(model) is ElmoForTokenClassification and model.config.id2label[1] == "B-PER"
     # --finetune-bilm: the biLM learned too, not only the task's mix and classifier.
@@ -167,10 +169,15 @@ def test_feature_based_by_default_with_validation_after_each_epoch(converted, tm
 
 
 def test_sentiment_finetuning_fits_its_slice(converted, tmp_path):
-    """On the 64 reviews it trained on, the classifier ends far above always answering the majority class."""
+    """On the 64 reviews it trained on, the classifier ends far above always answering the majority class. The
+    card keeps the license of the base model's card."""
+    base = tmp_path / "base"
+    shutil.copytree(converted["allennlp-elmo"], base)
+    card = (base / "README.md").read_text(encoding="utf-8")
+    (base / "README.md").write_text(card.replace("\nlanguage: en\n", "\nlicense: apache-2.0\nlanguage: en\n", 1))
     output = tmp_path / "sentiment"
     results = run_finetune(
-        "--task", "sentiment", "--model", converted["allennlp-elmo"], "--output-dir", output,
+        "--task", "sentiment", "--model", base, "--output-dir", output,
         "--finetune-bilm", "--max-train-examples", 64, "--max-eval-examples", 64, "--max-steps", 60,
         "--batch-size", 16, "--learning-rate", 1e-2, "--warmup-steps", 0, "--logging-steps", 6,
     )
@@ -189,6 +196,7 @@ def test_sentiment_finetuning_fits_its_slice(converted, tmp_path):
     test_labels = np.asarray(load_rotten_tomatoes()["test"].select(range(64))["label"])
     expected = 100.0 * float((test_labels == np.bincount(train["label"]).argmax()).mean())
     assert results["majority_baseline_test"] == pytest.approx({"accuracy": expected})
+    assert ModelCard.load(output / "README.md").data.license == "apache-2.0"
     assert "pipeline_tag: text-classification" in (output / "README.md").read_text()
     assert encode("sentiment", train.select(range(2)), tokenizer)["length"] == [len(tokenizer.split_words(t)) for t in train["text"][:2]]
 
@@ -224,6 +232,7 @@ def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsy
         (["--scalar-mix-l2-coef", -0.1], "--scalar-mix-l2-coef must be a finite number >= 0, got -0.1"),
         (["--seed", -1], "--seed must be from 0 to 2**32 - 1 (NumPy's seeds), got -1"),
         (["--seed", 2**32], "--seed must be from 0 to 2**32 - 1 (NumPy's seeds), got 4294967296"),
+        (["--license", "Apache License 2.0"], "--license 'Apache License 2.0' is not a license id: give the Hub's"),
     ]
     for arguments, message in [
         (["--model", "/nonexistent"], "--model /nonexistent: no such folder"),

@@ -119,7 +119,7 @@ def test_remote_code_without_hf_elmo_gives_the_same_outputs(
     tagger = ElmoForTokenClassification.from_pretrained(head_folders["AutoModelForTokenClassification"])
     card = render_model_card(
         tagger, HUB_ID, source="fine-tuned on test sentences", results="| test | F1 |\n|---|---|\n| x | 0.5 |",
-        base_model="hf-elmo-test/elmo-base",
+        base_model="hf-elmo-test/elmo-base", license="apache-2.0",
     )
     tagger.save_hub_folder(tmp_path / "staged", HUB_ID, model_card=card, tokenizer=tokenizer)
     hf_home = tmp_path / "hf_home"
@@ -369,6 +369,29 @@ def test_the_default_card_names_a_hub_base_model_but_not_a_local_folder(head_fol
         model.name_or_path = not_an_id
         card = default_model_card(model, "someone/tagger")
         assert "base_model" not in card and "hf-elmo `ElmoForTokenClassification`" in card, not_an_id
+
+
+def test_a_card_names_the_license_it_is_given_and_the_default_card_that_of_the_folders_card(head_folders, tmp_path):
+    """The card names no license unless given one (the code's Apache-2.0 says nothing of weights converted or trained
+    with it); a given one is a Hub license id, quoted where YAML would read a boolean, and anything else is refused
+    before it reaches the YAML header. push_to_hub's card without one given keeps the license of the card of the
+    folder the model was loaded from."""
+    from huggingface_hub import ModelCard
+
+    folder = tmp_path / "tagger"
+    shutil.copytree(head_folders["AutoModelForTokenClassification"], folder)
+    model = ElmoForTokenClassification.from_pretrained(folder)
+    card = render_model_card(model, "someone/tagger", source="a test")
+    assert "license" not in ModelCard(card).data.to_dict() and "\nlicense:" not in card
+    for license in ("mit", "cc-by-sa-4.0", "no"):
+        (folder / "README.md").write_text(render_model_card(model, "someone/tagger", source="a test", license=license))
+        assert ModelCard.load(folder / "README.md").data.license == license
+        assert ModelCard(default_model_card(model, "someone/tagger")).data.license == license
+    for bad in ("MIT License", "mit\nlanguage: fr", "", 5):
+        with pytest.raises(ValueError, match="is not a license id: give the Hub's, such as apache-2.0, mit or cc-by"):
+            render_model_card(model, "someone/tagger", source="a test", license=bad)
+    (folder / "README.md").write_text("---\nlicense: [mit, other]\n---\n# a card\n")  # (none hf-elmo can write)
+    assert "license" not in ModelCard(default_model_card(model, "someone/tagger")).data.to_dict()
 
 
 def test_the_default_card_keeps_the_language_of_the_folders_card(head_folders, tmp_path):

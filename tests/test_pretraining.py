@@ -1209,21 +1209,27 @@ def test_init_from_keeps_the_softmax_of_its_vocabulary_and_starts_another_afresh
         assert [torch.equal(softmax[part], source[part]) for part in ("softmax.weight", "softmax.bias")] == [kept] * 2
 
 
-def test_the_cards_language_is_given_or_that_of_the_init_from_folder(reference_run, tmp_path, capsys):
-    """The final card's `language`: --language's codes; without it, the --init-from folder's card's; else `und`
-    (the reference run names none). A code that would not be one in the card's YAML header is refused first."""
+def test_the_cards_language_and_license_are_given_or_those_of_the_init_from_folder(reference_run, tmp_path, capsys):
+    """The final card's `language` and `license`: --language's codes and --license; without them, the --init-from
+    folder's card's; else `und` and none (the reference run names neither). What would not be one in the card's
+    YAML header is refused first."""
     assert ModelCard.load(reference_run / "README.md").data.language == "und"
     common = ["--train-file", TRAIN / "data.txt", "--batch-size", 1, "--unroll-steps", 5, "--max-steps", 0,
               "--save-steps", 0, "--eval-steps", 0]
     code, _, err = run_main(capsys, *common, "--init-from", reference_run, "--language", "zh", "pt-BR",
-                            "--output-dir", tmp_path / "given")
+                            "--license", "cc-by-sa-4.0", "--output-dir", tmp_path / "given")
     assert code == 0, err
-    assert ModelCard.load(tmp_path / "given" / "README.md").data.language == ["zh", "pt-BR"]
+    given = ModelCard.load(tmp_path / "given" / "README.md").data
+    assert (given.language, given.license) == (["zh", "pt-BR"], "cc-by-sa-4.0")
+    assert ModelCard.load(reference_run / "README.md").data.license is None  # (none unless given)
     code, _, err = run_main(capsys, *common, "--init-from", tmp_path / "given", "--output-dir", tmp_path / "inherited")
     assert code == 0, err
-    assert ModelCard.load(tmp_path / "inherited" / "README.md").data.language == ["zh", "pt-BR"]
+    inherited = ModelCard.load(tmp_path / "inherited" / "README.md").data
+    assert (inherited.language, inherited.license) == (["zh", "pt-BR"], "cc-by-sa-4.0")
     code, _, err = run_main(capsys, *common, "--preset", "tiny", "--language", "en: x", "--output-dir", tmp_path / "bad")
     assert code == 2 and "--language 'en: x' is not a language code" in err and not (tmp_path / "bad").exists()
+    code, _, err = run_main(capsys, *common, "--preset", "tiny", "--license", "MIT", "--output-dir", tmp_path / "bad")
+    assert code == 2 and "--license 'MIT' is not a license id" in err and not (tmp_path / "bad").exists()
 
 
 def test_a_preset_with_init_from_gives_the_recipe_only(converted_elmoformanylangs, tmp_path, capsys):
