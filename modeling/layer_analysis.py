@@ -91,7 +91,8 @@ def compute_features(model: ElmoModel, tokenizer: ElmoTokenizer, sentences: list
             token = model.char_encoder(char_ids.flatten(0, 1)).view(*char_ids.shape[:2], -1)  # [B, T, P]
             layers = torch.cat([token, token], dim=-1).unsqueeze(2)
         else:
-            layers = torch.stack(model(**batch, output_final_states=False, return_dict=True).hidden_states, dim=2)  # [B, T, layers, 2P]
+            output = model(**batch, output_final_states=False, return_dict=True)
+            layers = torch.stack(output.hidden_states, dim=2)  # [B, T, layers, 2P]
         for row, k in enumerate(chosen):
             per_sentence[k] = layers[row, : len(sentences[k])].half()
     offsets = [0]
