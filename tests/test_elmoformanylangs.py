@@ -730,6 +730,21 @@ def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, caps
     assert not (tmp_path / "out").exists()
 
 
+def test_each_clip_converts_to_its_own_field_and_back(tmp_path):
+    """The encoder's cell_clip and proj_clip read into and write back from the config's fields of those names (the
+    test models have 3 and 3, so a swap passed every other test)."""
+    folder = shutil.copytree(ELMOFORMANYLANGS / "chars_only", tmp_path / "model")
+    architecture = json.loads((folder / "architecture.json").read_text())
+    architecture["encoder"].update(cell_clip=2, proj_clip=1.5)
+    (folder / "architecture.json").write_text(json.dumps(architecture))
+    converted = convert_elmoformanylangs_to_hf(folder, tmp_path / "hf")
+    config = ElmoModel.from_pretrained(converted).config
+    assert (config.cell_clip, config.proj_clip) == (2.0, 1.5)
+    back = convert_hf_to_elmoformanylangs(converted, tmp_path / "back")
+    written = json.loads((back / json.loads((back / "config.json").read_text())["config_path"]).read_text())
+    assert (written["encoder"]["cell_clip"], written["encoder"]["proj_clip"]) == (2, 1.5)
+
+
 def test_model_id_language_and_license_go_into_the_card(tmp_path, capsys):
     """--model-id, --language and --license name the model, its language and the weights' license in the card; by
     default the output folder's name, und and no license (it said apache-2.0, which nobody had said of the weights)."""

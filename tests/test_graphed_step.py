@@ -272,7 +272,7 @@ def test_pretrain_trains_through_the_step_as_it_would_record_it(tmp_path, capsys
     import functools
 
     from modeling import pretrain
-    from test_pretraining import TRAIN, losses, run_main
+    from test_pretraining import TRAIN, losses, read_log, run_main
 
     arguments = ["--preset", "tiny", "--train-file", TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt",
                  "--negative-samples", 0, "--optimizer", "adamw", "--learning-rate", 0.01, "--lr-scheduler", "linear",
@@ -293,6 +293,13 @@ def test_pretrain_trains_through_the_step_as_it_would_record_it(tmp_path, capsys
     expected = losses(tmp_path / "usual")
     assert len(steps) == 11 and sorted(losses(tmp_path / "graphed")) == sorted(expected) == list(range(1, 9))
     assert max(abs(losses(tmp_path / "graphed")[s] - expected[s]) for s in expected) <= 1e-5, (losses(tmp_path / "graphed"), expected)
+    # Every logged number, not the mean loss alone: each direction's loss, the gradient norm, the learning rate.
+    usual, graphed = ([record for record in read_log(tmp_path / name) if "loss" in record] for name in ("usual", "graphed"))
+    assert {"forward_loss", "backward_loss", "grad_norm", "learning_rate"} <= usual[0].keys()
+    for want, got in zip(usual, graphed, strict=True):
+        assert want.keys() == got.keys(), want["step"]
+        for key in want.keys() - {"words_per_second"}:
+            assert got[key] == pytest.approx(want[key], abs=1e-5), (want["step"], key)
     shutil.rmtree(tmp_path / "resumed" / "checkpoint-8", ignore_errors=True)
     for name in ("model.safetensors", "trainer_state.json"):
         (tmp_path / "resumed" / name).unlink()

@@ -681,6 +681,28 @@ def test_lm_dropout_drops_every_lstm_layers_input_and_the_residual_adds_the_drop
     assert torch.allclose(top[:, :16], seen[("out", 1)][0, 0] + seen[("in", 1)][0, 0], atol=1e-6)
 
 
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("cell_clip, proj_clip", [(0.05, 50.0), (50.0, 0.05)])
+def test_each_clip_bounds_its_own_state(cell_clip, proj_clip, fast):
+    """cell_clip bounds the memory cells and proj_clip the projected states, each its own, on both paths (every
+    fixture has 3 and 3, so swapped clips passed every exactness test): with weights scaled up, both states would
+    pass the small clip unclipped."""
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1,
+                                 cell_size=16, projection_dim=8, cell_clip=cell_clip, proj_clip=proj_clip)).eval()
+    with torch.no_grad():
+        for layer in model.layers:
+            for weight in (layer.input_weight, layer.recurrent_weight, layer.projection_weight):
+                weight.mul_(20)
+    model.set_fast_path(fast)
+    batch = ElmoTokenizer()([["the", "cat", "sat", "on", "the", "mat"]], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        h, c = model(**batch).final_states
+    assert c.abs().max().item() <= cell_clip + 1e-6 and h.abs().max().item() <= proj_clip + 1e-6
+    small = min(cell_clip, proj_clip)
+    assert (c if cell_clip > proj_clip else h).abs().max().item() > 2 * small  # (the other is not held to it)
+
+
 def test_dummy_inputs_are_a_batch_every_class_reads():
     """`model.dummy_inputs` (transformers' default is [3, 5] token ids, which ELMo refuses): spelled words of the
     model's width and alphabet, word ids for a model with word input, one padded position."""

@@ -61,6 +61,19 @@ def test_vocabulary_options_of_a_resume_must_choose_the_checkpoints_vocabulary(t
     assert (folder / "vocab.txt").read_bytes() == started_with
 
 
+def test_a_resume_refuses_another_warm_up_or_weight_decay_of_an_adamw_run(tmp_path, capsys):
+    """The AdamW options of FIXED_ON_RESUME that the tiny Adagrad run of test_pretraining cannot change: refused,
+    naming each (a resume that took them would go on as another run)."""
+    folder = tmp_path / "run"
+    command = [*LINEAR, "--max-steps", 6, "--output-dir", folder]
+    train(capsys, *command)
+    checkpoint = folder / "checkpoint-4"
+    for options, named in [(["--warmup-steps", 1], "warmup_steps=2, now 1"),
+                           (["--weight-decay", 0.05], "weight_decay=0.0, now 0.05")]:
+        code, _, err = run_main(capsys, *command, "--max-steps", 8, "--resume", checkpoint, *options)
+        assert_one_error(code, err, f"--resume {checkpoint}: the run was started with other options ({named})")
+
+
 def test_a_finished_run_resumed_says_so_and_changes_nothing(tmp_path, capsys):
     """`--resume` of a run that has finished (the same command run again, e.g. `make ptb-cpu` twice) trained again from
     its last checkpoint and replaced the final model; with --save-steps 0 it trained again from the beginning. It now

@@ -28,7 +28,8 @@ from hf_elmo.modeling_elmo import log_uniform_probability, sample_log_uniform, s
 from hf_elmo.tokenization_elmo import char_ids_to_word
 
 from conversion.convert_original_elmo import convert_hf_to_original, convert_original_to_hf
-from modeling.data import DataError, EncodedText, EvaluationStream, SentenceBatches, StreamBatches, WordTable, load_sentences
+from modeling.data import (DataError, EncodedText, EvaluationStream, SentenceBatches, StreamBatches, WordTable,
+                           load_sentences, window_batch)
 from modeling.evaluate import perplexity
 from modeling.presets import TINY_MODEL
 from modeling.vocabulary import Vocabulary, VocabularyError
@@ -659,6 +660,48 @@ def test_optimizer_is_fused_unless_a_parameter_is_not_contiguous(name, fused_dev
     options = {"adamw": {"weight_decay": 0.0}, "adagrad": {"initial_accumulator_value": 1.0}}[name]
     wrong = updated(fused_t, kind([fused_t], lr=0.01, fused=True, **options))
     assert (wrong - updated(loop_t, make_optimizer([loop_t], settings, "cpu"))).abs().max() > 1e-3  # (if torch mends its kernel, this exception can go)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("decay", [0.0, 0.05])
+def test_adamw_decays_the_weights_by_weight_decay_only(decay, fused):
+    """--weight-decay is AdamW's decoupled decay, 0 by default (not torch's 0.01): with a zero gradient, one step
+    scales the weights by exactly 1 - lr * decay, fused or not."""
+    parameter = torch.nn.Parameter(torch.ones(4, 3))
+    from modeling.pretrain import make_optimizer
+
+    settings = {"optimizer": "adamw", "learning_rate": 0.1, "weight_decay": decay}
+    optimizer = make_optimizer([parameter], settings, "cpu", fused=fused)
+    parameter.grad = torch.zeros_like(parameter)
+    optimizer.step()
+    torch.testing.assert_close(parameter.detach(), torch.full((4, 3), 1 - 0.1 * decay), rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_held_out_text_is_read_in_file_order(rows):
+    """Evaluation reads each part of the held-out text in the file's order, the state carried from sentence to
+    sentence: its perplexity is that of each part read in one window (the other tests of evaluation compare it with
+    itself, or carried with uncarried state)."""
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(tiny_config()).eval()
+    text, table, vocabulary = fixture_text()
+    results = perplexity(model, EvaluationStream(text, table, vocabulary, rows=rows, unroll_steps=7), "cpu")
+    # The parts EvaluationStream makes: contiguous, of about equal length.
+    ends = np.cumsum(np.diff(text.offsets) + 1)
+    bounds = np.searchsorted(ends, np.arange(1, rows) * ends[-1] / rows, side="right")
+    summed, count = {"forward": 0.0, "backward": 0.0}, 0
+    for part in np.split(np.arange(text.num_sentences), bounds):
+        (forward_ids, forward_targets), (backward_ids, backward_targets) = (
+            text.stream(part, vocabulary, False), text.stream(part, vocabulary, True))
+        with torch.no_grad():
+            output = model(**window_batch(table, forward_ids[None], forward_targets[None], backward_ids[None],
+                                          backward_targets[None]))
+        summed["forward"] += output.forward_loss.item() * len(forward_targets)
+        summed["backward"] += output.backward_loss.item() * len(backward_targets)
+        count += len(forward_targets)
+    assert results["target_words"] == count
+    for direction in ("forward", "backward"):
+        assert results[f"{direction}_perplexity"] == pytest.approx(math.exp(summed[direction] / count), rel=1e-5)
 
 
 def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_path, monkeypatch, capsys):
@@ -1971,7 +2014,12 @@ def test_resume_refuses_options_that_would_change_the_training(reference_copy, c
                             ("--no-shuffle", "shuffle=True, now False"),
                             ("--max-grad-norm", 5, "max_grad_norm=10.0, now 5.0"),
                             ("--gradient-accumulation-steps", 2, "gradient_accumulation_steps=1, now 2"),
-                            ("--optimizer", "adamw", "optimizer='adagrad', now 'adamw'")]:
+                            ("--optimizer", "adamw", "optimizer='adagrad', now 'adamw'"),
+                            ("--lr-scheduler", "cosine", "lr_scheduler='constant', now 'cosine'"),
+                            ("--lr-scheduler", "constant_with_warmup", "--warmup-steps", 1,
+                             "lr_scheduler='constant', now 'constant_with_warmup', warmup_steps=0, now 1"),
+                            ("--batching", "sentence", "batching='stream', now 'sentence'"),
+                            ("--max-train-minutes", 5, "max_train_minutes=0.0, now 5.0")]:
         code, _, err = run_main(capsys, *common, *options)
         assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: the run was started with other options ({named})",
                          "resume with the original command")
