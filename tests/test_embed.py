@@ -1566,3 +1566,69 @@ def test_a_batch_size_that_is_not_a_whole_number_is_refused_at_the_call(embedder
             embedder.embed_file(source, tmp_path / "out.hdf5", batch_size=batch_size)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
     assert [array.shape for array in embedder.embed_sentences(["a b"], batch_size=np.int64(2))] == [(3, 2, 32)]
+
+
+def _interrupted(model_path, tmp_path, **options):
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+    embedder = ElmoEmbedder(model_path)
+    stop_after_batches(embedder, 3)
+    with pytest.raises(KeyboardInterrupt):
+        embedder.embed_file(source, output, batch_size=2, progress=False, **options)
+    del embedder.model.forward
+    return embedder, source, output, partial
+
+
+@pytest.mark.parametrize("first, then", [("top", "average"), ("average", "mix"), ("mix", "top")])
+def test_a_run_resumed_with_another_format_of_the_same_shape_is_refused(model_path, tmp_path, first, then):
+    """--top, --average and --mix all give [words, 2P]: an interrupted run of one, rerun with another, must not mix
+    the two in one file (as another --batch-size is refused, the manifest must name the format)."""
+    embedder, source, output, partial = _interrupted(model_path, tmp_path, output_format=first)
+    finished = {path.name: path.read_bytes() for path in partial.glob("*.hdf5")}
+    with pytest.raises(ValueError, match="different output_format"):
+        embedder.embed_file(source, output, batch_size=2, progress=False, output_format=then)
+    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+
+
+def test_a_run_resumed_with_forget_sentences_is_refused(model_path, tmp_path):
+    """An interrupted run that writes sentence_to_index, rerun with --forget-sentences (or the other way round): the
+    output would hold (or lack) an index that the command did not ask for."""
+    embedder, source, output, partial = _interrupted(model_path, tmp_path)
+    with pytest.raises(ValueError, match="different forget_sentences"):
+        embedder.embed_file(source, output, batch_size=2, progress=False, forget_sentences=True)
+    summary = embedder.embed_file(source, output, batch_size=2, progress=False)
+    assert summary["resumed"] == 3 and "sentence_to_index" in read_all(output)
+
+
+def test_a_file_named_as_the_batch_after_the_last_is_no_batch_of_this_run(model_path, tmp_path, caplog):
+    """The run has batches 0 .. 9: a readable batch file 00000010.hdf5 is named and removed, not read as batch 10."""
+    embedder, source, output, partial = _interrupted(model_path, tmp_path)
+    stray = partial / "00000010.hdf5"
+    shutil.copyfile(partial / "00000000.hdf5", stray)
+    summary = embedder.embed_file(source, output, batch_size=2, progress=False)
+    assert (summary["batches"], summary["computed"], summary["resumed"]) == (10, 7, 3)
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert f"{stray}: is no batch of this run; computing that batch again" in warnings
+    embedder.embed_file(source, tmp_path / "reference.hdf5", batch_size=2, progress=False)
+    assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
+
+
+def test_mix_is_the_models_first_scalar_mix_when_it_has_several(model_path, tmp_path):
+    """`output_format="mix"` is `elmo_representations[0]`, the first scalar mix, also for a model with two."""
+    model = ElmoModel.from_pretrained(model_path, num_output_representations=2)
+    with torch.no_grad():
+        model.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([2.0, -1.0, 0.5]))
+        model.scalar_mixes[1].scalar_parameters.copy_(torch.tensor([-1.0, 0.0, 3.0]))
+        model.scalar_mixes[1].gamma.fill_(0.3)
+    folder = tmp_path / "two-mixes"
+    model.save_pretrained(folder)
+    ElmoTokenizer.from_pretrained(model_path).save_pretrained(folder)
+    sentence = fixture_lines()[0].split()
+    mixed = ElmoEmbedder(folder).embed_sentence(sentence, "mix")
+    model = ElmoModel.from_pretrained(folder).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        output = model(**tokenizer([sentence], is_split_into_words=True, return_tensors="pt"))
+    first, second = (r[0].numpy() for r in output.elmo_representations)
+    assert not np.allclose(first, second, atol=1e-3)
+    assert np.allclose(mixed, first, atol=1e-5)

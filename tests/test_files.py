@@ -266,3 +266,47 @@ def test_sha256_tensors_digests_names_and_bytes_in_order():
     assert sha256_tensors(pairs).hexdigest() == expected.hexdigest()
     assert sha256_tensors(reversed(pairs)).hexdigest() != expected.hexdigest()
     assert sha256_tensors([("weight", weight.t().double())]).hexdigest() != sha256_tensors(pairs[:1]).hexdigest()
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_lock_refused_because_another_run_holds_it_leaves_no_descriptor_open(tmp_path):
+    """OutputLock refused (another run holds it): the descriptor it opened is closed, every time (a process that
+    retries, or embeds file after file, would otherwise run out of descriptors)."""
+    path = tmp_path / "out.hdf5.lock"
+    with OutputLock(path, "out.hdf5"):
+        before = _open_descriptors()
+        for _ in range(20):
+            with pytest.raises(ValueError, match="another run is writing it"):
+                with OutputLock(path, "out.hdf5"):
+                    pass
+        assert _open_descriptors() == before
+    assert not path.exists()
+
+
+def test_a_lock_whose_file_was_replaced_meanwhile_by_a_third_run_is_refused(tmp_path, monkeypatch):
+    """Between this run's open and its flock, the holder releases (removes the file) and a third run makes a new
+    lock file there and locks it: the lock this run got is on a file no longer at the path, so it must try the new
+    one, which the third run holds: refused (not two runs on one output)."""
+    path = tmp_path / "out.hdf5.lock"
+    flock, third = fcntl.flock, []
+
+    def flock_then_a_third_run_takes_a_new_file(handle, operation):
+        flock(handle, operation)
+        if not third:
+            path.unlink()
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            third.append(descriptor)
+
+    monkeypatch.setattr(fcntl, "flock", flock_then_a_third_run_takes_a_new_file)
+    try:
+        with pytest.raises(ValueError, match="another run is writing it"):
+            with OutputLock(path, "out.hdf5"):
+                pass
+        assert path.is_file()  # (the third run's file, left to it)
+    finally:
+        for descriptor in third:
+            os.close(descriptor)

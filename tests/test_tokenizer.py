@@ -818,3 +818,110 @@ def test_encode_words_gives_what_the_call_gives_from_its_cache_of_spelled_words(
     slow = tokenizer(others, is_split_into_words=True, padding=True, return_tensors="pt")
     assert (slow["input_word_ids"] > tokenizer.lexicon.pad_word_id).sum() > 10
     _same_encoding(tokenizer.encode_words(others), slow)
+
+
+def test_encode_words_keeps_every_cached_word_when_its_cache_grows_past_1024_rows():
+    """The cache starts with 1024 rows and grows (by concatenation) when more distinct words arrive: the rows (and word
+    ids) of words cached before the growth must survive it. hf-elmo embed on any file of more than 1023 distinct
+    words goes through this."""
+    folder = ELMOFORMANYLANGS / "with_words"
+    known = [word for word in (folder / "word.dic").read_text(encoding="utf-8").split("\n")[4:] if word]
+    known = [line.split("\t")[0] for line in known]
+    for tokenizer in (ElmoTokenizer(), ElmoTokenizer(char_vocab_file=str(folder / "char.dic"),
+                                                     word_vocab_file=str(folder / "word.dic"))):
+        assert tokenizer._spelled_words.max_words > 4096  # the default: growth is reached
+        first = [known, ["the", "cat", "sat"]]
+        _same_encoding(tokenizer.encode_words(first), tokenizer(first, is_split_into_words=True, padding=True, return_tensors="pt"))
+        # 1000 + 1000 + 2000 new words: the table grows from 1024 rows twice
+        for count, offset in ((1000, 0), (1000, 1000), (2000, 2000)):
+            batch = [[f"w{i}" for i in range(offset, offset + count)], known[:3]]
+            _same_encoding(tokenizer.encode_words(batch), tokenizer(batch, is_split_into_words=True, padding=True,
+                                                         return_tensors="pt"))
+        assert len(tokenizer._spelled_words.char_ids) > 1024
+        # every word cached before (and at) each growth is still spelled, and word-numbered, as the call does
+        again = [known, ["the", "cat", "sat"], [f"w{i}" for i in range(0, 4000, 7)],
+                 [f"w{i}" for i in (998, 999, 1000, 1001, 1999, 2000, 3999)]]
+        _same_encoding(tokenizer.encode_words(again), tokenizer(again, is_split_into_words=True, padding=True, return_tensors="pt"))
+
+
+def test_pad_to_multiple_of_leaves_a_longest_example_already_a_multiple_as_it_is():
+    """`pad_to_multiple_of=8` pads up to the next multiple of 8 only where the length is not one already (as
+    transformers does): a batch whose longest example has 8 words stays 8 words, 9 becomes 16."""
+    tokenizer = ElmoTokenizer()
+    for longest, expected in ((8, 8), (9, 16), (16, 16), (1, 8)):
+        batch = tokenizer([["a"] * longest, ["b"] * 3], is_split_into_words=True, padding=True, pad_to_multiple_of=8,
+                          return_tensors="pt")
+        assert batch["input_ids"].shape == (2, expected, 50), longest
+        assert batch["attention_mask"].sum(1).tolist() == [longest, 3]
+    single = tokenizer(["a"] * 8, is_split_into_words=True, padding="max_length", max_length=8, pad_to_multiple_of=4)
+    assert len(single["input_ids"]) == 8
+
+
+def test_offsets_after_an_added_token_point_at_the_words_in_the_text():
+    """Raw text is split around added tokens; the words after one keep their spans in the whole text."""
+    tokenizer = ElmoTokenizer()
+    tokenizer.add_tokens(["<URL>"])
+    text = "see <URL> now, ok <URL>x"
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    words = tokenizer.tokenize(text)
+    assert words == ["see", "<URL>", "now", ",", "ok", "<URL>", "x"]
+    assert [text[start:end] for start, end in encoding["offset_mapping"]] == words
+    assert encoding["offset_mapping"][2] == (10, 13)
+    # and after a byte-order mark, which is not part of the first word
+    encoding = tokenizer("\ufeff" + text, return_offsets_mapping=True)
+    assert [("\ufeff" + text)[start:end] for start, end in encoding["offset_mapping"]] == words
+
+
+def test_clitics_with_a_typographic_apostrophe_split_as_with_a_straight_one():
+    """The 1B Word Benchmark's "do n't" split applies to U+2019 too: "don’t" -> "do n’t", "they’re" -> "they ’re"."""
+    tokenizer = ElmoTokenizer()
+    assert tokenizer.tokenize("I don’t know") == ["I", "do", "n’t", "know"]
+    assert tokenizer.tokenize("I DON’T know") == ["I", "DO", "N’T", "know"]
+    assert tokenizer.tokenize("they’re here, it’s John’s") == ["they", "’re", "here", ",", "it", "’s", "John", "’s"]
+    assert tokenizer.tokenize("don't") == ["do", "n't"]
+
+
+def test_a_character_vocabularys_sentence_boundaries_are_bos_then_eos_in_pretraining_batches():
+    """`sentence_boundaries` is (begin, end): `<bos>`, `<eos>` with char.dic, whose spelling is the config's
+    bos_char_id / eos_char_id; pretraining's word table puts the begin word at BOS_TYPE, which starts every forward
+    sentence (and the end word at EOS_TYPE, which starts every backward one)."""
+    from modeling.data import BOS_TYPE, EOS_TYPE, WordTable
+
+    folder = ELMOFORMANYLANGS / "with_words"
+    tokenizer = ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic"))
+    assert tokenizer.sentence_boundaries == ("<bos>", "<eos>")
+    options = tokenizer.lexicon.config_options(word_input=True)
+    begin, end = tokenizer.sentence_boundaries
+    assert tokenizer.word_to_char_ids(begin)[1] == options["bos_char_id"]
+    assert tokenizer.word_to_char_ids(end)[1] == options["eos_char_id"]
+    assert tokenizer.word_to_id(begin) == options["bos_word_id"] and tokenizer.word_to_id(end) == options["eos_word_id"]
+    table = WordTable(tokenizer.max_characters_per_token, tokenizer)
+    assert table.char_ids[BOS_TYPE].tolist() == tokenizer.word_to_char_ids("<bos>")
+    assert table.char_ids[EOS_TYPE].tolist() == tokenizer.word_to_char_ids("<eos>")
+    inputs = table.model_inputs(np.array([[BOS_TYPE, EOS_TYPE]]))
+    assert inputs["input_word_ids"].tolist() == [[options["bos_word_id"], options["eos_word_id"]]]
+    # the byte alphabet's: <S>, </S>
+    assert ElmoTokenizer().sentence_boundaries == ("<S>", "</S>")
+
+
+def test_a_word_dic_without_bos_and_eos_gives_them_the_oov_id_as_the_package_does(tmp_path):
+    """The package asserts only <oov> and <pad> in word.dic; <bos> and <eos> missing fall back to <oov>'s id."""
+    from hf_elmo.lexicon import ElmoLexicon, read_dictionary
+
+    chars = read_dictionary(ELMOFORMANYLANGS / "with_words" / "char.dic")
+    words = {"<pad>": 0, "天气": 1, "<oov>": 2, "好": 3}
+    lexicon = ElmoLexicon(chars, words, 50)
+    assert (lexicon.bos_word_id, lexicon.eos_word_id) == (2, 2)
+    assert lexicon.config_options(word_input=True)["bos_word_id"] == 2
+
+
+def test_a_lexicon_built_with_min_count_keeps_the_words_seen_exactly_that_often():
+    """`--alphabet vocabulary --min-count N`: word.dic holds the words seen at least N times (N times included)."""
+    from hf_elmo.lexicon import ElmoLexicon
+
+    counts = {"zeta": 6, "beta": 12, "alpha": 3, "delta": 3, "gamma": 2}
+    lexicon = ElmoLexicon.build(counts, 50, with_words=True, min_count=3)
+    assert sorted(lexicon.words, key=lexicon.words.get) == ["<oov>", "<bos>", "<eos>", "<pad>", "beta", "zeta",
+                                                            "alpha", "delta"]
+    lexicon = ElmoLexicon.build(counts, 50, with_words=True, min_count=6)
+    assert [w for w in sorted(lexicon.words, key=lexicon.words.get)][4:] == ["beta", "zeta"]
