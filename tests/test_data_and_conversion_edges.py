@@ -1,0 +1,135 @@
+"""Conversion and pretraining-data behaviour that mutations of the library showed no other test held: --overwrite
+leaves nothing beside the output, the backward stream's own shuffle, the text digest (sentence boundaries, every
+word's spelling), a word.dic softmax's boundaries, character ids past 32767 in the word table, only complete
+checkpoints listed."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import FIXTURE_SETS
+from test_pretraining import datasets_cache, fixture_text  # noqa: F401  (datasets_cache: the autouse fixture)
+
+from conversion.convert_original_elmo import convert_hf_to_original, convert_original_to_hf
+from modeling.data import StreamBatches
+
+
+def test_overwriting_a_converted_folder_leaves_nothing_beside_it(tmp_path):
+    """--overwrite replaces the folder in one step: the old folder is moved aside and then removed; nothing but the
+    output stays in its parent (not a hidden copy of the old model, which could be gigabytes, per overwrite)."""
+    fixture = FIXTURE_SETS["allennlp-elmo"]
+    out = tmp_path / "out"
+    convert_original_to_hf(fixture.options_file, fixture.weight_file, out)
+    (out / "mine.txt").write_text("old")
+    convert_original_to_hf(fixture.options_file, fixture.weight_file, out, overwrite=True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+    assert not (out / "mine.txt").exists()
+    back = tmp_path / "back"
+    convert_hf_to_original(out, back)
+    convert_hf_to_original(out, back, overwrite=True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["back", "out"]
+
+
+def _stream_of_epoch(batches, epoch: int, key: str) -> torch.Tensor:
+    """Row 0's stream of `key` over one epoch, in the direction's own reading order (each backward window reaches
+    the model flipped left to right: flipped back, window by window)."""
+    steps = batches.steps_per_epoch
+    windows = [batches.batch(epoch * steps + k)[key][0] for k in range(steps)]
+    if key.startswith("backward_"):
+        windows = [window.flip(0) for window in windows]
+    return torch.cat(windows)
+
+
+def test_the_backward_stream_is_shuffled_in_an_order_of_its_own():
+    """data.py: the backward stream holds each sentence reversed "in an order of its own": it is the backward stream
+    of the direction-1 order, not of the forward (direction-0) order."""
+    text, table, vocabulary = fixture_text()
+    batches = StreamBatches(text, table, vocabulary, batch_size=1, unroll_steps=5, seed=3, shuffle=True)
+    backward = _stream_of_epoch(batches, 0, "backward_labels")
+    forward_order, backward_order = batches._order(0, 0), batches._order(0, 1)
+    assert not np.array_equal(forward_order, backward_order)
+    _, own = text.stream(backward_order, vocabulary, backward=True)
+    assert torch.equal(backward, torch.from_numpy(own[: len(backward)]).long())
+    _, forwards = text.stream(forward_order, vocabulary, backward=True)
+    assert not torch.equal(backward, torch.from_numpy(forwards[: len(backward)]).long())
+
+
+def test_the_texts_digest_tells_sentence_boundaries_apart():
+    """A resume refuses other text by the digest of what batches are made of: the same words split into other
+    sentences make other batches (other <S> and </S>), so another digest."""
+    from modeling.data import EncodedText, WordTable
+    from modeling.vocabulary import Vocabulary
+    from test_pretraining import sentences_dataset
+
+    vocabulary = Vocabulary(["<S>", "</S>", "<UNK>", "a", "b", "c"])
+    table = WordTable(50)
+    one = EncodedText.encode(sentences_dataset(["a b", "c a"]), table, vocabulary)
+    other = EncodedText.encode(sentences_dataset(["a", "b c a"]), table, vocabulary)
+    assert np.array_equal(one.types, other.types) and np.array_equal(one.targets, other.targets)
+    assert one.digest(table) != other.digest(table)
+    assert one.digest(table) == EncodedText.encode(sentences_dataset(["a b", "c a"]), table, vocabulary).digest(table)
+
+
+def test_a_word_dic_vocabulary_ends_forward_sentences_with_eos_and_backward_ones_with_bos():
+    """The softmax of a character-vocabulary model predicts word.dic's words: `<bos>`, `<eos>`, `<oov>` are its
+    boundaries and unknown word, by name; a forward sentence's last target is `<eos>`, a backward one's `<bos>`."""
+    from modeling.data import EncodedText, WordTable
+    from modeling.vocabulary import Vocabulary
+    from test_pretraining import sentences_dataset
+
+    vocabulary = Vocabulary.from_word_dictionary({"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "a": 4, "b": 5})
+    assert (vocabulary.bos_id, vocabulary.eos_id, vocabulary.unk_id) == (1, 2, 0)
+    text = EncodedText.encode(sentences_dataset(["a b z"]), WordTable(50), vocabulary)
+    _, forward = text.stream(np.arange(1), vocabulary, backward=False)
+    _, backward = text.stream(np.arange(1), vocabulary, backward=True)
+    assert [vocabulary.words[i] for i in forward] == ["a", "b", "<oov>", "<eos>"]
+    assert [vocabulary.words[i] for i in backward] == ["<oov>", "b", "a", "<bos>"]
+
+
+def test_the_word_table_holds_character_ids_past_32767(tmp_path):
+    """A character vocabulary built from a large multilingual text can have more than 32767 characters: the word
+    table (int16 up to 2**15 ids) must give each word its ids unchanged."""
+    from hf_elmo.lexicon import ElmoLexicon
+    from hf_elmo.tokenization_elmo import ElmoTokenizer
+    from modeling.data import WordTable
+
+    characters = [chr(0x4E00 + i) for i in range(20000)] + [chr(0x20000 + i) for i in range(20000)]
+    words = {"".join(characters[i : i + 40]): 1 for i in range(0, len(characters), 40)}
+    lexicon = ElmoLexicon.build(words, 50, with_words=False)
+    lexicon.save(tmp_path / "char.dic", None)
+    tokenizer = ElmoTokenizer(char_vocab_file=str(tmp_path / "char.dic"))
+    assert tokenizer.vocab_size > 40000
+    table = WordTable(50, tokenizer)
+    last = list(words)[-1]
+    types = table.ids([last, "<bos>"])
+    spelled = table.spell(np.array(types))
+    assert spelled.tolist() == [tokenizer.word_to_char_ids(last), tokenizer.word_to_char_ids("<bos>")]
+    assert int(spelled.max()) > 40000
+
+
+def test_the_texts_digest_covers_the_spelling_of_every_word_it_holds():
+    """The digest covers each word's character ids, the last word of the table's too (types 0 .. max)."""
+    from modeling.data import EncodedText, WordTable
+    from modeling.vocabulary import Vocabulary
+    from test_pretraining import sentences_dataset
+
+    vocabulary = Vocabulary(["<S>", "</S>", "<UNK>", "a", "b"])
+    table = WordTable(50)
+    text = EncodedText.encode(sentences_dataset(["a b", "b"]), table, vocabulary)
+    before = text.digest(table)
+    last = int(text.types.max())
+    table._rows[last] = table.tokenizer.word_to_char_ids("c")  # (as another tokenizer would spell it)
+    table._char_ids = None
+    assert text.digest(table) != before
+
+
+def test_only_complete_checkpoints_are_listed(tmp_path):
+    """A folder named checkpoint-N without trainer_state.json is no checkpoint of the run (not resumed from, not
+    rotated away by --save-total-limit, not removed by --overwrite-output-dir)."""
+    from modeling.checkpoints import list_checkpoints
+
+    for step, complete in ((3, True), (12, True), (7, False), (20, False)):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if complete:
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-x").mkdir()
+    assert list_checkpoints(tmp_path) == [(3, tmp_path / "checkpoint-3"), (12, tmp_path / "checkpoint-12")]
