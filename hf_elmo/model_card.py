@@ -73,7 +73,8 @@ def _yaml_code(code: str) -> str:
 def check_license(license: str | None) -> None:
     """Refuse what is not a license id as the Hub spells them (`apache-2.0`, `mit`, `cc-by-sa-4.0`, `other`): it goes
     into the card's YAML header as it is. None: the card names no license."""
-    if license is not None and not (isinstance(license, str) and re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", license)):
+    if license is not None and not (isinstance(license, str) and re.fullmatch(r"[a-z][a-z0-9.+-]*", license)
+                                    and license != "null"):  # (YAML reads null, 123 or 1.0 as no string)
         raise ValueError(f"{license!r} is not a license id: give the Hub's, such as apache-2.0, mit or cc-by-4.0 "
                          "(or other)")
 

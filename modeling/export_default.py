@@ -327,7 +327,7 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
     card = render_model_card(
         model, "hf-elmo-default", source="`make pretrain-default` (see Training)",
         results=card_results(run, sources, analysis, parameters, previous_results),
-        language=["en", "zh"], license="apache-2.0",  # (the project's, for the weights it trains itself)
+        language=["en", "zh"], license="apache-2.0",  # (as the card said before --license: a maintainer's choice)
     )
     (staging / "README.md").write_text(packaged_usage(card), encoding="utf-8")
 
@@ -337,7 +337,8 @@ def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, 
         raise ExportError(f"the default model is {megabytes:.1f} MB, over the {MAX_MEGABYTES} MB the repository allows")
     try:  # the model and its tokenizer, both as the written folder gives them
         found = ElmoModel.from_pretrained(staging).eval()(
-            **ElmoTokenizer.from_pretrained(staging)(probe, padding=True, return_tensors="pt")).last_hidden_state
+            **ElmoTokenizer.from_pretrained(staging)(probe, padding=True, return_tensors="pt"), return_dict=True
+        ).last_hidden_state
     except (OSError, ValueError):
         found = None
     if found is None or not torch.equal(expected, found):

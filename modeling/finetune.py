@@ -314,7 +314,7 @@ def _check_reload(folder: Path, auto_class, model, dataset, collator) -> None:
     batch = {key: value.to(model.device) for key, value in batch.items() if key in collator.tokenizer.model_input_names}
     with torch.no_grad():
         expected = model(**batch, return_dict=True).logits
-        found = reloaded(**batch).logits
+        found = reloaded(**batch, return_dict=True).logits
     if not torch.equal(expected, found):
         raise RuntimeError(f"{folder}: the reloaded model differs from the trained one by {(expected - found).abs().max():.3g}")
 

@@ -590,10 +590,9 @@ def check_init_from(source: Path) -> ElmoConfig:
         raise PretrainError(f"--init-from {source / 'config.json'}: {error}") from None
 
 
-def choose_tokenizer(args, settings: dict, checkpoint: Path | None, train_sentences,
-                     source_config: ElmoConfig | None) -> ElmoTokenizer:
-    """How the model spells words: a resumed run's own (kept in its checkpoint), --init-from's (`source_config` is
-    its config), or a new one (with --alphabet vocabulary, a character vocabulary built from the training text, the
+def choose_tokenizer(args, settings: dict, checkpoint: Path | None, train_sentences) -> ElmoTokenizer:
+    """How the model spells words: a resumed run's own (kept in its checkpoint), --init-from's (its tokenizer, or
+    for a folder without one the tokenizer its config describes), or a new one (with --alphabet vocabulary, a character vocabulary built from the training text, the
     same in every process). Nothing is written into OUTPUT_DIR: checkpoints and the final model save it."""
     if checkpoint is not None:
         if (checkpoint / "tokenizer_config.json").is_file():
@@ -602,13 +601,10 @@ def choose_tokenizer(args, settings: dict, checkpoint: Path | None, train_senten
         return ElmoTokenizer(max_characters_per_token=ElmoConfig.from_pretrained(checkpoint).max_characters_per_token)
     if args.init_from:
         source = Path(args.init_from)
-        if (source / "tokenizer_config.json").is_file():
-            try:
-                tokenizer = ElmoTokenizer.from_pretrained(source)
-            except (OSError, ValueError) as error:  # its char.dic or word.dic missing or unreadable, named
-                raise PretrainError(f"--init-from {source}: its tokenizer does not load ({error})") from None
-        else:
-            tokenizer = ElmoTokenizer(max_characters_per_token=source_config.max_characters_per_token)
+        try:  # (a folder without tokenizer files: the tokenizer its config.json describes)
+            tokenizer = ElmoTokenizer.from_pretrained(source)
+        except (OSError, ValueError) as error:  # its char.dic or word.dic missing or unreadable, named
+            raise PretrainError(f"--init-from {source}: its tokenizer does not load ({error})") from None
     else:
         characters = PRESETS[args.preset]["model"].get("max_characters_per_token", ElmoConfig().max_characters_per_token)
         if settings["alphabet"] == "bytes":
@@ -663,14 +659,13 @@ def given_options(args, names: tuple[str, ...]) -> list[str]:
     return given
 
 
-def check_resumed_vocabulary(args, settings: dict, checkpoint: Path, train_sentences, source_config: ElmoConfig | None,
-                             vocabulary: Vocabulary) -> None:
+def check_resumed_vocabulary(args, settings: dict, checkpoint: Path, train_sentences, vocabulary: Vocabulary) -> None:
     """A resumed run predicts its checkpoint's `vocabulary`. The options that choose a new run's must choose that one
     (the run's own command), or the resume would ignore them."""
     given = given_options(args, ("vocab_file", "vocab_size", "min_count", "new_vocabulary"))
     if not given:
         return
-    tokenizer = choose_tokenizer(args, settings, None, train_sentences, source_config)  # (a new --alphabet's word.dic)
+    tokenizer = choose_tokenizer(args, settings, None, train_sentences)  # (a new --alphabet's word.dic)
     chosen = choose_vocabulary(args, None, train_sentences, tokenizer)
     if chosen != vocabulary:
         raise PretrainError(
@@ -963,10 +958,10 @@ def train(args: argparse.Namespace) -> dict:
         validation_sentences = None
         if args.validation_file:
             validation_sentences = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
-    tokenizer = choose_tokenizer(args, settings, checkpoint, train_sentences, source_config)
+    tokenizer = choose_tokenizer(args, settings, checkpoint, train_sentences)
     vocabulary = choose_vocabulary(args, checkpoint, train_sentences, tokenizer)
     if checkpoint is not None:
-        check_resumed_vocabulary(args, settings, checkpoint, train_sentences, source_config, vocabulary)
+        check_resumed_vocabulary(args, settings, checkpoint, train_sentences, vocabulary)
 
     model, new_softmax = build_model(args, settings, vocabulary, tokenizer, source_config)
     if args.softmax_init is not None and not new_softmax:

@@ -387,7 +387,7 @@ def test_a_card_names_the_license_it_is_given_and_the_default_card_that_of_the_f
         (folder / "README.md").write_text(render_model_card(model, "someone/tagger", source="a test", license=license))
         assert ModelCard.load(folder / "README.md").data.license == license
         assert ModelCard(default_model_card(model, "someone/tagger")).data.license == license
-    for bad in ("MIT License", "mit\nlanguage: fr", "", 5):
+    for bad in ("MIT License", "mit\nlanguage: fr", "", 5, "null", "1.0"):  # (the last two: YAML reads no string)
         with pytest.raises(ValueError, match="is not a license id: give the Hub's, such as apache-2.0, mit or cc-by"):
             render_model_card(model, "someone/tagger", source="a test", license=bad)
     (folder / "README.md").write_text("---\nlicense: [mit, other]\n---\n# a card\n")  # (none hf-elmo can write)

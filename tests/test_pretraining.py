@@ -1275,6 +1275,20 @@ def test_the_cards_language_and_license_are_given_or_those_of_the_init_from_fold
     assert code == 2 and "--license 'MIT' is not a license id" in err and not (tmp_path / "bad").exists()
 
 
+def test_init_from_a_folder_without_tokenizer_files_reads_the_tokenizer_its_config_describes(converted_elmoformanylangs,
+                                                                                            tmp_path, capsys):
+    """--init-from a model saved without its tokenizer: a char.dic model is refused naming the missing char.dic (it
+    got a tokenizer of UTF-8 bytes, whose ids that model misreads)."""
+    source = tmp_path / "model-only"
+    shutil.copytree(converted_elmoformanylangs["chars_only"], source)
+    for name in ("tokenizer_config.json", "char.dic", "word.dic", "special_tokens_map.json"):
+        (source / name).unlink(missing_ok=True)
+    code, _, err = run_main(capsys, "--init-from", source, "--train-file", TRAIN / "data.txt", "--max-steps", 1,
+                            "--save-steps", 0, "--eval-steps", 0, "--output-dir", tmp_path / "run")
+    assert_one_error(code, err, f"--init-from {source}: its tokenizer does not load ({source / 'char.dic'}: not found")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_preset_with_init_from_gives_the_recipe_only(converted_elmoformanylangs, tmp_path, capsys):
     """--preset with --init-from: the preset's training options, the model of --init-from (here 24-cell LSTMs, where
     the tiny preset's are 64)."""
