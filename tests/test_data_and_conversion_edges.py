@@ -2,6 +2,8 @@
 leaves nothing beside the output, the backward stream's own shuffle, the text digest (sentence boundaries, every
 word's spelling), a word.dic softmax's boundaries, character ids past 32767 in the word table, only complete
 checkpoints listed."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -133,3 +135,47 @@ def test_only_complete_checkpoints_are_listed(tmp_path):
             (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
     (tmp_path / "checkpoint-x").mkdir()
     assert list_checkpoints(tmp_path) == [(3, tmp_path / "checkpoint-3"), (12, tmp_path / "checkpoint-12")]
+
+
+def test_a_checkpoint_is_in_its_output_folder_however_either_is_spelled(tmp_path, monkeypatch):
+    """`--resume out/checkpoint-3 --output-dir /abs/out` (or through a link) names a checkpoint of that folder."""
+    from modeling.checkpoints import in_folder
+
+    (tmp_path / "out" / "checkpoint-3").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "out")
+    monkeypatch.chdir(tmp_path)
+    assert in_folder(Path("out/checkpoint-3"), tmp_path / "out")
+    assert in_folder(tmp_path / "link" / "checkpoint-3", tmp_path / "out")
+    assert not in_folder(tmp_path / "out" / "checkpoint-3", tmp_path)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_processes_evaluate_disjoint_parts_of_the_held_out_text_that_cover_it(rows):
+    """Under 2 processes each evaluates its own `rows` of the rows * 2 parts: together every target once, exactly
+    the targets that one process with rows * 2 rows counts."""
+    from modeling.data import EvaluationStream, IGNORE_INDEX
+
+    text, table, vocabulary = fixture_text()
+
+    def targets(stream):  # [rows, length] of each direction, targets only
+        return [t for _, t in stream.arrays]
+
+    single = EvaluationStream(text, table, vocabulary, rows=2 * rows, unroll_steps=5)
+    parts = [EvaluationStream(text, table, vocabulary, rows=rows, unroll_steps=5, num_processes=2, process_index=p)
+             for p in (0, 1)]
+    for direction in (0, 1):
+        together = np.concatenate([targets(part)[direction] for part in parts])
+        expected = targets(single)[direction]
+        assert together.shape == expected.shape and np.array_equal(together, expected)
+        assert (together != IGNORE_INDEX).sum() == text.num_predictions
+
+
+def test_words_added_after_the_table_was_read_are_spelled():
+    """WordTable.char_ids is rebuilt once new words are added (a second text encoded after the first was read)."""
+    from modeling.data import WordTable
+
+    table = WordTable(50)
+    first = table.ids(["a", "b"])
+    assert table.spell(np.array(first)).tolist() == [table.tokenizer.word_to_char_ids(w) for w in "ab"]
+    later = table.ids(["c", "a"])
+    assert table.spell(np.array(later)).tolist() == [table.tokenizer.word_to_char_ids(w) for w in "ca"]

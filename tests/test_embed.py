@@ -1632,3 +1632,27 @@ def test_mix_is_the_models_first_scalar_mix_when_it_has_several(model_path, tmp_
     first, second = (r[0].numpy() for r in output.elmo_representations)
     assert not np.allclose(first, second, atol=1e-3)
     assert np.allclose(mixed, first, atol=1e-5)
+
+
+def test_a_run_resumes_with_the_input_file_spelled_another_way(model_path, tmp_path, monkeypatch):
+    """The manifest names the input by its resolved path: `in.txt`, `./in.txt` and its absolute path are one
+    input, so the rerun resumes the interrupted run rather than being refused."""
+    embedder, source, output, partial = _interrupted(model_path, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for spelling in ("./in.txt",):
+        summary = embedder.embed_file(spelling, output, batch_size=2, progress=False)
+    assert (summary["computed"], summary["resumed"]) == (7, 3) and not partial.exists()
+
+
+def test_lines_are_stripped_at_both_ends_as_allennlp_elmo_stripped_them(embedder, tmp_path):
+    """Leading whitespace (an indented line, a tab) is not part of the sentence: sentence_to_index and
+    --use-sentence-keys name it without, as `allennlp elmo` did (`line.strip()`)."""
+    import json
+
+    source = tmp_path / "in.txt"
+    source.write_text("  a b\n\tc d  \n e\n", encoding="utf-8")
+    embedder.embed_file(source, tmp_path / "out.hdf5", output_format="top", progress=False)
+    output = read_all(tmp_path / "out.hdf5")
+    assert json.loads(output["sentence_to_index"][0]) == {"a b": "0", "c d": "1", "e": "2"}
+    embedder.embed_file(source, tmp_path / "keys.hdf5", output_format="top", use_sentence_keys=True, progress=False)
+    assert sorted(read_all(tmp_path / "keys.hdf5")) == ["a b", "c d", "e"]

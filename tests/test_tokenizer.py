@@ -925,3 +925,14 @@ def test_a_lexicon_built_with_min_count_keeps_the_words_seen_exactly_that_often(
                                                             "alpha", "delta"]
     lexicon = ElmoLexicon.build(counts, 50, with_words=True, min_count=6)
     assert [w for w in sorted(lexicon.words, key=lexicon.words.get)][4:] == ["beta", "zeta"]
+
+
+def test_a_byte_order_mark_at_the_start_of_raw_text_is_not_part_of_its_first_word():
+    """The class docstring: a byte-order mark (U+FEFF) at the start of raw text is not part of its first word; the
+    spans still point into the text given (the mark is character 0)."""
+    tokenizer = ElmoTokenizer()
+    text = "\ufeffHello world"
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    assert tokenizer.tokenize(text) == ["Hello", "world"]
+    assert encoding["input_ids"] == tokenizer("Hello world")["input_ids"]
+    assert encoding["offset_mapping"] == [(1, 6), (7, 12)]
