@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError, read_dictionary  # noqa: E402
-from hf_elmo.model_card import check_language, check_license, render_model_card  # noqa: E402
+from hf_elmo.model_card import card_option_problem, check_language, check_license, render_model_card  # noqa: E402
 
 from conversion.convert_original_elmo import (  # noqa: E402
     _verify_reload, atomic_output_dir, check_weights_to_write, check_output_dir, load_checkpoint, quiet_transformers)
@@ -203,11 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.to_elmoformanylangs and args.license is not None:
         parser.error("--license is the card's, which only converting to Hugging Face writes (not --to-elmoformanylangs)")
     try:
-        for option, check in (("language", check_language), ("license", check_license)):
-            try:
-                check(getattr(args, option))
-            except ValueError as error:
-                raise ConversionError(f"--{option} {error}") from None
+        if problem := card_option_problem(args.language, args.license):
+            raise ConversionError(problem)
         with quiet_transformers():
             if args.to_elmoformanylangs:
                 config_file = Path(args.model_dir, "config.json")

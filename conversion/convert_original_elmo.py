@@ -31,7 +31,7 @@ from safetensors import safe_open  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location, input_inside, plain_mode  # noqa: E402
-from hf_elmo.model_card import check_language, check_license, render_model_card  # noqa: E402
+from hf_elmo.model_card import card_option_problem, check_language, check_license, render_model_card  # noqa: E402
 
 from conversion.original_format import (  # noqa: E402
     ConversionError,
@@ -290,11 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{option} is the card's, which only converting original weights writes (not --to-original)")
     args.language = args.language or "en"
     try:
-        for option, check in (("language", check_language), ("license", check_license)):
-            try:
-                check(getattr(args, option))
-            except ValueError as error:
-                raise ConversionError(f"--{option} {error}") from None
+        if problem := card_option_problem(args.language, args.license):
+            raise ConversionError(problem)
         with quiet_transformers():
             if args.to_original:
                 convert_hf_to_original(args.model_dir, args.output_dir, overwrite=args.overwrite)

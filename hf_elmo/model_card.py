@@ -79,6 +79,18 @@ def check_license(license: str | None) -> None:
                          "(or other)")
 
 
+def card_option_problem(language=None, license=None) -> str | None:
+    """What is wrong with a command line's --language or --license (None: not given), named as that option, or
+    None where both can go into a card."""
+    for option, value, check in (("language", language, check_language), ("license", license, check_license)):
+        if value is not None:
+            try:
+                check(value)
+            except ValueError as error:
+                return f"--{option} {error}"
+    return None
+
+
 def render_model_card(
     model: nn.Module,
     model_id: str,

@@ -41,7 +41,7 @@ from conversion.convert_original_elmo import atomic_output_dir, check_output_dir
 from conversion.original_format import ConversionError  # noqa: E402
 from hf_elmo import ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_model_location, is_hub_id  # noqa: E402
-from hf_elmo.model_card import check_license, folder_card_license, render_model_card  # noqa: E402
+from hf_elmo.model_card import card_option_problem, folder_card_license, render_model_card  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
 from modeling.task_data import (NER_TAGS, SENTIMENT_LABELS, BadTaskData, MissingTaskData, load_conll2003,  # noqa: E402
                                 load_rotten_tomatoes)
@@ -175,10 +175,8 @@ def check_inputs(args: argparse.Namespace) -> None:
         check_model_location(args.model, FinetuneError)
     except FinetuneError as error:
         raise FinetuneError(f"--model {error}") from None
-    try:
-        check_license(args.license)
-    except ValueError as error:
-        raise FinetuneError(f"--license {error}") from None
+    if problem := card_option_problem(license=args.license):
+        raise FinetuneError(problem)
     try:
         check_output_dir(args.output_dir, args.overwrite, local_inputs(args))
     except ConversionError as error:

@@ -53,7 +53,7 @@ from hf_elmo.files import (check_output_location, fsync_path, model_folder_probl
                             sha256_tensors)
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
-from hf_elmo.model_card import (check_language, check_license, folder_card_language, folder_card_license,  # noqa: E402
+from hf_elmo.model_card import (card_option_problem, folder_card_language, folder_card_license,  # noqa: E402
                                 render_model_card)
 
 from modeling.data import (  # noqa: E402
@@ -243,12 +243,8 @@ def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
                             "model's vocabulary is built from the training text anyway (or read from --vocab-file)")
     if args.new_vocabulary and args.vocab_file:
         raise PretrainError("--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other")
-    for option, value, check in (("language", args.language or [], check_language),
-                                 ("license", args.license, check_license)):
-        try:  # (checked before the training, the card is written after it)
-            check(value)
-        except ValueError as error:
-            raise PretrainError(f"--{option} {error}") from None
+    if problem := card_option_problem(args.language, args.license):  # (before the training; the card comes after it)
+        raise PretrainError(problem)
     if args.vocab_file and settings["alphabet"] == "vocabulary" and not args.init_from:
         raise PretrainError(f"--vocab-file {args.vocab_file} would be the softmax vocabulary, but with --alphabet "
                             "vocabulary the softmax's is the word.dic built from the training text (as ELMoForManyLangs "
