@@ -260,22 +260,31 @@ def test_stream_batches_read_the_text_in_order_or_shuffled_per_epoch_and_directi
     direction an order of its own (data.py's docstring)."""
     text, table, vocabulary = fixture_text()
 
-    def epoch_targets(batches, epoch, key):  # one row: the whole stream of the epoch, window after window
+    def epoch_targets(batches, epoch, key):  # one row: the whole stream of the epoch in its reading order
         steps = batches.steps_per_epoch
-        return torch.cat([batches.batch(epoch * steps + k)[key] for k in range(steps)], dim=1)[0]
+        windows = [batches.batch(epoch * steps + k)[key][0] for k in range(steps)]
+        # Backward windows are handed over flipped into left-to-right order: flip each back to reading order.
+        return torch.cat([w.flip(0) if key.startswith("backward") else w for w in windows])
+
+    def stream_targets(order, backward, length):
+        return torch.from_numpy(text.stream(order, vocabulary, backward=backward)[1][:length]).long()
 
     in_order = StreamBatches(text, table, vocabulary, batch_size=1, unroll_steps=5, seed=3, shuffle=False)
-    _, targets = text.stream(np.arange(text.num_sentences), vocabulary, backward=False)
     read = epoch_targets(in_order, 0, "labels")
-    assert torch.equal(read, torch.from_numpy(targets[: len(read)]).long())
+    everything = np.arange(text.num_sentences)
+    assert torch.equal(read, stream_targets(everything, False, len(read)))
     assert torch.equal(epoch_targets(in_order, 1, "labels"), read)
+    read_backward = epoch_targets(in_order, 0, "backward_labels")
+    assert torch.equal(read_backward, stream_targets(everything, True, len(read_backward)))
     shuffled = StreamBatches(text, table, vocabulary, batch_size=1, unroll_steps=5, seed=3, shuffle=True)
     first, second = epoch_targets(shuffled, 0, "labels"), epoch_targets(shuffled, 1, "labels")
     assert not torch.equal(first, read) and not torch.equal(first, second)
-    # The backward LM's stream is not the forward one's order reversed: an order of its own.
-    backward = epoch_targets(shuffled, 0, "backward_labels").flip(0)
-    _, same_order = text.stream(shuffled._order(0, 0), vocabulary, backward=True)
-    assert not torch.equal(backward, torch.from_numpy(same_order[: len(backward)]).long().flip(0))
+    assert torch.equal(first, stream_targets(shuffled._order(0, 0), False, len(first)))
+    # The backward LM's stream has an order of its own: not the forward order's sentences read backward.
+    backward = epoch_targets(shuffled, 0, "backward_labels")
+    assert torch.equal(backward, stream_targets(shuffled._order(0, 1), True, len(backward)))
+    assert not torch.equal(backward, stream_targets(shuffled._order(0, 0), True, len(backward)))
+    assert not np.array_equal(shuffled._order(0, 1), shuffled._order(0, 0))
 
 
 def test_pretraining_input_errors_are_clear():
