@@ -288,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     for option in ("language", "license"):
         if args.to_original and getattr(args, option) is not None:
             parser.error(f"--{option} is the card's, which only converting original weights writes (not --to-original)")
-    args.language = args.language or "en"
+    if args.language is None:  # (an empty --language is refused below, not read as the default)
+        args.language = "en"
     try:
         if problem := card_option_problem(args.language, args.license):
             raise ConversionError(problem)

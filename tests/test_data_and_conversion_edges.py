@@ -1,16 +1,19 @@
 """Conversion and pretraining-data behaviour that mutations of the library showed no other test held: --overwrite
 leaves nothing beside the output, the backward stream's own shuffle, the text digest (sentence boundaries, every
 word's spelling), a word.dic softmax's boundaries, character ids past 32767 in the word table, only complete
-checkpoints listed."""
+checkpoints listed; both converters write into an existing empty folder, their functions' card defaults are
+their commands', and an empty --language is refused."""
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import ModelCard
 
-from conftest import FIXTURE_SETS
+from conftest import ELMOFORMANYLANGS, FIXTURE_SETS
 from test_pretraining import datasets_cache, fixture_text  # noqa: F401  (datasets_cache: the autouse fixture)
 
+from conversion import convert_elmoformanylangs, convert_original_elmo
 from conversion.convert_original_elmo import convert_hf_to_original, convert_original_to_hf
 from modeling.data import StreamBatches
 
@@ -179,3 +182,57 @@ def test_words_added_after_the_table_was_read_are_spelled():
     assert table.spell(np.array(first)).tolist() == [table.tokenizer.word_to_char_ids(w) for w in "ab"]
     later = table.ids(["c", "a"])
     assert table.spell(np.array(later)).tolist() == [table.tokenizer.word_to_char_ids(w) for w in "ca"]
+
+
+ORIGINAL = FIXTURE_SETS["allennlp-elmo"]
+
+
+def test_an_empty_output_folder_is_written_without_overwrite_both_ways(tmp_path, capsys):
+    """The output folder "must not exist or be empty" (the help): an empty one is no reason for --overwrite."""
+    options, weights = ORIGINAL.options_file, ORIGINAL.weight_file
+    (tmp_path / "hf").mkdir()
+    assert convert_original_elmo.main(["--options-file", str(options), "--weight-file", str(weights),
+                                       "--output-dir", str(tmp_path / "hf")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "hf" / "model.safetensors").is_file()
+    (tmp_path / "back").mkdir()
+    assert convert_original_elmo.main(["--to-original", "--model-dir", str(tmp_path / "hf"),
+                                       "--output-dir", str(tmp_path / "back")]) == 0, capsys.readouterr().err
+    assert sorted(path.name for path in (tmp_path / "back").iterdir()) == ["options.json", "weights.hdf5"]
+    (tmp_path / "zh").mkdir()
+    assert convert_elmoformanylangs.main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir",
+                                          str(tmp_path / "zh")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "zh" / "char.dic").is_file()
+    (tmp_path / "zh-back").mkdir()
+    assert convert_elmoformanylangs.main(["--to-elmoformanylangs", "--model-dir", str(tmp_path / "zh"),
+                                          "--output-dir", str(tmp_path / "zh-back")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "zh-back" / "encoder.pkl").is_file()
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(".")]  # no staging or retired folder
+
+
+def test_the_functions_card_defaults_are_the_commands(tmp_path):
+    """As libraries, the converters write the cards their commands do: en for the original format, und for
+    ELMoForManyLangs, no license."""
+    out = convert_original_elmo.convert_original_to_hf(ORIGINAL.options_file, ORIGINAL.weight_file,
+                                                      tmp_path / "elmo-en")
+    data = ModelCard.load(out / "README.md").data
+    assert (data.language, data.license) == ("en", None)
+    out = convert_elmoformanylangs.convert_elmoformanylangs_to_hf(ELMOFORMANYLANGS / "chars_only", tmp_path / "elmo-zhs")
+    card = (out / "README.md").read_text(encoding="utf-8")
+    data = ModelCard(card).data
+    assert (data.language, data.license) == ("und", None) and 'AutoModel.from_pretrained("elmo-zhs")' in card
+
+
+EMPTY_LANGUAGE_ERROR = "error: --language '' is not a language code: give ISO 639 codes such as en, zh or pt-BR\n"
+
+
+def test_an_empty_language_is_refused_by_both_converters(tmp_path, capsys):
+    """An empty --language is no language: refused before anything is written (before, the original converter read
+    it as the default, en)."""
+    assert convert_elmoformanylangs.main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir",
+                                          str(tmp_path / "zh"), "--language", ""]) == 2
+    assert capsys.readouterr().err == EMPTY_LANGUAGE_ERROR
+    code = convert_original_elmo.main(["--options-file", str(ORIGINAL.options_file), "--weight-file",
+                                       str(ORIGINAL.weight_file), "--output-dir", str(tmp_path / "en"),
+                                       "--language", ""])
+    assert (code, capsys.readouterr().err) == (2, EMPTY_LANGUAGE_ERROR)
+    assert list(tmp_path.iterdir()) == []

@@ -20,7 +20,7 @@ from conftest import README
 from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
 from hf_elmo.default_model import DEFAULT_MODEL_DIR, default_model_path
-from hf_elmo.demo import SENSE_EXAMPLES, load_default, run_demo, sense_vectors
+from hf_elmo.demo import SENSE_EXAMPLES, embed_words, load_default, run_demo, sense_vectors
 import modeling.default_corpus as default_corpus
 from modeling.default_corpus import (HOLD_OUT_EVERY, SOURCES, brown_tagged_documents, build, simplify_brown_tag,
                                      split_chinese_sentences, split_sentences, write_brown_pos)
@@ -295,3 +295,42 @@ def test_sense_examples_must_hold_their_word_once():
     examples = {"bank": {"river": ["The bank of the bank ."], "money": ["The bank closed ."]}}
     with pytest.raises(ValueError, match=r"^'The bank of the bank \.' must contain 'bank' exactly once as a word$"):
         sense_vectors(model, tokenizer, examples)
+
+
+# The demo's library functions: sense_vectors checks the examples it is given; embed_words' last entry is the
+# first scalar mix (the demo's "mix" column), also for a model with several.
+@pytest.fixture(scope="module")
+def default_model_and_tokenizer():
+    return ElmoModel.from_pretrained(default_model_path()).eval(), ElmoTokenizer.from_pretrained(default_model_path())
+
+
+@pytest.mark.parametrize("sentence", ["The bank by the bank .", "The shore of the river ."])
+def test_sense_vectors_refuses_a_sentence_without_the_word_exactly_once(default_model_and_tokenizer, sentence):
+    """A sentence with the word twice would be read at its first occurrence only (or, without it, fail with
+    list.index's bare "'bank' is not in list"): refused, naming the sentence and the word."""
+    examples = {"bank": {"river": ["They walked along the bank .", sentence], "money": ["The bank closed .",
+                                                                                        "A bank loan ."]}}
+    with pytest.raises(ValueError, match=rf"^{sentence!r} must contain 'bank' exactly once as a word$"):
+        sense_vectors(*default_model_and_tokenizer, examples)
+
+
+def test_embed_words_gives_every_layer_then_the_first_mix_of_a_model_with_two():
+    model = ElmoModel.from_pretrained(default_model_path(), num_output_representations=2).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(default_model_path())
+    with torch.no_grad():
+        model.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([2.0, -1.0, 0.5]))
+        model.scalar_mixes[1].scalar_parameters.copy_(torch.tensor([-1.0, 0.0, 3.0]))
+        model.scalar_mixes[1].gamma.fill_(0.3)
+    sentences, positions = ["I eat an apple .", "Apple is a company ."], [3, 0]
+    vectors = embed_words(model, tokenizer, sentences, positions)
+    assert len(vectors) == model.config.num_lstm_layers + 2
+    batch = tokenizer([s.split() for s in sentences], is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**batch)
+    rows = torch.arange(2)
+    index = torch.tensor(positions)
+    for found, layer in zip(vectors[:-1], output.hidden_states, strict=True):
+        assert torch.allclose(found, layer[rows, index], atol=1e-6)
+    first, second = (mix[rows, index] for mix in output.elmo_representations)
+    assert not torch.allclose(first, second, atol=1e-3)
+    assert torch.allclose(vectors[-1], first, atol=1e-6)

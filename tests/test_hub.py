@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from huggingface_hub.errors import OfflineModeIsEnabled
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
 
@@ -376,7 +377,6 @@ def test_a_card_names_the_license_it_is_given_and_the_default_card_that_of_the_f
     with it); a given one is a Hub license id, quoted where YAML would read a boolean, and anything else is refused
     before it reaches the YAML header. push_to_hub's card without one given keeps the license of the card of the
     folder the model was loaded from."""
-    from huggingface_hub import ModelCard
 
     folder = tmp_path / "tagger"
     shutil.copytree(head_folders["AutoModelForTokenClassification"], folder)
@@ -498,3 +498,37 @@ def test_every_classs_card_example_runs_as_written(kind, base_path, head_folders
     carried = model(**next_batch, initial_states=output.final_states)
     assert torch.equal(next_output.last_hidden_state, carried.last_hidden_state)
     assert not torch.allclose(next_output.last_hidden_state, fresh.last_hidden_state)
+
+
+# The card's model table says what the config says (clips, residual connections, sizes), and the default card names
+# a base model only for a head (a biLM loaded from the Hub and pushed is no fine-tune of it).
+def card_table(card: str) -> dict[str, str]:
+    rows = [line.split("|")[1:-1] for line in card.splitlines() if line.startswith("| ") and line.count("|") == 3]
+    return {key.strip(): value.strip() for key, value in rows}
+
+
+@pytest.mark.parametrize("cell_clip, proj_clip, skip", [(3.0, 5.0, True), (None, 2.5, False), (4.0, None, True)])
+def test_the_card_table_reads_the_config(cell_clip, proj_clip, skip):
+    config = ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4], [2, 6]], num_highway_layers=2,
+                        char_embedding_dim=5, num_lstm_layers=2, cell_clip=cell_clip, proj_clip=proj_clip,
+                        use_skip_connections=skip, max_characters_per_token=20)
+    model = ElmoModel(config)
+    rows = card_table(render_model_card(model, "someone/elmo-test", source="made by a test"))
+    clip = lambda value: "none" if value is None else str(value)  # noqa: E731
+    assert rows["biLSTM"] == (f"cell 16, projection 8, cell clip {clip(cell_clip)}, projection clip "
+                               f"{clip(proj_clip)}, residual connections: {'yes' if skip else 'no'}")
+    assert rows["parameters"] == f"{sum(p.numel() for p in model.parameters()):,}"
+    assert rows["layers"] == "3 (the token layer and 2 biLSTM layers), each 16 wide"
+    assert rows["character CNN"] == ("10 filters over 5-dimensional characters, 2 highway layers, 20 characters per "
+                                     "word")
+    assert rows["source"] == "made by a test"
+
+
+def test_the_default_card_of_a_bilm_from_the_hub_names_no_base_model():
+    config = ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]], num_highway_layers=1)
+    for model_class, names_base in ((ElmoModel, False), (ElmoForTokenClassification, True)):
+        model = model_class(config)
+        model.name_or_path = "allenai/elmo-original"  # (as from_pretrained of that Hub id sets it)
+        card = default_model_card(model, "someone/elmo")
+        assert "`allenai/elmo-original`" in card  # the source, for both
+        assert (ModelCard(card).data.to_dict().get("base_model") == "allenai/elmo-original") == names_base

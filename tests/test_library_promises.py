@@ -1,6 +1,7 @@
 """What the library modules' docstrings promise, where no test of the module's own holds it: the approximations'
 measure, the default model's absence, the dictionaries' read errors."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -78,3 +79,20 @@ def test_a_dictionary_that_cannot_be_read_or_lacks_a_special_entry_is_named(tmp_
     every_special = {token: index for index, token in enumerate(CHAR_SPECIALS)}
     with pytest.raises(LexiconError, match=r"^word.dic: missing the special entry <pad>$"):
         ElmoLexicon(every_special, {"<oov>": 0}, 10)
+
+
+def test_embedder_given_no_sentences_gives_no_arrays_and_leaves_the_carried_state():
+    """ElmoEmbedder with no sentences: an empty list in, an empty list out, without running the model."""
+    embedder = ElmoEmbedder()  # the default model that ships with hf-elmo
+    assert embedder.embed_batch([]) == [] and embedder.embed_batch([], "top") == []
+    assert embedder.tokenize_batch([]) == ([], None)  # (documented: None for no sentences)
+    assert embedder.embed_tokenized(([], None)) == []
+    assert list(embedder.embed_sentences([], batch_size=2)) == []
+    # Stateful: a batch of no sentences neither fails nor touches the state the next batch starts from.
+    stateful = ElmoEmbedder(stateful=True)
+    first = stateful.embed_batch(["I eat an apple .", "He sat ."])
+    assert stateful.embed_batch([]) == []
+    h, c = (tensor.clone() for tensor in stateful.states)
+    assert stateful.embed_batch([]) == []
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip((h, c), stateful.states))
+    assert len(first) == 2 and first[0].shape == (embedder.num_layers, 5, embedder.hidden_size)

@@ -24,6 +24,7 @@ from transformers.pipelines.token_classification import AggregationStrategy
 from conftest import FIXTURE_SETS, solved_tagger
 
 from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
+from hf_elmo.default_model import default_model_path
 from hf_elmo.pipelines import ElmoFeatureExtractionPipeline, ElmoTokenClassificationPipeline
 
 TEXTS = ["Peter Blackburn visited Brussels, Belgium.", "Brussels", "He left ."]  # as in remote_pipeline_probe.py
@@ -158,7 +159,6 @@ def test_token_classification_refuses_input_of_the_other_kind(tagger_folder):
 def test_feature_extraction_batched_is_unbatched_to_float_rounding_on_the_default_model():
     """The README's figure: the default model's features batched (as the README batches them, and all at once) and
     one sentence at a time within 5e-6, on the fixture's 30 sentences of 3 to 53 words."""
-    from hf_elmo.default_model import default_model_path
 
     extractor = pipeline("feature-extraction", model=default_model_path())
     texts = [" ".join(sentence) for batch in FIXTURE_SETS["allennlp-elmo"].batches() for sentence in batch]
@@ -298,3 +298,51 @@ def test_remote_code_pipelines_without_hf_elmo(tagger_folder, converted, python_
         assert one.shape == (1, len(ElmoTokenizer().tokenize(text)), 32)
         assert torch.allclose(batched, one, atol=1e-6)
         assert torch.equal(one, here)
+
+
+# The ELMo token-classification pipeline honours transformers' `delimiter` (pre-split words) and a given
+# `offset_mapping` (text): the spans it reports are in the sentence the caller means.
+TAGGED_WORDS = ["Peter", "Blackburn", "visited", "Brussels"]
+
+
+@pytest.fixture(scope="module")
+def tag_everything():
+    """A tagger on the default model that tags every word B-LOC (the classifier reads only its bias)."""
+    base = default_model_path()
+    model = ElmoForTokenClassification.from_pretrained(
+        base, num_labels=2, id2label={0: "O", 1: "B-LOC"}, label2id={"O": 0, "B-LOC": 1}).eval()
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([0.0, 10.0]))
+    return model, ElmoTokenizer.from_pretrained(base)
+
+
+def spans(entities):
+    return [(entity["word"], entity["start"], entity["end"]) for entity in entities]
+
+
+@pytest.mark.parametrize("strategy", ["none", "simple", "first"])
+def test_pre_split_words_are_spanned_in_the_words_joined_by_the_delimiter(tag_everything, strategy):
+    model, tokenizer = tag_everything
+    tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy=strategy)
+    assert isinstance(tagger, ElmoTokenClassificationPipeline)
+    for delimiter in (" ", " | ", ""):
+        joined = delimiter.join(TAGGED_WORDS)
+        (entities,) = tagger(TAGGED_WORDS, is_split_into_words=True, delimiter=delimiter)
+        expected, start = [], 0
+        for word in TAGGED_WORDS:
+            expected.append((word, start, start + len(word)))
+            start += len(word) + len(delimiter)
+        if strategy == "none":
+            assert spans(entities) == expected, delimiter
+        assert [joined[s:e] for _, s, e in spans(entities)] == TAGGED_WORDS, delimiter
+
+
+def test_a_given_offset_mapping_is_the_spans_of_the_words(tag_everything):
+    """transformers' `offset_mapping` argument (for tokenizers without offsets of their own): each word's span."""
+    model, tokenizer = tag_everything
+    tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="none")
+    text = "Peter Blackburn"
+    entities = tagger(text, offset_mapping=[(0, 2), (3, 6)])
+    assert spans(entities) == [("Pe", 0, 2), ("er ", 3, 6)]
+    assert spans(tagger(text)) == [("Peter", 0, 5), ("Blackburn", 6, 15)]
