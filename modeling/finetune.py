@@ -307,6 +307,9 @@ def _check_reload(folder: Path, auto_class, model, dataset, collator) -> None:
     (another device's kernels would differ in the last bits)."""
     reloaded = auto_class.from_pretrained(folder).to(model.device).eval()
     model.eval()
+    # The trained model's caches hold word vectors from the evaluations' batches, which can differ in the last bit
+    # from the same words computed in this batch (README: the token cache); both compute it afresh.
+    model.elmo.clear_caches()
     batch = collator([dataset[i] for i in range(min(16, len(dataset)))])
     # The model's inputs only (not the labels): its character ids, the mask and, with a word.dic, the word ids.
     batch = {key: value.to(model.device) for key, value in batch.items() if key in collator.tokenizer.model_input_names}

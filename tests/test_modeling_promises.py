@@ -14,6 +14,7 @@ import zipfile
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 
 from conftest import REPO, assert_one_error
 
@@ -494,3 +495,84 @@ def test_a_log_cut_short_plots_what_it_holds_and_an_evaluation_needs_its_three_p
                      f"{log}: line 4 is an evaluation without all of eval_forward_perplexity, eval_backward_perplexity, "
                      "eval_average_perplexity")
     assert not (tmp_path / "again.png").exists()
+
+
+# export_default.py: the card's figures that the export tests above do not read (the training words summed over the
+# sources, the sampled negatives, the learning rate and dropout, the row of a model not measured on the previous
+# held-out text, the metadata), and what it replaces and keeps.
+def test_the_card_gives_every_figure_of_the_run_and_its_sources(converted, tmp_path):
+    run = fake_run(converted, tmp_path / "run")
+    settings = {**SETTINGS, "negative_samples": 8, "learning_rate": 0.002, "dropout": 0.3, "epochs": 2}
+    (run / "trainer_state.json").write_text(json.dumps({"step": 10, "seconds": 180, "settings": settings,
+                                                        "device": "a test CPU"}))
+    sources, output = tmp_path / "sources.json", tmp_path / "default-model"
+    sources.write_text(json.dumps({"fixture": SOURCE, "other": {**SOURCE, "description": "more text",
+                                                                "train_words": 4000, "valid_words": 7}}))
+    assert export_default.main(["--run-dir", str(run), "--sources", str(sources), "--output", str(output)]) == 0
+    card = (output / "README.md").read_text(encoding="utf-8")
+    text = " ".join(card.split())
+    assert "| other | more text | tests | - | 4,000 | 7 |" in card
+    assert "5,234 training words;" in text  # (1,234 + 4,000)
+    assert "10 steps of 4 rows x 5 words (200 words, 2 epochs), 8 sampled negatives, AdamW 0.002 with linear decay, " \
+           "dropout 0.3; 3 minutes of training on a test CPU." in text
+    parameters = sum(p.numel() for p in ElmoModel.from_pretrained(output).parameters())
+    # Without --previous-text-results: this model's row on the previous held-out text says it was not measured.
+    assert f"| this model | {parameters:,} | 10 steps (2 epochs), 3 minutes | before the splitter fix | not measured | | |" in card
+    assert (f"| this model | {parameters:,} | 10 steps (2 epochs), 3 minutes | this corpus's | "
+            f"{RESULTS['forward_perplexity']:.1f} | {RESULTS['backward_perplexity']:.1f} | "
+            f"{RESULTS['average_perplexity']:.1f} | {RESULTS['target_words']:,} |") in card
+    metadata = ModelCard.load(output / "README.md").data
+    assert metadata.license == "apache-2.0" and metadata.language == ["en", "zh"]
+
+
+def test_a_folder_left_by_an_earlier_failed_export_is_not_shipped(converted, tmp_path):
+    """The staging folder `NAME.partial` (kept by a failed export to be examined) is emptied before the next export
+    writes into it: nothing of it reaches the default model."""
+    run = fake_run(converted, tmp_path / "run")
+    sources, output = tmp_path / "sources.json", tmp_path / "default-model"
+    sources.write_text(json.dumps({"fixture": SOURCE}))
+    stale = tmp_path / "default-model.partial"
+    stale.mkdir()
+    (stale / "notes.txt").write_text("examined")
+    (stale / "vocab.txt").write_text("<S>\n</S>\n<UNK>\n")
+    assert export_default.main(["--run-dir", str(run), "--sources", str(sources), "--output", str(output)]) == 0
+    assert not (output / "notes.txt").exists() and not (output / "vocab.txt").exists()
+    assert not stale.exists()
+
+
+def test_an_output_folder_that_holds_the_sources_file_is_refused(converted, tmp_path, capsys):
+    """A model folder (the default model, say) that holds the sources file: replacing it would delete the input."""
+    run = fake_run(converted, tmp_path / "run")
+    output = tmp_path / "default-model"
+    output.mkdir()
+    (output / "config.json").write_text("{}")
+    sources = output / "sources.json"
+    sources.write_text(json.dumps({"fixture": SOURCE}))
+    code = export_default.main(["--run-dir", str(run), "--sources", str(sources), "--output", str(output)])
+    assert_one_error(code, capsys.readouterr().err, f"--output {output}: holds the input {sources}, which replacing it "
+                                                    "would delete: write to another folder")
+    assert sorted(path.name for path in output.iterdir()) == ["config.json", "sources.json"]
+
+
+def test_a_written_folder_that_does_not_load_at_all_is_refused_and_the_old_one_kept(converted, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """The reload check's other failure: the written weights cut short (a disk full, say) do not load at all; the
+    old default model stays, not replaced by a folder that nothing can load."""
+    run = fake_run(converted, tmp_path / "run")
+    sources, output = tmp_path / "sources.json", tmp_path / "default-model"
+    sources.write_text(json.dumps({"fixture": SOURCE}))
+    output.mkdir()
+    (output / "model.safetensors").write_bytes(b"the old model")
+    save_pretrained = ElmoModel.save_pretrained
+
+    def cut_short(self, folder, *args, **kwargs):
+        save_pretrained(self, folder, *args, **kwargs)
+        weights = (tmp_path / "default-model.partial" / "model.safetensors")
+        weights.write_bytes(weights.read_bytes()[:1000])
+
+    monkeypatch.setattr(ElmoModel, "save_pretrained", cut_short)
+    code = export_default.main(["--run-dir", str(run), "--sources", str(sources), "--output", str(output)])
+    assert_one_error(code, capsys.readouterr().err, f"{tmp_path / 'default-model.partial'}: the written folder does not "
+                                                    f"reload to the same model; {output} is left as it was")
+    assert [path.name for path in output.iterdir()] == ["model.safetensors"]
+    assert (output / "model.safetensors").read_bytes() == b"the old model"
