@@ -196,7 +196,10 @@ def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subpr
     timeout the whole process group (the launcher and both workers) is killed and the test fails with the output,
     which holds where each worker's threads were (faulthandler's traceback on SIGABRT)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *map(str, arguments)]
-    process = subprocess.Popen(command, env={**env, "ACCELERATE_USE_CPU": "1", "PYTHONFAULTHANDLER": "1"},
+    # torchrun's agent leaves a torchelastic_* folder in the temporary folder per run: give it one that goes.
+    scratch = tempfile.TemporaryDirectory(prefix="hf-elmo-torchrun-")
+    process = subprocess.Popen(command, env={**env, "ACCELERATE_USE_CPU": "1", "PYTHONFAULTHANDLER": "1",
+                                             "TMPDIR": scratch.name},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
@@ -216,6 +219,8 @@ def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subpr
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
         pytest.fail(f"two processes still running after {timeout} s:\n{stdout[-2000:]}\n{stderr[-12000:]}")
+    finally:
+        scratch.cleanup()
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
