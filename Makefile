@@ -180,7 +180,7 @@ ptb-gpu: ptb-data
 	$(BIN)/python modeling/evaluate.py --model-dir build/ptb-gpu --file $(PTB_DIR)/test.txt \
 		--output-json build/ptb-gpu/test_results.json
 
-ptb-plot:
+ptb-plot: | $(VENV)/.installed
 	$(BIN)/python modeling/plot_learning_curve.py $(PTB_RUN)/log.jsonl $(PTB_RUN)/learning_curve.png \
 		--title "hf-elmo biLM on Penn Treebank ($(notdir $(PTB_RUN)))"
 

@@ -153,10 +153,13 @@ def sotu_documents(path: Path) -> Iterator[list[str]]:
 
 def brown_tagged_documents(path: Path) -> Iterator[list[list[tuple[str, str]]]]:
     """Each Brown file as sentences of (word, tag)."""
-    for _, text in _tar_members(path, r"/c[a-r]\d\d$", "*/c[a-r]NN (the tagged Brown files)"):
+    for name, text in _tar_members(path, r"/c[a-r]\d\d$", "*/c[a-r]NN (the tagged Brown files)"):
         sentences = []
-        for line in text.splitlines():
+        for number, line in enumerate(text.splitlines(), 1):
             pairs = [token.rsplit("/", 1) for token in line.split()]
+            if untagged := next((token for token, *tag in pairs if not tag), None):
+                raise CorpusError(f"{path}: {name}: line {number}: {untagged!r} is not a word/tag pair; remove it and "
+                                  "run `make default-data` again")
             pairs = [(word, simplify_brown_tag(tag)) for word, tag in pairs]
             if pairs:
                 sentences.append(pairs)

@@ -3,9 +3,8 @@
     python modeling/plot_learning_curve.py OUTPUT_DIR/log.jsonl curve.png [--title TEXT]
 
 Left: the training loss (both directions, with the softmax the run trained with: sampled or full), averaged over
-each logging interval. Right: the
-held-out perplexity of each direction (full softmax) at every evaluation. Needs matplotlib (`pip install
-matplotlib`; `make ptb-plot` installs it into .venv).
+each logging interval. Right: the held-out perplexity of each direction (full softmax) at every evaluation. Needs
+matplotlib (`pip install matplotlib`; `make ptb-plot` installs it into .venv).
 """
 
 import argparse

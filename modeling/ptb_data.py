@@ -16,7 +16,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hf_elmo.files import check_output_location  # noqa: E402
+from hf_elmo.files import atomic_file, check_output_location  # noqa: E402
 
 SPLITS = ("train", "valid", "test")
 
@@ -61,9 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     for split in SPLITS:
         lines = [line.strip() for line in penn[split].splitlines()]
         lines = [line for line in lines if line]
-        temporary = output / f".{split}.txt.partial"
-        temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        temporary.replace(output / f"{split}.txt")
+        with atomic_file(output / f"{split}.txt") as out:
+            out.write("\n".join(lines) + "\n")
         print(f"{output / f'{split}.txt'}: {len(lines)} sentences, {sum(len(line.split()) for line in lines)} words")
     return 0
 
