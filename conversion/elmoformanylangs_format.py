@@ -32,7 +32,8 @@ from hf_elmo.lexicon import LexiconError
 from conversion.original_format import ConversionError, check_weight_names, exact_float32
 
 # The architecture of every released model: the package's configs/cnn_50_100_512_4096_sample.json (and its
-# identical cnn_0_100_512_4096_sample.json), for folders whose config.json names that file of the package.
+# cnn_0_100_512_4096_sample.json, identical in elmoformanylangs 0.0.4.post2, compared file to file), for folders whose
+# config.json names that file of the package.
 PACKAGE_ARCHITECTURES = {
     name: {
         "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},

@@ -1,0 +1,110 @@
+"""Behaviour of conversion/elmoformanylangs_format.py that no other test held (found by mutation testing)."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from hf_elmo import ElmoModel, ElmoTokenizer
+
+from conftest import ELMOFORMANYLANGS, assert_only_an_error_line
+from conversion.convert_elmoformanylangs import convert_elmoformanylangs_to_hf, main
+from conversion.elmoformanylangs_format import architecture_options
+from conversion.original_format import ConversionError
+
+
+def test_the_encoder_and_token_embedder_names_are_read_in_any_case_as_the_package_reads_them():
+    """The package builds its biLM for `encoder.name.lower() == "elmo"` and its char CNN for
+    `token_embedder.name.lower() == "cnn"`: an architecture json that writes "ELMo" and "CNN" is the same model,
+    and converts; another name is refused, naming it."""
+    architecture = json.loads((ELMOFORMANYLANGS / "chars_only" / "architecture.json").read_text())
+    expected = architecture_options(architecture, "architecture.json")
+    architecture["encoder"]["name"], architecture["token_embedder"]["name"] = "ELMo", "CNN"
+    assert architecture_options(architecture, "architecture.json") == expected
+    architecture["encoder"]["name"] = "ELMo2"
+    with pytest.raises(ConversionError, match=r"^architecture.json: encoder 'ELMo2' is not ELMo's biLM \('elmo'\)"):
+        architecture_options(architecture, "architecture.json")
+
+
+def test_a_model_whose_architecture_names_its_parts_in_capitals_converts(tmp_path):
+    folder = shutil.copytree(ELMOFORMANYLANGS / "chars_only", tmp_path / "model")
+    architecture = json.loads((folder / "architecture.json").read_text())
+    architecture["encoder"]["name"], architecture["token_embedder"]["name"] = "ELMO", "Cnn"
+    (folder / "architecture.json").write_text(json.dumps(architecture))
+    config = ElmoModel.from_pretrained(convert_elmoformanylangs_to_hf(folder, tmp_path / "hf")).config
+    assert (config.alphabet, config.projection_dim, config.cell_size) == ("vocabulary", 8, 24)
+
+
+@pytest.mark.parametrize("name", ["chars_only", "with_words"])
+def test_a_converted_models_mix_starts_as_the_plain_average_of_its_layers(converted_elmoformanylangs, name):
+    """The package has no scalar mix: the converted model's starts as a fresh one does, equal weights and gamma 1,
+    so that `elmo_representations` (what the task heads read) is the average of the layers, not a multiple of it."""
+    folder = converted_elmoformanylangs[name]
+    model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+    mix = model.scalar_mixes[0]
+    assert torch.equal(mix.scalar_parameters.detach(), torch.zeros(model.config.num_lstm_layers + 1))
+    assert torch.equal(mix.gamma.detach(), torch.ones(1))
+    batch = tokenizer([["天气", "不错"], ["好"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**batch)
+    average = torch.stack(output.hidden_states).mean(dim=0)
+    mask = batch["attention_mask"].bool()
+    torch.testing.assert_close(output.elmo_representations[0][mask], average[mask], rtol=0, atol=1e-6)
+
+
+def test_way_back_refuses_a_model_whose_forget_bias_is_added_at_run_time(converted_elmoformanylangs, tmp_path, capsys):
+    """The package's cell adds no forget bias at run time (its stored bias includes it): a model with a character
+    vocabulary but bilm-tf's run-time forget bias of 1 would be written without that +1, and the package would
+    give other numbers. It is refused, and nothing is written."""
+    folder = shutil.copytree(converted_elmoformanylangs["with_words"], tmp_path / "model")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "forget_bias": 1.0}))
+    code = main(["--to-elmoformanylangs", "--model-dir", str(folder), "--output-dir", str(tmp_path / "out")])
+    assert_only_an_error_line(code, capsys.readouterr().err, "this model is in bilm-tf's form (UTF-8 bytes, forget "
+                                                             "bias +1 at run time)")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("config_path", [5, ["architecture.json"], "", None])
+def test_a_config_path_that_is_not_a_file_name_is_refused_naming_config_json(tmp_path, config_path):
+    """config.json's `config_path` must name the architecture json: a number or a list (a TypeError from pathlib
+    before), an empty name or null is one error naming config.json."""
+    from conversion.elmoformanylangs_format import read_architecture
+
+    folder = shutil.copytree(ELMOFORMANYLANGS / "chars_only", tmp_path / "model")
+    (folder / "config.json").write_text(json.dumps({"config_path": config_path}))
+    with pytest.raises(ConversionError, match=r"config.json: no 'config_path' naming the architecture json$"):
+        read_architecture(folder)
+
+
+def test_the_packages_own_architecture_is_the_released_models_every_option(tmp_path):
+    """A released model's architecture is the package's configs file, not in its folder: every option of it is what
+    the package's file says (the clips included, which change every output), as the package's own `cnn_50_sample`
+    in its elmo.py writes it."""
+    from conversion.elmoformanylangs_format import read_architecture
+
+    name = "cnn_50_100_512_4096_sample.json"
+    folder = tmp_path / "zhs.model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"config_path": f"../configs/{name}"}))
+    architecture, _ = read_architecture(folder)
+    assert architecture["encoder"] == {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3,
+                                       "dim": 4096, "n_layers": 2}
+    assert architecture["token_embedder"] == {
+        "name": "cnn", "activation": "relu",
+        "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+        "n_highway": 2, "word_dim": 100, "char_dim": 50, "max_characters_per_token": 50}
+    options = architecture_options(architecture, name)
+    assert (options["cell_clip"], options["proj_clip"], options["word_embedding_dim"]) == (3, 3, 100)
+
+
+@pytest.mark.parametrize("file_name", ["config.json", "architecture.json"])
+def test_a_json_file_of_the_folder_that_is_not_an_object_is_refused_naming_it(tmp_path, file_name):
+    """config.json and the architecture json must each be a JSON object: a list was an AttributeError."""
+    from conversion.elmoformanylangs_format import read_architecture
+
+    folder = shutil.copytree(ELMOFORMANYLANGS / "chars_only", tmp_path / "model")
+    (folder / file_name).write_text("[1, 2]")
+    with pytest.raises(ConversionError, match=rf"{file_name}: a .*json must be a JSON object$"):
+        read_architecture(folder)
