@@ -24,15 +24,14 @@ import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
-from conftest import REPO, assert_one_error
+from conftest import REPO
 from test_finetune import one_thread  # noqa: F401  (autouse: one thread for the tiny model)
+from test_modeling_promises import assert_conll_refused
 
 from hf_elmo import ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from modeling.finetune import check_inputs, finetune, parse_args, results_table
-from modeling.finetune import main as finetune_main
 from modeling.metrics import entity_scores
-from modeling.task_data import (MIN_REVIEWS_PER_LABEL, NER_TAGS, BadTaskData, load_conll2003, load_rotten_tomatoes,
-                                read_conll)
+from modeling.task_data import MIN_REVIEWS_PER_LABEL, NER_TAGS, BadTaskData, load_rotten_tomatoes, read_conll
 
 
 TRAIN = [[("Peter", "B-PER"), ("Blackburn", "I-PER"), ("visited", "O"), ("Brussels", "B-LOC")],
@@ -228,12 +227,7 @@ def test_a_conll_file_of_no_sentence_is_one_error_naming_it(converted, tmp_path,
     for split in ("train", "valid", "test"):
         (folder / f"{split}.txt").write_text("EU NNP B-NP B-ORG\n\n", encoding="utf-8")
     (folder / "valid.txt").write_text(text, encoding="utf-8")
-    with pytest.raises(BadTaskData, match=rf"^{folder / 'valid.txt'}: no sentences$"):
-        load_conll2003(tmp_path / "data")
-    code = finetune_main(["--task", "ner", "--model", str(converted["allennlp-elmo"]), "--data-dir", str(tmp_path / "data"),
-                          "--output-dir", str(tmp_path / "out"), "--max-steps", "1"])
-    assert_one_error(code, capsys.readouterr().err, f"--data-dir {tmp_path / 'data'}: {folder / 'valid.txt'}: no sentences")
-    assert not (tmp_path / "out").exists()
+    assert_conll_refused(converted, tmp_path, capsys, f"{folder / 'valid.txt'}: no sentences")
 
 
 def test_a_line_of_one_field_is_refused_even_where_it_is_a_tag(tmp_path):

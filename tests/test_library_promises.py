@@ -1,9 +1,8 @@
 """What the library modules' docstrings promise, where no test of the module's own holds it: the approximations'
-measure, the default model's absence, the dictionaries' read errors."""
+measure, the default model's absence, the dictionaries' read errors, the embedder given no sentences."""
 
 import numpy as np
 import pytest
-import torch
 
 from conftest import assert_only_an_error_line, unreadable_file
 

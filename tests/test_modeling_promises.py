@@ -7,6 +7,7 @@ import bz2
 import fnmatch
 import json
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -73,11 +74,17 @@ def test_a_conll_line_that_is_not_a_word_and_its_tag_is_one_error_naming_the_fil
     neither the file nor the line, after the whole file was parsed."""
     write_conll(tmp_path / "data", f"-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\n{line}\n\n")
     train = tmp_path / "data" / "conll2003" / "train.txt"
-    with pytest.raises(BadTaskData, match=rf"^{train}: line {number}: {line!r} is not a word and its NER tag"):
+    assert_conll_refused(converted, tmp_path, capsys, f"{train}: line {number}: {line!r} is not a word and its NER tag")
+
+
+def assert_conll_refused(converted, tmp_path, capsys, message: str) -> None:
+    """load_conll2003 of tmp_path/data raises BadTaskData starting with `message`; finetune.py on it is one error line
+    naming --data-dir and `message`, and writes nothing."""
+    with pytest.raises(BadTaskData, match="^" + re.escape(message)):
         load_conll2003(tmp_path / "data")
     code = finetune_main(["--task", "ner", "--model", str(converted["allennlp-elmo"]), "--data-dir", str(tmp_path / "data"),
                           "--output-dir", str(tmp_path / "out"), "--max-steps", "1"])
-    assert_one_error(code, capsys.readouterr().err, f"--data-dir {tmp_path / 'data'}: {train}: line {number}: ")
+    assert_one_error(code, capsys.readouterr().err, f"--data-dir {tmp_path / 'data'}: {message}")
     assert not (tmp_path / "out").exists()
 
 
