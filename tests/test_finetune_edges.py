@@ -270,3 +270,21 @@ def test_entity_scores_without_entities_are_zero_as_conlleval_gives_them():
     # All right: 100 each; the wrong type on the right span counts as wrong.
     assert entity_scores([["B-PER", "I-PER"]], [["B-PER", "I-PER"]]) == {"precision": 100.0, "recall": 100.0, "f1": 100.0}
     assert entity_scores([["B-PER", "I-PER"]], [["B-ORG", "I-ORG"]]) == zero
+
+
+def test_a_model_whose_config_asks_for_tuples_is_fine_tuned_and_saved(converted, tmp_path):
+    """A --model folder whose config.json says `return_dict: false` (transformers' switch to tuples, which the head
+    shares with its biLM): the evaluations and the reload check read the outputs as they come, and the saved model
+    gives tuples as its config says."""
+    base = shutil.copytree(converted["allennlp-elmo"], tmp_path / "base")
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "return_dict": False}))
+    data = write_conll(tmp_path / "data")
+    results = run(base, data, tmp_path / "out", "--max-steps", 1, "--max-eval-examples", 2)
+    assert results["steps"] == 1 and sorted(results["test"]) == ["f1", "loss", "precision", "recall", "token_accuracy"]
+    model = ElmoForTokenClassification.from_pretrained(tmp_path / "out").eval()
+    batch = ElmoTokenizer.from_pretrained(tmp_path / "out")([["Rome", "is", "old"]], is_split_into_words=True,
+                                                            return_tensors="pt")
+    with torch.no_grad():
+        (logits,) = model(**batch)
+    assert logits.shape == (1, 3, len(NER_TAGS))

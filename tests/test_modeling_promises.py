@@ -583,3 +583,15 @@ def test_a_written_folder_that_does_not_load_at_all_is_refused_and_the_old_one_k
                                                     f"reload to the same model; {output} is left as it was")
     assert [path.name for path in output.iterdir()] == ["model.safetensors"]
     assert (output / "model.safetensors").read_bytes() == b"the old model"
+
+
+def test_export_of_a_run_whose_config_asks_for_tuples(converted, tmp_path):
+    """A run folder whose config.json says `return_dict: false`: the export's probe and reload check read the
+    outputs as they come (read as a dict, a tuple there was an AttributeError traceback)."""
+    run = fake_run(converted, tmp_path / "run")
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "return_dict": False}))
+    sources, output = tmp_path / "sources.json", tmp_path / "default-model"
+    sources.write_text(json.dumps({"fixture": SOURCE}))
+    assert export_default.main(["--run-dir", str(run), "--sources", str(sources), "--output", str(output)]) == 0
+    assert (output / "model.safetensors").is_file() and not (tmp_path / "default-model.partial").exists()
