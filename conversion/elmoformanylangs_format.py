@@ -179,11 +179,14 @@ def architecture_from_config(config: ElmoConfig) -> dict[str, Any]:
 
 def check_convertible(config: ElmoConfig) -> None:
     """The package can express this model: its alphabet, the +1 in the stored forget bias, its projections."""
-    if config.alphabet != "vocabulary" or config.forget_bias != 0.0 or not config.always_project:
+    if config.alphabet != "vocabulary" or config.forget_bias != 0.0:
         raise ConversionError(
             "this model is in bilm-tf's form (UTF-8 bytes, forget bias +1 at run time): convert it with "
             "conversion/convert_original_elmo.py --to-original"
         )
+    if not (config.has_char_projection and config.has_lstm_projection):  # (always_project false, equal widths)
+        raise ConversionError("ELMoForManyLangs always projects the token vector and each biLSTM layer's cells; this "
+                              "model leaves a projection out (always_project is false and the widths are equal)")
     if not config.use_skip_connections:
         raise ConversionError("ELMoForManyLangs' biLM always has skip connections; this model has none")
 

@@ -6,11 +6,11 @@ import shutil
 import pytest
 import torch
 
-from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 
 from conftest import ELMOFORMANYLANGS, assert_only_an_error_line
 from conversion.convert_elmoformanylangs import convert_elmoformanylangs_to_hf, main
-from conversion.elmoformanylangs_format import architecture_options
+from conversion.elmoformanylangs_format import architecture_options, check_convertible
 from conversion.original_format import ConversionError
 
 
@@ -108,3 +108,24 @@ def test_a_json_file_of_the_folder_that_is_not_an_object_is_refused_naming_it(tm
     (folder / file_name).write_text("[1, 2]")
     with pytest.raises(ConversionError, match=rf"{file_name}: a .*json must be a JSON object$"):
         read_architecture(folder)
+
+
+def test_way_back_takes_a_model_that_projects_only_where_widths_differ(converted_elmoformanylangs, tmp_path, capsys):
+    """always_project false builds a projection only where the widths differ (bilm-tf's rule): where they all
+    differ, the package's model is the same, so the way back writes it (it was refused as "in bilm-tf's form") and
+    the written model converts back to the same outputs. Where a projection is left out, it is refused, naming it."""
+    folder = shutil.copytree(converted_elmoformanylangs["with_words"], tmp_path / "model")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "always_project": False}))
+    assert main(["--to-elmoformanylangs", "--model-dir", str(folder), "--output-dir", str(tmp_path / "package")]) == 0
+    again = convert_elmoformanylangs_to_hf(tmp_path / "package", tmp_path / "again")
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer([["天", "气", "不错"], ["I", "eat", "an", "apple"]], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        expected = ElmoModel.from_pretrained(folder).eval()(**batch).hidden_states
+        found = ElmoModel.from_pretrained(again).eval()(**batch).hidden_states
+    assert all(torch.equal(a, b) for a, b in zip(expected, found, strict=True))
+    equal_widths = ElmoConfig.from_pretrained(folder, always_project=False, cell_size=8)
+    with pytest.raises(ConversionError, match=r"^ELMoForManyLangs always projects .* leaves a projection out"):
+        check_convertible(equal_widths)
