@@ -104,7 +104,8 @@ def load_checkpoint(model_dir: str | os.PathLike) -> ElmoModel:
     if not config_file.is_file():
         raise ConversionError(f"{model_dir}: no config.json, not a Hugging Face checkpoint folder")
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8-sig"))
+        # utf-8 as transformers reads it: a byte-order mark is refused here, naming the file, not by from_pretrained.
+        config = json.loads(config_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ConversionError(f"{config_file}: not a JSON config file ({error})") from None
     if not isinstance(config, dict):

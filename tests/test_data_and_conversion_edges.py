@@ -236,3 +236,17 @@ def test_an_empty_language_is_refused_by_both_converters(tmp_path, capsys):
                                        "--language", ""])
     assert (code, capsys.readouterr().err) == (2, EMPTY_LANGUAGE_ERROR)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_config_json_with_a_byte_order_mark_is_refused_naming_it(tmp_path, capsys):
+    """transformers reads config.json as plain UTF-8 and refuses a byte-order mark: the way back refuses it first, as
+    not a JSON config file named with the reason (it was let through, to transformers' "not a valid JSON file")."""
+    folder = tmp_path / "hf"
+    convert_original_to_hf(ORIGINAL.options_file, ORIGINAL.weight_file, folder)
+    config = folder / "config.json"
+    config.write_bytes(b"\xef\xbb\xbf" + config.read_bytes())
+    capsys.readouterr()  # (the conversion's progress bars)
+    code = convert_original_elmo.main(["--to-original", "--model-dir", str(folder), "--output-dir", str(tmp_path / "back")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {config}: not a JSON config file (Unexpected UTF-8 BOM"), err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "back").exists()
