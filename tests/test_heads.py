@@ -1,4 +1,5 @@
-"""The task heads on the converted fixture ELMo: freezing, pooling, losses, Trainer's contracts, checkpointing."""
+"""The task heads on the converted fixture ELMo: freezing, pooling, losses, Trainer's contracts, checkpointing, and what a
+config changed after building them must not silently change."""
 
 import numpy as np
 import pytest
@@ -479,3 +480,58 @@ def test_the_layer_norm_of_the_mix_holds_in_float16_over_a_large_batch():
     values = small[small_mask]
     normalised = (small - values.mean()) / torch.sqrt(values.var(unbiased=False) + 1e-13)
     assert torch.allclose(ElmoScalarMix._normalize(small, small_mask), normalised, atol=1e-6)
+
+
+# Found by mutating the heads: what no test above held.
+@pytest.mark.parametrize("head", HEADS)
+def test_a_negative_l2_coef_set_after_building_is_refused_by_the_loss(base_path, tokenizer, head):
+    """`scalar_mix_l2_coef` set on a built model's config is checked where the loss reads it: a negative one would
+    reward large mix weights silently."""
+    model = head.from_pretrained(base_path, num_labels=3).eval()
+    batch = encode(tokenizer)
+    labels = torch.tensor([1, 0, 2, 1]) if head is ElmoForSequenceClassification else torch.zeros(4, 9, dtype=torch.long)
+    model.config.scalar_mix_l2_coef = -0.5
+    with pytest.raises(ValueError, match=r"^ElmoConfig.scalar_mix_l2_coef must be a finite number >= 0, got -0.5$"):
+        model(**batch, labels=labels)
+
+
+def test_sequence_labels_of_minus_100_are_ignored_and_not_counted(base_path, tokenizer):
+    """Single-label class ids of -100 add nothing to the loss and are not counted in its mean, as in transformers
+    (and as Trainer counts them in num_items_in_batch)."""
+    model = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3).eval()
+    batch = encode(tokenizer)
+    labels = torch.tensor([1, -100, 2, -100])
+    with torch.no_grad():
+        output = model(**batch, labels=labels)
+        expected = F.cross_entropy(output.logits, labels, ignore_index=-100)
+        assert torch.allclose(output.loss, expected, atol=1e-6)
+        # Under Trainer: its count of the labels other than -100 gives the same loss.
+        assert torch.allclose(model(**batch, labels=labels, num_items_in_batch=torch.tensor(2)).loss, expected,
+                              atol=1e-6)
+
+
+def test_a_sequence_pooling_set_after_building_that_the_classifier_cannot_read_is_refused(base_path, tokenizer):
+    """The classifier's size follows `sequence_pooling` when the model is built: switching to or from "mean_max"
+    afterwards is refused naming the option, not a shape error from inside torch."""
+    batch = encode(tokenizer)
+    for built, changed in (("mean", "mean_max"), ("mean_max", "max")):
+        model = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3, sequence_pooling=built).eval()
+        model.config.sequence_pooling = changed
+        with pytest.raises(ValueError, match=rf"^ElmoConfig.sequence_pooling is '{changed}', but the classifier was "
+                                             r"built for \d+ inputs: set it before the model is built$"):
+            model(**batch)
+
+
+def test_sequence_loss_divides_by_trainers_count_of_the_whole_step(base_path, tokenizer):
+    """Under gradient accumulation Trainer passes `num_items_in_batch`, the labels of the whole optimizer step: the
+    sequence head divides its summed loss by it (and adds this batch's share of the L2 penalty), as the token head
+    does, so that accumulated micro-batches give the gradient of one large batch."""
+    model = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3, scalar_mix_l2_coef=0.1).eval()
+    with torch.no_grad():
+        model.elmo.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([1.0, -2.0, 3.0]))
+    batch, labels = encode(tokenizer), torch.tensor([1, 0, 2, 1])
+    with torch.no_grad():
+        logits = model(**batch).logits
+        summed = F.cross_entropy(logits, labels, reduction="sum")
+        loss = model(**batch, labels=labels, num_items_in_batch=torch.tensor(10)).loss
+    assert torch.allclose(loss, summed / 10 + 0.1 * 14.0 * 4 / 10, atol=1e-6)
