@@ -588,8 +588,9 @@ def check_init_from(source: Path) -> ElmoConfig:
 
 def choose_tokenizer(args, settings: dict, checkpoint: Path | None, train_sentences) -> ElmoTokenizer:
     """How the model spells words: a resumed run's own (kept in its checkpoint), --init-from's (its tokenizer, or
-    for a folder without one the tokenizer its config describes), or a new one (with --alphabet vocabulary, a character vocabulary built from the training text, the
-    same in every process). Nothing is written into OUTPUT_DIR: checkpoints and the final model save it."""
+    for a folder without one the tokenizer its config describes), or a new one (with --alphabet vocabulary, a
+    character vocabulary built from the training text, the same in every process). Nothing is written into
+    OUTPUT_DIR: checkpoints and the final model save it."""
     if checkpoint is not None:
         if (checkpoint / "tokenizer_config.json").is_file():
             return ElmoTokenizer.from_pretrained(checkpoint)
