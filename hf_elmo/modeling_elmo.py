@@ -248,7 +248,8 @@ def _card_bytes(model_card: str, tags) -> bytes:
         except Exception as error:  # noqa: BLE001 (yaml's errors among them: the header is not YAML)
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise ValueError(f"model_card: its header cannot be read to add the tags ({reason})") from None
-        card.data.tags = list(card.data.tags or []) + [tag for tag in tags if tag not in (card.data.tags or [])]
+        own = list(card.data.tags or [])
+        card.data.tags = own + [tag for tag in dict.fromkeys(tags) if tag not in own]  # each once, in order
         model_card = str(card)
     try:
         return model_card.encode("utf-8")
@@ -780,7 +781,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         model_card (`str`, *optional*): e.g. the card of a converted or fine-tuned folder
             (`hf_elmo.model_card.render_model_card`). Default: hf-elmo's card template filled with this model's
             sizes (transformers' generic card where only this file, not the hf-elmo package, is installed).
-        tags (`list[str]`, *optional*): added to the card's tags.
+        tags (`list[str]`, *optional*): added to the card's tags, each once (those it has already are not repeated).
         A card that is not text (a Path, a ModelCard) or tags that are not a list of strings are refused before
         anything is written; README.md is written atomically.
         """
