@@ -219,7 +219,7 @@ layer-analysis: data
 # The package lives in its own venv, made once by the shared recipe; it is never a dependency of this project.
 # `make elmoformanylangs-fixtures` remakes tests/fixtures/elmoformanylangs with the package's own code;
 # `make check-elmoformanylangs` converts each fixture model there and back, and has the package load what came back
-# and give its recorded outputs (to the last bit).
+# and give its recorded outputs (to the last bit); the check itself must fail one model against another's outputs.
 ELMOFORMANYLANGS_FIXTURES := tests/fixtures/elmoformanylangs
 CHECK_DIR := build/check-elmoformanylangs
 
@@ -238,6 +238,9 @@ check-elmoformanylangs: setup $(ELMOFORMANYLANGS_VENV)/bin/python
 		$(ELMOFORMANYLANGS_VENV)/bin/python conversion/make_elmoformanylangs_fixtures.py $(CHECK_DIR)/$$model \
 			--check-against $(ELMOFORMANYLANGS_FIXTURES)/$${model}_outputs.npz || exit 1; \
 	done
+	$(ELMOFORMANYLANGS_VENV)/bin/python conversion/make_elmoformanylangs_fixtures.py $(ELMOFORMANYLANGS_FIXTURES)/chars_only \
+		--check-against $(ELMOFORMANYLANGS_FIXTURES)/with_words_outputs.npz > $(CHECK_DIR)/mismatch.log 2>&1; \
+		test $$? -eq 1 || { echo "error: the check did not fail a model against another model's outputs"; exit 1; }
 
 $(ELMOFORMANYLANGS_VENV)/bin/python:
 	bash ../shared/tools/peer-elmoformanylangs-setup.sh $(ELMOFORMANYLANGS_VENV)

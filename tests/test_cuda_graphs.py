@@ -87,7 +87,7 @@ def test_long_batches_in_input_blocks_and_the_bucket_limit(trained_layers, monke
     monkeypatch.setattr(cuda_graphs, "MAX_GRAPHS", 2)
     runner = GraphedBiLstm(layer, capture=False)
     with torch.no_grad():
-        for batch, steps in ((4, 7), (1, 8), (3, 5)):
+        for batch, steps in ((4, 7), (1, 8), (4, 7), (3, 5)):
             inputs, step_mask, h, c = ragged(batch, steps, layer, seed=batch)
             found = runner(inputs, step_mask, h, c)
             expected = layer._plain_forward(inputs, step_mask, h, c)
@@ -96,7 +96,8 @@ def test_long_batches_in_input_blocks_and_the_bucket_limit(trained_layers, monke
             results = runner.buckets[(bucket(steps), bucket(batch))].results
             storage = {t.untyped_storage().data_ptr() for t in results}
             assert not storage & {t.untyped_storage().data_ptr() for t in found}, (batch, steps)
-    assert list(runner.buckets) == [(8, 1), (5, 3)]  # (8, 4) was the least recently used
+    # (8, 1) was the least recently used, though (7, 4) was made first.
+    assert list(runner.buckets) == [(7, 4), (5, 3)]
 
 
 def test_bf16_static_loop_stays_close_to_the_exact_one(trained_layers):
@@ -200,3 +201,20 @@ def test_a_row_that_starts_late_is_masked_like_the_plain_loop(trained_layers, de
         assert torch.allclose(a, b, rtol=2e-6, atol=2e-6)
     assert torch.all(found[0][:, 1, :3] == 0)
     layer.cpu()
+
+
+def test_a_shorter_call_at_the_same_bucket_gives_the_plain_paths_final_states(trained_layers):
+    """10 steps, then 9 steps (both in the bucket of 10): the second call's final states are the plain path's, not
+    those of one more step past each row's end (the first call's mask left there)."""
+    layer = trained_layers[0]
+    runner = GraphedBiLstm(layer, capture=False)
+    with torch.no_grad():
+        for steps, batch, seed in ((10, 10, 0), (9, 10, 1), (9, 9, 2)):
+            inputs, step_mask, h, c = ragged(batch, steps, layer, seed=seed)
+            step_mask[:] = True  # every row to its last step: the final state is the one after step `steps`
+            found = runner(inputs, step_mask, h, c)
+            expected = layer._plain_forward(inputs, step_mask, h, c)
+            for a, b in zip(found, expected):
+                assert a.shape == b.shape
+                assert torch.allclose(a, b, rtol=2e-6, atol=2e-6), (steps, batch)
+    assert list(runner.buckets) == [(10, 10)]

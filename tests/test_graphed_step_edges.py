@@ -1,13 +1,16 @@
 """modeling/graphed_step.py, the parts that run on the CPU: what mutations showed no test held there (the CUDA test
 alone held the optimizer's set-up and the learning rate filled in place). A batch is full only with every position a
 word, every target set and no masked position; a batch with other names does not fit the recording; a recording
-step's optimizer gets a capturable AdamW with a tensor learning rate, which assign_learning_rates fills in place."""
+step's optimizer gets a capturable AdamW with a tensor learning rate, which assign_learning_rates fills in place; the
+step is recorded once, after the warm-up steps on a side stream."""
+
+import contextlib
 
 import torch
 
-from modeling.graphed_step import GraphedTrainingStep, assign_learning_rates, is_full
+from modeling.graphed_step import WARMUP_STEPS, GraphedTrainingStep, assign_learning_rates, is_full
 
-from test_graphed_step import corpus, stream, tiny_model  # noqa: F401 (corpus: a fixture)
+from test_graphed_step import corpus, graphed_steps, stream, tiny_model  # noqa: F401 (corpus: a fixture)
 
 
 def test_a_batch_is_full_only_with_every_position_a_word_and_unmasked(corpus):  # noqa: F811
@@ -55,3 +58,40 @@ def test_a_recording_step_makes_the_learning_rate_a_tensor_that_is_filled_in_pla
     plain = torch.optim.AdamW(model.parameters(), lr=0.5)
     assign_learning_rates(plain, [0.75])
     assert plain.param_groups[0]["lr"] == 0.75
+
+
+def test_the_step_is_recorded_once_after_the_warm_up_steps_on_a_side_stream(corpus, monkeypatch):  # noqa: F811
+    """Recorded after WARMUP_STEPS eager steps on a side stream (the optimizer's state, library handles and
+    workspaces are made there, as CUDA graphs require), once, then only replayed. The recording needs CUDA:
+    torch.cuda's streams and graph are stood in for (as in test_graphed_step.py's test of a step that cannot be
+    recorded) and what the step does with them is recorded."""
+    events = []
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    @contextlib.contextmanager
+    def on_stream(stream):
+        events.append("side stream")
+        yield
+
+    class Graph:
+        def replay(self):
+            events.append("replay")
+
+    @contextlib.contextmanager
+    def recording(graph):
+        events.append("record")
+        yield
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", on_stream)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", recording)
+    _, _, graphed = graphed_steps(tiny_model(corpus[2]), stream(corpus), 5, record=True)
+    assert WARMUP_STEPS == 2
+    # Steps 1-2 warm up on the side stream; step 3 is recorded, then replayed for its batch; steps 4-5 replay.
+    assert events == ["side stream", "side stream", "record", "replay", "replay", "replay"], events
+    assert graphed.failure is None and isinstance(graphed.graph, Graph) and graphed.steps == 5

@@ -1,11 +1,16 @@
 """What the library modules' docstrings promise, where no test of the module's own holds it: the approximations'
-measure, the default model's absence, the dictionaries' read errors, the embedder given no sentences."""
+measure, the default model's absence, the dictionaries' read errors, the embedder given no sentences,
+every public name in `from hf_elmo import *`, a config saved alone with its code."""
+
+import inspect
+import json
 
 import numpy as np
 import pytest
 
 from conftest import assert_only_an_error_line, unreadable_file
 
+import hf_elmo
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer, default_model
 from hf_elmo.approximate import approximation_deviation
 from hf_elmo.cli import main
@@ -95,3 +100,21 @@ def test_embedder_given_no_sentences_gives_no_arrays_and_leaves_the_carried_stat
     assert stateful.embed_batch([]) == []
     assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip((h, c), stateful.states))
     assert len(first) == 2 and first[0].shape == (embedder.num_layers, 5, embedder.hidden_size)
+
+
+def test_star_import_gives_every_public_name_of_the_package():
+    public = {name for name, value in vars(hf_elmo).items() if not name.startswith("_") and not inspect.ismodule(value)}
+    assert {"ElmoEmbedder", "ElmoModel", "ElmoTokenizer", "ElmoConfig", "ELMO_AUTO_MAP"} <= public
+    assert sorted(hf_elmo.__all__) == sorted(public)
+    namespace = {}
+    exec("from hf_elmo import *", namespace)
+    assert public <= namespace.keys()
+
+
+def test_a_config_saved_alone_carries_its_code(tmp_path):
+    """ElmoConfig registered for AutoConfig: a config saved without a model (config.save_pretrained) writes
+    configuration_elmo.py beside config.json, which its auto_map names, so that it loads as remote code too."""
+    hf_elmo.ElmoConfig().save_pretrained(tmp_path)
+    assert {"config.json", "configuration_elmo.py"} <= {path.name for path in tmp_path.iterdir()}
+    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoConfig"] == "configuration_elmo.ElmoConfig"

@@ -2,6 +2,7 @@
 leaves its output folder as it was, and Adagrad's loss scale is the one bilm-tf's recipe means for each batching."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -11,9 +12,10 @@ from safetensors.torch import load_file
 
 from hf_elmo import ElmoForPreTraining
 from modeling.data import SentenceBatches, StreamBatches
+from modeling.presets import PRESETS, TRAINING_DEFAULTS, training_settings
 from modeling.pretrain import loss_scale
 
-from conftest import assert_one_error
+from conftest import README, assert_one_error
 from test_pretraining import TRAIN, fixture_text, read_log, run_main, tiny_config
 
 DATA = ["--train-file", TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt", "--max-steps", 1, "--save-steps", 0]
@@ -216,3 +218,32 @@ def test_a_new_runs_softmax_start_is_recorded(tmp_path, capsys):
         assert bool(softmax["softmax.weight"].any()) == (start == "random")
         if start == "unigram":  # (probabilities: they sum to 1)
             assert softmax["softmax.bias"].exp().sum().item() == pytest.approx(1.0, rel=1e-5)
+
+
+def test_ptb_cpu_is_the_readmes_run():
+    readme = README.read_text()
+    stated = re.search(r"steps of (\d+) rows x (\d+) words\s+per direction, (\d+) an epoch", readme)
+    rows, words, per_epoch = map(int, stated.groups())
+    settings = training_settings("ptb-cpu")
+    assert (settings["batch_size"], settings["unroll_steps"]) == (rows, words) == (64, 20)
+    assert "evaluates the validation text every 3 epochs" in " ".join(readme.split())
+    assert settings["eval_steps"] == 3 * per_epoch
+    assert "It keeps the text in order" in readme and settings["shuffle"] is False
+
+
+def test_the_default_model_is_the_readmes_run():
+    readme = README.read_text()
+    stated = re.search(r"\(seeded\): ([\d,]+) steps of (\d+) x (\d+) words \(([\d.]+) epochs\)", readme)
+    steps, rows, words, epochs = int(stated[1].replace(",", "")), int(stated[2]), int(stated[3]), float(stated[4])
+    settings = training_settings("default")
+    assert (settings["batch_size"], settings["unroll_steps"], settings["epochs"]) == (rows, words, epochs)
+    assert settings["eval_steps"] == int(steps / epochs)  # every epoch
+    assert settings["shuffle"] is True and settings["max_train_minutes"] == 0.0
+
+
+def test_the_ptb_presets_read_the_text_in_order_and_the_others_shuffle():
+    for name in PRESETS:
+        assert training_settings(name)["shuffle"] is (name not in ("ptb-cpu", "ptb-gpu")), name
+    # bilm-tf's: a constant learning rate from the first step, no weight decay, shuffled stream batches.
+    assert {key: TRAINING_DEFAULTS[key] for key in ("batching", "shuffle", "warmup_steps", "weight_decay")} == {
+        "batching": "stream", "shuffle": True, "warmup_steps": 0, "weight_decay": 0.0}
