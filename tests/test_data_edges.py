@@ -1,5 +1,6 @@
 """modeling/data.py, what mutations showed no test held: sentence batches (`--batching sentence`) shared between
-processes, and their shuffling from epoch to epoch."""
+processes, and their shuffling from epoch to epoch; a compressed file whose Python package is missing is named with
+that package."""
 
 import importlib.util
 
@@ -9,7 +10,7 @@ import pytest
 from modeling.data import DataError, EncodedText, SentenceBatches, WordTable, load_sentences
 from modeling.vocabulary import Vocabulary
 
-from test_pretraining import sentences_dataset, words_of
+from test_pretraining import datasets_cache, sentences_dataset, words_of  # noqa: F401 (datasets_cache: autouse)
 
 SENTENCES = 23  # sentence i is its own word s{i}, said 1 to 3 times
 
@@ -56,12 +57,11 @@ def test_sentence_batches_are_shuffled_anew_each_epoch_or_read_in_order():
         assert [s for step in range(steps) for s in sentences_read(in_order, epoch * steps + step)] == list(range(20))
 
 
-def test_a_compression_without_its_package_says_which_package(tmp_path, monkeypatch):
+def test_a_compression_without_its_package_says_which_package(tmp_path):
     """A .zst (or .lz4) file where its package is not installed: one DataError naming the file and the package to
     install, not "cannot be read as compressed UTF-8 text" (the text may be fine)."""
     if importlib.util.find_spec("zstandard"):
         pytest.skip("zstandard is installed: datasets reads .zst files")
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     file = tmp_path / "train.txt.zst"
     file.write_bytes(bytes.fromhex("28b52ffd0458010000"))  # (a zstd frame's start)
     with pytest.raises(DataError) as error:
