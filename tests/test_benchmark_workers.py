@@ -1,0 +1,125 @@
+"""The hf_elmo benchmark workers run for real (run.Worker, as run.py and train_bench.py drive them) on the tiny
+trained fixture model: what a run reports and saves, and that one step's gradient is not added to the next's; and
+bench_common's replies and memory readings."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+from benchmark_measurements import run  # (puts benchmarks/ on the path)
+
+from bench_common import memory_mb, run_batches, step_reply
+from conftest import FIXTURES
+
+FIXTURE = FIXTURES / "allennlp-elmo"
+SENTENCES = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog", "ran"], ["birds", "fly", "south", "now"]]
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    from conversion.convert_original_elmo import convert_original_to_hf
+
+    folder = tmp_path_factory.mktemp("workers")
+    model = convert_original_to_hf(FIXTURE / "options.json", FIXTURE / "lm_weights.hdf5", folder / "hf", overwrite=True)
+    inputs = folder / "inputs.json"
+    inputs.write_text(json.dumps({"batch": [SENTENCES], "single": [[s] for s in SENTENCES * 3],
+                                  "windows": [s[:3] for s in SENTENCES]}))
+    return folder, model, inputs
+
+
+def worker(folder, script, model, inputs):
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return run.Worker(script, [sys.executable, script, str(model), str(inputs), "1"], env, folder / f"{script}.log")
+
+
+def test_hf_worker_warm_runs_hit_the_caches_cold_runs_miss_and_saves_each_sentences_words(converted):
+    folder, model, inputs = converted
+    hf = worker(folder, "hf_worker.py", model, inputs)
+    try:
+        warm = hf.call("run", case="batch", mode="warm", save=str(folder / "warm.npz"))  # (its first run: caches empty)
+        assert warm["cache_misses_last_batch"] == 0 and warm["words"] == 13
+        cold = hf.call("run", case="batch", mode="cold", save=str(folder / "cold.npz"))
+        assert cold["cache_misses_last_batch"] > 0
+        assert 0 < cold["lstm_seconds"] <= cold["seconds"]
+        for _ in range(2):  # (9 sentences one at a time: every batch's time counts, the biLSTM's part of it each run)
+            single = hf.call("run", case="single", mode="cold")
+            assert single["words"] == 39 and 0 < single["lstm_seconds"] <= single["seconds"], single
+        saved = np.load(folder / "cold.npz")
+        assert sorted(saved.files) == sorted(f"b0_r{r}_l{l}" for r in range(3) for l in range(3))
+        for r, words in enumerate(SENTENCES):
+            assert saved[f"b0_r{r}_l2"].shape[0] == len(words)  # (no padding rows)
+        assert run.max_difference(folder / "cold.npz", folder / "warm.npz", 3) == [0.0, 0.0, 0.0]
+    finally:
+        hf.close()
+
+
+def test_hf_train_worker_steps_do_not_accumulate_gradients(converted):
+    folder, model, inputs = converted
+    hf = worker(folder, "hf_train_worker.py", model, inputs)
+    try:
+        first, second = hf.call("step", mode="plain"), hf.call("step", mode="plain")
+        assert first["words"] == 9
+        a, b = np.asarray(first["char_embedding_grad"]), np.asarray(second["char_embedding_grad"])
+        assert np.abs(a).max() > 0 and np.abs(a - b).max() <= 1e-3 * np.abs(a).max(), np.abs(a - b).max()
+    finally:
+        hf.close()
+
+
+def test_memory_mb_peak_is_the_high_water_mark():
+    block = bytearray(300 * 2**20)
+    block[:: 4096] = b"x" * len(block[:: 4096])  # (touch every page)
+    del block
+    memory = memory_mb()
+    assert memory["peak"] >= memory["rss"] + 200, memory
+
+
+def test_run_batches_and_step_reply_count_words_not_sentences(tmp_path):
+    batches = [[["a", "b"], ["c"]], [["d", "e", "f"]]]
+    reply = run_batches(lambda batch: [np.ones((len(s), 2)) for s in batch], batches,
+                        lambda batch, output: [[values] for values in output], save=str(tmp_path / "out.npz"))
+    assert reply["words"] == 6 and sorted(np.load(tmp_path / "out.npz").files) == ["b0_r0_l0", "b0_r1_l0", "b1_r0_l0"]
+    assert step_reply(1.0, 2.0, [["a", "b"], ["c"]], torch.zeros(2))["words"] == 3
+
+
+def test_the_cpu_model_and_its_extensions_are_read_from_cpuinfo(monkeypatch):
+    # (an AMD Bulldozer: FMA4 but not FMA)
+    monkeypatch.setattr(run, "cpuinfo", lambda: {"model name": "AMD Opteron(TM) Processor 6234",
+                                                 "vendor_id": "AuthenticAMD",
+                                                 "cpu family": "21", "model": "1", "flags": "fpu sse4_2 avx fma4 xop"})
+    cpu = run.describe_cpu()
+    assert cpu["model"] == "AMD Opteron(TM) Processor 6234" and cpu["model_number"] == "1" and cpu["extensions"] == []
+    assert run.section_heading(cpu) == "## CPU: AMD Opteron(TM) Processor 6234 (AuthenticAMD, family 21, model 1)"
+
+
+def test_hf_train_worker_runs_the_path_each_mode_names(converted):
+    """The fused (fast) and the plain path round differently (a few 1e-6 of the gradient's size): the worker's
+    "fast" step is the fused path's gradient, its "plain" step the plain path's, as this process computes them."""
+    from hf_elmo import ElmoModel, ElmoTokenizer
+
+    folder, model_dir, inputs = converted
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # (as the worker runs: OMP_NUM_THREADS=1)
+    model, tokenizer = ElmoModel.from_pretrained(model_dir).train(), ElmoTokenizer.from_pretrained(model_dir)
+    batch = tokenizer([s[:3] for s in SENTENCES], is_split_into_words=True, padding=True, return_tensors="pt")
+
+    def gradient(fast: bool) -> np.ndarray:
+        model.set_fast_path(fast)
+        sum(layer.sum() for layer in model(**batch, output_final_states=False).hidden_states).backward()
+        grad = model.char_encoder.char_embedding.weight.grad.numpy().copy()
+        model.zero_grad(set_to_none=True)
+        return grad
+
+    try:
+        expected = {"fast": gradient(True), "plain": gradient(False)}
+    finally:
+        torch.set_num_threads(threads)
+    assert np.abs(expected["fast"] - expected["plain"]).max() > 0
+    hf = worker(folder, "hf_train_worker.py", model_dir, inputs)
+    try:
+        for mode, other in (("fast", "plain"), ("plain", "fast")):
+            got = np.asarray(hf.call("step", mode=mode)["char_embedding_grad"])
+            assert np.abs(got - expected[mode]).max() < np.abs(got - expected[other]).max(), mode
+    finally:
+        hf.close()
