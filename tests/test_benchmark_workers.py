@@ -11,22 +11,17 @@ import torch
 from benchmark_measurements import run  # (puts benchmarks/ on the path)
 
 from bench_common import memory_mb, run_batches, step_reply
-from conftest import FIXTURES
-
-FIXTURE = FIXTURES / "allennlp-elmo"
 SENTENCES = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog", "ran"], ["birds", "fly", "south", "now"]]
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    from conversion.convert_original_elmo import convert_original_to_hf
-
+def worker_files(converted, tmp_path_factory):
+    """(a folder for the workers' logs and outputs, the converted allennlp-elmo fixture, the inputs file)."""
     folder = tmp_path_factory.mktemp("workers")
-    model = convert_original_to_hf(FIXTURE / "options.json", FIXTURE / "lm_weights.hdf5", folder / "hf", overwrite=True)
     inputs = folder / "inputs.json"
     inputs.write_text(json.dumps({"batch": [SENTENCES], "single": [[s] for s in SENTENCES * 3],
                                   "windows": [s[:3] for s in SENTENCES]}))
-    return folder, model, inputs
+    return folder, converted["allennlp-elmo"], inputs
 
 
 def worker(folder, script, model, inputs):
@@ -34,8 +29,8 @@ def worker(folder, script, model, inputs):
     return run.Worker(script, [sys.executable, script, str(model), str(inputs), "1"], env, folder / f"{script}.log")
 
 
-def test_hf_worker_warm_runs_hit_the_caches_cold_runs_miss_and_saves_each_sentences_words(converted):
-    folder, model, inputs = converted
+def test_hf_worker_warm_runs_hit_the_caches_cold_runs_miss_and_saves_each_sentences_words(worker_files):
+    folder, model, inputs = worker_files
     hf = worker(folder, "hf_worker.py", model, inputs)
     try:
         warm = hf.call("run", case="batch", mode="warm", save=str(folder / "warm.npz"))  # (its first run: caches empty)
@@ -55,8 +50,8 @@ def test_hf_worker_warm_runs_hit_the_caches_cold_runs_miss_and_saves_each_senten
         hf.close()
 
 
-def test_hf_train_worker_steps_do_not_accumulate_gradients(converted):
-    folder, model, inputs = converted
+def test_hf_train_worker_steps_do_not_accumulate_gradients(worker_files):
+    folder, model, inputs = worker_files
     hf = worker(folder, "hf_train_worker.py", model, inputs)
     try:
         first, second = hf.call("step", mode="plain"), hf.call("step", mode="plain")
@@ -93,12 +88,12 @@ def test_the_cpu_model_and_its_extensions_are_read_from_cpuinfo(monkeypatch):
     assert run.section_heading(cpu) == "## CPU: AMD Opteron(TM) Processor 6234 (AuthenticAMD, family 21, model 1)"
 
 
-def test_hf_train_worker_runs_the_path_each_mode_names(converted):
+def test_hf_train_worker_runs_the_path_each_mode_names(worker_files):
     """The fused (fast) and the plain path round differently (a few 1e-6 of the gradient's size): the worker's
     "fast" step is the fused path's gradient, its "plain" step the plain path's, as this process computes them."""
     from hf_elmo import ElmoModel, ElmoTokenizer
 
-    folder, model_dir, inputs = converted
+    folder, model_dir, inputs = worker_files
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # (as the worker runs: OMP_NUM_THREADS=1)
     model, tokenizer = ElmoModel.from_pretrained(model_dir).train(), ElmoTokenizer.from_pretrained(model_dir)
