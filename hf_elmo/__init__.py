@@ -21,7 +21,6 @@ from .tokenization_elmo import ElmoTokenizer
 transformers.AutoConfig.register(ElmoConfig.model_type, ElmoConfig)
 transformers.AutoTokenizer.register(ElmoConfig, ElmoTokenizer)
 ElmoConfig.register_for_auto_class()
-ElmoTokenizer.register_for_auto_class("AutoTokenizer")
 # Every model class named in ELMO_AUTO_MAP (the one list) loads through its Auto class, here and as remote code.
 for _auto_class, _reference in ELMO_AUTO_MAP.items():
     if _auto_class.startswith("AutoModel"):

@@ -30,7 +30,8 @@ SEQUENCE_POOLINGS = ("mean", "max", "mean_max")
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
 # The one list of the Auto classes an ELMo folder loads through, and the class each names. Every ElmoConfig
-# carries it as `auto_map`, so a folder saved from any ELMo class loads every class with trust_remote_code.
+# carries it as `auto_map`, so a folder saved from any ELMo class loads every model class with trust_remote_code;
+# transformers 5 takes the tokenizer's remote code from tokenizer_config.json, which a saved tokenizer writes.
 ELMO_AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],

@@ -257,6 +257,14 @@ def _card_bytes(model_card: str, tags) -> bytes:
         raise ValueError(f"model_card is not UTF-8 text ({error.reason} at character {error.start})") from None
 
 
+def _tokenizer_from_config(config: ElmoConfig) -> ElmoTokenizer | None:
+    """The tokenizer of a model spelled in UTF-8 bytes without word input, made from its config alone (it reads no
+    files); None where the tokenizer needs its char.dic or word.dic, which only the tokenizer holds."""
+    if config.alphabet != "bytes" or config.word_vocab_size:
+        return None
+    return ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
+
+
 class ElmoHighway(nn.Module):
     """One highway layer, in bilm-tf's form: `y = g * relu(W_t x + b_t) + (1 - g) * x`, `g = sigmoid(W_c x + b_c)`.
 
@@ -776,7 +784,13 @@ class ElmoPreTrainedModel(PreTrainedModel):
     ) -> None:
         """
         Write what `push_to_hub` uploads: `save_pretrained` (weights, config with the full `auto_map`, the model
-        code), the tokenizer if given, and README.md = `model_card`.
+        code), the tokenizer, and README.md = `model_card`.
+
+        tokenizer (`ElmoTokenizer`, *optional*): saved into the folder. Default: for a model spelled in UTF-8 bytes
+            without word input, the tokenizer its config describes (it needs no files), so that the repository loads
+            its tokenizer as remote code too (transformers 5 looks for that code in tokenizer_config.json only); a
+            model of a character vocabulary or with word input has none without it (char.dic and word.dic are the
+            tokenizer's).
 
         model_card (`str`, *optional*): e.g. the card of a converted or fine-tuned folder
             (`hf_elmo.model_card.render_model_card`). Default: hf-elmo's card template filled with this model's
@@ -798,6 +812,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 model_card = str(ModelCard.from_template(ModelCard.card_data_class(library_name="transformers")))
         card_bytes = _card_bytes(model_card, tags)
         self.save_pretrained(folder, max_shard_size=max_shard_size)
+        tokenizer = tokenizer if tokenizer is not None else _tokenizer_from_config(self.config)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
         with atomic_file(os.path.join(folder, "README.md"), "wb") as card_file:  # the old card or the whole new one

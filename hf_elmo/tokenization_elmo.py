@@ -303,6 +303,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     model_input_names = ["input_ids", "attention_mask"]
     vocab_files_names = {"char_vocab_file": "char.dic", "word_vocab_file": "word.dic"}
+    # Every saved tokenizer names its class in tokenizer_config.json's auto_map and carries this file, also where
+    # this file runs as remote code: transformers 5 finds a tokenizer's remote code there, not in config.json.
+    _auto_class = "AutoTokenizer"
 
     def __init__(
         self,

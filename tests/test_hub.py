@@ -244,6 +244,72 @@ def test_push_to_hub_uploads_one_folder_with_the_card_and_the_tokenizer(head_fol
     assert f'AutoModelForTokenClassification.from_pretrained("{HUB_ID}")' in card and "automatically generated" not in card
 
 
+TINY = dict(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4], [2, 4]], char_embedding_dim=4)
+
+
+def test_a_hub_folder_without_a_given_tokenizer_holds_the_one_its_config_describes(tmp_path):
+    """save_hub_folder (and so push_to_hub) without `tokenizer`: a byte-alphabet model's folder holds the tokenizer
+    its config describes, with its auto_map and code (transformers 5 finds a tokenizer's remote code only there); a
+    model of a character vocabulary or with word input gets none (its char.dic and word.dic are the tokenizer's)."""
+    ElmoModel(ElmoConfig(**TINY, max_characters_per_token=20)).save_hub_folder(tmp_path / "bytes", HUB_ID)
+    saved = json.loads((tmp_path / "bytes" / "tokenizer_config.json").read_text())
+    assert saved["auto_map"]["AutoTokenizer"][0] == "tokenization_elmo.ElmoTokenizer"
+    assert saved["max_characters_per_token"] == 20 and saved["alphabet"] == "bytes"
+    assert ElmoTokenizer.from_pretrained(tmp_path / "bytes").max_characters_per_token == 20
+    vocabulary = dict(alphabet="vocabulary", n_characters=62, bos_char_id=1, eos_char_id=2, bow_char_id=3,
+                      eow_char_id=4, pad_char_id=5)
+    words = dict(word_vocab_size=10, word_embedding_dim=4, bos_word_id=1, eos_word_id=2)
+    for name, fields in (("vocabulary", vocabulary), ("words", {**vocabulary, **words})):
+        ElmoModel(ElmoConfig(**TINY, **fields)).save_hub_folder(tmp_path / name, HUB_ID)
+        assert (tmp_path / name / "config.json").is_file() and not (tmp_path / name / "tokenizer_config.json").exists()
+
+
+# Where hf_elmo cannot be imported: a tagger saved without its tokenizer, loaded from its folder's code, writes a Hub
+# folder without a tokenizer given; that folder loads the model and the tokenizer as remote code, which tag the probe.
+REMOTE_HUB_FOLDER = """
+import importlib.util, sys
+import torch, transformers
+if importlib.util.find_spec("hf_elmo") is not None:
+    sys.exit("hf_elmo is importable here")
+source, staged, output = sys.argv[1:4]
+model = transformers.AutoModelForTokenClassification.from_pretrained(source, trust_remote_code=True).eval()
+model.save_hub_folder(staged, "someone/elmo-tagger", tags=["ner"])
+again = transformers.AutoModelForTokenClassification.from_pretrained(staged, trust_remote_code=True).eval()
+tokenizer = transformers.AutoTokenizer.from_pretrained(staged, trust_remote_code=True)
+batch = tokenizer([["EU", "rejects", "German", "call", "."], ["天", "气"]], is_split_into_words=True, padding=True,
+                  return_tensors="pt")
+with torch.no_grad():
+    torch.save({"modules": [type(model).__module__, type(again).__module__, type(tokenizer).__module__],
+                "input_ids": batch["input_ids"], "logits": again(**batch).logits}, output)
+"""
+
+
+def test_a_remote_code_model_writes_a_hub_folder_that_loads_as_remote_code(python_without_hf_elmo, tmp_path):
+    """save_hub_folder (and so push_to_hub) of a model loaded with trust_remote_code where hf_elmo is not installed,
+    from a folder saved without its tokenizer: README.md is transformers' generic card with the tags (hf-elmo's card
+    template ships with the package only), and the folder loads again as remote code, the tokenizer too, giving the
+    installed package's ids and logits."""
+    torch.manual_seed(0)
+    tagger = ElmoForTokenClassification(ElmoConfig(**TINY, num_labels=3)).eval()
+    tagger.save_pretrained(tmp_path / "tagger")
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    result = subprocess.run([python_without_hf_elmo, "-c", REMOTE_HUB_FOLDER, tmp_path / "tagger", tmp_path / "staged",
+                             tmp_path / "out.pt"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote = torch.load(tmp_path / "out.pt")
+    assert all(module.startswith("transformers_modules.") for module in remote["modules"]), remote["modules"]
+    staged = tmp_path / "staged"
+    card = (staged / "README.md").read_text(encoding="utf-8")
+    assert card.startswith("---\n") and "library_name: transformers" in card and "- ner" in card
+    assert json.loads((staged / "config.json").read_text())["auto_map"] == json.loads(json.dumps(ELMO_AUTO_MAP))
+    batch = ElmoTokenizer()([["EU", "rejects", "German", "call", "."], ["天", "气"]], is_split_into_words=True,
+                            padding=True, return_tensors="pt")
+    assert torch.equal(remote["input_ids"], batch["input_ids"])
+    with torch.no_grad():
+        assert torch.equal(remote["logits"], tagger(**batch).logits)
+
+
 def test_push_to_hub_commits_to_a_branch_it_makes_as_transformers_does(head_folders, monkeypatch):
     """As transformers: the repository is made with `private` and the client holds `token`; a `revision` branch is
     made before the commit (not a pull request's ref), and the commit goes there; the default commit message is
