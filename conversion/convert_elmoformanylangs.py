@@ -193,15 +193,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="the ELMoForManyLangs model folder (with --to-elmoformanylangs: the Hugging Face checkpoint)")
     parser.add_argument("--output-dir", required=True, help="folder to write (must not exist or be empty)")
     parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
-    parser.add_argument("--language", default="und",
+    parser.add_argument("--language",
                         help="the model's language for the card, an ISO 639 code such as zh or fr (default: und)")
     parser.add_argument("--license", help="the weights' license for the card, a Hub license id such as mit or "
                         "cc-by-4.0 (default: none)")
     parser.add_argument("--to-elmoformanylangs", action="store_true", help="convert a Hugging Face checkpoint back")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     args = parser.parse_args(argv)
-    if args.to_elmoformanylangs and args.license is not None:
-        parser.error("--license is the card's, which only converting to Hugging Face writes (not --to-elmoformanylangs)")
+    for option in ("model_id", "language", "license"):
+        if args.to_elmoformanylangs and getattr(args, option) is not None:
+            parser.error(f"--{option.replace('_', '-')} is the card's, which only converting to Hugging Face writes "
+                         "(not --to-elmoformanylangs)")
+    if args.language is None:  # (an empty --language is refused below, not read as the default)
+        args.language = "und"
     try:
         if problem := card_option_problem(args.language, args.license):
             raise ConversionError(problem)

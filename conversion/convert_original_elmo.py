@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from safetensors import safe_open  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
-from hf_elmo.files import check_output_location, input_inside, plain_mode  # noqa: E402
+from hf_elmo.files import check_output_location, input_inside, plain_mode, temporary_prefix  # noqa: E402
 from hf_elmo.model_card import card_option_problem, check_language, check_license, render_model_card  # noqa: E402
 
 from conversion.original_format import (  # noqa: E402
@@ -71,12 +71,12 @@ def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs: tu
     output_dir = Path(output_dir).resolve()
     check_output_dir(output_dir, overwrite, inputs)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
+    staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir.name, "partial-"), dir=output_dir.parent))
     try:
         yield staging
         _plain_modes(staging)
         if output_dir.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
+            retired = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir.name, "old-"), dir=output_dir.parent))
             os.replace(output_dir, retired / "old")
             os.replace(staging, output_dir)
             shutil.rmtree(retired)
@@ -286,9 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--to-original needs --model-dir")
     if not args.to_original and not (args.options_file and args.weight_file):
         parser.error("converting original weights needs --options-file and --weight-file")
-    for option in ("language", "license"):
+    for option in ("model_id", "language", "license"):
         if args.to_original and getattr(args, option) is not None:
-            parser.error(f"--{option} is the card's, which only converting original weights writes (not --to-original)")
+            parser.error(f"--{option.replace('_', '-')} is the card's, which only converting original weights writes "
+                         "(not --to-original)")
     if args.language is None:  # (an empty --language is refused below, not read as the default)
         args.language = "en"
     try:

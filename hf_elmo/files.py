@@ -235,6 +235,13 @@ def link_target(path) -> Path:
     return target
 
 
+def temporary_prefix(name: str, role: str = "") -> str:
+    """`.NAME.ROLE`, the prefix of a temporary entry (mkstemp's, mkdtemp's) beside the file or folder `name`: NAME cut
+    to its first 64 bytes, so that with mkstemp's 8 random characters it stays within the 255 bytes a file system
+    allows a name whatever the length of `name` (the whole name would not, for one of 240 bytes and more)."""
+    return f".{os.fsdecode(os.fsencode(name)[:64])}.{role}"
+
+
 @contextlib.contextmanager
 def atomic_file(path, mode: str = "w"):
     """An open file (`mode` "w" for UTF-8 text, "wb" for bytes) that becomes `path` when the block ends without an
@@ -246,7 +253,7 @@ def atomic_file(path, mode: str = "w"):
     plain open would give it: the old file's own (a private file stays private), else the umask's."""
     path = link_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    handle, temporary = tempfile.mkstemp(prefix=temporary_prefix(path.name), dir=path.parent)
     try:
         with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
             yield out

@@ -484,7 +484,7 @@ def test_model_id_and_language_name_the_model_in_its_card(original, tmp_path, ca
     code, _, err = run_main(capsys, *args, "--output-dir", tmp_path / "bad", "--language", "french")
     assert code == 2 and not (tmp_path / "bad").exists()
     assert err == "error: --language 'french' is not a language code: give ISO 639 codes such as en, zh or pt-BR\n"
-    for option, value in (("--language", "fr"), ("--license", "mit")):
+    for option, value in (("--model-id", "someone/elmo"), ("--language", "fr"), ("--license", "mit")):
         with pytest.raises(SystemExit):  # (the way back writes no card: these did nothing there)
             main(["--to-original", "--model-dir", str(tmp_path / "out"), "--output-dir", str(tmp_path / "back"),
                   option, value])

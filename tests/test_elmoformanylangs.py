@@ -758,10 +758,12 @@ def test_model_id_language_and_license_go_into_the_card(tmp_path, capsys):
     assert main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir", str(tmp_path / "elmo-here")]) == 0
     card = (tmp_path / "elmo-here" / "README.md").read_text()
     assert 'AutoModel.from_pretrained("elmo-here")' in card and "language: und" in card and "license:" not in card
-    with pytest.raises(SystemExit):  # (the way back writes no card)
-        main(["--to-elmoformanylangs", "--model-dir", str(tmp_path / "out"), "--output-dir", str(tmp_path / "back"),
-              "--license", "mit"])
-    assert "--license is the card's, which only converting to Hugging Face writes" in capsys.readouterr().err
+    for option, value in (("--model-id", "someone/elmo"), ("--language", "zh"), ("--license", "mit")):
+        with pytest.raises(SystemExit):  # (the way back writes no card: these would do nothing there)
+            main(["--to-elmoformanylangs", "--model-dir", str(tmp_path / "out"), "--output-dir", str(tmp_path / "back"),
+                  option, value])
+        assert f"{option} is the card's, which only converting to Hugging Face writes" in capsys.readouterr().err
+    assert not (tmp_path / "back").exists()
     # A code that is none would go into the card's YAML header as it is: refused before anything is written.
     code = main(["--model-dir", str(ELMOFORMANYLANGS / "chars_only"), "--output-dir", str(tmp_path / "bad"),
                  "--language", "zh\nlicense: none"])

@@ -72,6 +72,15 @@ def test_a_file_written_atomically_is_the_old_one_or_the_whole_new_one(tmp_path)
     assert (tmp_path / "new" / "folder" / "picture.png").read_bytes() == b"\x89PNG"
 
 
+def test_a_file_with_the_longest_name_allowed_is_written_atomically(tmp_path):
+    """A name of 255 bytes, the most a file system allows, whose first 64 bytes end inside a character: the
+    temporary file beside it is named from those bytes only (from the whole name, it could not be made)."""
+    name = "x" + "é" * 127
+    assert len(name.encode("utf-8")) == 255
+    write_text_atomically(tmp_path / name, "whole")
+    assert (tmp_path / name).read_text() == "whole" and os.listdir(tmp_path) == [name]
+
+
 def test_a_file_written_atomically_through_a_link_replaces_its_target_and_keeps_the_link(tmp_path):
     """atomic_file at a link writes what a plain open would: the link's target (through a chain of links, relative
     ones, one whose target is not there yet), atomically, in the target's folder, with the target's mode; the link
