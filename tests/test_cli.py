@@ -11,7 +11,7 @@ import huggingface_hub.constants
 import pytest
 import torch
 
-from conftest import REPO, assert_only_an_error_line
+from conftest import REPO, assert_only_an_error_line, run_two_processes
 
 from hf_elmo import ElmoConfig
 from hf_elmo.cli import main
@@ -110,3 +110,39 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(tmp_path, capsys, m
     assert sorted(os.listdir(tmp_path)) == ["array", "bert", "empty-folder", "in.txt", "string"]
     with pytest.raises(ValueError, match="^the config holds a JSON list, not an object of settings$"):
         ElmoConfig.from_pretrained(tmp_path / "array")
+
+
+def test_no_subcommand_is_a_usage_error(capsys):
+    """`hf-elmo` alone names the command it lacks and exits 2 (without the check it did nothing and exited 0)."""
+    with pytest.raises(SystemExit) as raised:
+        main([])
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: hf-elmo") and "error: the following arguments are required: command" in err
+
+
+@pytest.mark.parametrize("first, second", [("--top", "--average"), ("--all", "--mix"), ("--mix", "--top")])
+def test_two_output_layouts_are_refused_not_the_last_one_taken(tmp_path, capsys, first, second):
+    """--all, --top, --average and --mix choose one layout: two of them are a usage error (exit 2) before the input
+    is read or any output made, rather than silently the last one."""
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as raised:
+        main(["embed", str(source), str(tmp_path / "out.hdf5"), first, second, "--model", str(tmp_path / "none")])
+    assert raised.value.code == 2
+    assert f"argument {second}: not allowed with argument {first}" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_two_processes_print_one_summary(converted, tmp_path):
+    """Under torchrun the summary line `hf-elmo embed: N sentences in OUT (...)` is the first process's alone (each
+    process printing its own gave two lines with different "computed by this process" counts)."""
+    source = tmp_path / "in.txt"
+    source.write_text("".join(f"line {i} of words\n" for i in range(8)), encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    result = run_two_processes(["-m", "hf_elmo.cli", "embed", source, tmp_path / "out.hdf5", "--batch-size", 2,
+                                "--model", converted["allennlp-elmo"]], env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summaries = [line for line in result.stderr.splitlines() if line.startswith("hf-elmo embed: 8 sentences in")]
+    assert len(summaries) == 1, result.stderr[-3000:]
+    assert "(4 batches: 2 computed by this process, 0 finished by an earlier run" in summaries[0]

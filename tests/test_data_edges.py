@@ -1,14 +1,16 @@
-"""modeling/data.py, what mutations showed no test held: sentence batches (`--batching sentence`) shared between
-processes, and their shuffling from epoch to epoch; a compressed file whose Python package is missing is named with
-that package."""
+"""modeling/data.py and modeling/vocabulary.py, what mutations showed no test held: sentence batches (`--batching
+sentence`) shared between processes, and their shuffling from epoch to epoch; a compressed file whose Python package
+is missing is named with that package; the vocabulary's smallest size and least count, a word.dic in any line order
+or holding bilm-tf's special words, blanks around a word in a vocabulary file."""
 
 import importlib.util
+from collections import Counter
 
 import numpy as np
 import pytest
 
 from modeling.data import DataError, EncodedText, SentenceBatches, WordTable, load_sentences
-from modeling.vocabulary import Vocabulary
+from modeling.vocabulary import Vocabulary, VocabularyError
 
 from test_pretraining import datasets_cache, sentences_dataset, words_of  # noqa: F401 (datasets_cache: autouse)
 
@@ -69,3 +71,47 @@ def test_a_compression_without_its_package_says_which_package(tmp_path):
     message = str(error.value)
     assert message.startswith(f"--train-file {file}: cannot be read: this compression needs its Python package "
                               "(`pip install zstandard` or `lz4`) (ValueError: "), message
+
+
+BILM_TF_SPECIALS = ["<S>", "</S>", "<UNK>"]
+
+
+def test_the_smallest_vocab_size_is_the_special_words_and_one_more():
+    """--vocab-size 4 (the least the error message asks for) gives <S> </S> <UNK> and the most frequent word; 3 is
+    refused. --min-count 1 keeps a word seen once; 0 is refused by the vocabulary itself, not only by pretrain.py's
+    option check (a Counter can hold counts of 0 and below)."""
+    counts = Counter({"b": 3, "a": 3, "c": 5, "d": 1})
+    assert Vocabulary.from_counts(counts, max_size=4).words == [*BILM_TF_SPECIALS, "c"]
+    with pytest.raises(VocabularyError,
+                       match=r"^--vocab-size must be at least 4 \(the 3 special words and one more\), got 3$"):
+        Vocabulary.from_counts(counts, max_size=3)
+    assert Vocabulary.from_counts(counts, min_count=1).words == [*BILM_TF_SPECIALS, "c", "a", "b", "d"]
+    with pytest.raises(VocabularyError, match=r"^--min-count must be at least 1, got 0$"):
+        Vocabulary.from_counts(Counter({"a": 2, "gone": 0}), min_count=0)
+
+
+def test_a_word_dictionary_in_any_line_order_is_its_ids_order():
+    """word.dic's lines need not be in id order (the package and read_dictionary take any order): the softmax rows,
+    and so the vocabulary's words, follow the ids, not the lines."""
+    vocabulary = Vocabulary.from_word_dictionary({"天": 4, "<eos>": 2, "<oov>": 0, "<pad>": 3, "<bos>": 1})
+    assert vocabulary.words == ["<oov>", "<bos>", "<eos>", "<pad>", "天"]
+    assert (vocabulary.unk_id, vocabulary.bos_id, vocabulary.eos_id) == (0, 1, 2)
+    assert vocabulary.ids(["天", "never-seen"]).tolist() == [4, 0]
+
+
+def test_a_word_dictionary_holding_one_of_bilm_tfs_special_words_keeps_its_own_specials():
+    """A word.dic built from text that holds `<UNK>` or `<S>` as a word: that word is an ordinary softmax word, and
+    `<bos>`, `<eos>`, `<oov>` remain the boundaries and the unknown word (it was refused as missing <S>, </S>)."""
+    words = {"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "<UNK>": 4, "<S>": 5, "a": 6}
+    vocabulary = Vocabulary.from_word_dictionary(words)
+    assert (vocabulary.unk_id, vocabulary.bos_id, vocabulary.eos_id) == (0, 1, 2)
+    assert vocabulary.ids(["<UNK>", "<S>", "a", "zz"]).tolist() == [4, 5, 6, 0]
+
+
+def test_whitespace_around_a_word_on_its_line_is_not_part_of_it(tmp_path):
+    """A vocabulary file's lines are stripped: blanks or tabs after a word (an editor's, or `word ` from a script)
+    and before it leave the word itself, as bilm-tf's reader (`line.strip()`) read it."""
+    (tmp_path / "vocab.txt").write_text("<S>\n</S>  \n\t<UNK>\nthe \n  of\t\n", encoding="utf-8")
+    vocabulary = Vocabulary.from_file(tmp_path / "vocab.txt")
+    assert vocabulary.words == [*BILM_TF_SPECIALS, "the", "of"]
+    assert vocabulary.ids(["the", "of"]).tolist() == [3, 4]

