@@ -2,18 +2,21 @@
 test passed): a batch with an empty row in inference, the nn_lstm approximation's carried cell state, the gate cache
 after a change of the first layer's bias alone, the shared first step read per direction and per state, int8's scale
 per output row, a single row's bits wherever the weights sit, the fused sampled softmax at its extremes, per-word keys
-of word ids past 16 bits."""
+of word ids past 16 bits; each weight changed in place seen by kernels that copy it, float64 inference, a layer
+without a projection and a proj_clip, the kernel choice's margin and a stored choice that names no kernel."""
 
 import copy
+import json
 
 import pytest
 import torch
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, fast_linear
 from hf_elmo.approximate import Int8Multiplies
-from hf_elmo.fast_linear import blas_linear
+from hf_elmo.fast_bilstm import ExactMultiplies, derived_weights
+from hf_elmo.fast_linear import MARGIN, FastLinear, blas_linear
 from hf_elmo.fused_char_encoder import distinct_words
-from hf_elmo.modeling_elmo import ElmoForPreTraining, sample_log_uniform, sampled_softmax_loss
+from hf_elmo.modeling_elmo import ElmoBiLstmLayer, ElmoForPreTraining, sample_log_uniform, sampled_softmax_loss
 from hf_elmo.token_cache import ElmoTokenCache
 
 
@@ -249,3 +252,116 @@ def test_distinct_words_keeps_word_ids_past_16_bits():
     rows = torch.tensor([[259, 5, 260, 3], [259, 5, 260, 3 + 2**16], [259, 5, 260, 3 + 2**15], [259, 5, 260, 3]])
     distinct, inverse = distinct_words(rows)
     assert len(distinct) == 3 and torch.equal(distinct[inverse], rows)
+
+
+# The inference fast paths keep copies derived from the weights (the char CNN's filter matrices and biases, the
+# highway's stacked weights, each weight prepared for its kernel) and rebuild them when a weight they came from
+# changes: each weight changed in place alone (bias-only fine-tuning, an edit) is seen. With plain BLAS, which reads a
+# weight where it is, a weight missing from the fingerprint would go unseen; the kernels that copy it show it.
+COPYING_KERNELS = [name for name in fast_linear.float32_kernels() if name != "blas"]
+CHANGED_IN_PLACE = {
+    "char CNN bias": lambda model: model.char_encoder.char_cnn[1].bias,
+    "char projection weight": lambda model: model.char_encoder.projection.weight,
+    "second layer bias": lambda model: model.layers[1].bias,
+    "second layer projection weight": lambda model: model.layers[1].projection_weight,
+    "second layer recurrent weight": lambda model: model.layers[1].recurrent_weight,
+}
+
+
+@pytest.mark.skipif(not COPYING_KERNELS, reason="no kernel of this torch build copies the weight")
+@pytest.mark.parametrize("name", CHANGED_IN_PLACE)
+def test_one_weight_changed_in_place_is_seen_by_the_inference_fast_path(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_ELMO_KERNEL_CHOICES", str(tmp_path / "kernels.json"))
+    kernel = COPYING_KERNELS[0]
+    only = {kernel: fast_linear.float32_kernels()[kernel]}
+    monkeypatch.setattr(fast_linear, "float32_kernels", lambda: only)
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(cell_size=32, projection_dim=16, num_highway_layers=1,
+                                 char_cnn_filters=[[1, 8], [2, 8], [3, 16]])).eval()
+    batch = ElmoTokenizer()([["the", "weight", "changes"], ["in", "place"]], is_split_into_words=True,
+                            padding=True, return_tensors="pt")
+    with torch.no_grad():
+        before = model(**batch).hidden_states
+        CHANGED_IN_PLACE[name](model).add_(0.5)  # (its version counter moves, nothing else changes)
+        after = model(**batch).hidden_states
+        reference = copy.deepcopy(model)
+        reference.set_fast_path(False)
+        expected = reference(**batch).hidden_states
+    assert max((a - b).abs().max().item() for a, b in zip(before, after)) > 1e-3
+    assert max((a - b).abs().max().item() for a, b in zip(after, expected)) < 1e-5
+
+
+def test_a_float64_model_runs_inference_on_exact_float64_products(tmp_path, monkeypatch):
+    """Only float32 weights go to FastLinear (its kernels are float32 ones); a float64 model's inference fast path
+    takes the plain products and equals its plain path to float64 rounding."""
+    monkeypatch.setenv("HF_ELMO_KERNEL_CHOICES", str(tmp_path / "kernels.json"))
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(cell_size=32, projection_dim=16, num_highway_layers=1,
+                                 char_cnn_filters=[[1, 8], [2, 8]])).double().eval()
+    batch = ElmoTokenizer()([["a", "float64", "model"], ["of", "it"]], is_split_into_words=True, padding=True,
+                            return_tensors="pt")
+    reference = copy.deepcopy(model)
+    reference.set_fast_path(False)
+    with torch.no_grad():
+        found, expected = model(**batch), reference(**batch)
+    linears = list(derived_weights(model.layers[0], "exact", ExactMultiplies)._linears.values())
+    assert linears and not any(isinstance(linear, FastLinear) for linear in linears)
+    for a, b in zip(found.hidden_states, expected.hidden_states):
+        assert a.dtype == torch.float64 and torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_proj_clip_without_a_projection_clips_nothing_on_the_inference_fast_path():
+    """The plain loop clips a projection's output only: a layer without one (cell_size == projection_dim) whose
+    config names a proj_clip is not clipped on the fast path either."""
+    torch.manual_seed(0)
+    layer = ElmoBiLstmLayer(ElmoConfig(cell_size=8, projection_dim=8, cell_clip=3.0, proj_clip=0.1)).eval()
+    assert layer.projection_weight is None and layer.proj_clip == 0.1
+    for parameter in layer.parameters():
+        torch.nn.init.uniform_(parameter, -0.6, 0.6)
+    inputs = torch.randn(2, 3, 5, 8)
+    step_mask = torch.arange(5) < torch.tensor([5, 2, 4]).unsqueeze(1)
+    h, c = torch.zeros(2, 3, 8), torch.zeros(2, 3, 8)
+    with torch.no_grad():
+        fast = layer(inputs, step_mask, h, c)
+        plain = layer._plain_forward(inputs, step_mask, h, c)
+    assert plain[0].abs().max() > 0.1  # (outputs past the clip value: a clip would show)
+    for a, b in zip(fast, plain):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("first_cost, chosen, outputs", [(1.05, "first", 9), (1.2, "second", 10)])
+def test_a_later_kernel_must_be_faster_by_more_than_the_margin(first_cost, chosen, outputs, tmp_path, monkeypatch):
+    """"A candidate later in the order is taken only where it is faster by more than MARGIN" (10%), on a clock of
+    the test's own (each call of a kernel advances it by the kernel's cost): a later kernel 5% faster loses to the
+    first, one 20% faster wins."""
+    assert MARGIN == 0.1
+    monkeypatch.setenv("HF_ELMO_KERNEL_CHOICES", str(tmp_path / "kernels.json"))
+    clock = [0.0]
+    monkeypatch.setattr(fast_linear.time, "perf_counter", lambda: clock[0])
+
+    def kernel(cost):
+        def prepare(weight):
+            def run(x, bias):
+                clock[0] += cost
+                return x @ weight.t() + (0 if bias is None else bias)
+            return run
+        return prepare
+
+    torch.manual_seed(0)
+    weight, x = torch.randn(outputs, 5), torch.randn(3, 5)  # (a shape of its own: choices are kept per shape)
+    linear = FastLinear(weight, kernels={"first": kernel(first_cost * 1e-3), "second": kernel(1e-3)})
+    assert torch.allclose(linear(x), x @ weight.t())
+    assert fast_linear._FASTEST[(("first", "second"), (outputs, 5), False, torch.get_num_threads(), 4)] == chosen
+    assert set(linear._prepared) == {chosen}
+
+
+def test_a_stored_choice_that_names_no_candidate_is_measured_again(tmp_path, monkeypatch):
+    """A choice in the machine's file naming no candidate of this FastLinear (an edited file, a kernel this build
+    lacks) is measured again and stored anew, not looked up (a KeyError at the first multiply)."""
+    path = tmp_path / "kernels.json"
+    monkeypatch.setenv("HF_ELMO_KERNEL_CHOICES", str(path))
+    weight, x = torch.randn(11, 5), torch.randn(3, 5)
+    stored = json.dumps([["blas"], [11, 5], False, torch.get_num_threads(), 4])
+    path.write_text(json.dumps({fast_linear._this_machine(): {stored: "no_such_kernel"}}))
+    assert torch.allclose(FastLinear(weight, kernels={"blas": blas_linear})(x), x @ weight.t())
+    assert json.loads(path.read_text())[fast_linear._this_machine()][stored] == "blas"

@@ -1,0 +1,286 @@
+"""Edges of the fused training paths that no other test reached (each found by a mutation of the library that every
+other test passed): a batch of no rows, states of another dtype, weights frozen one by one, a cell clip and a
+projection clip of different values, float64 weights and a step mask with holes under autocast, a word that fills
+every character position in static shapes, and the recordings' keys (which tensors train, the layer's settings,
+where the weights are)."""
+
+import pytest
+import torch
+
+from test_fused_training import calls_to
+
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo.fused_bilstm import LayerGraphs, _FusedBiLstm, fused_bilstm_layer, fused_training_fallback, multiply_dtype
+from hf_elmo.fused_char_encoder import _CharFilters
+from hf_elmo.modeling_elmo import ElmoBiLstmLayer
+from hf_elmo.static_shapes import static_shapes
+
+
+def random_layer(**config) -> ElmoBiLstmLayer:
+    """A biLSTM layer of 16 cells and an 8-wide projection, both clipped at 0.5 unless `config` says otherwise, with
+    weights large enough that the clips act."""
+    torch.manual_seed(0)
+    layer = ElmoBiLstmLayer(ElmoConfig(**{"cell_size": 16, "projection_dim": 8, "cell_clip": 0.5, "proj_clip": 0.5,
+                                          **config}))
+    for parameter in layer.parameters():
+        torch.nn.init.uniform_(parameter, -0.6, 0.6)
+    return layer
+
+
+def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((found - expected).norm() / expected.norm()).item()
+
+
+# Three rows of 5 steps, of lengths 5, 3 and 1.
+LENGTHS_MASK = torch.arange(5) < torch.tensor([5, 3, 1]).unsqueeze(1)
+
+
+def test_a_batch_of_no_rows_trains_through_the_plain_loop():
+    """"no rows or no steps" falls back: the fused Function cannot run B = 0 (its reshape of no elements is
+    ambiguous); the plain loop gives the shapes and zero gradients."""
+    layer = random_layer()
+    inputs = torch.randn(2, 0, 5, 8, requires_grad=True)
+    h, c = torch.zeros(2, 0, 8, requires_grad=True), torch.zeros(2, 0, 16, requires_grad=True)
+    assert fused_training_fallback(layer, inputs, h, c) == "no rows or no steps"
+    outputs, final_h, final_c = layer(inputs, torch.ones(0, 5, dtype=torch.bool), h, c)
+    assert outputs.shape == (2, 0, 5, 8) and final_h.shape == (2, 0, 8) and final_c.shape == (2, 0, 16)
+    (outputs.sum() + final_h.sum() + final_c.sum()).backward()
+    for name, parameter in layer.named_parameters():
+        assert parameter.grad is not None and not parameter.grad.any(), name
+
+
+def test_inputs_or_either_state_of_another_dtype_fall_back():
+    """Outside autocast, each of inputs, h and c of another dtype than the weights falls back to the plain loop (the
+    fused Function would round a float64 state to float32 where the definition refuses the mix)."""
+    layer = random_layer(cell_size=8, cell_clip=None, proj_clip=None)
+    inputs, h, c = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 8), torch.randn(2, 3, 8)
+    assert fused_training_fallback(layer, inputs, h, c) is None
+    for name, args in {"inputs": (inputs.double(), h, c), "h": (inputs, h.double(), c),
+                       "c": (inputs, h, c.double())}.items():
+        assert "dtype" in (fused_training_fallback(layer, *args) or ""), name
+
+
+GRADIENT_NAMES = ("inputs", "h", "c", "input_weight", "recurrent_weight", "bias", "projection_weight")
+
+
+def gradients_of(layer, trained: set, fast: bool, monkeypatch) -> dict:
+    """The gradients of the tensors in `trained` (the others need none) through one path."""
+    generator = torch.Generator().manual_seed(1)
+    tensors = {"inputs": torch.randn(2, 3, 5, 8, generator=generator), "h": torch.randn(2, 3, 8, generator=generator),
+               "c": torch.randn(2, 3, 16, generator=generator)}
+    for name, tensor in [*tensors.items(), *layer.named_parameters()]:
+        tensor.requires_grad_(name in trained)
+        tensor.grad = None
+    layer.use_fast_path = fast
+    with monkeypatch.context() as patch:
+        calls = calls_to(patch, _FusedBiLstm)
+        outputs, final_h, final_c = layer(tensors["inputs"], LENGTHS_MASK, tensors["h"], tensors["c"])
+    assert len(calls) == (1 if fast else 0)
+    weights = torch.Generator().manual_seed(7)
+    sum((t * torch.randn(t.shape, generator=weights)).sum() for t in (outputs, final_h, final_c)).backward()
+    every = {**tensors, **dict(layer.named_parameters())}
+    return {name: every[name].grad for name in GRADIENT_NAMES if name in trained}
+
+
+@pytest.mark.parametrize("trained", [
+    {"recurrent_weight", "bias", "projection_weight"},  # the input weight frozen
+    {"input_weight", "bias"},  # the recurrent weight and the projection frozen
+    {"recurrent_weight"},
+    {"input_weight"},
+    {"h", "bias"},
+    {"c", "projection_weight"},
+    {"inputs"},
+], ids=lambda trained: "+".join(sorted(trained)))
+def test_frozen_weights_leave_the_others_gradients_as_the_plain_loops(trained, monkeypatch):
+    """The fused backward computes only the gradients asked for (with the input weight frozen, the recurrent
+    weight's gradient is the last P columns of a multiply over the recurrent half only): each pattern of frozen
+    weights, states and inputs gives the trained ones the plain loop's gradients."""
+    layer = random_layer()
+    expected = gradients_of(layer, trained, fast=False, monkeypatch=monkeypatch)
+    found = gradients_of(layer, trained, fast=True, monkeypatch=monkeypatch)
+    assert found.keys() == expected.keys() == trained
+    for name in trained:
+        assert found[name] is not None and found[name].shape == expected[name].shape, name
+        assert relative_error(found[name], expected[name]) <= 1e-5, name
+
+
+def clipped_layer_and_inputs():
+    """cell_clip 0.4 and proj_clip 0.25, both of which clip these inputs (every other test gives the two the same
+    value, so a path that read one in the other's place passed)."""
+    layer = random_layer(cell_clip=0.4, proj_clip=0.25)
+    inputs = torch.randn(2, 3, 6, 8, generator=torch.Generator().manual_seed(1))
+    step_mask = torch.arange(6) < torch.tensor([6, 4, 1]).unsqueeze(1)
+    h, c = torch.zeros(2, 3, 8), torch.zeros(2, 3, 16)
+    with torch.no_grad():
+        outputs, _, final_c = layer._plain_forward(inputs, step_mask, h, c)
+    assert (outputs.abs() == 0.25).any() and (final_c.abs() == 0.4).any() and (final_c.abs() > 0.25).any()
+    return layer, inputs, step_mask, h, c
+
+
+def test_the_fused_training_path_reads_each_clip(monkeypatch):
+    layer, inputs, step_mask, h, c = clipped_layer_and_inputs()
+    inputs.requires_grad_()
+
+    def run(fast: bool):
+        layer.use_fast_path = fast
+        layer.zero_grad(set_to_none=True)
+        inputs.grad = None
+        outputs, final_h, final_c = layer(inputs, step_mask, h, c)
+        loss = outputs.pow(2).sum() + final_h.sum() + final_c.sum()
+        loss.backward()
+        return [loss, inputs.grad] + [p.grad for p in layer.parameters()]
+
+    expected = run(fast=False)
+    calls = calls_to(monkeypatch, _FusedBiLstm)
+    found = run(fast=True)
+    assert calls == [1]
+    assert all(relative_error(a, b) <= 1e-5 for a, b in zip(found, expected))
+
+
+def test_the_inference_fast_path_reads_each_clip():
+    layer, inputs, step_mask, h, c = clipped_layer_and_inputs()
+    layer.eval()
+    with torch.no_grad():
+        fast = layer(inputs, step_mask, h, c)
+        plain = layer._plain_forward(inputs, step_mask, h, c)
+    for a, b in zip(fast, plain):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_a_float64_layer_under_bf16_autocast_trains_in_float64(monkeypatch):
+    """Autocast lowers float32 multiplies only, as torch's own does: a float64 layer under bf16 autocast runs its
+    fused multiplies in float64 and equals the plain loop (which autocast leaves in float64) to float64 rounding."""
+    layer = random_layer().double()
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(2, 3, 5, 8, generator=generator, dtype=torch.float64)
+    h, c = torch.randn(2, 3, 8, dtype=torch.float64), torch.randn(2, 3, 16, dtype=torch.float64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert multiply_dtype(layer.input_weight) == torch.float64
+        assert multiply_dtype(layer.input_weight.float()) == torch.bfloat16
+
+    def run(fast: bool):
+        layer.use_fast_path = fast
+        layer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outputs, final_h, final_c = layer(inputs, LENGTHS_MASK, h, c)
+        (outputs.pow(2).sum() + final_h.sum() + final_c.sum()).backward()
+        return [outputs, final_h, final_c] + [p.grad for p in layer.parameters()]
+
+    expected = run(fast=False)
+    calls = calls_to(monkeypatch, _FusedBiLstm)
+    found = run(fast=True)
+    assert calls == [1]
+    for a, b in zip(found, expected):
+        assert a.dtype == torch.float64 and torch.allclose(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_autocast_with_holes_in_the_step_mask_keeps_the_state_across_them(monkeypatch):
+    """`fused_bilstm_layer` takes any step mask (padding inside a pretraining row): under autocast the multiplies
+    read h from a buffer of their own dtype, which must take each step's kept state (a masked step keeps the state
+    before it), not the masked step's new h. Held to the float32 plain loop as closely as bf16 multiplies allow
+    (about 1e-2; the masked step's h instead gave 0.14)."""
+    layer = random_layer(cell_clip=3.0, proj_clip=3.0)
+    inputs = (3 * torch.randn(2, 3, 6, 8, generator=torch.Generator().manual_seed(1))).requires_grad_()
+    h, c = torch.zeros(2, 3, 8), torch.zeros(2, 3, 16)
+    mask = torch.tensor([[True, True, False, False, True, True],
+                         [True, False, True, False, True, False],
+                         [True] * 6])
+
+    def run(fast: bool, autocast: bool):
+        layer.use_fast_path = fast
+        layer.zero_grad(set_to_none=True)
+        inputs.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            outputs, final_h, final_c = layer(inputs, mask, h, c)
+        (outputs.float().pow(2).sum() + final_h.float().sum() + final_c.float().sum()).backward()
+        return [outputs.float(), final_h.float(), final_c.float(), inputs.grad, layer.input_weight.grad,
+                layer.recurrent_weight.grad]
+
+    expected = run(fast=False, autocast=False)
+    calls = calls_to(monkeypatch, _FusedBiLstm)
+    found = run(fast=True, autocast=True)
+    assert calls == [1]
+    errors = [relative_error(a, b) for a, b in zip(found, expected)]
+    assert max(errors) < 0.03, errors
+
+
+def test_a_word_that_fills_every_character_position_in_static_shapes(monkeypatch):
+    """Under `static_shapes()` each row is encoded in one block of all its characters: a word that fills all 50
+    positions (longer words are cut to them) has windows reaching the last one, and its vector and gradients are the
+    plain path's (the other static-shape tests spell short words, whose last positions repeat padding)."""
+    torch.manual_seed(0)
+    encoder = ElmoModel(ElmoConfig(cell_size=16, projection_dim=8, num_highway_layers=1,
+                                   char_cnn_filters=[[1, 4], [2, 4], [3, 8]])).train().char_encoder
+    char_ids = torch.tensor([ElmoTokenizer().word_to_char_ids(w) for w in ["a", "word", "x" * 30 + "yz" * 20]])
+    assert bool((char_ids[2] != encoder.pad_char_id).all())
+
+    def run(fast: bool):
+        encoder.use_fast_path = fast
+        encoder.zero_grad(set_to_none=True)
+        with monkeypatch.context() as patch:
+            calls = calls_to(patch, _CharFilters)
+            if fast:
+                with static_shapes():
+                    vectors = encoder(char_ids)
+            else:
+                vectors = encoder(char_ids)
+        assert len(calls) == (1 if fast else 0)
+        vectors.pow(2).sum().backward()
+        return [vectors] + [p.grad for p in encoder.parameters()]
+
+    expected = run(fast=False)
+    assert all(relative_error(a, b) <= 1e-5 for a, b in zip(run(fast=True), expected))
+
+
+# ---- the recordings' keys, on CPU through LayerGraphs(record=False): the bookkeeping the CUDA graphs use --------
+
+def recorded_step(layer, graphs, mask=LENGTHS_MASK) -> dict:
+    """One forward and backward of the layer through `graphs` (None: no recordings), on fixed inputs; the outputs and
+    each parameter's gradient."""
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.randn(2, 3, 5, 8, generator=generator)
+    h, c = torch.randn(2, 3, 8, generator=generator), torch.randn(2, 3, 16, generator=generator)
+    layer.zero_grad(set_to_none=True)
+    outputs, final_h, final_c = fused_bilstm_layer(layer, inputs, mask, h, c, graphs=graphs)
+    (outputs.pow(2).sum() + final_h.sum() + final_c.sum()).backward()
+    return {"outputs": outputs, "h": final_h, "c": final_c,
+            **{name: parameter.grad for name, parameter in layer.named_parameters()}}
+
+
+def assert_same_step(found: dict, expected: dict) -> None:
+    assert found.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert found[name] is not None and torch.equal(found[name], tensor), name
+
+
+def test_a_weight_unfrozen_after_its_shape_was_recorded_gets_its_gradient():
+    """A recording holds the gradients its backward computes: a weight unfrozen between two steps of one shape
+    (gradual unfreezing) must not replay the recording made while it was frozen."""
+    layer, graphs = random_layer(), LayerGraphs(record=False)
+    layer.input_weight.requires_grad_(False)
+    recorded_step(layer, graphs)
+    recorded_step(layer, graphs)
+    assert len(graphs.recordings) == 1 and recorded_step(layer, graphs)["input_weight"] is None
+    layer.input_weight.requires_grad_(True)
+    assert_same_step(recorded_step(layer, graphs), recorded_step(layer, None))
+
+
+def test_a_padded_batch_after_full_ones_of_its_shape_is_masked():
+    """A full batch's recording skips the masking: a padded batch of the same shape must get its own."""
+    layer, graphs = random_layer(), LayerGraphs(record=False)
+    full = torch.ones(3, 5, dtype=torch.bool)
+    recorded_step(layer, graphs, full)
+    recorded_step(layer, graphs, full)
+    assert len(graphs.recordings) == 1
+    assert_same_step(recorded_step(layer, graphs), recorded_step(layer, None))
+
+
+def test_a_parameter_replaced_after_its_shape_was_recorded_is_read():
+    """A recording reads the weights it was made with (a CUDA graph, their addresses): parameters replaced by other
+    tensors of the same shapes (load_state_dict(..., assign=True), FSDP's gather) must not replay it."""
+    layer, graphs = random_layer(), LayerGraphs(record=False)
+    recorded_step(layer, graphs)
+    recorded_step(layer, graphs)
+    assert len(graphs.recordings) == 1
+    layer.load_state_dict({name: tensor * 0.5 for name, tensor in layer.state_dict().items()}, assign=True)
+    assert_same_step(recorded_step(layer, graphs), recorded_step(layer, None))
