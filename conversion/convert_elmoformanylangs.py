@@ -30,7 +30,8 @@ from hf_elmo.lexicon import ElmoLexicon, LexiconError, read_dictionary  # noqa: 
 from hf_elmo.model_card import card_option_problem, check_language, check_license, render_model_card  # noqa: E402
 
 from conversion.convert_original_elmo import (  # noqa: E402
-    _verify_reload, atomic_output_dir, check_weights_to_write, check_output_dir, load_checkpoint, quiet_transformers)
+    _verify_reload, atomic_output_dir, check_weights_to_write, check_output_dir, load_checkpoint, quiet_transformers,
+    refuse_card_options)
 from conversion.elmoformanylangs_format import (  # noqa: E402
     WEIGHT_FILES,
     architecture_from_config,
@@ -200,10 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to-elmoformanylangs", action="store_true", help="convert a Hugging Face checkpoint back")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     args = parser.parse_args(argv)
-    for option in ("model_id", "language", "license"):
-        if args.to_elmoformanylangs and getattr(args, option) is not None:
-            parser.error(f"--{option.replace('_', '-')} is the card's, which only converting to Hugging Face writes "
-                         "(not --to-elmoformanylangs)")
+    if args.to_elmoformanylangs:
+        refuse_card_options(parser, args, "converting to Hugging Face", "--to-elmoformanylangs")
     if args.language is None:  # (an empty --language is refused below, not read as the default)
         args.language = "und"
     try:

@@ -268,6 +268,13 @@ def convert_hf_to_original(
     return Path(output_dir)
 
 
+def refuse_card_options(parser: argparse.ArgumentParser, args: argparse.Namespace, forward: str, way_back: str):
+    """A way back writes no card: the card's options given with it are a usage error (they would do nothing)."""
+    for option in ("model_id", "language", "license"):
+        if getattr(args, option) is not None:
+            parser.error(f"--{option.replace('_', '-')} is the card's, which only {forward} writes (not {way_back})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--options-file", help="original options.json")
@@ -286,10 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--to-original needs --model-dir")
     if not args.to_original and not (args.options_file and args.weight_file):
         parser.error("converting original weights needs --options-file and --weight-file")
-    for option in ("model_id", "language", "license"):
-        if args.to_original and getattr(args, option) is not None:
-            parser.error(f"--{option.replace('_', '-')} is the card's, which only converting original weights writes "
-                         "(not --to-original)")
+    if args.to_original:
+        refuse_card_options(parser, args, "converting original weights", "--to-original")
     if args.language is None:  # (an empty --language is refused below, not read as the default)
         args.language = "en"
     try:

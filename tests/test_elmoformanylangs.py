@@ -585,16 +585,20 @@ def test_way_back_refuses_a_broken_checkpoint(converted_elmoformanylangs, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
-def test_way_back_read_back_errors_name_the_output_folder(converted_elmoformanylangs, tmp_path, monkeypatch):
-    """The read-back check refuses dictionaries that do not read back as the tokenizer's, naming the output folder
-    (the staging folder beside it is gone when the user reads the message)."""
+@pytest.mark.parametrize("damaged, entry", [("char.dic", "新\t61\n"), ("word.dic", "新词\t51\n")])
+def test_way_back_read_back_errors_name_the_output_folder(converted_elmoformanylangs, tmp_path, monkeypatch, damaged,
+                                                          entry):
+    """The read-back check refuses either dictionary when it does not read back as the tokenizer's (an entry more on
+    its way to the disk), naming the output folder (the staging folder beside it is gone when the user reads the
+    message)."""
     from hf_elmo.lexicon import ElmoLexicon
 
     save = ElmoLexicon.save
 
     def damaged_save(self, char_file, word_file):
         save(self, char_file, word_file)
-        Path(char_file).write_text(Path(char_file).read_text(encoding="utf-8") + "新\t61\n", encoding="utf-8")
+        path = Path(char_file if damaged == "char.dic" else word_file)
+        path.write_text(path.read_text(encoding="utf-8") + entry, encoding="utf-8")
 
     monkeypatch.setattr(ElmoLexicon, "save", damaged_save)
     with pytest.raises(ValueError) as raised:
