@@ -33,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -49,8 +50,8 @@ from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
-from hf_elmo.files import (check_output_location, fsync_path, model_folder_problem, sha256_file,  # noqa: E402
-                            sha256_tensors)
+from hf_elmo.files import (check_output_location, fsync_path, input_inside, model_folder_problem,  # noqa: E402
+                            sha256_file, sha256_tensors)
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
 from hf_elmo.model_card import (card_option_problem, folder_card_language, folder_card_license,  # noqa: E402
@@ -158,7 +159,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     runs.add_argument("--save-total-limit", type=int,
                       help="the latest checkpoints kept (default 2, as bilm-tf; 0 = every one), with --save-steps")
     runs.add_argument("--resume", nargs="?", const="latest", help="continue from the latest checkpoint in OUTPUT_DIR (or from PATH); starts fresh when there is none")
-    runs.add_argument("--overwrite-output-dir", action="store_true", help="start afresh in an OUTPUT_DIR that has checkpoints")
+    runs.add_argument("--overwrite-output-dir", action="store_true", help="start afresh in an OUTPUT_DIR that is not empty (its checkpoints removed)")
     runs.add_argument("--eval-steps", type=int, help="held-out perplexity every N steps; 0 = at the end only")
     runs.add_argument("--eval-batch-size", type=int, help="rows per process for the held-out text (default 64)")
     runs.add_argument("--eval-unroll-steps", type=int, help="words per window of the held-out text (default 100)")
@@ -508,6 +509,11 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
             raise PretrainError(
                 f"{output_dir} already holds checkpoints: pass --resume to continue that run, or --overwrite-output-dir"
             )
+        held = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
+        if held and not args.overwrite_output_dir:  # (a finished run's model, a converted one, the user's own files)
+            shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+            raise PretrainError(f"{output_dir} is not empty ({shown}): pass --overwrite-output-dir to start afresh "
+                                "there, replacing what a run writes, or choose another --output-dir")
         return None
     if args.resume != "latest":
         path = Path(args.resume)
@@ -934,6 +940,9 @@ def train(args: argparse.Namespace) -> dict:
     main_process = accelerator.is_main_process
     check_output_location(output_dir, "folder", error=PretrainError, writes_inside=True)
     source_config = check_init_from(Path(args.init_from)) if args.init_from else None
+    if args.init_from and Path(args.init_from).exists() and input_inside(output_dir, [args.init_from]) is not None:
+        raise PretrainError(f"--init-from {args.init_from} is inside --output-dir {output_dir}, whose model this run "
+                            "replaces: write to another folder")
     # Nothing is written into OUTPUT_DIR until every check below has passed (a refused run leaves it as it was);
     # only what a crash inside a save left is put right first, so that the checkpoints are seen as they are.
     if main_process and output_dir.is_dir():
@@ -1004,12 +1013,15 @@ def train(args: argparse.Namespace) -> dict:
     else:
         max_steps = planned_steps(args.max_steps, settings["epochs"], batches, accumulation)
         schedule = StepSchedule(max(max_steps, 1))
+    finished_state = finished_run(output_dir, checkpoint, settings, data) if args.resume == "latest" else None
     if checkpoint is not None:
         resumed_step = saved_state["step"]
         if resumed_step > max_steps:  # (it would end at once, at the checkpoint's step, replacing the final model)
+            # (the least that goes on: where the run finished, after its latest checkpoint, where it did)
+            least = max(resumed_step, finished_state["step"] if finished_state is not None else 0)
             raise PretrainError(
                 f"--resume {checkpoint}: that run is at step {resumed_step}, past the {max_steps} steps this command "
-                f"trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {resumed_step} or more"
+                f"trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {least} or more"
             )
         if clock is not None:
             clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"], saved_state["train_seconds"],
@@ -1020,7 +1032,6 @@ def train(args: argparse.Namespace) -> dict:
     course = clock if clock is not None else schedule
     if schedule is not None:
         schedule_steps = schedule.course_steps
-    finished_state = finished_run(output_dir, checkpoint, settings, data) if args.resume == "latest" else None
     if finished_state is not None:
         message, done = finished_run_message(args, settings, output_dir, finished_state, checkpoint, max_steps, clock)
         accelerator.print(message)
@@ -1256,6 +1267,11 @@ def main(argv: list[str] | None = None) -> int:
     except (PretrainError, DataError, VocabularyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as interrupt:  # (Ctrl-C: one line, not a traceback from wherever the step was)
+        traceback.clear_frames(interrupt.__traceback__)  # (the run's locals go first: its progress bar ends its line)
+        print(f"interrupted: the checkpoints saved in {args.output_dir} are kept; the same command with --resume goes "
+              "on from the latest", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -1,5 +1,6 @@
 """pretrain.py --resume beyond a crash: the vocabulary options of a resumed run, a finished run resumed, and a resume
-with a larger --max-steps, whose learning-rate schedule goes on from the rate the run had."""
+with a larger --max-steps, whose learning-rate schedule goes on from the rate the run had; an output folder that is not
+empty without --resume, and --init-from inside it."""
 
 import json
 import shutil
@@ -287,3 +288,77 @@ def test_epochs_below_the_checkpoints_step_are_refused_and_a_longer_cosine_sched
     longer = rates(folder)
     assert sorted(longer) == list(range(1, 17)) and longer[16] == pytest.approx(0.0, abs=1e-12)
     assert all(longer[step + 1] < longer[step] for step in range(8, 15))
+
+
+def test_a_refused_resume_names_a_max_steps_that_goes_on(tmp_path, capsys):
+    """A run extended from 3 to 5 steps (checkpoints 3 and 4 kept, then its final model at 5): --resume with
+    --max-steps 2 names the least --max-steps that goes on, 5, where the run finished (it named 4, its latest
+    checkpoint's step, which was refused in its turn)."""
+    run = ["--preset", "tiny", "--output-dir", tmp_path / "run", "--save-steps", "1", "--train-file", TRAIN / "data.txt"]
+    assert run_main(capsys, *run, "--max-steps", "3")[0] == 0
+    assert run_main(capsys, *run, "--max-steps", "5", "--resume")[0] == 0
+    code, _, err = run_main(capsys, *run, "--max-steps", "2", "--resume")
+    assert_one_error(code, err, "pass --max-steps 5 or more")
+    code, out, err = run_main(capsys, *run, "--max-steps", "5", "--resume")
+    assert code == 0, err
+
+
+def test_an_output_folder_that_is_not_empty_is_replaced_only_when_asked(tmp_path, capsys):
+    """Without --resume, an OUTPUT_DIR that holds anything (a folder of one's own files; a finished run saved without
+    checkpoints) is refused, left as it was, unless --overwrite-output-dir is given (both were replaced silently:
+    only checkpoints were looked for)."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"mine": 1}')
+    run = ["--preset", "tiny", "--max-steps", "1", "--train-file", TRAIN / "data.txt"]
+    code, _, err = run_main(capsys, *run, "--output-dir", mine)
+    assert_one_error(code, err, f"{mine} is not empty (config.json): pass --overwrite-output-dir")
+    assert snapshot(mine) == {"config.json": b'{"mine": 1}'}
+    finished = tmp_path / "finished"
+    assert run_main(capsys, *run, "--output-dir", finished, "--save-steps", "0")[0] == 0
+    before = snapshot(finished)
+    code, _, err = run_main(capsys, *run, "--output-dir", finished, "--save-steps", "0")
+    assert_one_error(code, err, f"{finished} is not empty", "pass --overwrite-output-dir")
+    assert snapshot(finished) == before
+    assert run_main(capsys, *run, "--output-dir", mine, "--overwrite-output-dir")[0] == 0
+    assert json.loads((mine / "config.json").read_text())["model_type"] == "elmo"
+
+
+def test_init_from_inside_the_output_folder_is_refused(converted, tmp_path, capsys):
+    """The run's final model would replace the model it starts from: refused before anything is written, with
+    --overwrite-output-dir too, for the folder itself and for one inside it."""
+    model = shutil.copytree(converted["allennlp-elmo"], tmp_path / "elmo" / "model")
+    before = snapshot(tmp_path / "elmo")
+    for output_dir in (model, tmp_path / "elmo"):
+        code, _, err = run_main(capsys, "--init-from", model, "--output-dir", output_dir, "--overwrite-output-dir",
+                                "--max-steps", "1", "--batch-size", "2", "--unroll-steps", "5",
+                                "--train-file", TRAIN / "data.txt")
+        assert_one_error(code, err, f"--init-from {model} is inside --output-dir {output_dir}",
+                         "write to another folder")
+    assert snapshot(tmp_path / "elmo") == before
+
+
+def test_ctrl_c_is_one_line_and_resume_goes_on(tmp_path, capsys, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt) in the third step: one line saying what is kept and what to do, exit code 130, not
+    a traceback from inside the step; --resume then goes on from the checkpoint of step 2 and ends the run."""
+    from hf_elmo import ElmoForPreTraining
+
+    forward, calls = ElmoForPreTraining.forward, []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return forward(self, *args, **kwargs)
+
+    run = ["--preset", "tiny", "--output-dir", tmp_path / "run", "--save-steps", "1", "--max-steps", "4",
+           "--train-file", TRAIN / "data.txt"]
+    with monkeypatch.context() as patch:
+        patch.setattr(ElmoForPreTraining, "forward", interrupted)
+        code, _, err = run_main(capsys, *run)
+    assert code == 130 and "Traceback" not in err, err
+    assert err.splitlines()[-1] == (f"interrupted: the checkpoints saved in {tmp_path / 'run'} are kept; the same "
+                                    "command with --resume goes on from the latest")
+    code, out, err = run_main(capsys, *run, "--resume")
+    assert code == 0 and f"resumed from {tmp_path / 'run' / 'checkpoint-2'} at step 2" in out + err, out + err
+    assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["step"] == 4
