@@ -1,6 +1,6 @@
 """Convert original ELMo weights (options.json + weights.hdf5) to a Hugging Face checkpoint, and back.
 
-    python conversion/convert_original_elmo.py --options-file OPTIONS.json --weight-file WEIGHTS.hdf5 \
+    python conversion/convert_original_elmo.py --options-file OPTIONS.json --weight-file WEIGHTS.hdf5 \\
         --output-dir DIR [--language fr]
     python conversion/convert_original_elmo.py --to-original --model-dir DIR --output-dir ORIGINAL_DIR
 
@@ -291,8 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.to_original and not args.model_dir:
         parser.error("--to-original needs --model-dir")
+    if args.to_original and (args.options_file or args.weight_file):
+        parser.error("--options-file and --weight-file are what converting original weights reads; --to-original "
+                     "writes them from --model-dir")
     if not args.to_original and not (args.options_file and args.weight_file):
         parser.error("converting original weights needs --options-file and --weight-file")
+    if not args.to_original and args.model_dir:
+        parser.error("--model-dir is what --to-original reads; converting original weights reads --options-file and "
+                     "--weight-file")
     if args.to_original:
         refuse_card_options(parser, args, "converting original weights", "--to-original")
     if args.language is None:  # (an empty --language is refused below, not read as the default)

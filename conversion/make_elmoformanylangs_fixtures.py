@@ -4,7 +4,7 @@ Runs in the peer venv that ../shared/tools/peer-elmoformanylangs-setup.sh builds
 
     build/elmoformanylangs-venv/bin/python conversion/make_elmoformanylangs_fixtures.py tests/fixtures/elmoformanylangs
     build/elmoformanylangs-venv/bin/python conversion/make_elmoformanylangs_fixtures.py --published-size build/bench-manylangs
-    build/elmoformanylangs-venv/bin/python conversion/make_elmoformanylangs_fixtures.py EXPORTED_DIR --check-against \
+    build/elmoformanylangs-venv/bin/python conversion/make_elmoformanylangs_fixtures.py EXPORTED_DIR --check-against \\
         tests/fixtures/elmoformanylangs/with_words_outputs.npz
 
 Each model is made the way the package makes one: `biLM.py train` builds the character and word lexicons from a

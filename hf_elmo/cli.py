@@ -77,18 +77,23 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser("demo", help="show contextual vectors of repeated words")
     demo_parser.add_argument("--model", help="a converted ELMo checkpoint folder or Hub id (default: the default model)")
-    demo_parser.add_argument("--plot", default="elmo-senses.png", help="where to write the picture of the senses (PNG)")
+    demo_parser.add_argument("--plot", default="elmo-senses.png", help="where to write the picture of the senses (PNG; default: elmo-senses.png)")
     add_embed_parser(commands)
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        from .demo import run_demo
+    try:
+        if args.command == "demo":
+            from .demo import run_demo
 
-        try:
-            run_demo(args.model, args.plot)
-        except (ValueError, OSError) as error:
-            return report_error(error)
-    elif args.command == "embed":
-        return embed(args)
+            try:
+                run_demo(args.model, args.plot)
+            except (ValueError, OSError) as error:
+                return report_error(error)
+        elif args.command == "embed":
+            return embed(args)
+    except KeyboardInterrupt:  # (Ctrl-C: one line, not a traceback from wherever the work was)
+        kept = "; the batches finished are kept: run the same command again to go on" if args.command == "embed" else ""
+        print(f"hf-elmo {args.command}: interrupted{kept}", file=sys.stderr)
+        return 130
     return 0
 
 

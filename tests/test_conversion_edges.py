@@ -1,5 +1,5 @@
 """The converters' behaviour that mutations of them showed no other test held: a long output folder name, an input
-the system cannot open, --overwrite of a folder holding one input, a fine-tuned checkpoint's way back, the ways back's
+the system cannot open, each direction's inputs alone, --overwrite of a folder holding one input, a fine-tuned checkpoint's way back, the ways back's
 own checks (a scalar mix the original format has no place for, an incomplete checkpoint named once), the forward
 conversion's reload check through the saved tokenizer, a character-only model without word.dic, the language checked
 before anything is read, and the character embedding's zero padding row."""
@@ -55,6 +55,23 @@ def test_an_options_file_below_a_file_is_one_error_line(tmp_path, capsys):
                                        str(FIXTURE_SETS["allennlp-elmo"].weight_file), "--output-dir", str(tmp_path / "out")])
     assert_only_an_error_line(code, capsys.readouterr().err, str(options))
     assert sorted(path.name for path in tmp_path.iterdir()) == ["file.txt"]
+
+
+def test_neither_direction_takes_the_others_input(converted, tmp_path, capsys):
+    """--options-file and --weight-file with --to-original, and --model-dir without it, are usage errors (each
+    direction left the other's input unread and reported success)."""
+    fixture, model = FIXTURE_SETS["allennlp-elmo"], converted["allennlp-elmo"]
+    for option, path in (("--options-file", fixture.options_file), ("--weight-file", fixture.weight_file)):
+        with pytest.raises(SystemExit) as refused:
+            convert_original_elmo.main(["--to-original", "--model-dir", str(model), option, str(path),
+                                        "--output-dir", str(tmp_path / "back")])
+        assert refused.value.code == 2 and "--to-original writes them from --model-dir" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        convert_original_elmo.main(["--options-file", str(fixture.options_file), "--weight-file",
+                                    str(fixture.weight_file), "--model-dir", str(model), "--output-dir",
+                                    str(tmp_path / "hf")])
+    assert refused.value.code == 2 and "--model-dir is what --to-original reads" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_overwrite_never_replaces_a_folder_that_holds_only_the_weight_file(tmp_path, capsys):
