@@ -206,7 +206,7 @@ def _state_dict_sha256(tensors: dict[str, torch.Tensor]) -> str:
 
 def _check_sentence_keys(sentences: list[str], input_file) -> None:
     seen = {}
-    for line, sentence in enumerate(sentences):
+    for line, sentence in enumerate(sentences, start=1):  # (numbered as an editor and the UTF-8 check number lines)
         # (HDF5 names end at a NUL: "a\0b" would be stored as "a", or clash with "a\0c" at the final write)
         if sentence in ("", ".") or "/" in sentence or "\0" in sentence:
             raise ValueError(

@@ -268,13 +268,13 @@ def test_output_formats_and_keys(embedder, tmp_path, capsys):
     keyed = read_all(tmp_path / "keyed.hdf5")
     assert sorted(keyed) == ["EU rejects German call .", "Peter Blackburn"]
     assert np.array_equal(keyed["Peter Blackburn"], outputs["top"]["2"])
-    with pytest.raises(ValueError, match=r"in.txt: line 1 \(''\) cannot be an HDF5 key"):
+    with pytest.raises(ValueError, match=r"in.txt: line 2 \(''\) cannot be an HDF5 key"):
         embedder.embed_file(source, tmp_path / "blank.hdf5", use_sentence_keys=True)
     for line in (".", "a/b", "a\0b"):  # (HDF5 would store "a\0b" as "a")
-        with pytest.raises(ValueError, match=rf"bad.txt: line 1 \({re.escape(repr(line))}\) cannot be an HDF5 key"):
+        with pytest.raises(ValueError, match=rf"bad.txt: line 2 \({re.escape(repr(line))}\) cannot be an HDF5 key"):
             embedder.embed_file(write_lines(tmp_path / "bad.txt", ["x", line]), tmp_path / "bad.hdf5", use_sentence_keys=True)
     duplicated = write_lines(tmp_path / "dup.txt", ["a b", "c", "a b"])
-    with pytest.raises(ValueError, match=r"dup.txt: lines 0 and 2 are the same sentence"):
+    with pytest.raises(ValueError, match=r"dup.txt: lines 1 and 3 are the same sentence"):
         embedder.embed_file(duplicated, tmp_path / "dup.hdf5", use_sentence_keys=True)
     assert not (tmp_path / "blank.hdf5").exists() and not (tmp_path / "dup.hdf5.partial").exists()
     assert not list(tmp_path.glob("bad.hdf5*"))
@@ -282,7 +282,7 @@ def test_output_formats_and_keys(embedder, tmp_path, capsys):
     capsys.readouterr()
     code, err = run_cli(capsys, "embed", duplicated, tmp_path / "dup.hdf5", "--use-sentence-keys", "--model",
                         tmp_path / "no-model")
-    assert_only_an_error_line(code, err, "dup.txt: lines 0 and 2 are the same sentence")
+    assert_only_an_error_line(code, err, "dup.txt: lines 1 and 3 are the same sentence")
     assert not (tmp_path / "dup.hdf5.partial").exists()
 
 
@@ -1656,3 +1656,38 @@ def test_lines_are_stripped_at_both_ends_as_allennlp_elmo_stripped_them(embedder
     assert json.loads(output["sentence_to_index"][0]) == {"a b": "0", "c d": "1", "e": "2"}
     embedder.embed_file(source, tmp_path / "keys.hdf5", output_format="top", use_sentence_keys=True, progress=False)
     assert sorted(read_all(tmp_path / "keys.hdf5")) == ["a b", "c d", "e"]
+
+
+def test_the_input_checks_number_a_line_alike(tmp_path, capsys):
+    """The UTF-8 check and the --use-sentence-keys checks name a line by the same number, an editor's (the keys'
+    checks counted from 0, so that the second line was "line 1", the first in an editor)."""
+    (tmp_path / "a.txt").write_bytes(b"good line\ncaf\xe9\n")
+    (tmp_path / "b.txt").write_bytes(b"good line\n.\n")
+    code, err = run_cli(capsys, "embed", tmp_path / "a.txt", tmp_path / "a.hdf5", "--model", tmp_path / "no-model")
+    assert code == 2 and "a.txt: line 2 is not UTF-8 text" in err
+    code, err = run_cli(capsys, "embed", tmp_path / "b.txt", tmp_path / "b.hdf5", "--use-sentence-keys", "--model",
+                        tmp_path / "no-model")
+    assert_only_an_error_line(code, err, "b.txt: line 2 ('.') cannot be an HDF5 key")
+
+
+def test_ctrl_c_in_the_command_is_one_line_and_the_same_command_goes_on(model_path, tmp_path, capsys, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt) while `hf-elmo embed` works: one line saying what is kept and what to do, exit code
+    130 (a shell's for SIGINT), not a traceback from inside torch; the same command then computes only the rest."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:20])
+    forward, calls = ElmoModel.forward, []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) > 3:
+            raise KeyboardInterrupt
+        return forward(self, *args, **kwargs)
+
+    command = ("embed", source, tmp_path / "out.hdf5", "--batch-size", 2, "--model", model_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(ElmoModel, "forward", interrupted)
+        code, err = run_cli(capsys, *command)
+    assert code == 130 and err.splitlines()[-1] == ("hf-elmo embed: interrupted; the batches finished are kept: run "
+                                                    "the same command again to go on"), err
+    assert "Traceback" not in err
+    code, err = run_cli(capsys, *command)
+    assert code == 0 and "(10 batches: 7 computed by this process, 3 finished by an earlier run" in err, err
