@@ -9,7 +9,8 @@
    (`modeling/graphed_step.py`), with each biLSTM layer recorded, with nothing recorded, and on the plain path.
 4. `pytest -k cuda tests/test_fused_training.py tests/test_graphed_step.py`.
 
-Each part reports its own failure instead of stopping the others. Each line is printed as it comes; after each
+Each part reports its own failure instead of stopping the others; the script exits 1 if a check failed (or a part
+raised), as gpu_bench.py does, so that `gpu.sh`'s status says so. Each line is printed as it comes; after each
 part the section is written into the output in one step (a temporary file renamed into place), replacing every
 earlier "Training" section there, so that the file never holds half a section or two, and a run stopped early
 (`gpu.sh`'s `timeout`) leaves what it measured, marked as cut short. Needs torch with CUDA, transformers, datasets
@@ -323,6 +324,7 @@ def main() -> int:
         report(f"- Speed: not measured, no {TRAIN_TEXT} (`make ptb-data`).")
     if DEVICE == "cuda" and has_datasets:
         parts.append(lambda: [pytest_on_cuda()])
+    failed = False
     for part in parts:
         try:
             found = part()
@@ -330,11 +332,12 @@ def main() -> int:
             found = [f"FAIL: {traceback.format_exc()[-1500:]}"]
         for line in found:
             report(f"- {line}")
+        failed |= any(line.startswith("FAIL") for line in found)
         save(finished=False)
     report("")
     report(f"Training section: {time.time() - start:.0f} s.")
     save(finished=True)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
