@@ -1,0 +1,173 @@
+"""The timing arithmetic of gpu_profile.py, memory_rates.py, optimizer_speed.py, compile_speed.py and
+embed_host_side.py, on a made-up clock or checked against the figures each prints (no GPU)."""
+
+import re
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_profile  # noqa: E402
+import memory_rates  # noqa: E402
+import optimizer_speed  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def threads_kept():
+    """The programs' main() sets torch's number of threads (--threads): the tests after these keep theirs."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+class Calls:
+    """A call that takes the next of `durations` seconds on a made-up clock."""
+
+    def __init__(self, durations):
+        self.now, self.durations, self.count, self.before = 0.0, list(durations), 0, []
+
+    def clock(self):
+        return self.now
+
+    def __call__(self, *arguments):
+        self.now += self.durations[self.count]
+        self.count += 1
+
+
+def test_gpu_profile_times_a_call_after_as_many_warm_up_calls(monkeypatch):
+    call = Calls([10.0, 10.0, 10.0, 1.0, 2.0, 3.0])
+    monkeypatch.setattr(gpu_profile, "time", types.SimpleNamespace(perf_counter=call.clock))
+    assert gpu_profile.timed(call, 3) == pytest.approx(2.0) and call.count == 6
+
+
+def test_gpu_profile_inference_words_per_second_is_the_batchs_words_over_its_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_profile, "DEVICE", "cpu")
+    report = gpu_profile.Report(tmp_path)
+    printed = []
+    monkeypatch.setattr(report, "line", printed.append)
+    gpu_profile.inference(report, 2, None)
+    milliseconds, rate = re.search(r": ([\d.]+) ms, ([\d,]+) words/s", printed[0]).groups()
+    assert float(rate.replace(",", "")) == pytest.approx(25 * 2 / (float(milliseconds) / 1e3), rel=0.02), printed
+
+
+def test_memory_rates_median_of_the_timed_calls_after_one_untimed_with_the_cache_emptied_before_each(monkeypatch):
+    call = Calls([50.0, 1.0, 7.0, 2.0])
+    monkeypatch.setattr(memory_rates, "time", types.SimpleNamespace(perf_counter=call.clock))
+    emptied = []
+    assert memory_rates.median_seconds(call, 3, before=lambda: emptied.append(call.count)) == 2.0
+    assert call.count == 4 and emptied == [1, 2, 3]
+
+
+def test_optimizer_speed_medians_leave_out_the_first_fifth_of_the_steps(monkeypatch, capsys):
+    seconds = iter([100.0, 1000.0, 1.0, 10.0, 2.0, 20.0, 3.0, 30.0, 4.0, 40.0])  # (fused, loop alternating)
+    monkeypatch.setattr(optimizer_speed, "timed", lambda step: (next(seconds),))
+    monkeypatch.setattr(optimizer_speed, "CASES", optimizer_speed.CASES[:1])
+    results = optimizer_speed.main(["--steps", "5", "--threads", "1"])
+    assert results[0]["fused"] == 2500.0 and results[0]["loop"] == 25000.0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(": fused 2500.0 ms, loop 25000.0 ms, loop / fused 10.0"), lines
+    assert lines[1].startswith("(medians of 4 steps; 1 threads; "), lines
+
+
+def test_compile_speed_medians_and_their_ratio(tmp_path, monkeypatch, capsys):
+    import compile_speed
+
+    text = tmp_path / "sentences.txt"
+    text.write_text("".join(f"sentence {k} of the {k % 7} cats .\n" for k in range(40)))
+    # (start and stop of each timed call: eager 1, 2, 9 s and compiled 1, 1, 7 s a case, alternating)
+    durations = [1.0, 1.0, 2.0, 1.0, 9.0, 7.0] * 2
+    ticks = iter([t for d in durations for t in (0.0, d)])
+    monkeypatch.setattr(compile_speed, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    results = compile_speed.main(["--file", str(text), "--rounds", "3", "--threads", "1"])
+    assert [(r["eager_s"], r["compiled_s"], r["ratio"]) for r in results] == [(2.0, 1.0, 0.5)] * 2
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "32 sentences: eager 2000.0 ms, compiled 1000.0 ms, compiled / eager 0.500", lines
+
+
+def test_embed_host_side_prints_encode_words_against_the_call(tmp_path):
+    result = subprocess.run([sys.executable, REPO / "benchmarks" / "embed_host_side.py", "--sentences", "200",
+                             "--batch-size", "64", "--folder", str(tmp_path)], cwd=REPO, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rates = {line.split(":")[0].strip(): line for line in result.stdout.splitlines()[1:]}
+    call = float(re.search(r"([\d,]+) words/s", rates["tokenizer call"]).group(1).replace(",", ""))
+    encode, times = re.search(r"([\d,]+) words/s \(([\d.]+)x\)", rates["encode_words"]).groups()
+    assert float(times) == pytest.approx(float(encode.replace(",", "")) / call, abs=0.051), result.stdout
+
+
+def test_gpu_profile_kernel_time_and_count_are_per_call(tmp_path, monkeypatch):
+    """(torch.profiler stood in for: on the CPU it records no CUDA kernel) 6 kernels of 1,000 us over 2 calls, and a
+    host event: 3 ms of kernels and 3 kernels a call."""
+    cuda, cpu = gpu_profile.torch.autograd.DeviceType.CUDA, gpu_profile.torch.autograd.DeviceType.CPU
+    events = [types.SimpleNamespace(device_type=cuda, device_time_total=1000.0) for _ in range(6)]
+    events.append(types.SimpleNamespace(device_type=cpu, device_time_total=0.0))
+
+    class FakeProfile:
+        def __init__(self, activities):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exception):
+            return False
+
+        def events(self):
+            return events
+
+        def key_averages(self):
+            return types.SimpleNamespace(table=lambda **keywords: "table")
+
+    monkeypatch.setattr(gpu_profile, "profile", FakeProfile)
+    calls = []
+    assert gpu_profile.Report(tmp_path).profiled("part", lambda: calls.append(1), 2) == (3.0, 3.0)
+    assert len(calls) == 2
+
+
+def test_memory_rates_reports_the_emptied_cache_call_as_main_memory_and_the_other_as_cache(monkeypatch, capsys):
+    monkeypatch.setattr(memory_rates, "memory_bandwidth", lambda: {"bandwidth_buffer_mib": 1.0, "bandwidth_gbs": 1.0})
+    monkeypatch.setattr(memory_rates, "cpu0_caches", lambda: {"L3": "1024K"})
+    kernel = next(iter(memory_rates.float32_kernels().items()))
+    monkeypatch.setattr(memory_rates, "float32_kernels", lambda: dict([kernel]))
+    emptied = []
+
+    def fake_median_seconds(call, repeats, before=None):
+        if before is not None:
+            before()
+            emptied.append(True)
+        return 2.0 if before is not None else 1.0
+
+    monkeypatch.setattr(memory_rates, "median_seconds", fake_median_seconds)
+    memory_rates.main(["--repeats", "1", "--threads", "1"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "main memory" in line and "cache" in line]
+    assert len(lines) == 3 and len(emptied) == 3
+    assert all(": main memory 2000.00 ms (" in line and "), cache 1000.00 ms (" in line for line in lines), lines
+
+
+def test_embed_host_side_times_embed_on_its_second_pass(tmp_path, monkeypatch, capsys):
+    """The first pass, made 2 s slower here, is left out of embed's host-side words/s."""
+    import time
+
+    import embed_host_side
+
+    calls = []
+
+    class FirstPassSlow(embed_host_side.ElmoEmbedder):
+        def embed_file(self, *arguments, **keywords):
+            calls.append(1)
+            if len(calls) == 1:
+                time.sleep(2.0)
+            return super().embed_file(*arguments, **keywords)
+
+    monkeypatch.setattr(embed_host_side, "ElmoEmbedder", FirstPassSlow)
+    monkeypatch.setattr(sys, "argv", ["embed_host_side.py", "--sentences", "100", "--batch-size", "64", "--folder",
+                                      str(tmp_path)])
+    embed_host_side.main()
+    lines = capsys.readouterr().out.splitlines()
+    words = int(re.search(r"(\d+) words, batches", lines[0]).group(1))
+    rate = float(re.search(r"([\d,]+) words/s", lines[3]).group(1).replace(",", ""))
+    assert len(calls) == 2 and rate > words / 2.0, lines
