@@ -7,24 +7,12 @@ where the weights are)."""
 import pytest
 import torch
 
-from test_fused_training import calls_to
+from test_fused_training import calls_to, layer_run, random_layer
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.fused_bilstm import LayerGraphs, _FusedBiLstm, fused_bilstm_layer, fused_training_fallback, multiply_dtype
 from hf_elmo.fused_char_encoder import _CharFilters
-from hf_elmo.modeling_elmo import ElmoBiLstmLayer
 from hf_elmo.static_shapes import static_shapes
-
-
-def random_layer(**config) -> ElmoBiLstmLayer:
-    """A biLSTM layer of 16 cells and an 8-wide projection, both clipped at 0.5 unless `config` says otherwise, with
-    weights large enough that the clips act."""
-    torch.manual_seed(0)
-    layer = ElmoBiLstmLayer(ElmoConfig(**{"cell_size": 16, "projection_dim": 8, "cell_clip": 0.5, "proj_clip": 0.5,
-                                          **config}))
-    for parameter in layer.parameters():
-        torch.nn.init.uniform_(parameter, -0.6, 0.6)
-    return layer
 
 
 def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
@@ -38,7 +26,7 @@ LENGTHS_MASK = torch.arange(5) < torch.tensor([5, 3, 1]).unsqueeze(1)
 def test_a_batch_of_no_rows_trains_through_the_plain_loop():
     """"no rows or no steps" falls back: the fused Function cannot run B = 0 (its reshape of no elements is
     ambiguous); the plain loop gives the shapes and zero gradients."""
-    layer = random_layer()
+    layer = random_layer(16, 8, 0.5)
     inputs = torch.randn(2, 0, 5, 8, requires_grad=True)
     h, c = torch.zeros(2, 0, 8, requires_grad=True), torch.zeros(2, 0, 16, requires_grad=True)
     assert fused_training_fallback(layer, inputs, h, c) == "no rows or no steps"
@@ -52,7 +40,7 @@ def test_a_batch_of_no_rows_trains_through_the_plain_loop():
 def test_inputs_or_either_state_of_another_dtype_fall_back():
     """Outside autocast, each of inputs, h and c of another dtype than the weights falls back to the plain loop (the
     fused Function would round a float64 state to float32 where the definition refuses the mix)."""
-    layer = random_layer(cell_size=8, cell_clip=None, proj_clip=None)
+    layer = random_layer(8, 8, None)
     inputs, h, c = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 8), torch.randn(2, 3, 8)
     assert fused_training_fallback(layer, inputs, h, c) is None
     for name, args in {"inputs": (inputs.double(), h, c), "h": (inputs, h.double(), c),
@@ -74,10 +62,9 @@ def gradients_of(layer, trained: set, fast: bool, monkeypatch) -> dict:
     layer.use_fast_path = fast
     with monkeypatch.context() as patch:
         calls = calls_to(patch, _FusedBiLstm)
-        outputs, final_h, final_c = layer(tensors["inputs"], LENGTHS_MASK, tensors["h"], tensors["c"])
+        loss = layer_run(layer, tensors["inputs"], LENGTHS_MASK, tensors["h"], tensors["c"])
     assert len(calls) == (1 if fast else 0)
-    weights = torch.Generator().manual_seed(7)
-    sum((t * torch.randn(t.shape, generator=weights)).sum() for t in (outputs, final_h, final_c)).backward()
+    loss.backward()
     every = {**tensors, **dict(layer.named_parameters())}
     return {name: every[name].grad for name in GRADIENT_NAMES if name in trained}
 
@@ -95,7 +82,7 @@ def test_frozen_weights_leave_the_others_gradients_as_the_plain_loops(trained, m
     """The fused backward computes only the gradients asked for (with the input weight frozen, the recurrent
     weight's gradient is the last P columns of a multiply over the recurrent half only): each pattern of frozen
     weights, states and inputs gives the trained ones the plain loop's gradients."""
-    layer = random_layer()
+    layer = random_layer(16, 8, 0.5)
     expected = gradients_of(layer, trained, fast=False, monkeypatch=monkeypatch)
     found = gradients_of(layer, trained, fast=True, monkeypatch=monkeypatch)
     assert found.keys() == expected.keys() == trained
@@ -107,7 +94,8 @@ def test_frozen_weights_leave_the_others_gradients_as_the_plain_loops(trained, m
 def clipped_layer_and_inputs():
     """cell_clip 0.4 and proj_clip 0.25, both of which clip these inputs (every other test gives the two the same
     value, so a path that read one in the other's place passed)."""
-    layer = random_layer(cell_clip=0.4, proj_clip=0.25)
+    layer = random_layer(16, 8, 0.4)
+    layer.proj_clip = 0.25
     inputs = torch.randn(2, 3, 6, 8, generator=torch.Generator().manual_seed(1))
     step_mask = torch.arange(6) < torch.tensor([6, 4, 1]).unsqueeze(1)
     h, c = torch.zeros(2, 3, 8), torch.zeros(2, 3, 16)
@@ -150,7 +138,7 @@ def test_the_inference_fast_path_reads_each_clip():
 def test_a_float64_layer_under_bf16_autocast_trains_in_float64(monkeypatch):
     """Autocast lowers float32 multiplies only, as torch's own does: a float64 layer under bf16 autocast runs its
     fused multiplies in float64 and equals the plain loop (which autocast leaves in float64) to float64 rounding."""
-    layer = random_layer().double()
+    layer = random_layer(16, 8, 0.5).double()
     generator = torch.Generator().manual_seed(1)
     inputs = torch.randn(2, 3, 5, 8, generator=generator, dtype=torch.float64)
     h, c = torch.randn(2, 3, 8, dtype=torch.float64), torch.randn(2, 3, 16, dtype=torch.float64)
@@ -179,7 +167,7 @@ def test_autocast_with_holes_in_the_step_mask_keeps_the_state_across_them(monkey
     read h from a buffer of their own dtype, which must take each step's kept state (a masked step keeps the state
     before it), not the masked step's new h. Held to the float32 plain loop as closely as bf16 multiplies allow
     (about 1e-2; the masked step's h instead gave 0.14)."""
-    layer = random_layer(cell_clip=3.0, proj_clip=3.0)
+    layer = random_layer(16, 8, 3.0)
     inputs = (3 * torch.randn(2, 3, 6, 8, generator=torch.Generator().manual_seed(1))).requires_grad_()
     h, c = torch.zeros(2, 3, 8), torch.zeros(2, 3, 16)
     mask = torch.tensor([[True, True, False, False, True, True],
@@ -256,7 +244,7 @@ def assert_same_step(found: dict, expected: dict) -> None:
 def test_a_weight_unfrozen_after_its_shape_was_recorded_gets_its_gradient():
     """A recording holds the gradients its backward computes: a weight unfrozen between two steps of one shape
     (gradual unfreezing) must not replay the recording made while it was frozen."""
-    layer, graphs = random_layer(), LayerGraphs(record=False)
+    layer, graphs = random_layer(16, 8, 0.5), LayerGraphs(record=False)
     layer.input_weight.requires_grad_(False)
     recorded_step(layer, graphs)
     recorded_step(layer, graphs)
@@ -267,7 +255,7 @@ def test_a_weight_unfrozen_after_its_shape_was_recorded_gets_its_gradient():
 
 def test_a_padded_batch_after_full_ones_of_its_shape_is_masked():
     """A full batch's recording skips the masking: a padded batch of the same shape must get its own."""
-    layer, graphs = random_layer(), LayerGraphs(record=False)
+    layer, graphs = random_layer(16, 8, 0.5), LayerGraphs(record=False)
     full = torch.ones(3, 5, dtype=torch.bool)
     recorded_step(layer, graphs, full)
     recorded_step(layer, graphs, full)
@@ -278,7 +266,7 @@ def test_a_padded_batch_after_full_ones_of_its_shape_is_masked():
 def test_a_parameter_replaced_after_its_shape_was_recorded_is_read():
     """A recording reads the weights it was made with (a CUDA graph, their addresses): parameters replaced by other
     tensors of the same shapes (load_state_dict(..., assign=True), FSDP's gather) must not replay it."""
-    layer, graphs = random_layer(), LayerGraphs(record=False)
+    layer, graphs = random_layer(16, 8, 0.5), LayerGraphs(record=False)
     recorded_step(layer, graphs)
     recorded_step(layer, graphs)
     assert len(graphs.recordings) == 1
