@@ -64,13 +64,18 @@ def embed(args: argparse.Namespace) -> int:
         return report_error(error)
     if state.is_main_process:
         print(
-            f"hf-elmo embed: {summary['sentences']} sentences in {args.output} ({summary['batches']} batches: "
+            f"hf-elmo embed: {counted(summary['sentences'], 'sentence')} in {args.output} "
+            f"({counted(summary['batches'], 'batch', 'batches')}: "
             f"{summary['computed']} computed by this process, {summary['resumed']} finished by an earlier run; "
             f"{summary['seconds']:.1f} s)",
             file=sys.stderr,
         )
     return 0
 
+
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """`1 sentence`, `2 sentences`, `0 sentences`; PLURAL where adding an s is wrong (`batch`, `batches`)."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo for Hugging Face transformers")

@@ -504,6 +504,8 @@ def load_carried_states(checkpoint: Path, process_index: int, device) -> tuple[t
 
 
 def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path | None:
+    """The checkpoint this run goes on from (--resume), or None for a fresh start; a fresh start into an OUTPUT_DIR
+    that is not empty, or a --resume that cannot go on, is refused here."""
     if args.resume is None:
         if list_checkpoints(output_dir) and not args.overwrite_output_dir:
             raise PretrainError(
@@ -923,12 +925,26 @@ def check_trackers(names: list[str]) -> None:
 
 
 def train(args: argparse.Namespace) -> dict:
+    """One pretraining run, in this process and in each other process of a distributed launch: the held-out
+    results (empty without --validation-file)."""
     run_started = time.perf_counter()
     keep_freed_memory()
     check_trackers(args.report_to)
     # Trackers that write files (TensorBoard's events) write them into the output folder.
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=args.report_to or None,
                               project_dir=args.output_dir)
+    results = train_with(accelerator, args, run_started)
+    # The DDP-wrapped model, a local of train_with, is gone before the process group. Otherwise DDP's reducer is the
+    # group's last owner, and freeing it, with the GIL held, runs gloo's destructor, which joins worker threads that
+    # may be waiting for the GIL to free a collective's tensors: a hang at exit (1 two-process run in 20 on 2 cores).
+    # Freed through the group's own Python object, in end_training, the destructor releases the GIL first.
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return results
+
+
+def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: float) -> dict:
+    """train's run within ACCELERATOR's processes: every check, the data, the steps and the saved model."""
     settings = resolve_settings(args, accelerator.num_processes)
     settings["mixed_precision"] = accelerator.mixed_precision
     if accelerator.mixed_precision == "fp16" and accelerator.device.type == "cpu":
@@ -1255,8 +1271,6 @@ def train(args: argparse.Namespace) -> dict:
                 "license": args.license or folder_card_license(args.init_from)}
         save_final_model(unwrapped, state_dict, vocabulary, tokenizer, output_dir, source, result_lines, card,
                          {"eval_results.json": results, "trainer_state.json": final_state})
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
     return results
 
 

@@ -531,6 +531,17 @@ def run_cli(capsys, *args) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
+
+def test_the_summary_counts_in_words_a_reader_expects(model_path, tmp_path, capsys):
+    """`1 sentence`, `1 batch`; `2 sentences`, `2 batches`."""
+    for lines, counts in ((["a b c"], "1 sentence in {} (1 batch: 1 computed"),
+                          (["a b c", "d e"], "2 sentences in {} (2 batches: 2 computed")):
+        output = tmp_path / f"{len(lines)}.hdf5"
+        code, err = run_cli(capsys, "embed", write_lines(tmp_path / f"{len(lines)}.txt", lines), output,
+                            "--batch-size", 1, "--model", model_path)
+        assert code == 0 and f"hf-elmo embed: {counts.format(output)} by this process" in err, err
+
+
 def test_the_input_is_never_the_output(model_path, tmp_path, capsys):
     """The same file, by the same path, through a symbolic or a hard link: refused, and the text is untouched."""
     source = write_lines(tmp_path / "in.txt", ["a b c", "d e"])

@@ -1110,6 +1110,42 @@ def test_two_processes_train_one_model(tmp_path):
         assert torch.allclose(tensor, two_weights[name], atol=1e-6), name
 
 
+
+DESTROY_PROBE = """\
+import gc, runpy, sys
+
+import torch.distributed
+from torch.nn.parallel import DistributedDataParallel
+
+destroy = torch.distributed.destroy_process_group
+
+
+def counting_destroy(*args, **kwargs):
+    # (no gc.collect here: a model kept only by a reference cycle is alive until a collection happens to run)
+    alive = sum(isinstance(thing, DistributedDataParallel) for thing in gc.get_objects())
+    print(f"DDP models alive when the process group goes: {alive}", flush=True)
+    return destroy(*args, **kwargs)
+
+
+torch.distributed.destroy_process_group = counting_destroy
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_two_process_run_frees_its_ddp_model_before_the_process_group(tmp_path):
+    """The hang at exit that this prevents (1 two-process run in 20 on 2 cores) needs a thread race; its cause does
+    not: DDP's reducer alive when the process group is destroyed becomes the group's last owner, and its destructor
+    then joins gloo's threads with the GIL held. Each process counts the DDP models alive at destroy_process_group."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(DESTROY_PROBE)
+    result = run_two_processes([probe, PRETRAIN, *TRAIN_ARGS, "--max-steps", 2, "--unroll-steps", 5, "--batch-size", 2,
+                                "--output-dir", tmp_path / "run"], script_env(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = re.findall(r"DDP models alive when the process group goes: (\d+)", result.stdout)
+    assert counts == ["0", "0"], result.stdout[-3000:]
+
+
 CONFIGS = REPO / "modeling" / "configs"
 
 
