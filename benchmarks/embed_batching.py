@@ -1,16 +1,20 @@
 """How much `ElmoEmbedder`'s length-sorted batching saves over batches in file order, measured in one run.
 
     .venv/bin/python benchmarks/embed_batching.py [--model DIR] [--sentences 2000] [--batch-size 64] [--threads 1]
+                                                  [--rounds 3]
 
 Without --model, a randomly initialised ELMo of the released "Small" size (cell 1024, projection 128, 2048
 character filters, one highway layer) is used: the cost of padding depends on the sizes, not on the weights.
 The sentences are the fixture sentences (3 to 53 words) in a seeded random order, like a real corpus.
-Prints both timings and their ratio; the ratio is the result, the seconds depend on the machine.
+Each round times both ways, in turns (the first way of one round is the second of the next), each from empty
+caches: otherwise the second would find the word vectors that the first computed. Prints the medians and their
+ratio with the CPU; the ratio is the result, the seconds depend on the machine.
 """
 
 import argparse
 import json
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -21,17 +25,31 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer  # noqa: E402
+from hf_elmo.fast_linear import cpu_name  # noqa: E402
 
 FIXTURE_SENTENCES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "allennlp-elmo" / "sentences.json"
 
 
-def main() -> None:
+def timed_rounds(ways: dict, rounds: int, before) -> dict[str, list[float]]:
+    """Seconds of each of `ways` (name: call) per round, in turns; `before()` runs before each timed call."""
+    seconds = {name: [] for name in ways}
+    for round_index in range(rounds):
+        for name in list(ways)[:: 1 if round_index % 2 == 0 else -1]:
+            before()
+            start = time.perf_counter()
+            ways[name]()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="an ELMo checkpoint folder (default: random weights, Small size)")
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as folder:
         model_path = args.model
@@ -45,19 +63,20 @@ def main() -> None:
         rng = random.Random(0)
         sentences = [rng.choice(pool) for _ in range(args.sentences)]
         list(embedder.embed_sentences(sentences[: args.batch_size], batch_size=args.batch_size))  # warm up
-
-        start = time.perf_counter()
-        for first in range(0, len(sentences), args.batch_size):
-            embedder.embed_batch(sentences[first : first + args.batch_size])
-        in_file_order = time.perf_counter() - start
-        start = time.perf_counter()
-        list(embedder.embed_sentences(sentences, batch_size=args.batch_size))
-        sorted_by_length = time.perf_counter() - start
+        ways = {
+            "file order": lambda: [embedder.embed_batch(sentences[first : first + args.batch_size])
+                                   for first in range(0, len(sentences), args.batch_size)],
+            "length-sorted": lambda: list(embedder.embed_sentences(sentences, batch_size=args.batch_size)),
+        }
+        seconds = timed_rounds(ways, args.rounds, before=embedder.model.clear_caches)
+    medians = {name: statistics.median(times) for name, times in seconds.items()}
     words = sum(len(sentence.split()) for sentence in sentences)
     print(f"{len(sentences)} sentences, {words} words, batch size {args.batch_size}, {args.threads} thread(s)")
-    print(f"batches in file order:       {in_file_order:8.2f} s")
-    print(f"length-sorted batches:       {sorted_by_length:8.2f} s")
-    print(f"speed-up of sorting:         {in_file_order / sorted_by_length:8.2f}x")
+    print(f"batches in file order:       {medians['file order']:8.2f} s")
+    print(f"length-sorted batches:       {medians['length-sorted']:8.2f} s")
+    print(f"speed-up of sorting:         {medians['file order'] / medians['length-sorted']:8.2f}x")
+    print(f"(medians of {args.rounds} rounds, each way from empty caches; {cpu_name()}, torch {torch.__version__})")
+    return medians
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The timing arithmetic of gpu_profile.py, memory_rates.py, optimizer_speed.py, compile_speed.py and
-embed_host_side.py, on a made-up clock or checked against the figures each prints (no GPU)."""
+"""The timing arithmetic of gpu_profile.py, memory_rates.py, optimizer_speed.py, compile_speed.py,
+embed_host_side.py and embed_batching.py, on a made-up clock or checked against the figures each prints (no GPU)."""
 
 import re
 import subprocess
@@ -97,6 +97,49 @@ def test_embed_host_side_prints_encode_words_against_the_call(tmp_path):
     call = float(re.search(r"([\d,]+) words/s", rates["tokenizer call"]).group(1).replace(",", ""))
     encode, times = re.search(r"([\d,]+) words/s \(([\d.]+)x\)", rates["encode_words"]).groups()
     assert float(times) == pytest.approx(float(encode.replace(",", "")) / call, abs=0.051), result.stdout
+
+
+
+def test_embed_batching_times_both_ways_in_turns_each_from_empty_caches():
+    import embed_batching
+
+    order = []
+    call = Calls([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    ways = {"file": lambda: (order.append("file"), call()), "sorted": lambda: (order.append("sorted"), call())}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(embed_batching, "time", types.SimpleNamespace(perf_counter=call.clock))
+        seconds = embed_batching.timed_rounds(ways, 3, before=lambda: order.append("emptied"))
+    assert order == ["emptied", "file", "emptied", "sorted", "emptied", "sorted", "emptied", "file", "emptied", "file",
+                     "emptied", "sorted"]
+    assert seconds == {"file": [1.0, 4.0, 5.0], "sorted": [2.0, 3.0, 6.0]}
+
+
+def test_embed_batching_prints_the_medians_their_ratio_and_the_cpu(tmp_path, monkeypatch, capsys):
+    import embed_batching
+
+    from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+    from hf_elmo.fast_linear import cpu_name
+
+    tiny = ElmoConfig(char_embedding_dim=4, filters=[[1, 4], [2, 4]], num_highway_layers=1, projection_dim=4,
+                      cell_size=8, num_lstm_layers=2)
+    ElmoModel(tiny).save_pretrained(tmp_path)
+    ElmoTokenizer().save_pretrained(tmp_path)
+    cached_at_start = []  # (words in the token cache when each timed way begins)
+    timed_rounds = embed_batching.timed_rounds
+
+    def observed(ways, rounds, before):
+        cache = before.__self__.char_encoder.token_cache  # (before: the model's clear_caches)
+        watched = {name: lambda way=way: (cached_at_start.append(len(cache)), way()) for name, way in ways.items()}
+        return timed_rounds(watched, rounds, before)
+
+    monkeypatch.setattr(embed_batching, "timed_rounds", observed)
+    medians = embed_batching.main(["--model", str(tmp_path), "--sentences", "12", "--batch-size", "4", "--rounds", "3"])
+    assert cached_at_start == [0] * 6
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("12 sentences, ") and lines[0].endswith(" words, batch size 4, 1 thread(s)"), lines
+    assert f"{medians['file order']:8.2f} s" in lines[1] and f"{medians['length-sorted']:8.2f} s" in lines[2]
+    assert f"{medians['file order'] / medians['length-sorted']:8.2f}x" in lines[3]
+    assert lines[4] == f"(medians of 3 rounds, each way from empty caches; {cpu_name()}, torch {torch.__version__})"
 
 
 def test_gpu_profile_kernel_time_and_count_are_per_call(tmp_path, monkeypatch):
