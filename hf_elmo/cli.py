@@ -77,6 +77,7 @@ def counted(number: int, noun: str, plural: str | None = None) -> str:
     """`1 sentence`, `2 sentences`, `0 sentences`; PLURAL where adding an s is wrong (`batch`, `batches`)."""
     return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo for Hugging Face transformers")
     commands = parser.add_subparsers(dest="command", required=True)

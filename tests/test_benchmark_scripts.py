@@ -99,7 +99,6 @@ def test_embed_host_side_prints_encode_words_against_the_call(tmp_path):
     assert float(times) == pytest.approx(float(encode.replace(",", "")) / call, abs=0.051), result.stdout
 
 
-
 def test_embed_batching_times_both_ways_in_turns_each_from_empty_caches():
     import embed_batching
 

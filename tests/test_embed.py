@@ -490,7 +490,6 @@ def test_two_processes_write_one_file(model_path, tmp_path):
             "processes: run it in a single process") in result.stderr
 
 
-
 def test_a_refusal_by_the_first_process_stops_every_process(model_path, tmp_path):
     """Under torchrun the first process takes the lock and checks the batch folder, and the others learn what it
     found: when it refuses (here the folder of an interrupted run with other settings), every process stops with its
@@ -529,7 +528,6 @@ def test_a_run_stopped_on_one_process_resumes_on_two_to_the_same_bytes(model_pat
 def run_cli(capsys, *args) -> tuple[int, str]:
     code = main([str(arg) for arg in args])
     return code, capsys.readouterr().err
-
 
 
 def test_the_summary_counts_in_words_a_reader_expects(model_path, tmp_path, capsys):

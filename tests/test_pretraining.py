@@ -1110,7 +1110,6 @@ def test_two_processes_train_one_model(tmp_path):
         assert torch.allclose(tensor, two_weights[name], atol=1e-6), name
 
 
-
 DESTROY_PROBE = """\
 import gc, runpy, sys
 
