@@ -1,5 +1,7 @@
 """Behaviour of hf_elmo/approximate.py that no other test held (found by mutation testing)."""
 
+import re
+
 import pytest
 import torch
 
@@ -19,6 +21,17 @@ def test_the_deviation_on_a_batch_without_words_is_zero_for_every_layer(kind, se
     batch = ElmoTokenizer()(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     assert batch["input_ids"].shape[1] == 0
     assert approximation_deviation(model, batch, kind) == [0.0, 0.0, 0.0]
+    assert all(layer.approximation is None for layer in model.layers)
+
+
+
+def test_the_deviation_of_an_unknown_approximation_is_refused_naming_the_choices():
+    model = ElmoModel(ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 8]], num_highway_layers=1, cell_size=16,
+                                 projection_dim=8)).eval()
+    batch = ElmoTokenizer()([["a", "b"]], is_split_into_words=True, return_tensors="pt")
+    choices = re.escape(str(APPROXIMATIONS))
+    with pytest.raises(ValueError, match=rf"^unknown approximation 'fp8': choose one of {choices}$"):
+        approximation_deviation(model, batch, "fp8")
     assert all(layer.approximation is None for layer in model.layers)
 
 

@@ -119,8 +119,8 @@ def test_embed_batching_prints_the_medians_their_ratio_and_the_cpu(tmp_path, mon
     from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
     from hf_elmo.fast_linear import cpu_name
 
-    tiny = ElmoConfig(char_embedding_dim=4, filters=[[1, 4], [2, 4]], num_highway_layers=1, projection_dim=4,
-                      cell_size=8, num_lstm_layers=2)
+    tiny = ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1,
+                      projection_dim=4, cell_size=8, num_lstm_layers=2)
     ElmoModel(tiny).save_pretrained(tmp_path)
     ElmoTokenizer().save_pretrained(tmp_path)
     cached_at_start = []  # (words in the token cache when each timed way begins)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo.configuration_elmo import check_type
 
 TINY = dict(char_embedding_dim=4, num_highway_layers=1, cell_size=16, projection_dim=8)
 VOCABULARY_ALPHABET = dict(alphabet="vocabulary", n_characters=62, bos_char_id=1, eos_char_id=2, bow_char_id=3,
@@ -19,6 +20,21 @@ def test_a_config_without_filters_is_refused_naming_the_field():
     with pytest.raises(ValueError, match=r"^ElmoConfig.char_cnn_filters must be one or more \[width, count\] pairs, "
                                          r"each at least 1, got \[\]$"):
         ElmoConfig(char_cnn_filters=[])
+
+
+
+def test_filters_that_are_not_a_list_of_pairs_are_refused_naming_the_field():
+    """A number where the list goes (options.json's count of filters, say) and a filter of three numbers: each
+    refused with the field and the form it takes."""
+    with pytest.raises(ValueError, match=r"^ElmoConfig.char_cnn_filters must be a list of lists of integers, got 2048 "
+                                         r"\(int\)$"):
+        ElmoConfig(char_cnn_filters=2048)
+    with pytest.raises(ValueError, match=r"^ElmoConfig.char_cnn_filters must be one or more \[width, count\] pairs, "
+                                         r"each at least 1, got \[\[1, 4, 5\]\]$"):
+        ElmoConfig(char_cnn_filters=[[1, 4, 5]])
+    # (the words for a fixed-length tuple, which char_cnn_filters' list form hides in its own message)
+    with pytest.raises(ValueError, match=r"^size must be a list of 2 integers, got \[1\] \(list\)$"):
+        check_type("size", [1], tuple[int, int])
 
 
 def test_a_filter_as_wide_as_a_word_is_accepted_and_runs():

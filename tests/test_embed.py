@@ -64,6 +64,22 @@ def read_all(path: Path) -> dict[str, np.ndarray]:
         return {key: handle[key][...] for key in handle}
 
 
+
+@pytest.mark.parametrize("output_format", ["all", "top", "average", "mix"])
+def test_a_batch_of_empty_sentences_gives_empty_embeddings_in_their_places(embedder, output_format):
+    """Length-sorted batching puts the empty lines together: a batch of them alone is not run through the model,
+    and each gets the empty embedding an empty sentence gets in any batch, in its own place."""
+    sentences = ["", "a b c", "", "d", ""]
+    results = list(embedder.embed_sentences(sentences, batch_size=2, output_format=output_format))
+    (empty,) = embedder.embed_batch([[]], output_format)
+    for sentence, result in zip(sentences, results):
+        if sentence:
+            (alone,) = embedder.embed_batch([sentence.split()], output_format)
+            np.testing.assert_allclose(result, alone, rtol=0, atol=1e-6)
+        else:
+            assert result.shape == empty.shape and result.dtype == empty.dtype and empty.size == 0
+
+
 def test_embed_sentences_gives_every_layer_in_order(embedder, model_path):
     sentences = fixture_lines()[:7] + ["", "one"]
     results = list(embedder.embed_sentences(sentences, batch_size=3))

@@ -196,6 +196,7 @@ def test_labels_of_another_shape_dtype_or_range_are_refused(base_path, tokenizer
         (torch.tensor([1.0, 0.0, 2.0, 1.0]), r"labels must be \[4, 3\] 0/1 floats for multi-label classification "
          r"\(single-label class ids are integers\), got torch.float32 \[4\]"),
         (torch.full((4, 3), 2.0), r"labels holds 2.0: multi-label classification reads a 0/1"),
+        ([1, 0, 2, 1], r"labels must be a tensor, got list$"),
     ]:
         with pytest.raises(ValueError, match=f"^{message}"):
             classifier(**batch, labels=labels)
