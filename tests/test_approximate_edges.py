@@ -24,7 +24,6 @@ def test_the_deviation_on_a_batch_without_words_is_zero_for_every_layer(kind, se
     assert all(layer.approximation is None for layer in model.layers)
 
 
-
 def test_the_deviation_of_an_unknown_approximation_is_refused_naming_the_choices():
     model = ElmoModel(ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 8]], num_highway_layers=1, cell_size=16,
                                  projection_dim=8)).eval()

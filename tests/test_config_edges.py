@@ -22,7 +22,6 @@ def test_a_config_without_filters_is_refused_naming_the_field():
         ElmoConfig(char_cnn_filters=[])
 
 
-
 def test_filters_that_are_not_a_list_of_pairs_are_refused_naming_the_field():
     """A number where the list goes (options.json's count of filters, say) and a filter of three numbers: each
     refused with the field and the form it takes."""

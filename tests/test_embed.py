@@ -64,7 +64,6 @@ def read_all(path: Path) -> dict[str, np.ndarray]:
         return {key: handle[key][...] for key in handle}
 
 
-
 @pytest.mark.parametrize("output_format", ["all", "top", "average", "mix"])
 def test_a_batch_of_empty_sentences_gives_empty_embeddings_in_their_places(embedder, output_format):
     """Length-sorted batching puts the empty lines together: a batch of them alone is not run through the model,
