@@ -507,12 +507,12 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
     """The checkpoint this run goes on from (--resume), or None for a fresh start; a fresh start into an OUTPUT_DIR
     that is not empty, or a --resume that cannot go on, is refused here."""
     if args.resume is None:
-        if list_checkpoints(output_dir) and not args.overwrite_output_dir:
-            raise PretrainError(
-                f"{output_dir} already holds checkpoints: pass --resume to continue that run, or --overwrite-output-dir"
-            )
         held = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
-        if held and not args.overwrite_output_dir:  # (a finished run's model, a converted one, the user's own files)
+        if held and not args.overwrite_output_dir:
+            if list_checkpoints(output_dir):
+                raise PretrainError(f"{output_dir} already holds checkpoints: pass --resume to continue that run, or "
+                                    "--overwrite-output-dir")
+            # (a finished run's model, a converted one, the user's own files)
             shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
             raise PretrainError(f"{output_dir} is not empty ({shown}): pass --overwrite-output-dir to start afresh "
                                 "there, replacing what a run writes, or choose another --output-dir")
