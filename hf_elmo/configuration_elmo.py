@@ -1,6 +1,8 @@
 """ELMo configuration: every option of the original `options.json`, plus how the layers are mixed."""
 
+import difflib
 import json
+import logging
 import math
 import os
 import types
@@ -10,6 +12,8 @@ from typing import Any
 from transformers import PreTrainedConfig
 
 from .pipelines import register_pipelines
+
+logger = logging.getLogger(__name__)
 
 # The config is the first file of a saved folder that `pipeline(task, model=folder, trust_remote_code=True)` imports,
 # before it picks the task's pipeline class: registering here makes pipeline() read ELMo there too (pipelines.py).
@@ -150,12 +154,29 @@ def check_value(name: str, value, allowed, requirement: str) -> None:
         raise ValueError(f"{name} must be {requirement}, got {value!r}")
 
 
+def _warn_of_misspelt_fields(settings: dict[str, Any]) -> None:
+    """Warn of each setting that is no field of ElmoConfig but looks meant for one: an options.json name (`filters`,
+    `n_highway`) or a near spelling (`cellsize`). transformers keeps unknown settings as attributes, so such a one
+    would otherwise leave the field at its default without a word; it is still kept, as transformers does."""
+    fields = list(ElmoConfig.__annotations__)
+    for key in settings:
+        # (transformers' special tokens, `sep_token_id` say, are settings of their own, not a pad_token_id misspelt)
+        if key in fields or hasattr(ElmoConfig, key) or key.endswith("_token_id"):
+            continue
+        meant = [field for field, (path, _) in ORIGINAL_OPTIONS.items() if path[-1] == key]
+        meant += [field for field in difflib.get_close_matches(key, fields, n=2, cutoff=0.8) if field not in meant]
+        if meant:
+            logger.warning(f"ElmoConfig has no field {key!r} (kept as an attribute that no ELMo model reads): did "
+                           f"you mean {' or '.join(map(repr, meant))}?")
+
+
 class ElmoConfig(PreTrainedConfig):
     r"""
     Configuration of an ELMo model. The defaults are the original model (`2x4096_512_2048cnn_2xhighway`).
     Every field is type-checked whenever it is set, and its value at construction (the keyword arguments of
     `from_pretrained` included) and whenever a model is built on the config, with an error that names it; nothing is
-    converted silently (an integer is a number, a list stands for a tuple, a clip of 0 means None).
+    converted silently (an integer is a number, a list stands for a tuple, a clip of 0 means None). A setting that is
+    no field but looks meant for one (options.json's `filters`, `cellsize`) is named in a warning with the field.
 
     Character CNN (`char_cnn` in options.json):
         char_embedding_dim (`int`): size of a character embedding (`char_cnn.embedding.dim`).
@@ -256,6 +277,7 @@ class ElmoConfig(PreTrainedConfig):
         for alias, name in self.attribute_map.items():  # (the base class would set them after the check)
             if alias in kwargs:
                 setattr(self, name, kwargs.pop(alias))
+        _warn_of_misspelt_fields(kwargs)
         self.check_values()
         super().__post_init__(**kwargs)
         # After the base class has set the loaded keys: entries a folder already names win over ours.

@@ -160,3 +160,48 @@ def test_to_original_options_writes_every_option_bilm_tf_reads():
                      "max_characters_per_token": 20, "n_characters": 262},
     }
     assert ElmoConfig.from_original_options(config.to_original_options()).to_dict() == config.to_dict()
+
+
+def warnings_of(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+
+
+def test_a_setting_meant_for_a_field_is_named_in_a_warning_with_the_field(tmp_path, caplog):
+    """transformers keeps a setting that is no field as a plain attribute, so `filters=` (options.json's name) or
+    `cellsize=` would leave the field at its default without a word: each is named in a warning with the field it
+    looks meant for, at construction and when a config.json holding it is loaded, and is still kept."""
+    config = ElmoConfig(filters=[[1, 4]], dim=8, cellsize=32)
+    assert warnings_of(caplog) == [
+        "ElmoConfig has no field 'filters' (kept as an attribute that no ELMo model reads): did you mean "
+        "'char_cnn_filters'?",
+        "ElmoConfig has no field 'dim' (kept as an attribute that no ELMo model reads): did you mean "
+        "'char_embedding_dim' or 'cell_size'?",
+        "ElmoConfig has no field 'cellsize' (kept as an attribute that no ELMo model reads): did you mean 'cell_size'?",
+    ]
+    assert (config.filters, config.dim, config.cellsize) == ([[1, 4]], 8, 32)
+    assert config.cell_size == 4096 and config.char_cnn_filters == [list(f) for f in ElmoConfig().char_cnn_filters]
+
+    ElmoConfig(**TINY).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "n_highway": 2}))
+    caplog.clear()
+    assert ElmoConfig.from_pretrained(tmp_path).num_highway_layers == 1
+    assert warnings_of(caplog) == ["ElmoConfig has no field 'n_highway' (kept as an attribute that no ELMo model "
+                                   "reads): did you mean 'num_highway_layers'?"]
+
+
+def test_settings_of_transformers_and_of_the_user_are_kept_without_a_warning(tmp_path, caplog):
+    """What transformers itself reads (labels, dtype, special tokens), attributes of the user's own, and every saved
+    ELMo folder (the packaged default model's, one with every field changed) load without the warning."""
+    import hf_elmo
+
+    config = ElmoConfig(**TINY, num_labels=3, torch_dtype="float32", sep_token_id=3, my_note="trained on news")
+    assert (config.num_labels, config.sep_token_id, config.my_note) == (3, 3, "trained on news")
+    changed = ElmoConfig(**TINY, **VOCABULARY_ALPHABET, char_cnn_filters=[[1, 4], [2, 8]], cell_clip=2.0,
+                         proj_clip=None, use_skip_connections=False, forget_bias=0.0, num_output_representations=2,
+                         do_layer_norm=True, dropout=0.5, finetune_bilm=True, scalar_mix_l2_coef=0.001,
+                         sequence_pooling="max", lm_vocab_size=10, lm_dropout=0.1, lm_negative_samples=4)
+    changed.save_pretrained(tmp_path)
+    assert ElmoConfig.from_pretrained(tmp_path).to_dict() == changed.to_dict()
+    ElmoConfig.from_pretrained(hf_elmo.__path__[0] + "/default-model")
+    assert warnings_of(caplog) == []
