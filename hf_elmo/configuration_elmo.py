@@ -284,6 +284,15 @@ class ElmoConfig(PreTrainedConfig):
         self.auto_map = {**ELMO_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
 
     @classmethod
+    def _dict_from_json_file(cls, json_file: str | os.PathLike):
+        # (transformers reads a config.json of a JSON number, null or true on, and fails deep inside with a TypeError)
+        config_dict = super()._dict_from_json_file(json_file)
+        if not isinstance(config_dict, dict):
+            raise ValueError(f"{json_file}: the config holds a JSON {type(config_dict).__name__}, not an object of "
+                             "settings")
+        return config_dict
+
+    @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs):
         if not isinstance(config_dict, dict):  # (a config.json of a JSON array, say: the base class fails deep inside)
             raise ValueError(f"the config holds a JSON {type(config_dict).__name__}, not an object of settings")

@@ -13,7 +13,7 @@ import torch
 
 from conftest import REPO, assert_only_an_error_line, run_two_processes
 
-from hf_elmo import ElmoConfig
+from hf_elmo import ElmoConfig, ElmoModel
 from hf_elmo.cli import main
 from hf_elmo.demo import SenseVectors, plot_senses
 
@@ -86,7 +86,8 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(tmp_path, capsys, m
     """README: for `hf-elmo demo` and `hf-elmo embed`, a model that cannot be loaded is one line `error: ...` naming
     it. The demo gave transformers' messages: a relative path that names nothing was "Repo id must use alphanumeric
     chars", a folder without config.json a missing weights file, and a Hub id it cannot reach two lines that name
-    no model."""
+    no model. In code, `ElmoConfig.from_pretrained` and `ElmoModel.from_pretrained` of a config.json that holds no
+    object name the file (a number, null or true failed with a TypeError from inside transformers)."""
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty-folder").mkdir()
@@ -108,8 +109,12 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(tmp_path, capsys, m
             assert main([*command, "--model", model]) == 2
             assert_only_an_error_line(2, capsys.readouterr().err, f"error: {message}")
     assert sorted(os.listdir(tmp_path)) == ["array", "bert", "empty-folder", "in.txt", "string"]
-    with pytest.raises(ValueError, match="^the config holds a JSON list, not an object of settings$"):
-        ElmoConfig.from_pretrained(tmp_path / "array")
+    for content, kind in [("[1]", "list"), ("5", "int"), ("null", "NoneType"), ("true", "bool")]:
+        (tmp_path / "array" / "config.json").write_text(content)
+        for load in (ElmoConfig.from_pretrained, ElmoModel.from_pretrained):
+            with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'array' / 'config.json'))}: the config "
+                                                 f"holds a JSON {kind}, not an object of settings$"):
+                load(tmp_path / "array")
 
 
 def test_no_subcommand_is_a_usage_error(capsys):
