@@ -1785,17 +1785,22 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
 
 
 def test_evaluate_refuses_a_folder_without_a_softmax_and_its_vocabulary(reference_run, converted, tmp_path, capsys):
-    """evaluate.py needs what pretrain.py writes: a converted ELMo (no vocab.txt), a folder without config.json, and a
-    vocab.txt of another size than the softmax are each one error line."""
+    """evaluate.py needs what pretrain.py writes: a converted ELMo (no vocab.txt), a folder without config.json, a
+    config.json that holds a number (a TypeError from inside transformers before), and a vocab.txt of another size
+    than the softmax are each one error line."""
     from modeling import evaluate
 
     (tmp_path / "empty").mkdir()
     other = tmp_path / "other-vocabulary"
     shutil.copytree(reference_run, other, ignore=shutil.ignore_patterns("checkpoint-*"))
     (other / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n")
+    number = tmp_path / "number-config"
+    shutil.copytree(reference_run, number, ignore=shutil.ignore_patterns("checkpoint-*"))
+    (number / "config.json").write_text("5")
     for folder, message in [
         (converted["allennlp-elmo"], f"{converted['allennlp-elmo']}: no vocab.txt; pass a folder written by modeling/pretrain.py"),
         (tmp_path / "empty", f"{tmp_path / 'empty'}: no config.json; pass a folder written by modeling/pretrain.py"),
+        (number, f"{number / 'config.json'}: the config holds a JSON int, not an object of settings"),
         (other, f"{other}: vocab.txt has 4 words, the softmax 32"),
     ]:
         code = evaluate.main(["--model-dir", str(folder), "--file", str(TRAIN / "data.txt")])
