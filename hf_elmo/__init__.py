@@ -1,5 +1,7 @@
 """hf-elmo: ELMo (Peters et al. 2018) in transformers, exact to the original weights."""
 
+from importlib.metadata import PackageNotFoundError, version
+
 import transformers
 
 from . import modeling_elmo
@@ -28,6 +30,11 @@ for _auto_class, _reference in ELMO_AUTO_MAP.items():
         getattr(transformers, _auto_class).register(ElmoConfig, _model_class)
         _model_class.register_for_auto_class(_auto_class)
 # (configuration_elmo registers the ELMo-aware pipelines on import; see pipelines.py)
+
+try:
+    __version__ = version("hf-elmo")
+except PackageNotFoundError:  # (the source tree imported without being installed)
+    __version__ = "unknown"
 
 __all__ = [
     "ELMO_AUTO_MAP",

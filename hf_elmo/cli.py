@@ -78,8 +78,22 @@ def counted(number: int, noun: str, plural: str | None = None) -> str:
     return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
 
+def versions() -> str:
+    """`hf-elmo --version`: hf-elmo's version and those of the two libraries its numbers depend on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"hf-elmo {of('hf-elmo')} (transformers {of('transformers')}, torch {of('torch')})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo for Hugging Face transformers")
+    parser.add_argument("--version", action="version", version=versions())
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser("demo", help="show contextual vectors of repeated words")
     demo_parser.add_argument("--model", help="a converted ELMo checkpoint folder or Hub id (default: the default model)")

@@ -126,6 +126,24 @@ def test_no_subcommand_is_a_usage_error(capsys):
     assert err.startswith("usage: hf-elmo") and "error: the following arguments are required: command" in err
 
 
+def test_the_version_is_the_packages_with_transformers_and_torch(capsys):
+    """`hf-elmo --version` and `hf_elmo.__version__` give the installed package's version (pyproject.toml's), the
+    command with the transformers and torch it runs on."""
+    import tomllib
+
+    import transformers
+
+    import hf_elmo
+
+    with pytest.raises(SystemExit) as raised:
+        main(["--version"])
+    assert raised.value.code == 0
+    expected = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert hf_elmo.__version__ == expected
+    assert capsys.readouterr().out == (f"hf-elmo {expected} (transformers {transformers.__version__}, torch "
+                                       f"{torch.__version__})\n")
+
+
 @pytest.mark.parametrize("first, second", [("--top", "--average"), ("--all", "--mix"), ("--mix", "--top")])
 def test_two_output_layouts_are_refused_not_the_last_one_taken(tmp_path, capsys, first, second):
     """--all, --top, --average and --mix choose one layout: two of them are a usage error (exit 2) before the input
