@@ -1,6 +1,6 @@
 """hf-elmo: ELMo (Peters et al. 2018) in transformers, exact to the original weights."""
 
-from importlib.metadata import PackageNotFoundError, version
+import importlib.metadata
 
 import transformers
 
@@ -32,8 +32,8 @@ for _auto_class, _reference in ELMO_AUTO_MAP.items():
 # (configuration_elmo registers the ELMo-aware pipelines on import; see pipelines.py)
 
 try:
-    __version__ = version("hf-elmo")
-except PackageNotFoundError:  # (the source tree imported without being installed)
+    __version__ = importlib.metadata.version("hf-elmo")
+except importlib.metadata.PackageNotFoundError:  # (the source tree imported without being installed)
     __version__ = "unknown"
 
 __all__ = [

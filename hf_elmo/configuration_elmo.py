@@ -294,7 +294,7 @@ class ElmoConfig(PreTrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs):
-        if not isinstance(config_dict, dict):  # (a config.json of a JSON array, say: the base class fails deep inside)
+        if not isinstance(config_dict, dict):  # (a list given in code, say: the base class fails deep inside)
             raise ValueError(f"the config holds a JSON {type(config_dict).__name__}, not an object of settings")
         # Another model's config.json (transformers would only warn) fails on whichever ELMo field it lacks first.
         if config_dict.get("model_type", cls.model_type) != cls.model_type:
