@@ -46,6 +46,7 @@ def report_error(error: Exception) -> int:
 def embed(args: argparse.Namespace) -> int:
     from .embed_file import check_input_file, check_paths, process_state
     from .embedder import ElmoEmbedder
+    from .model_card import counted
 
     if args.batch_size < 1:
         print(f"error: --batch-size must be at least 1, got {args.batch_size}", file=sys.stderr)
@@ -71,11 +72,6 @@ def embed(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
-
-
-def counted(number: int, noun: str, plural: str | None = None) -> str:
-    """`1 sentence`, `2 sentences`, `0 sentences`; PLURAL where adding an s is wrong (`batch`, `batches`)."""
-    return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
 
 def versions() -> str:

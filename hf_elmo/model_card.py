@@ -50,6 +50,11 @@ _BASE_CARD = (
 )
 
 
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """`1 sentence`, `2 sentences`, `0 sentences`; PLURAL where adding an s is wrong (`batch`, `batches`)."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
 def check_language(language: str | Sequence[str]) -> None:
     """Refuse what is not a language code (`en`, `zh`, `pt-BR`, `und`, or the Hub's `multilingual`), or a list of
     them: it goes into the card's YAML header as it is."""
@@ -125,6 +130,7 @@ def render_model_card(
         parameters=f"{sum(p.numel() for p in model.parameters()):,}",
         num_layers=config.num_lstm_layers + 1,
         num_lstm_layers=config.num_lstm_layers,
+        lstm_layers=counted(config.num_lstm_layers, "biLSTM layer"),
         hidden_size=config.hidden_size,
         cell_size=config.cell_size,
         projection_dim=config.projection_dim,
@@ -133,7 +139,7 @@ def render_model_card(
         use_skip_connections="yes" if config.use_skip_connections else "no",
         num_char_filters=config.num_char_filters,
         char_embedding_dim=config.char_embedding_dim,
-        num_highway_layers=config.num_highway_layers,
+        highway_layers=counted(config.num_highway_layers, "highway layer"),
         max_characters_per_token=config.max_characters_per_token,
         input=_input_description(config),
         source=source,

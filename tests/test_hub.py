@@ -590,6 +590,19 @@ def test_the_card_table_reads_the_config(cell_clip, proj_clip, skip):
     assert rows["source"] == "made by a test"
 
 
+def test_the_card_table_counts_one_layer_as_one():
+    """A model of one biLSTM layer and one highway layer (the default model has one) reads as English does, not
+    "1 highway layers"."""
+    config = ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]], num_highway_layers=1,
+                        num_lstm_layers=1, char_embedding_dim=5)
+    rows = card_table(render_model_card(ElmoModel(config), "someone/elmo-test", source="made by a test"))
+    assert rows["layers"] == "2 (the token layer and 1 biLSTM layer), each 16 wide"
+    assert rows["character CNN"] == "4 filters over 5-dimensional characters, 1 highway layer, 50 characters per word"
+    config.num_highway_layers = 0
+    rows = card_table(render_model_card(ElmoModel(config), "someone/elmo-test", source="made by a test"))
+    assert rows["character CNN"] == "4 filters over 5-dimensional characters, 0 highway layers, 50 characters per word"
+
+
 def test_the_default_card_of_a_bilm_from_the_hub_names_no_base_model():
     config = ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]], num_highway_layers=1)
     for model_class, names_base in ((ElmoModel, False), (ElmoForTokenClassification, True)):
