@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from hf_elmo.files import BYTE_ORDER_MARK, check_text_file
+from hf_elmo.model_card import counted
 from hf_elmo.tokenization_elmo import ElmoTokenizer
 
 from .vocabulary import Vocabulary
@@ -311,8 +312,8 @@ class StreamBatches:
         self.steps_per_epoch = self.row_length // unroll_steps
         if self.steps_per_epoch == 0:
             raise DataError(
-                f"the training text has {text.num_predictions} words per direction, too few for one window of "
-                f"{self.rows} rows x {unroll_steps} words; lower --batch-size or --unroll-steps"
+                f"the training text has {counted(text.num_predictions, 'word')} per direction, too few for one window "
+                f"of {counted(self.rows, 'row')} x {counted(unroll_steps, 'word')}; lower --batch-size or --unroll-steps"
             )
         self._epoch, self._streams = None, None
 
@@ -356,7 +357,8 @@ class SentenceBatches:
         self.first_row = process_index * batch_size
         self.steps_per_epoch = text.num_sentences // self.rows
         if self.steps_per_epoch == 0:
-            raise DataError(f"the training text has {text.num_sentences} sentences, fewer than one batch of {self.rows}")
+            raise DataError(f"the training text has {counted(text.num_sentences, 'sentence')}, fewer than one batch of "
+                            f"{self.rows}")
         self._epoch, self._order = None, None
 
     def starts_row_streams(self, index: int) -> bool:

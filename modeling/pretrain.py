@@ -54,7 +54,7 @@ from hf_elmo.files import (check_output_location, fsync_path, input_inside, mode
                             sha256_file, sha256_tensors)
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
-from hf_elmo.model_card import (card_option_problem, folder_card_language, folder_card_license,  # noqa: E402
+from hf_elmo.model_card import (card_option_problem, counted, folder_card_language, folder_card_license,  # noqa: E402
                                 render_model_card)
 
 from modeling.data import (  # noqa: E402
@@ -274,8 +274,8 @@ def checkpoint_notice(args: argparse.Namespace, settings: dict, max_steps: int) 
     save_steps = settings["save_steps"]
     if not save_steps or save_steps < max_steps:
         return None
-    counted = "--max-steps" if args.max_steps is not None else "its epochs over the training text"
-    length = f"{max_steps} steps ({counted})"
+    decided_by = "--max-steps" if args.max_steps is not None else "its epochs over the training text"
+    length = f"{counted(max_steps, 'step')} ({decided_by})"
     if args.save_steps is not None:
         remedy = f"--save-steps below {max_steps}, or 0 for the final model only" if max_steps > 1 else "--save-steps 0"
         raise PretrainError(f"--save-steps {save_steps} writes no checkpoint in this run of {length}: checkpoints come "
@@ -456,8 +456,8 @@ def finished_run_message(args, settings: dict, output_dir: Path, finished: dict,
     this command asks for (nothing to train). Fewer steps than it has are refused: they would replace its model."""
     if finished["step"] > max_steps:
         raise PretrainError(
-            f"{output_dir}: the run finished at step {finished['step']}, past the {max_steps} steps this command trains "
-            f"for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {finished['step']} or more"
+            f"{output_dir}: the run finished at step {finished['step']}, past the {counted(max_steps, 'step')} this "
+            f"command trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {finished['step']} or more"
         )
     spent = clock is not None and finished.get("train_seconds", 0.0) >= clock.budget
     if finished["step"] == max_steps or spent:
@@ -1036,8 +1036,8 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
             # (the least that goes on: where the run finished, after its latest checkpoint, where it did)
             least = max(resumed_step, finished_state["step"] if finished_state is not None else 0)
             raise PretrainError(
-                f"--resume {checkpoint}: that run is at step {resumed_step}, past the {max_steps} steps this command "
-                f"trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {least} or more"
+                f"--resume {checkpoint}: that run is at step {resumed_step}, past the {counted(max_steps, 'step')} this "
+                f"command trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {least} or more"
             )
         if clock is not None:
             clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"], saved_state["train_seconds"],
@@ -1246,7 +1246,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         result_lines = ""
         if results:
             result_lines = (
-                f"Held-out perplexity after {step} steps: forward {results['forward_perplexity']:.2f}, "
+                f"Held-out perplexity after {counted(step, 'step')}: forward {results['forward_perplexity']:.2f}, "
                 f"backward {results['backward_perplexity']:.2f}, average {results['average_perplexity']:.2f} "
                 f"({results['target_words']:,} target words per direction)."
             )

@@ -101,6 +101,9 @@ def test_save_steps_that_no_step_of_the_run_reaches_is_refused_where_given_and_s
         (["--epochs", 1, "--save-steps", 50], "in this run of 3 steps (its epochs over the training text)"),
         (["--max-train-minutes", 1, "--max-steps", 2, "--save-steps", 2],
          "--save-steps 2 writes no checkpoint in this run of 2 steps (--max-steps)"),
+        (["--max-steps", 1, "--save-steps", 1], "--save-steps 1 writes no checkpoint in this run of 1 step (--max-steps): "
+                                                "checkpoints come before the last step, which saves the final model; "
+                                                "pass --save-steps 0"),
     ]:
         code, _, err = run_main(capsys, *text, *arguments, "--output-dir", output)
         assert_one_error(code, err, message)

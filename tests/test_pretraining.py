@@ -1742,6 +1742,7 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
     (tmp_path / "vocab-empty.txt").write_bytes(b"\n\n")
     (tmp_path / "vocab-twice.txt").write_text("!!!MAXTERMID\n<S>\n</S>\n\n<UNK>\nthe\nof\nthe\n")  # (lines of the file)
     (tmp_path / "vocab-counts.txt").write_text("<S>\n</S>\n<UNK>\nthe\t5\n")  # (every word was <UNK>)
+    (tmp_path / "one-sentence.txt").write_text("the\n")
     data = ["--train-file", TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt"]
     cases = [
         (["--train-file", tmp_path / "empty.txt"], "--train-file", "empty.txt: the training file is empty"),
@@ -1765,6 +1766,12 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
         ([*data, "--batching", "sentence", "--batch-size", 100_000], "the training text has", "fewer than one batch of 100000"),
         ([*data, "--batch-size", 100_000], "the training text has 139 words per direction, too few for one window of "
                                            "100000 rows x 10 words; lower --batch-size or --unroll-steps", ""),
+        # (a count of one in the singular)
+        (["--train-file", tmp_path / "one-sentence.txt", "--vocab-file", TRAIN / "vocab.txt", "--batching", "sentence",
+          "--batch-size", 2], "the training text has 1 sentence, fewer than one batch of 2", ""),
+        (["--train-file", tmp_path / "one-sentence.txt", "--vocab-file", TRAIN / "vocab.txt", "--batch-size", 1,
+          "--unroll-steps", 3], "the training text has 2 words per direction, too few for one window of 1 row x 3 "
+                                "words", ""),
         (["--train-file", tmp_path, TRAIN / "data.txt", "--vocab-file", TRAIN / "vocab.txt"],
          f"--train-file {tmp_path}: a folder can only be given alone, as a saved datasets dataset", ""),
         (["--train-file", tmp_path, "--vocab-file", TRAIN / "vocab.txt"],
