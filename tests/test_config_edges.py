@@ -191,8 +191,8 @@ def test_a_setting_meant_for_a_field_is_named_in_a_warning_with_the_field(tmp_pa
 
 
 def test_settings_of_transformers_and_of_the_user_are_kept_without_a_warning(tmp_path, caplog):
-    """What transformers itself reads (labels, dtype, special tokens), attributes of the user's own, and every saved
-    ELMo folder (the packaged default model's, one with every field changed) load without the warning."""
+    """What transformers itself reads (labels, dtype, special tokens), attributes of the user's own, and saved ELMo
+    folders (the packaged default model's, one with every field changed) load without the warning."""
     import hf_elmo
 
     config = ElmoConfig(**TINY, num_labels=3, torch_dtype="float32", sep_token_id=3, my_note="trained on news")
