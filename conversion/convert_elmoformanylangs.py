@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
-from hf_elmo.lexicon import ElmoLexicon, LexiconError, read_dictionary  # noqa: E402
+from hf_elmo.lexicon import LexiconError, read_dictionary  # noqa: E402
 from hf_elmo.model_card import card_option_problem, check_language, check_license, render_model_card  # noqa: E402
 
 from conversion.convert_original_elmo import (  # noqa: E402
@@ -90,16 +90,9 @@ def convert_elmoformanylangs_to_hf(
     model_dir = Path(model_dir)
     architecture, source = read_architecture(model_dir)
     options = architecture_options(architecture, source)
-    # The dictionaries are checked (their ids 0 .. N - 1 among them) before the tokenizer is built from them.
-    word_file = model_dir / "word.dic"
-    try:
-        lexicon = ElmoLexicon.from_files(model_dir / "char.dic", word_file if word_file.is_file() else None,
-                                         options["max_characters_per_token"])
-    except LexiconError as error:
-        raise ConversionError(str(error)) from None
-    tokenizer = read_tokenizer(model_dir, options)
+    tokenizer = read_tokenizer(model_dir, options)  # (its dictionaries checked, their ids 0 .. N - 1 among them)
     config = config_from_options(options, tokenizer, source)
-    state = package_to_state_dict(read_weights(model_dir, config, len(lexicon.chars)), config)
+    state = package_to_state_dict(read_weights(model_dir, config, len(tokenizer.lexicon.chars)), config)
     model = ElmoModel(config)
     model.load_state_dict(state, strict=True)
     model.eval()
