@@ -129,3 +129,29 @@ def test_way_back_takes_a_model_that_projects_only_where_widths_differ(converted
     equal_widths = ElmoConfig.from_pretrained(folder, always_project=False, cell_size=8)
     with pytest.raises(ConversionError, match=r"^ELMoForManyLangs always projects .* leaves a projection out"):
         check_convertible(equal_widths)
+
+
+@pytest.mark.parametrize("section", ["encoder", "token_embedder"])
+def test_an_architecture_without_a_section_is_refused_naming_it(section):
+    """An architecture json without its encoder or token_embedder section (or one that is no object) names the
+    section, not a KeyError."""
+    architecture = json.loads((ELMOFORMANYLANGS / "chars_only" / "architecture.json").read_text())
+    for value in (None, ["elmo"]):
+        architecture[section] = value
+        with pytest.raises(ConversionError, match=rf"^architecture.json: no '{section}' section$"):
+            architecture_options({k: v for k, v in architecture.items() if v is not None}, "architecture.json")
+
+
+def test_options_that_contradict_each_other_are_refused_naming_the_file_and_nothing_is_written(tmp_path, capsys):
+    """Each option can be right alone and wrong with another: a projection wider than the cell is refused at
+    conversion, naming the architecture json and both options, before any output."""
+    folder = shutil.copytree(ELMOFORMANYLANGS / "chars_only", tmp_path / "model")
+    config_path = json.loads((folder / "config.json").read_text())["config_path"]
+    architecture = json.loads((folder / config_path).read_text())
+    architecture["encoder"]["projection_dim"] = architecture["encoder"]["dim"] + 8
+    (folder / config_path).write_text(json.dumps(architecture))
+    code = main(["--model-dir", str(folder), "--output-dir", str(tmp_path / "hf")])
+    assert_only_an_error_line(code, capsys.readouterr().err,
+                              f"error: {folder / config_path}: ElmoConfig.projection_dim (32) cannot exceed cell_size "
+                              "(24)")
+    assert not (tmp_path / "hf").exists()
