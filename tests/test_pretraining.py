@@ -780,12 +780,17 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
 
 def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path, capsys, monkeypatch):
     """export_default.py: a missing run folder or sources file was a traceback. --output, which the export replaces
-    whole, replaced any folder: one of notes, the run folder itself (its checkpoints deleted), `.` (a traceback)."""
+    whole, replaced any folder: one of notes, the run folder itself (its checkpoints deleted), `.` (a traceback). A
+    source that is no object and a run whose weights file is cut short are each one error line too."""
     from modeling import export_default
 
     sources, output = tmp_path / "sources.json", tmp_path / "default-model"
     sources.write_text("{}")
     (tmp_path / "cut.json").write_text('{"fixture": ')
+    (tmp_path / "number-source.json").write_text('{"fixture": 5}')
+    cut_weights = shutil.copytree(reference_run, tmp_path / "cut-weights", ignore=shutil.ignore_patterns("checkpoint-*"))
+    weights = (cut_weights / "model.safetensors").read_bytes()
+    (cut_weights / "model.safetensors").write_bytes(weights[: len(weights) // 2])
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.txt").write_text("mine")
@@ -803,6 +808,9 @@ def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path
         (["--run-dir", tmp_path, "--sources", sources], f"--run-dir {tmp_path}: no model.safetensors; train first"),
         (["--run-dir", reference_run, "--sources", tmp_path / "missing.json"], f"--sources {tmp_path / 'missing.json'}: sources file not found"),
         (["--run-dir", reference_run, "--sources", tmp_path / "cut.json"], f"--sources {tmp_path / 'cut.json'}: the sources file is not JSON"),
+        (["--run-dir", reference_run, "--sources", tmp_path / "number-source.json"],
+         f"--sources {tmp_path / 'number-source.json'}: the source 'fixture' is not a JSON object"),
+        (["--run-dir", cut_weights, "--sources", sources], f"--run-dir {cut_weights}: the model does not load ("),
         (["--run-dir", reference_run, "--sources", sources, "--output", tmp_path / "file.txt"],
          f"--output {tmp_path / 'file.txt'}: is a file, not a folder"),
     ]:
