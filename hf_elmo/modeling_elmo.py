@@ -627,21 +627,26 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, refusing a checkpoint that lacks a weight of the biLM, holds one that
-        the config has no place for (a highway layer more than it says), or (with `ignore_mismatched_sizes`) holds
-        one in another shape: transformers would start the first and third afresh and drop the second, and only say
-        so in its load report. A new head's weights (a task classifier, the pretraining softmax, a task's scalar mix)
-        may be missing, and so may any weight of a `state_dict` passed in (the caller's own, which transformers
-        completes by initialising the rest). A caller who asks for the load report (`output_loading_info=True`)
-        gets it instead of the error: it lists every missing, extra and mis-shaped weight. A weights file that cannot
-        be read (cut short by a copy or a download) is refused naming the model and what safetensors found."""
+        """`PreTrainedModel.from_pretrained`, refusing in a ValueError naming the tensor a checkpoint that lacks a
+        weight of the biLM, holds one that the config has no place for (a highway layer more than it says), or holds
+        one in another shape: transformers would start the first afresh and drop the second, saying so only in its load
+        report, and refuse the third pointing to that report (which the project's commands silence). A head's weight in
+        another shape (a classifier of other labels) is a RuntimeError naming it, as transformers raises, unless
+        `ignore_mismatched_sizes` lets it start afresh. A new head's weights (a task classifier, the pretraining
+        softmax, a task's scalar mix) may be missing, and so may any weight of a `state_dict` passed in (the caller's
+        own, which transformers completes by initialising the rest). A caller who asks for the load report
+        (`output_loading_info=True`) gets it instead of the errors: it lists every missing, extra and mis-shaped
+        weight. A weights file that cannot be read (cut short by a copy or a download) is refused naming the model
+        and what safetensors found."""
         wants_report = kwargs.pop("output_loading_info", False)  # (False given explicitly, as by default)
+        reinitialise_heads = kwargs.pop("ignore_mismatched_sizes", False)
         try:
             if wants_report or kwargs.get("state_dict") is not None:
                 return super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=wants_report,
-                                               **kwargs)
+                                               ignore_mismatched_sizes=reinitialise_heads, **kwargs)
+            # (every mis-shaped weight reaches the report, to be named below rather than in transformers' error)
             model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True,
-                                                  **kwargs)
+                                                  ignore_mismatched_sizes=True, **kwargs)
         except SafetensorError as error:
             raise ValueError(f"{pretrained_model_name_or_path}: its weights (.safetensors) cannot be read, the file is "
                              f"damaged or incomplete: {error}") from None
@@ -657,6 +662,13 @@ class ElmoPreTrainedModel(PreTrainedModel):
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ValueError(f"{pretrained_model_name_or_path}: not a complete {cls.__name__}: it {problems[0]}{more}")
+        if not reinitialise_heads:
+            for key, found, expected in sorted(info["mismatched_keys"]):
+                if not BILM_WEIGHT.match(key):  # (a RuntimeError, as transformers raises for it)
+                    raise RuntimeError(
+                        f"{pretrained_model_name_or_path}: holds the tensor {key} of shape {list(found)}, where this "
+                        f"{cls.__name__} needs {list(expected)}: pass ignore_mismatched_sizes=True to start it afresh"
+                    )
         return model
 
     def _initialize_weights(self, module: nn.Module, is_custom_code: bool = False):

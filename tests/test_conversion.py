@@ -618,8 +618,9 @@ def test_loading_refuses_a_checkpoint_without_every_biLM_weight(converted, tmp_p
     state = load_file(folder / "model.safetensors")
     state["layers.0.bias"] = state["layers.0.bias"][:, :-4].contiguous()
     save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ValueError, match=r"holds the tensor layers\.0\.bias of shape \[2, 252\], where its config\.json needs \[2, 256\]"):
-        ElmoModel.from_pretrained(folder, ignore_mismatched_sizes=True)
+    for ignore in (False, True):  # (without the flag, transformers' error pointed to its load report)
+        with pytest.raises(ValueError, match=r"holds the tensor layers\.0\.bias of shape \[2, 252\], where its config\.json needs \[2, 256\]"):
+            ElmoModel.from_pretrained(folder, ignore_mismatched_sizes=ignore)
     # Who asks for transformers' load report gets it instead: it names what is wrong.
     _, info = ElmoModel.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True)
     assert [key for key, *_ in info["mismatched_keys"]] == ["layers.0.bias"]
@@ -661,6 +662,26 @@ def test_new_heads_may_start_afresh(converted, tmp_path):
     ElmoForTokenClassification.from_pretrained(tmp_path / "pretrained", num_labels=2)
 
 
+def test_a_heads_classifier_of_other_labels_is_named_unless_it_may_start_afresh(converted, tmp_path):
+    """A tagger saved with 3 labels and loaded with 5: a RuntimeError naming the classifier's tensor and both shapes
+    (as transformers raises one, but pointing to its load report), unless `ignore_mismatched_sizes=True` starts
+    the classifier afresh, the biLM loaded as saved."""
+    ElmoForTokenClassification.from_pretrained(converted["allennlp-elmo"], num_labels=3).save_pretrained(tmp_path / "tagger")
+    hidden = 2 * ElmoModel.from_pretrained(converted["allennlp-elmo"]).config.projection_dim
+    with pytest.raises(RuntimeError) as raised:
+        ElmoForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=5)
+    assert str(raised.value) == (f"{tmp_path / 'tagger'}: holds the tensor classifier.bias of shape [3], where this "
+                                 "ElmoForTokenClassification needs [5]: pass ignore_mismatched_sizes=True to start it "
+                                 "afresh")
+    tagger, info = ElmoForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=5, output_loading_info=True,
+                                                              ignore_mismatched_sizes=True)
+    assert sorted(key for key, *_ in info["mismatched_keys"]) == ["classifier.bias", "classifier.weight"]
+    tagger = ElmoForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=5, ignore_mismatched_sizes=True)
+    assert tagger.classifier.weight.shape == (5, hidden)
+    body = ElmoModel.from_pretrained(converted["allennlp-elmo"])
+    assert torch.equal(tagger.elmo.layers[1].recurrent_weight, body.layers[1].recurrent_weight)
+
+
 def damage_checkpoint(folder: Path, case: str) -> None:
     if case == "no folder":
         shutil.rmtree(folder)
@@ -684,6 +705,10 @@ def damage_checkpoint(folder: Path, case: str) -> None:
         drop_tensors(folder, "char_encoder.highway.0.transform.weight")
     elif case == "fewer highway layers in config.json":
         edit_config(folder, num_highway_layers=1)
+    elif case == "a tensor of another shape":
+        state = load_file(folder / "model.safetensors")
+        state["layers.0.bias"] = state["layers.0.bias"][:, :-4].contiguous()
+        save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
     elif case == "a NaN in a weight":
         state = load_file(folder / "model.safetensors")
         state["layers.1.bias"][0, 3] = float("nan")
@@ -706,6 +731,9 @@ TO_ORIGINAL_BAD_INPUTS = {
     "truncated weights": ["model.safetensors: not a readable safetensors file"],
     "a tensor missing": ["model: not a complete ElmoModel: it lacks the tensor char_encoder.highway.0.transform.weight"],
     "fewer highway layers in config.json": ["which its config.json has no place for"],
+    # (transformers' error pointed to its load report, which the command silences)
+    "a tensor of another shape": ["model: not a complete ElmoModel: it holds the tensor layers.0.bias of shape [2, 252], "
+                                  "where its config.json needs [2, 256]"],
     # (the read-back of weights.hdf5 refused it, naming the staging folder, gone by then, and the dataset)
     "a NaN in a weight": ["model: tensor layers.1.bias holds 1 non-finite value (NaN or infinity)"],
     # (written rounded, and read back equal to what was written; 1e300 became infinity, refused naming the staging)
