@@ -40,6 +40,7 @@ from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import default_model_path  # noqa: E402
 from hf_elmo.embedder import load_model  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
+from hf_elmo.model_card import counted  # noqa: E402
 from hf_elmo.files import (atomic_file, check_output_location, model_folder_problem, read_text_file,  # noqa: E402
                             write_text_atomically)
 
@@ -468,7 +469,8 @@ def main(argv=None) -> dict | int:
             print(f"{INPUTS[kind]}: left out, this model's layer 2 holds no skip connection from layer 1", flush=True)
             continue
         if kind.startswith("layer") and int(kind[-1]) > model.config.num_lstm_layers:
-            print(f"{INPUTS[kind]}: left out, this model has {model.config.num_lstm_layers} biLSTM layer(s)", flush=True)
+            print(f"{INPUTS[kind]}: left out, this model has {counted(model.config.num_lstm_layers, 'biLSTM layer')}",
+                  flush=True)
             continue
         which = "untrained" if kind == "untrained" else "trained"
         ner_splits, pos_splits = features["ner", which], features["pos", which]

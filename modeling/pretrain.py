@@ -1117,8 +1117,8 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         f"{args.preset or args.init_from}: {parameter_count:,} parameters ({parameter_count - unwrapped.softmax.weight.numel() - unwrapped.softmax.bias.numel():,} without the softmax), "
         f"vocabulary {len(vocabulary):,} words, {train_text.num_predictions:,} training targets per direction, "
         f"{batches.steps_per_epoch / accumulation:.0f} steps per epoch, "
-        + (f"{settings['max_train_minutes']:g} minutes of training" if clock else f"{max_steps} steps")
-        + f", {accelerator.num_processes} process(es)"
+        + (f"{settings['max_train_minutes']:g} minutes of training" if clock else counted(max_steps, "step"))
+        + f", {counted(accelerator.num_processes, 'process', 'processes')}"
     )
 
     def evaluate() -> dict:

@@ -167,7 +167,7 @@ def test_the_second_lstm_alone_is_left_out_for_a_model_without_skip_connections(
     assert list(results["inputs"]) == ["layer0"]
 
 
-def test_layers_a_model_lacks_are_left_out(converted, tmp_path):
+def test_layers_a_model_lacks_are_left_out(converted, tmp_path, capsys):
     """A model of one biLSTM layer: layer 2 (and the second LSTM alone) are left out, said in a line; the run was an
     IndexError after the features were made."""
     config = ElmoModel.from_pretrained(converted["allennlp-elmo"]).config
@@ -176,6 +176,9 @@ def test_layers_a_model_lacks_are_left_out(converted, tmp_path):
     results = main(["--model", str(tmp_path / "one-layer"), "--output-dir", str(tmp_path / "run"), "--max-sentences",
                     "10", "--ner-epochs", "1", "--pos-epochs", "1", "--inputs", "layer1", "layer2", "lstm2_own"])
     assert list(results["inputs"]) == ["layer1"]
+    out = capsys.readouterr().out
+    assert ": left out, this model has 1 biLSTM layer\n" in out
+    assert ": left out, this model's layer 2 holds no skip connection from layer 1\n" in out
 
 
 def test_fit_reports_the_test_score_of_the_epoch_with_the_best_validation_score():

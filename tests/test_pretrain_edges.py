@@ -60,6 +60,7 @@ def test_fractional_epochs_round_the_steps_up(tmp_path, capsys):
                               "--output-dir", folder)
     assert code == 0, err
     assert "3 steps per epoch" in out  # (half an epoch: 1.5 steps)
+    assert "3 steps per epoch, 2 steps, 1 process\n" in out
     assert sorted(losses(folder)) == [1, 2]
     state = json.loads((folder / "trainer_state.json").read_text())
     assert state["step"] == 2 and state["epoch"] >= 0.5
