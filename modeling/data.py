@@ -313,7 +313,8 @@ class StreamBatches:
         if self.steps_per_epoch == 0:
             raise DataError(
                 f"the training text has {counted(text.num_predictions, 'word')} per direction, too few for one window "
-                f"of {counted(self.rows, 'row')} x {counted(unroll_steps, 'word')}; lower --batch-size or --unroll-steps"
+                f"of {counted(self.rows, 'row')} x {counted(unroll_steps, 'word')}; lower --batch-size or "
+                "--unroll-steps"
             )
         self._epoch, self._streams = None, None
 

@@ -457,7 +457,8 @@ def finished_run_message(args, settings: dict, output_dir: Path, finished: dict,
     if finished["step"] > max_steps:
         raise PretrainError(
             f"{output_dir}: the run finished at step {finished['step']}, past the {counted(max_steps, 'step')} this "
-            f"command trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {finished['step']} or more"
+            "command trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps "
+            f"{finished['step']} or more"
         )
     spent = clock is not None and finished.get("train_seconds", 0.0) >= clock.budget
     if finished["step"] == max_steps or spent:
@@ -1036,8 +1037,9 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
             # (the least that goes on: where the run finished, after its latest checkpoint, where it did)
             least = max(resumed_step, finished_state["step"] if finished_state is not None else 0)
             raise PretrainError(
-                f"--resume {checkpoint}: that run is at step {resumed_step}, past the {counted(max_steps, 'step')} this "
-                f"command trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps {least} or more"
+                f"--resume {checkpoint}: that run is at step {resumed_step}, past the {counted(max_steps, 'step')} "
+                "this command trains for (--max-steps or --epochs); a resumed run can only go on: pass --max-steps "
+                f"{least} or more"
             )
         if clock is not None:
             clock = TrainingClock(settings["max_train_minutes"], settings["warmup_steps"], saved_state["train_seconds"],
