@@ -222,7 +222,7 @@ def test_every_option_the_readme_names_is_one_of_its_commands(capsys, monkeypatc
     from hf_elmo import cli
     from modeling import evaluate, export_default, finetune, layer_analysis, pretrain
 
-    texts = [help_text(capsys, cli.main, "embed"), help_text(capsys, cli.main, "demo")]
+    texts = [help_text(capsys, cli.main), help_text(capsys, cli.main, "embed"), help_text(capsys, cli.main, "demo")]
     for program in (pretrain, finetune, evaluate, layer_analysis, export_default, convert_original_elmo,
                     convert_elmoformanylangs):
         texts.append(help_text(capsys, program.main))
