@@ -154,10 +154,12 @@ def check_value(name: str, value, allowed, requirement: str) -> None:
         raise ValueError(f"{name} must be {requirement}, got {value!r}")
 
 
-def _warn_of_misspelt_fields(settings: dict[str, Any]) -> None:
+def _warn_of_misspelt_fields(settings: dict[str, Any],
+                             fate: str = "kept as an attribute that no ELMo model reads") -> None:
     """Warn of each setting that is no field of ElmoConfig but looks meant for one: an options.json name (`filters`,
-    `n_highway`) or a near spelling (`cellsize`). transformers keeps unknown settings as attributes, so such a one
-    would otherwise leave the field at its default without a word; it is still kept, as transformers does."""
+    `n_highway`) or a near spelling (`cellsize`). transformers keeps unknown settings as attributes (and drops
+    unknown keywords of from_pretrained: `fate` says which), so such a one would otherwise leave the field at its
+    default without a word; nothing else changes."""
     fields = list(ElmoConfig.__annotations__)
     for key in settings:
         # (transformers' special tokens, `sep_token_id` say, are settings of their own, not a pad_token_id misspelt)
@@ -166,8 +168,7 @@ def _warn_of_misspelt_fields(settings: dict[str, Any]) -> None:
         meant = [field for field, (path, _) in ORIGINAL_OPTIONS.items() if path[-1] == key]
         meant += [field for field in difflib.get_close_matches(key, fields, n=2, cutoff=0.8) if field not in meant]
         if meant:
-            logger.warning(f"ElmoConfig has no field {key!r} (kept as an attribute that no ELMo model reads): did "
-                           f"you mean {' or '.join(map(repr, meant))}?")
+            logger.warning(f"ElmoConfig has no field {key!r} ({fate}): did you mean {' or '.join(map(repr, meant))}?")
 
 
 class ElmoConfig(PreTrainedConfig):
@@ -301,7 +302,9 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"the config is of a {config_dict['model_type']} model, not an ELMo one (model_type "
                              f"{config_dict['model_type']!r})")
         # transformers sets the keyword arguments of `from_pretrained(path, dropout=0.5)` one by one after
-        # construction: they are checked, and read, as the same values given at construction are.
+        # construction: they are checked, and read, as the same values given at construction are. One that is no
+        # field it drops (or hands to the model's class): a misspelt field is named here, as at construction.
+        _warn_of_misspelt_fields(kwargs, "a keyword of from_pretrained that no ELMo config reads")
         loaded = super().from_dict(config_dict, **kwargs)
         (loaded[0] if isinstance(loaded, tuple) else loaded).check_values()
         return loaded

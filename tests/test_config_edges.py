@@ -169,7 +169,7 @@ def warnings_of(caplog) -> list[str]:
 def test_a_setting_meant_for_a_field_is_named_in_a_warning_with_the_field(tmp_path, caplog):
     """transformers keeps a setting that is no field as a plain attribute, so `filters=` (options.json's name) or
     `cellsize=` would leave the field at its default without a word: each is named in a warning with the field it
-    looks meant for, at construction and when a config.json holding it is loaded, and is still kept."""
+    looks meant for, at construction, when a config.json holding it is loaded, and as a keyword of from_pretrained."""
     config = ElmoConfig(filters=[[1, 4]], dim=8, cellsize=32)
     assert warnings_of(caplog) == [
         "ElmoConfig has no field 'filters' (kept as an attribute that no ELMo model reads): did you mean "
@@ -188,6 +188,13 @@ def test_a_setting_meant_for_a_field_is_named_in_a_warning_with_the_field(tmp_pa
     assert ElmoConfig.from_pretrained(tmp_path).num_highway_layers == 1
     assert warnings_of(caplog) == ["ElmoConfig has no field 'n_highway' (kept as an attribute that no ELMo model "
                                    "reads): did you mean 'num_highway_layers'?"]
+    # A keyword of from_pretrained that is no field (transformers drops it, or hands it to the model's class).
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    caplog.clear()
+    config = ElmoConfig.from_pretrained(tmp_path, cellsize=32, cell_size=24)
+    assert config.cell_size == 24 and not hasattr(config, "cellsize")
+    assert warnings_of(caplog) == ["ElmoConfig has no field 'cellsize' (a keyword of from_pretrained that no ELMo "
+                                   "config reads): did you mean 'cell_size'?"]
 
 
 def test_settings_of_transformers_and_of_the_user_are_kept_without_a_warning(tmp_path, caplog):
