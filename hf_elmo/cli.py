@@ -75,16 +75,14 @@ def embed(args: argparse.Namespace) -> int:
 
 
 def versions() -> str:
-    """`hf-elmo --version`: hf-elmo's version and those of the two libraries its numbers depend on."""
-    from importlib.metadata import PackageNotFoundError, version
+    """`hf-elmo --version`: hf-elmo's version and those of the two libraries its numbers depend on (torch's with its
+    build, `2.13.0+cpu`, which the package metadata leaves out)."""
+    import torch
+    import transformers
 
-    def of(package: str) -> str:
-        try:
-            return version(package)
-        except PackageNotFoundError:
-            return "not installed"
+    from . import __version__
 
-    return f"hf-elmo {of('hf-elmo')} (transformers {of('transformers')}, torch {of('torch')})"
+    return f"hf-elmo {__version__} (transformers {transformers.__version__}, torch {torch.__version__})"
 
 
 def main(argv: list[str] | None = None) -> int:
