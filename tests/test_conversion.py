@@ -667,7 +667,7 @@ def test_a_heads_classifier_of_other_labels_is_named_unless_it_may_start_afresh(
     (as transformers raises one, but pointing to its load report), unless `ignore_mismatched_sizes=True` starts
     the classifier afresh, the biLM loaded as saved."""
     ElmoForTokenClassification.from_pretrained(converted["allennlp-elmo"], num_labels=3).save_pretrained(tmp_path / "tagger")
-    hidden = 2 * ElmoModel.from_pretrained(converted["allennlp-elmo"]).config.projection_dim
+    body = ElmoModel.from_pretrained(converted["allennlp-elmo"])
     with pytest.raises(RuntimeError) as raised:
         ElmoForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=5)
     assert str(raised.value) == (f"{tmp_path / 'tagger'}: holds the tensor classifier.bias of shape [3], where this "
@@ -677,8 +677,7 @@ def test_a_heads_classifier_of_other_labels_is_named_unless_it_may_start_afresh(
                                                               ignore_mismatched_sizes=True)
     assert sorted(key for key, *_ in info["mismatched_keys"]) == ["classifier.bias", "classifier.weight"]
     tagger = ElmoForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=5, ignore_mismatched_sizes=True)
-    assert tagger.classifier.weight.shape == (5, hidden)
-    body = ElmoModel.from_pretrained(converted["allennlp-elmo"])
+    assert tagger.classifier.weight.shape == (5, body.config.hidden_size)
     assert torch.equal(tagger.elmo.layers[1].recurrent_weight, body.layers[1].recurrent_weight)
 
 
