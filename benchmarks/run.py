@@ -454,7 +454,7 @@ def render(results: dict, summaries: dict, setup: dict, elapsed: float, inputs: 
              "### Settings", "",
              f"- CPU: {cpu_summary(cpu)}; {setup['platform']}; Python {setup['python']}",
              f"- Threads: {setup['threads']} for both libraries (`torch.set_num_threads`, `OMP_NUM_THREADS`, `MKL_NUM_THREADS`)",
-             f"- OpenMP/allocator environment: " + ", ".join(f"{k}={v}" for k, v in setup["environment"].items()),
+             "- OpenMP/allocator environment: " + ", ".join(f"{k}={v}" for k, v in setup["environment"].items()),
              f"- Allocator: {setup['allocator']}",
              f"- torch {setup['versions']['hf_elmo']['torch']}, transformers {setup['versions']['hf_elmo']['transformers']}"
              f" (hf_elmo); torch {setup['versions']['allennlp']['torch']}, allennlp {setup['versions']['allennlp']['allennlp']}"

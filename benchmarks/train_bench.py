@@ -14,7 +14,6 @@ trainable biLM, and `modeling/pretrain.py` with the fast and the plain path.
 Needs `make ptb-data` (PTB in data/ptb) and the AllenNLP venv (`make bench-train` makes it).
 """
 
-import argparse
 import json
 import os
 import shutil

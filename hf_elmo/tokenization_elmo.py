@@ -13,6 +13,7 @@ and transformers.
 """
 
 import copy
+import difflib
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from tokenizers import Regex, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizer
 from transformers.tokenization_python import Trie
 from transformers.tokenization_utils_base import TruncationStrategy
-from transformers.utils import PaddingStrategy, to_py_obj
+from transformers.utils import PaddingStrategy, logging, to_py_obj
 
 from .lexicon import BOS, EOS, ElmoLexicon
 
@@ -41,6 +42,11 @@ NUM_CHAR_IDS = 262
 BOS_WORD = "<S>"
 EOS_WORD = "</S>"
 
+# The keywords of ElmoTokenizer's own, as saved in tokenizer_config.json.
+_SETTINGS = ("max_characters_per_token", "char_vocab_file", "word_vocab_file", "alphabet")
+
+logger = logging.get_logger(__name__)
+
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _BYTE_ORDER_MARK = "\ufeff"
 
@@ -52,6 +58,16 @@ def _check_encodable(text: str, what: str) -> None:
             f"{what} holds a lone surrogate U+{ord(found.group()):04X} at character {found.start()}, which has no UTF-8 "
             f"form: decode the text with errors='replace', or remove it"
         )
+
+
+def _warn_of_misspelt_settings(settings: Mapping) -> None:
+    """Warn of each keyword that looks meant for one of ElmoTokenizer's settings (`max_chars_per_token`): transformers
+    keeps a keyword that no tokenizer reads in `init_kwargs`, so the setting would stay at its default without a
+    word."""
+    for key in settings:
+        if meant := difflib.get_close_matches(key, _SETTINGS, n=2, cutoff=0.8):
+            logger.warning(f"ElmoTokenizer has no setting {key!r} (kept in init_kwargs, which nothing reads): did you "
+                           f"mean {' or '.join(map(repr, meant))}?")
 
 
 def word_to_char_ids(word: str, max_characters_per_token: int = 50) -> list[int]:
@@ -299,6 +315,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
             default, `"vocabulary"` exactly when a `char_vocab_file` is given. It is saved in tokenizer_config.json,
             so that a saved tokenizer of a character vocabulary whose char.dic is missing fails to load, naming the
             file, rather than spelling UTF-8 bytes (folders saved before it was recorded load as before).
+    Any other keyword goes to transformers' `PreTrainedTokenizer` (`model_max_length`, `padding_side`, ...); one that
+    looks meant for the four above (`max_chars_per_token=`, `vocab_file=`) is named in a warning with the setting.
     """
 
     model_input_names = ["input_ids", "attention_mask"]
@@ -315,6 +333,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         alphabet: str | None = None,
         **kwargs,
     ):
+        _warn_of_misspelt_settings(kwargs)
         # A model folder saved without its tokenizer: the tokenizer the model's config describes, not the default.
         settings = _model_config_settings(kwargs.get("name_or_path"))
         if max_characters_per_token is None:

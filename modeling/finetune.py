@@ -229,7 +229,7 @@ def finetune(args: argparse.Namespace) -> dict:
         )
     except OSError as error:  # a file of the folder missing, a Hub id not found or not reachable
         raise FinetuneError(f"--model {args.model}: {' '.join(str(error).split())}") from None
-    except RuntimeError as error:  # a fine-tuned model's classifier, whose shape is not this task's (transformers: "size
+    except RuntimeError:  # a fine-tuned model's classifier, whose shape is not this task's (transformers: "size
         # mismatch ... ignore_mismatched_sizes")
         raise FinetuneError(
             f"--model {args.model}: its classifier does not fit --task {args.task} ({len(labels)} labels"

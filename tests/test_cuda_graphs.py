@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import DEVICES
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cuda_graphs import GraphedBiLstm, bucket, exact_float32_matmul
 
 

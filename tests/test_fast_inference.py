@@ -39,7 +39,7 @@ from hf_elmo.fast_bilstm import ExactMultiplies, built_derived_weights, derived_
 from hf_elmo.fast_linear import FastLinear
 from hf_elmo.fast_char_encoder import fast_char_encoder
 from hf_elmo.fused_char_encoder import fused_char_encoder_fallback
-from hf_elmo.modeling_elmo import ElmoBiLstmLayer, ElmoHighway
+from hf_elmo.modeling_elmo import ElmoHighway
 from hf_elmo.tokenization_elmo import PAD_CHAR_ID
 
 

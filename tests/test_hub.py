@@ -13,7 +13,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import OfflineModeIsEnabled
-from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
+from transformers import AutoModel, pipeline
 
 from conftest import REPO
 

@@ -5,7 +5,6 @@ import math
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 import torch

@@ -16,6 +16,7 @@ from transformers import DataCollatorForTokenClassification, DataCollatorWithPad
 
 from conftest import ELMOFORMANYLANGS, FIXTURES
 
+import hf_elmo
 from hf_elmo.lexicon import ElmoLexicon, LexiconError, read_dictionary, write_dictionary
 from hf_elmo.tokenization_elmo import (
     BOS_CHAR_ID,
@@ -936,3 +937,37 @@ def test_a_byte_order_mark_at_the_start_of_raw_text_is_not_part_of_its_first_wor
     assert tokenizer.tokenize(text) == ["Hello", "world"]
     assert encoding["input_ids"] == tokenizer("Hello world")["input_ids"]
     assert encoding["offset_mapping"] == [(1, 6), (7, 12)]
+
+
+def test_a_keyword_meant_for_a_setting_is_named_in_a_warning(tmp_path, caplog):
+    """transformers keeps a keyword that no tokenizer reads in init_kwargs, so `max_chars_per_token=60` would leave
+    words at 50 characters without a word: a keyword that looks meant for one of the four settings is named in a
+    warning with it, made directly or through from_pretrained; transformers' own keywords and saved folders load
+    without one."""
+    def warnings() -> list[str]:
+        found = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+        caplog.clear()
+        return found
+
+    words = str(ELMOFORMANYLANGS / "with_words" / "word.dic")
+    tokenizer = ElmoTokenizer(max_chars_per_token=60, vocab_file=words)
+    assert warnings() == [
+        "ElmoTokenizer has no setting 'max_chars_per_token' (kept in init_kwargs, which nothing reads): did you mean "
+        "'max_characters_per_token'?",
+        "ElmoTokenizer has no setting 'vocab_file' (kept in init_kwargs, which nothing reads): did you mean "
+        "'word_vocab_file' or 'char_vocab_file'?",
+    ]
+    assert tokenizer.max_characters_per_token == 50 and tokenizer.lexicon is None  # (nothing else changes)
+
+    folder = ELMOFORMANYLANGS / "with_words"
+    made = ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=words, max_characters_per_token=20,
+                         model_max_length=64, padding_side="left", split_special_tokens=True)
+    made.save_pretrained(tmp_path)
+    loaded = ElmoTokenizer.from_pretrained(tmp_path, padding_side="right")
+    ElmoTokenizer.from_pretrained(hf_elmo.__path__[0] + "/default-model")
+    assert warnings() == []
+    assert (loaded.max_characters_per_token, loaded.lexicon.words is not None) == (20, True)
+
+    ElmoTokenizer.from_pretrained(tmp_path, alphabets="vocabulary")
+    assert warnings() == ["ElmoTokenizer has no setting 'alphabets' (kept in init_kwargs, which nothing reads): did you "
+                          "mean 'alphabet'?"]
