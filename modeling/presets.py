@@ -14,6 +14,7 @@ TRAINING_DEFAULTS = {
     "batch_size": 128,
     "unroll_steps": 20,
     "shuffle": True,
+    "group_by_length": False,  # (sentence batching)
     "negative_samples": 8192,
     "softmax_init": "random",
     "dropout": 0.1,

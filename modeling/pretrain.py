@@ -76,7 +76,7 @@ from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
 
 # Options a resumed run must share with the run it continues, or it would not continue it exactly.
 FIXED_ON_RESUME = (
-    "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "negative_samples", "softmax_init",
+    "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "group_by_length", "negative_samples", "softmax_init",
     "dropout", "optimizer", "learning_rate", "lr_scheduler", "warmup_steps", "weight_decay", "max_grad_norm",
     "gradient_accumulation_steps", "seed", "mixed_precision", "num_processes", "max_train_minutes", "alphabet",
     "word_embedding_dim",
@@ -133,6 +133,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     training.add_argument("--batch-size", type=int, help="rows per process and step")
     training.add_argument("--unroll-steps", type=int, help="words per window (stream batching)")
     training.add_argument("--shuffle", action=argparse.BooleanOptionalAction, help="shuffle the sentences every epoch")
+    training.add_argument("--group-by-length", action=argparse.BooleanOptionalAction,
+                          help="sentence batching: put sentences of about the same length in each step (as transformers' "
+                               "group_by_length), to pad less")
     training.add_argument("--negative-samples", type=int, help="sampled softmax negatives; 0 = full softmax")
     training.add_argument("--softmax-init", choices=["random", "unigram"],
                           help="a new softmax: random (bilm-tf) or the unigram model of the training text (weights 0, "
@@ -253,6 +256,12 @@ def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
     if args.unroll_steps is not None and settings["batching"] == "sentence":
         raise PretrainError(f"--unroll-steps {args.unroll_steps} cuts the text into windows of --batching stream; "
                             "--batching sentence reads whole sentences")
+    if settings["group_by_length"] and settings["batching"] == "stream":
+        raise PretrainError("--group-by-length groups the sentences of --batching sentence; stream batching has no "
+                            "padding to save (pass --batching sentence, or drop --group-by-length)")
+    if settings["group_by_length"] and not settings["shuffle"]:
+        raise PretrainError("--group-by-length shuffles the sentences and then groups them by length, and --no-shuffle "
+                            "reads them in order; drop one or the other")
     if args.warmup_steps and settings["lr_scheduler"] == "constant":  # (transformers' "constant" has no warm-up)
         raise PretrainError(f"--warmup-steps {args.warmup_steps} needs a schedule with a warm-up; --lr-scheduler is "
                             "constant: pass --lr-scheduler constant_with_warmup (or linear, cosine)")
@@ -1020,7 +1029,8 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
     if settings["batching"] == "stream":
         batches = StreamBatches(train_text, table, vocabulary, settings["batch_size"], settings["unroll_steps"], **shared)
     else:
-        batches = SentenceBatches(train_text, table, vocabulary, settings["batch_size"], **shared)
+        batches = SentenceBatches(train_text, table, vocabulary, settings["batch_size"],
+                                  group_by_length=settings["group_by_length"], **shared)
     accumulation = settings["gradient_accumulation_steps"]
     clock, schedule, planned = None, None, None  # the learning-rate schedule's course follows the clock or the steps
     if settings["max_train_minutes"]:

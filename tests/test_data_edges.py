@@ -1,5 +1,5 @@
 """modeling/data.py and modeling/vocabulary.py, what mutations showed no test held: sentence batches (`--batching
-sentence`) shared between processes, and their shuffling from epoch to epoch; a compressed file whose Python package
+sentence`) shared between processes, their shuffling from epoch to epoch and their grouping by length; a compressed file whose Python package
 is missing is named with that package; the vocabulary's smallest size and least count, a word.dic in any line order
 or holding bilm-tf's special words, blanks around a word in a vocabulary file."""
 
@@ -57,6 +57,37 @@ def test_sentence_batches_are_shuffled_anew_each_epoch_or_read_in_order():
     in_order = SentenceBatches(text, table, vocabulary, batch_size=5, seed=1, shuffle=False)
     for epoch in (0, 1):
         assert [s for step in range(steps) for s in sentences_read(in_order, epoch * steps + step)] == list(range(20))
+
+
+def test_sentence_batches_grouped_by_length_pad_less_and_still_read_each_sentence_once():
+    """--group-by-length: 240 sentences of 1 to 40 words, 2 processes of 4 rows. Each epoch still reads every
+    sentence at most once, in an order of its own that the seed repeats, the processes disjoint; a step's rows are of
+    about the same length, so the batches hold far fewer padding positions than shuffled ones (the longest step comes
+    first, as transformers orders them)."""
+    lengths = [1 + (i * 17) % 40 for i in range(240)]
+    words = [f"s{i}" for i in range(240)]
+    vocabulary, table = Vocabulary(["<S>", "</S>", "<UNK>", *words]), WordTable(50)
+    text = EncodedText.encode(sentences_dataset([" ".join([w] * n) for w, n in zip(words, lengths)]), table, vocabulary)
+
+    def epoch_read(group_by_length: bool, epoch: int, seed: int = 3) -> list[list[int]]:
+        ranks = [SentenceBatches(text, table, vocabulary, batch_size=4, seed=seed, num_processes=2, process_index=rank,
+                                 group_by_length=group_by_length) for rank in (0, 1)]
+        steps = ranks[0].steps_per_epoch
+        return [sentences_read(ranks[0], epoch * steps + step) + sentences_read(ranks[1], epoch * steps + step)
+                for step in range(steps)]
+
+    grouped, shuffled = epoch_read(True, 0), epoch_read(False, 0)
+    every = [s for step in grouped for s in step]
+    assert len(grouped) == 30 and sorted(every) == list(range(240))
+    assert epoch_read(True, 1) != grouped and epoch_read(True, 0) == grouped and epoch_read(True, 0, seed=4) != grouped
+
+    def padding(steps) -> int:  # positions of padding words over the epoch
+        return sum(len(step) * max(lengths[s] for s in step) - sum(lengths[s] for s in step) for step in steps)
+
+    assert padding(grouped) < padding(shuffled) / 4, (padding(grouped), padding(shuffled))
+    assert max(lengths[s] for s in grouped[0]) == 40
+    with pytest.raises(DataError, match="grouping the sentences by length reorders them, so it needs shuffling"):
+        SentenceBatches(text, table, vocabulary, batch_size=4, seed=3, shuffle=False, group_by_length=True)
 
 
 def test_a_compression_without_its_package_says_which_package(tmp_path):

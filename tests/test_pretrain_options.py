@@ -57,6 +57,10 @@ def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, cap
          "softmax's is the word.dic built from the training text"),
         ([*NEW, "--batching", "sentence", "--unroll-steps", 5],
          "--unroll-steps 5 cuts the text into windows of --batching stream; --batching sentence reads whole sentences"),
+        ([*NEW, "--group-by-length"], "--group-by-length groups the sentences of --batching sentence; stream batching "
+         "has no padding to save"),
+        ([*NEW, "--batching", "sentence", "--group-by-length", "--no-shuffle"],
+         "--group-by-length shuffles the sentences and then groups them by length, and --no-shuffle reads them in order"),
         ([*NEW, "--warmup-steps", 5], "--warmup-steps 5 needs a schedule with a warm-up; --lr-scheduler is constant"),
         ([*NEW, "--resume", "--overwrite-output-dir"],
          "--resume continues the run in --output-dir, --overwrite-output-dir starts afresh there; pass one of them"),
@@ -205,6 +209,25 @@ def test_adagrad_with_sentence_batches_scales_the_loss_by_the_words_per_row(tiny
     differences = {name: (trained[name] - expected[name]).abs().max().item() for name in trained}
     assert max(differences.values()) < 1e-5, differences
     assert max((trained[name] - unroll_scaled[name]).abs().max().item() for name in trained) > 1e-3
+
+
+def test_group_by_length_trains_on_the_grouped_sentence_batches(tiny_model, tmp_path, capsys):
+    """`--batching sentence --group-by-length` takes its first step on SentenceBatches' grouped first batch (not on
+    the shuffled one that the run would read without the option)."""
+    text, table, vocabulary = fixture_text()
+    grouped, shuffled = (SentenceBatches(text, table, vocabulary, batch_size=2, seed=42, group_by_length=group).batch(0)
+                         for group in (True, False))
+    assert not torch.equal(grouped["input_ids"], shuffled["input_ids"])  # (the test tells the two apart)
+    output = tmp_path / "run"
+    code, _, err = run_main(capsys, "--init-from", tiny_model, *DATA, "--batching", "sentence", "--group-by-length",
+                            "--batch-size", 2, "--optimizer", "adagrad", "--learning-rate", 0.2, "--dropout", 0,
+                            "--negative-samples", 0, "--max-grad-norm", 0, "--output-dir", output)
+    assert code == 0, err
+    trained = {name.removeprefix("model."): tensor for name, tensor in load_file(output / "model.safetensors").items()}
+    for batch, close in ((grouped, True), (shuffled, False)):
+        expected = adagrad_step(tiny_model, batch, int((batch["labels"] != -100).sum()) / 2, 0.2)
+        assert (max((trained[name] - expected[name]).abs().max().item() for name in trained) < 1e-5) is close
+    assert json.loads((output / "trainer_state.json").read_text())["settings"]["group_by_length"] is True
 
 
 def test_a_new_runs_softmax_start_is_recorded(tmp_path, capsys):

@@ -2097,6 +2097,8 @@ def test_resume_refuses_options_that_would_change_the_training(reference_copy, c
                             ("--lr-scheduler", "constant_with_warmup", "--warmup-steps", 1,
                              "lr_scheduler='constant', now 'constant_with_warmup', warmup_steps=0, now 1"),
                             ("--batching", "sentence", "batching='stream', now 'sentence'"),
+                            ("--batching", "sentence", "--group-by-length",
+                             "batching='stream', now 'sentence', group_by_length=False, now True"),
                             ("--max-train-minutes", 5, "max_train_minutes=0.0, now 5.0")]:
         code, _, err = run_main(capsys, *common, *options)
         assert_one_error(code, err, f"--resume {folder / 'checkpoint-55'}: the run was started with other options ({named})",
