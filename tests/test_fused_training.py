@@ -370,12 +370,12 @@ def test_sampled_softmax_gradcheck_and_hits():
     hits = (torch.tensor([1, 3, 0]), torch.tensor([0, 0, 2]))  # rows whose target is one of the negatives
     assert torch.autograd.gradcheck(lambda h, w, b: _SampledSoftmax.apply(h, w, b, words, log_q, *hits, torch.float64),
                                     (hidden, weight, bias), eps=1e-6, atol=1e-6)
-    for fused in (False, True):  # the plain loss with the same draws gives the same numbers
+    def losses(fused: bool) -> torch.Tensor:  # (the same draws of targets and negatives for both)
         torch.manual_seed(3)
-        losses = sampled_softmax_loss(hidden, torch.randint(0, 5, (6,)), weight, bias, 8, fused=fused)
-        if fused:
-            assert torch.allclose(losses, plain_losses.double(), rtol=1e-6)
-        plain_losses = losses  # (float32: the plain loss rounds its logits to float32, the fused one keeps float64)
+        return sampled_softmax_loss(hidden, torch.randint(0, 5, (6,)), weight, bias, 8, fused=fused)
+
+    # The plain loss gives the same numbers (in float32: it rounds its logits to float32, the fused one keeps float64).
+    assert torch.allclose(losses(fused=True), losses(fused=False).double(), rtol=1e-6)
 
 
 def test_char_cnn_double_backward_fails_clearly_and_works_on_the_plain_path():
