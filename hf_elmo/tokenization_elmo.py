@@ -42,7 +42,7 @@ NUM_CHAR_IDS = 262
 BOS_WORD = "<S>"
 EOS_WORD = "</S>"
 
-# The keywords of ElmoTokenizer's own, as saved in tokenizer_config.json.
+# ElmoTokenizer's own keywords, as saved in tokenizer_config.json.
 _SETTINGS = ("max_characters_per_token", "char_vocab_file", "word_vocab_file", "alphabet")
 
 logger = logging.get_logger(__name__)
@@ -66,8 +66,8 @@ def _warn_of_misspelt_settings(settings: Mapping) -> None:
     word."""
     for key in settings:
         if meant := difflib.get_close_matches(key, _SETTINGS, n=2, cutoff=0.8):
-            logger.warning(f"ElmoTokenizer has no setting {key!r} (kept in init_kwargs, which nothing reads): did you "
-                           f"mean {' or '.join(map(repr, meant))}?")
+            logger.warning(f"ElmoTokenizer has no setting {key!r} (kept in init_kwargs, but never used): did you mean "
+                           f"{' or '.join(map(repr, meant))}?")
 
 
 def word_to_char_ids(word: str, max_characters_per_token: int = 50) -> list[int]:

@@ -952,9 +952,9 @@ def test_a_keyword_meant_for_a_setting_is_named_in_a_warning(tmp_path, caplog):
     words = str(ELMOFORMANYLANGS / "with_words" / "word.dic")
     tokenizer = ElmoTokenizer(max_chars_per_token=60, vocab_file=words)
     assert warnings() == [
-        "ElmoTokenizer has no setting 'max_chars_per_token' (kept in init_kwargs, which nothing reads): did you mean "
+        "ElmoTokenizer has no setting 'max_chars_per_token' (kept in init_kwargs, but never used): did you mean "
         "'max_characters_per_token'?",
-        "ElmoTokenizer has no setting 'vocab_file' (kept in init_kwargs, which nothing reads): did you mean "
+        "ElmoTokenizer has no setting 'vocab_file' (kept in init_kwargs, but never used): did you mean "
         "'word_vocab_file' or 'char_vocab_file'?",
     ]
     assert tokenizer.max_characters_per_token == 50 and tokenizer.lexicon is None  # (nothing else changes)
@@ -969,5 +969,5 @@ def test_a_keyword_meant_for_a_setting_is_named_in_a_warning(tmp_path, caplog):
     assert (loaded.max_characters_per_token, loaded.lexicon.words is not None) == (20, True)
 
     ElmoTokenizer.from_pretrained(tmp_path, alphabets="vocabulary")
-    assert warnings() == ["ElmoTokenizer has no setting 'alphabets' (kept in init_kwargs, which nothing reads): did you "
-                          "mean 'alphabet'?"]
+    assert warnings() == ["ElmoTokenizer has no setting 'alphabets' (kept in init_kwargs, but never used): did you mean "
+                          "'alphabet'?"]
