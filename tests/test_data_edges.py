@@ -1,7 +1,7 @@
 """modeling/data.py and modeling/vocabulary.py, what mutations showed no test held: sentence batches (`--batching
-sentence`) shared between processes, their shuffling from epoch to epoch and their grouping by length; a compressed file whose Python package
-is missing is named with that package; the vocabulary's smallest size and least count, a word.dic in any line order
-or holding bilm-tf's special words, blanks around a word in a vocabulary file."""
+sentence`) shared between processes, their shuffling from epoch to epoch and their grouping by length; a compressed
+file whose Python package is missing is named with that package; the vocabulary's smallest size and least count, a
+word.dic in any line order or holding bilm-tf's special words, blanks around a word in a vocabulary file."""
 
 import importlib.util
 from collections import Counter
