@@ -76,10 +76,10 @@ from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
 
 # Options a resumed run must share with the run it continues, or it would not continue it exactly.
 FIXED_ON_RESUME = (
-    "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "group_by_length", "negative_samples", "softmax_init",
-    "dropout", "optimizer", "learning_rate", "lr_scheduler", "warmup_steps", "weight_decay", "max_grad_norm",
-    "gradient_accumulation_steps", "seed", "mixed_precision", "num_processes", "max_train_minutes", "alphabet",
-    "word_embedding_dim",
+    "preset", "init_from", "freeze_body", "batching", "batch_size", "unroll_steps", "shuffle", "group_by_length",
+    "negative_samples", "softmax_init", "dropout", "optimizer", "learning_rate", "lr_scheduler", "warmup_steps",
+    "weight_decay", "max_grad_norm", "gradient_accumulation_steps", "seed", "mixed_precision", "num_processes",
+    "max_train_minutes", "alphabet", "word_embedding_dim",
 )
 # What a run recorded before these options existed had.
 FORMER_DEFAULTS = {**TRAINING_DEFAULTS, "alphabet": "bytes", "word_embedding_dim": 0}

@@ -949,7 +949,8 @@ def test_a_keyword_meant_for_a_setting_is_named_in_a_warning(tmp_path, caplog):
         caplog.clear()
         return found
 
-    words = str(ELMOFORMANYLANGS / "with_words" / "word.dic")
+    folder = ELMOFORMANYLANGS / "with_words"
+    words = str(folder / "word.dic")
     tokenizer = ElmoTokenizer(max_chars_per_token=60, vocab_file=words)
     assert warnings() == [
         "ElmoTokenizer has no setting 'max_chars_per_token' (kept in init_kwargs, but never used): did you mean "
@@ -959,7 +960,6 @@ def test_a_keyword_meant_for_a_setting_is_named_in_a_warning(tmp_path, caplog):
     ]
     assert tokenizer.max_characters_per_token == 50 and tokenizer.lexicon is None  # (nothing else changes)
 
-    folder = ELMOFORMANYLANGS / "with_words"
     made = ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=words, max_characters_per_token=20,
                          model_max_length=64, padding_side="left", split_special_tokens=True)
     made.save_pretrained(tmp_path)
