@@ -39,6 +39,7 @@ from .static_shapes import has_static_shapes, static_batch_is_full
 from .token_cache import DEFAULT_GATE_CACHE_BYTES, DEFAULT_MAX_WORDS, ElmoTokenCache
 from .tokenization_elmo import ElmoTokenizer  # noqa: F401 - a saved model folder carries the tokenizer's code too
 
+
 @dataclass
 class ElmoModelOutput(ModelOutput):
     r"""
@@ -564,6 +565,16 @@ class ElmoScalarMix(nn.Module):
 BILM_WEIGHT = re.compile(r"^(elmo\.)?(char_encoder|layers)\.")
 
 
+class HeadShapeMismatch(RuntimeError):
+    """A checkpoint's head weight (a classifier saved for other labels) in another shape than the model's: a
+    RuntimeError, as transformers raises for it, that names the tensor and both shapes."""
+
+    def __init__(self, model: str, class_name: str, key: str, found: list[int], expected: list[int]):
+        self.key, self.found, self.expected = key, found, expected
+        super().__init__(f"{model}: holds the tensor {key} of shape {found}, where this {class_name} needs {expected}: "
+                         "pass ignore_mismatched_sizes=True to start it afresh")
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
@@ -631,8 +642,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
         weight of the biLM, holds one that the config has no place for (a highway layer more than it says), or holds
         one in another shape: transformers would start the first afresh and drop the second, saying so only in its load
         report, and refuse the third pointing to that report (which the project's commands silence). A head's weight in
-        another shape (a classifier of other labels) is a RuntimeError naming it, as transformers raises, unless
-        `ignore_mismatched_sizes` lets it start afresh. A new head's weights (a task classifier, the pretraining
+        another shape (a classifier of other labels) is a `HeadShapeMismatch`, a RuntimeError as transformers raises,
+        naming it and both shapes, unless `ignore_mismatched_sizes` lets it start afresh. A new head's weights (a task classifier, the pretraining
         softmax, a task's scalar mix) may be missing, and so may any weight of a `state_dict` passed in (the caller's
         own, which transformers completes by initialising the rest). A caller who asks for the load report
         (`output_loading_info=True`) gets it instead of the errors: it lists every missing, extra and mis-shaped
@@ -663,12 +674,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ValueError(f"{pretrained_model_name_or_path}: not a complete {cls.__name__}: it {problems[0]}{more}")
         if not reinitialise_heads:
-            for key, found, expected in sorted(info["mismatched_keys"]):
-                if not BILM_WEIGHT.match(key):  # (a RuntimeError, as transformers raises for it)
-                    raise RuntimeError(
-                        f"{pretrained_model_name_or_path}: holds the tensor {key} of shape {list(found)}, where this "
-                        f"{cls.__name__} needs {list(expected)}: pass ignore_mismatched_sizes=True to start it afresh"
-                    )
+            weight_first = sorted(info["mismatched_keys"], key=lambda item: (item[0].endswith("bias"), item[0]))
+            for key, found, expected in weight_first:  # (a weight's shape tells more than its bias's: the input width)
+                if not BILM_WEIGHT.match(key):
+                    raise HeadShapeMismatch(pretrained_model_name_or_path, cls.__name__, key, list(found), list(expected))
         return model
 
     def _initialize_weights(self, module: nn.Module, is_custom_code: bool = False):

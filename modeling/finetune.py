@@ -42,6 +42,7 @@ from conversion.original_format import ConversionError  # noqa: E402
 from hf_elmo import ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_model_location, is_hub_id  # noqa: E402
 from hf_elmo.model_card import card_option_problem, folder_card_license, render_model_card  # noqa: E402
+from hf_elmo.modeling_elmo import HeadShapeMismatch  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
 from modeling.task_data import (NER_TAGS, SENTIMENT_LABELS, BadTaskData, MissingTaskData, load_conll2003,  # noqa: E402
                                 load_rotten_tomatoes)
@@ -229,12 +230,12 @@ def finetune(args: argparse.Namespace) -> dict:
         )
     except OSError as error:  # a file of the folder missing, a Hub id not found or not reachable
         raise FinetuneError(f"--model {args.model}: {' '.join(str(error).split())}") from None
-    except RuntimeError:  # a fine-tuned model's classifier, whose shape is not this task's (transformers: "size
-        # mismatch ... ignore_mismatched_sizes")
+    except HeadShapeMismatch as error:  # a fine-tuned model's head, whose shape is not this task's
         raise FinetuneError(
             f"--model {args.model}: its classifier does not fit --task {args.task} ({len(labels)} labels"
-            + (f", --sequence-pooling {extra['sequence_pooling']}" if extra else "") + "): it was fine-tuned for "
-            "another head; start from the biLM it was fine-tuned from"
+            + (f", --sequence-pooling {extra['sequence_pooling']}" if extra else "") + f"; its {error.key} is "
+            f"{error.found}, where the task needs {error.expected}): it was fine-tuned for another head; start from "
+            "the biLM it was fine-tuned from"
         ) from None
     except FinetuneError:
         raise

@@ -663,16 +663,18 @@ def test_new_heads_may_start_afresh(converted, tmp_path):
 
 
 def test_a_heads_classifier_of_other_labels_is_named_unless_it_may_start_afresh(converted, tmp_path):
-    """A tagger saved with 3 labels and loaded with 5: a RuntimeError naming the classifier's tensor and both shapes
-    (as transformers raises one, but pointing to its load report), unless `ignore_mismatched_sizes=True` starts
+    """A tagger saved with 3 labels and loaded with 5: a RuntimeError naming the classifier's weight and both shapes
+    (as transformers raises one, but pointing to its load report; a weight before its bias), unless `ignore_mismatched_sizes=True` starts
     the classifier afresh, the biLM loaded as saved."""
     ElmoForTokenClassification.from_pretrained(converted["allennlp-elmo"], num_labels=3).save_pretrained(tmp_path / "tagger")
     body = ElmoModel.from_pretrained(converted["allennlp-elmo"])
     with pytest.raises(RuntimeError) as raised:
         ElmoForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=5)
-    assert str(raised.value) == (f"{tmp_path / 'tagger'}: holds the tensor classifier.bias of shape [3], where this "
-                                 "ElmoForTokenClassification needs [5]: pass ignore_mismatched_sizes=True to start it "
-                                 "afresh")
+    hidden = body.config.hidden_size
+    assert str(raised.value) == (f"{tmp_path / 'tagger'}: holds the tensor classifier.weight of shape [3, {hidden}], "
+                                 f"where this ElmoForTokenClassification needs [5, {hidden}]: pass "
+                                 "ignore_mismatched_sizes=True to start it afresh")
+    assert (raised.value.key, raised.value.found, raised.value.expected) == ("classifier.weight", [3, hidden], [5, hidden])
     tagger, info = ElmoForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=5, output_loading_info=True,
                                                               ignore_mismatched_sizes=True)
     assert sorted(key for key, *_ in info["mismatched_keys"]) == ["classifier.bias", "classifier.weight"]

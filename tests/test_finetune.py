@@ -292,7 +292,8 @@ def test_a_model_of_another_kind_or_head_is_one_clear_error(converted, tmp_path,
     ElmoTokenizer.from_pretrained(converted["allennlp-elmo"]).save_pretrained(tmp_path / "sentiment")
     for model, message in [(tmp_path / "bert", f"--model {tmp_path / 'bert'}: a bert model, not an ELMo one"),
                            (tmp_path / "sentiment", f"--model {tmp_path / 'sentiment'}: its classifier does not fit "
-                                                    "--task ner (9 labels): it was fine-tuned for another head")]:
+                                                    "--task ner (9 labels; its classifier.weight is [2, 64], where "
+                                                    "the task needs [9, 32]): it was fine-tuned for another head")]:
         code = main(["--task", "ner", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--max-steps", "1",
                      "--max-train-examples", "4", "--max-eval-examples", "4"])
         assert_one_error(code, capsys.readouterr().err, message)
