@@ -27,6 +27,11 @@ FIXTURES = REPO.parent / "shared" / "fixtures"
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
+    """|found - expected| / |expected| (Frobenius norms, in float64): how the fast paths are held to the plain one."""
+    return ((found.double() - expected.double()).norm() / expected.double().norm().clamp(min=1e-30)).item()
+
+
 def readme_python_block(after: str) -> str:
     """The code of the README's first ```python block after the text `after`."""
     section = README.read_text(encoding="utf-8").split(after)[1]

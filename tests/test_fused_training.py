@@ -14,7 +14,7 @@ import copy
 import pytest
 import torch
 
-from conftest import DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, FIXTURE_SETS, FIXTURES
+from conftest import DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, FIXTURE_SETS, FIXTURES, relative_error
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForTokenClassification, ElmoModel, ElmoTokenizer, fused_bilstm
 from hf_elmo.fused_bilstm import LayerGraphs, _FusedBiLstm, fused_bilstm_layer, fused_training_fallback
 from hf_elmo.fused_char_encoder import _CharFilters, distinct_words, fused_char_encoder_fallback
@@ -31,8 +31,7 @@ TRAIN_TEXT = FIXTURES / "bilm-tf" / "train" / "data.txt"
 
 def relative_errors(fast: dict, reference: dict) -> dict:
     assert fast.keys() == reference.keys()
-    return {name: ((fast[name].double() - reference[name]).norm() / reference[name].norm().clamp(min=1e-30)).item()
-            for name in reference}
+    return {name: relative_error(fast[name], reference[name]) for name in reference}
 
 
 def loss_and_gradients(model, run, fast: bool, seed: int = 0) -> tuple[float, dict]:

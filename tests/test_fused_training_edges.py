@@ -7,16 +7,13 @@ where the weights are)."""
 import pytest
 import torch
 
+from conftest import relative_error
 from test_fused_training import calls_to, layer_run, random_layer
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.fused_bilstm import LayerGraphs, _FusedBiLstm, fused_bilstm_layer, fused_training_fallback, multiply_dtype
 from hf_elmo.fused_char_encoder import _CharFilters
 from hf_elmo.static_shapes import static_shapes
-
-
-def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((found - expected).norm() / expected.norm()).item()
 
 
 # Three rows of 5 steps, of lengths 5, 3 and 1.

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import DEVICES, FIXTURES
+from conftest import DEVICES, FIXTURES, relative_error
 from hf_elmo import ElmoConfig, ElmoForPreTraining
 from hf_elmo.static_shapes import has_static_shapes, static_batch_is_full, static_shapes
 from modeling.data import EncodedText, StreamBatches, WordTable, load_sentences, sentence_batch
@@ -78,10 +78,6 @@ def loss_and_gradients(model, batch, static: bool, states=None, guard=False, ful
     return output, {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
-def relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30)).item()
-
-
 def padded_batch(corpus) -> dict:
     """Whole sentences, right-padded, -100 past each row's end: the masked positions of static_shapes()."""
     text, table, vocabulary = corpus
@@ -116,7 +112,7 @@ def test_static_shapes_give_the_usual_loss_and_gradients(corpus, fast, kind):
     usual, usual_gradients = loss_and_gradients(model, batch, static=False, states=states)
     static, static_gradients = loss_and_gradients(model, batch, static=True, states=states, full=kind == "stream-full")
     assert abs(static.loss.item() - usual.loss.item()) <= 1e-6 * usual.loss.item()
-    worst = max((relative(static_gradients[n], g), n) for n, g in usual_gradients.items())
+    worst = max((relative_error(static_gradients[n], g), n) for n, g in usual_gradients.items())
     assert worst[0] <= 1e-5, worst
     for a, b in zip(static.final_states, usual.final_states):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
