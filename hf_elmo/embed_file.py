@@ -511,6 +511,8 @@ def embed_file(
         "forget_sentences": forget_sentences,
         # float32 sums on the CPU split across threads differ in their last bits with the number of threads
         "cpu_threads": torch.get_num_threads() if embedder.device.type == "cpu" else None,
+        # ... and with the kernels, which a release of either may change (and hf-elmo's batching with it)
+        "versions": _library_versions(),
     }
     batches = plan_batches(sentences, batch_size, embedder.stateful)
     keys, shapes = _line_keys(sentences, use_sentence_keys), _line_shapes(embedder, sentences, output_format)
@@ -722,6 +724,12 @@ def _write_output(batches, keys, partial, output_file) -> None:
     shutil.rmtree(partial)
 
 
+def _library_versions() -> dict:
+    from . import __version__  # (the package imports this module)
+
+    return {"hf_elmo": __version__, "torch": torch.__version__}
+
+
 def _read_manifest(partial: Path) -> dict | None:
     """The manifest of the run whose batches `partial` holds; None where there is none that reads back whole."""
     try:
@@ -762,6 +770,15 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
                     f"{partial}: holds batches of an interrupted run of another version of hf-elmo (its "
                     f"{MANIFEST_NAME} has {', '.join(sorted(set(found) - set(manifest)))}); finish it with that "
                     "version, or delete the folder to start again"
+                )
+            if differences == ["versions"]:
+                earlier = found.get("versions")
+                earlier = (f"hf-elmo {earlier.get('hf_elmo')} and torch {earlier.get('torch')}"
+                           if isinstance(earlier, dict) else "an earlier version of hf-elmo")
+                raise ValueError(
+                    f"{partial}: holds batches of an interrupted run with {earlier}, this run has hf-elmo "
+                    f"{manifest['versions']['hf_elmo']} and torch {manifest['versions']['torch']}, whose numbers may "
+                    "differ in their last bits: finish it with the versions it began with, or delete the folder to start again"
                 )
             if differences == ["cpu_threads"] and isinstance(found.get("cpu_threads"), int):
                 raise ValueError(

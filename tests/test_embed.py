@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from conftest import FIXTURE_SETS, assert_only_an_error_line, run_two_processes, unreadable_file, unwritable_folder
+import hf_elmo
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo import embed_file as embed_module
 from hf_elmo.cli import main
@@ -1021,7 +1022,8 @@ def test_a_damaged_stateful_batch_is_computed_again_with_every_batch_after_it(mo
 
 
 def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_path):
-    """A rerun with other settings must not mix its batches with those of the run that was interrupted."""
+    """A rerun with other settings, or with another release of hf-elmo or torch, must not mix its batches with those
+    of the run that was interrupted."""
     embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
     finished = {path.name: path.read_bytes() for path in partial.glob("*.hdf5")}
     assert len(finished_batches(partial)) == 3 and "output.hdf5" in finished
@@ -1039,6 +1041,20 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
                                  "manifest.json has layout); finish it with that version, or delete the folder to "
                                  "start again")
     assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+    # A run of another release of hf-elmo or torch (whose kernels, or batching, may differ in the last bits), and one
+    # of a version that recorded none:
+    versions = f"hf-elmo {hf_elmo.__version__} and torch {torch.__version__}"
+    assert manifest["versions"] == {"hf_elmo": hf_elmo.__version__, "torch": torch.__version__}
+    for earlier, named in [({"hf_elmo": "0.0.9", "torch": "2.12.0"}, "hf-elmo 0.0.9 and torch 2.12.0"),
+                           (None, "an earlier version of hf-elmo")]:
+        recorded = {key: value for key, value in manifest.items() if key != "versions"}
+        (partial / "manifest.json").write_text(json.dumps(recorded if earlier is None else {**recorded, "versions": earlier}))
+        with pytest.raises(ValueError) as raised:
+            embedder.embed_file(source, output, batch_size=2, progress=False)
+        assert str(raised.value) == (f"{partial}: holds batches of an interrupted run with {named}, this run has "
+                                     f"{versions}, whose numbers may differ in their last bits: finish it with the "
+                                     "versions it began with, or delete the folder to start again")
+        assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
 
 
 def test_a_run_stopped_before_its_manifest_was_written_whole_is_started_afresh(model_path, embedder, tmp_path):
@@ -1070,11 +1086,17 @@ def test_a_run_stopped_before_its_manifest_was_written_whole_is_started_afresh(m
 
 def test_a_run_stopped_after_writing_its_output_leaves_nothing_to_compute(model_path, tmp_path):
     """A run stopped between writing OUTPUT and removing its batch folder: the same job again computes nothing,
-    removes the folder and leaves the output as it was."""
+    removes the folder and leaves the output as it was. The output keeps the run's settings and the releases of
+    hf-elmo and torch that computed it (its `hf_elmo_embed` attribute), by which it is known."""
     embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
     shutil.copytree(partial, tmp_path / "kept")
     embedder.embed_file(source, output, batch_size=2, progress=False)
     written = output.read_bytes()
+    with h5py.File(output, "r") as handle:
+        recorded = json.loads(handle.attrs["hf_elmo_embed"])
+    assert recorded == json.loads((tmp_path / "kept" / "manifest.json").read_text())
+    assert recorded["batch_size"] == 2 and recorded["output_format"] == "all"
+    assert recorded["versions"] == {"hf_elmo": hf_elmo.__version__, "torch": torch.__version__}
     shutil.copytree(tmp_path / "kept", partial)  # its batches back, as a run stopped before removing them left them
     summary = embedder.embed_file(source, output, batch_size=2, progress=False)
     assert (summary["computed"], summary["resumed"]) == (0, 10) and not partial.exists()
