@@ -36,6 +36,14 @@ try:
 except importlib.metadata.PackageNotFoundError:  # (the source tree imported without being installed)
     __version__ = "unknown"
 
+
+def library_versions() -> dict[str, str]:
+    """The releases whose kernels and code decide a result's last bits: recorded with `hf-elmo embed`'s runs and
+    pretraining checkpoints, whose resumes repeat an uninterrupted run bit for bit only under the same ones."""
+    import torch
+
+    return {"hf_elmo": __version__, "torch": torch.__version__}
+
 __all__ = [
     "ELMO_AUTO_MAP",
     "ElmoConfig",

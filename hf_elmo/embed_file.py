@@ -499,6 +499,8 @@ def embed_file(
         logger.warning(f"{input_file}: the input file has no lines, so {output_file} will hold no sentences")
     if use_sentence_keys:
         _check_sentence_keys(sentences, input_file)
+    from . import library_versions  # (here: the package imports this module as it starts)
+
     manifest = {
         "input": _input_location(input_file),
         "input_sha256": input_sha256,
@@ -512,7 +514,7 @@ def embed_file(
         # float32 sums on the CPU split across threads differ in their last bits with the number of threads
         "cpu_threads": torch.get_num_threads() if embedder.device.type == "cpu" else None,
         # ... and with the kernels, which a release of either may change (and hf-elmo's batching with it)
-        "versions": _library_versions(),
+        "versions": library_versions(),
     }
     batches = plan_batches(sentences, batch_size, embedder.stateful)
     keys, shapes = _line_keys(sentences, use_sentence_keys), _line_shapes(embedder, sentences, output_format)
@@ -722,12 +724,6 @@ def _write_output(batches, keys, partial, output_file) -> None:
     os.replace(partial / OUTPUT_NAME, output_file)
     fsync_path(output_file.parent)  # (the move on the disk before the batch files go)
     shutil.rmtree(partial)
-
-
-def _library_versions() -> dict:
-    from . import __version__  # (the package imports this module)
-
-    return {"hf_elmo": __version__, "torch": torch.__version__}
 
 
 def _read_manifest(partial: Path) -> dict | None:

@@ -49,7 +49,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 
-from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
+from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer, library_versions  # noqa: E402
 from hf_elmo.files import (check_output_location, fsync_path, input_inside, model_folder_problem,  # noqa: E402
                             sha256_file, sha256_tensors)
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
@@ -1098,6 +1098,14 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         states = load_carried_states(checkpoint, accelerator.process_index, accelerator.device)
         set_learning_rate(optimizer, scheduler, course.schedule_step(step))
         accelerator.print(f"resumed from {checkpoint} at step {step}")
+        saved_versions = saved_state.get("versions")  # (checkpoints of older versions did not record them)
+        if saved_versions is not None and saved_versions != library_versions():
+            accelerator.print(
+                f"{checkpoint} was saved by hf-elmo {saved_versions.get('hf_elmo')} with torch "
+                f"{saved_versions.get('torch')}, this run has hf-elmo {library_versions()['hf_elmo']} with torch "
+                f"{library_versions()['torch']}: it goes on, but its numbers may differ in their last bits from a "
+                "run that was never interrupted"
+            )
     # A resume from before OUTPUT_DIR's latest checkpoint (--resume PATH, PATH in OUTPUT_DIR) replaces the course
     # after PATH: its later checkpoints would have a later --resume go on with that course, past the log this run cuts
     # back to PATH's step.
@@ -1242,6 +1250,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
                         "seconds": time.perf_counter() - started}
             trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings,
                              "softmax_start": softmax_start, "data": data, **course_state(clock, schedule),
+                             "versions": library_versions(),
                              "seconds": run_seconds(),
                              "unlogged": unlogged}
             save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, tokenizer,
@@ -1277,6 +1286,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
             "latest_checkpoint": checkpoint_record(checkpoints[-1][1]) if checkpoints else None,
             "seconds": run_seconds(),
             "device": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else cpu_name(),
+            "versions": library_versions(),
             "weights_digest_per_process": digests,
         }
         card = {"language": args.language or folder_card_language(args.init_from),

@@ -23,6 +23,7 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForPreTraining
 
+import hf_elmo
 from hf_elmo import ELMO_AUTO_MAP, ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from hf_elmo.modeling_elmo import log_uniform_probability, sample_log_uniform, sampled_softmax_loss
 from hf_elmo.tokenization_elmo import char_ids_to_word
@@ -2170,6 +2171,30 @@ def test_a_checkpoint_of_an_older_version_resumes_exactly(reference_copy, refere
     assert code == 0, err
     assert f"resumed from {checkpoint} at step 55" in out
     assert losses(folder) == pytest.approx(losses(reference_run), abs=1e-6)
+
+
+def test_a_checkpoint_of_other_releases_resumes_and_says_its_numbers_may_differ(reference_copy, reference_run, capsys):
+    """Checkpoints and the final model record the releases of hf-elmo and torch that trained them; a resume under
+    others goes on (an upgrade mid-run is the user's choice) and says in one line that the run may then differ in its
+    last bits from an uninterrupted one. A checkpoint of a version that recorded none resumes without the line."""
+    folder = reference_copy
+    checkpoint = folder / "checkpoint-55"
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    ours = {"hf_elmo": hf_elmo.__version__, "torch": torch.__version__}
+    assert state["versions"] == ours == json.loads((folder / "trainer_state.json").read_text())["versions"]
+    command = [*REFERENCE_ARGS, "--output-dir", folder, "--resume", checkpoint]
+    for saved, said in [({"hf_elmo": "0.0.9", "torch": "2.12.0"},
+                         f"{checkpoint} was saved by hf-elmo 0.0.9 with torch 2.12.0, this run has hf-elmo "
+                         f"{ours['hf_elmo']} with torch {ours['torch']}: it goes on, but its numbers may differ in their "
+                         "last bits from a run that was never interrupted"),
+                        (None, None)]:
+        recorded = {key: value for key, value in state.items() if key != "versions"}
+        (checkpoint / "trainer_state.json").write_text(json.dumps(recorded if saved is None else {**recorded, "versions": saved}))
+        code, out, err = run_main(capsys, *command)
+        assert code == 0, err
+        assert f"resumed from {checkpoint} at step 55" in out
+        assert (said in out.splitlines()) if said else "was saved by" not in out, out
+        assert losses(folder) == pytest.approx(losses(reference_run), abs=1e-6)
 
 
 def test_a_resume_whose_random_states_do_not_load_is_refused(reference_copy, capsys, monkeypatch):
