@@ -44,6 +44,7 @@ def library_versions() -> dict[str, str]:
 
     return {"hf_elmo": __version__, "torch": torch.__version__}
 
+
 __all__ = [
     "ELMO_AUTO_MAP",
     "ElmoConfig",

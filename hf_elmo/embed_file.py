@@ -774,7 +774,8 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
                 raise ValueError(
                     f"{partial}: holds batches of an interrupted run with {earlier}, this run has hf-elmo "
                     f"{manifest['versions']['hf_elmo']} and torch {manifest['versions']['torch']}, whose numbers may "
-                    "differ in their last bits: finish it with the versions it began with, or delete the folder to start again"
+                    "differ in their last bits: finish it with the versions it began with, or delete the folder to "
+                    "start again"
                 )
             if differences == ["cpu_threads"] and isinstance(found.get("cpu_threads"), int):
                 raise ValueError(

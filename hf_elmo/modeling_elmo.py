@@ -643,9 +643,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
         one in another shape: transformers would start the first afresh and drop the second, saying so only in its load
         report, and refuse the third pointing to that report (which the project's commands silence). A head's weight in
         another shape (a classifier of other labels) is a `HeadShapeMismatch`, a RuntimeError as transformers raises,
-        naming it and both shapes, unless `ignore_mismatched_sizes` lets it start afresh. A new head's weights (a task classifier, the pretraining
-        softmax, a task's scalar mix) may be missing, and so may any weight of a `state_dict` passed in (the caller's
-        own, which transformers completes by initialising the rest). A caller who asks for the load report
+        naming it and both shapes, unless `ignore_mismatched_sizes` lets it start afresh. A new head's weights (a task
+        classifier, the pretraining softmax, a task's scalar mix) may be missing, and so may any weight of a
+        `state_dict` passed in (the caller's own, which transformers completes by initialising the rest). A caller who asks for the load report
         (`output_loading_info=True`) gets it instead of the errors: it lists every missing, extra and mis-shaped
         weight. A weights file that cannot be read (cut short by a copy or a download) is refused naming the model
         and what safetensors found."""

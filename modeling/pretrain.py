@@ -1098,13 +1098,12 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         states = load_carried_states(checkpoint, accelerator.process_index, accelerator.device)
         set_learning_rate(optimizer, scheduler, course.schedule_step(step))
         accelerator.print(f"resumed from {checkpoint} at step {step}")
-        saved_versions = saved_state.get("versions")  # (checkpoints of older versions did not record them)
-        if saved_versions is not None and saved_versions != library_versions():
+        saved, ours = saved_state.get("versions"), library_versions()  # (older checkpoints did not record them)
+        if saved is not None and saved != ours:
             accelerator.print(
-                f"{checkpoint} was saved by hf-elmo {saved_versions.get('hf_elmo')} with torch "
-                f"{saved_versions.get('torch')}, this run has hf-elmo {library_versions()['hf_elmo']} with torch "
-                f"{library_versions()['torch']}: it goes on, but its numbers may differ in their last bits from a "
-                "run that was never interrupted"
+                f"{checkpoint} was saved by hf-elmo {saved.get('hf_elmo')} with torch {saved.get('torch')}, this run "
+                f"has hf-elmo {ours['hf_elmo']} with torch {ours['torch']}: it goes on, but its numbers may differ in "
+                "their last bits from a run that was never interrupted"
             )
     # A resume from before OUTPUT_DIR's latest checkpoint (--resume PATH, PATH in OUTPUT_DIR) replaces the course
     # after PATH: its later checkpoints would have a later --resume go on with that course, past the log this run cuts
