@@ -663,9 +663,9 @@ def test_new_heads_may_start_afresh(converted, tmp_path):
 
 
 def test_a_heads_classifier_of_other_labels_is_named_unless_it_may_start_afresh(converted, tmp_path):
-    """A tagger saved with 3 labels and loaded with 5: a RuntimeError naming the classifier's weight and both shapes
-    (as transformers raises one, but pointing to its load report; a weight before its bias), unless `ignore_mismatched_sizes=True` starts
-    the classifier afresh, the biLM loaded as saved."""
+    """A tagger saved with 3 labels and loaded with 5: a RuntimeError naming the classifier's weight (before its bias)
+    and both shapes (as transformers raises one, but pointing to its load report), unless
+    `ignore_mismatched_sizes=True` starts the classifier afresh, the biLM loaded as saved."""
     ElmoForTokenClassification.from_pretrained(converted["allennlp-elmo"], num_labels=3).save_pretrained(tmp_path / "tagger")
     body = ElmoModel.from_pretrained(converted["allennlp-elmo"])
     with pytest.raises(RuntimeError) as raised:

@@ -1048,7 +1048,9 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
     for earlier, named in [({"hf_elmo": "0.0.9", "torch": "2.12.0"}, "hf-elmo 0.0.9 and torch 2.12.0"),
                            (None, "an earlier version of hf-elmo")]:
         recorded = {key: value for key, value in manifest.items() if key != "versions"}
-        (partial / "manifest.json").write_text(json.dumps(recorded if earlier is None else {**recorded, "versions": earlier}))
+        if earlier is not None:
+            recorded["versions"] = earlier
+        (partial / "manifest.json").write_text(json.dumps(recorded))
         with pytest.raises(ValueError) as raised:
             embedder.embed_file(source, output, batch_size=2, progress=False)
         assert str(raised.value) == (f"{partial}: holds batches of an interrupted run with {named}, this run has "

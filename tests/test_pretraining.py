@@ -2189,7 +2189,9 @@ def test_a_checkpoint_of_other_releases_resumes_and_says_its_numbers_may_differ(
                          "last bits from a run that was never interrupted"),
                         (None, None)]:
         recorded = {key: value for key, value in state.items() if key != "versions"}
-        (checkpoint / "trainer_state.json").write_text(json.dumps(recorded if saved is None else {**recorded, "versions": saved}))
+        if saved is not None:
+            recorded["versions"] = saved
+        (checkpoint / "trainer_state.json").write_text(json.dumps(recorded))
         code, out, err = run_main(capsys, *command)
         assert code == 0, err
         assert f"resumed from {checkpoint} at step 55" in out
