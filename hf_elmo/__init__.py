@@ -60,4 +60,5 @@ __all__ = [
     "ElmoTaskModel",
     "ElmoTokenClassificationPipeline",
     "ElmoTokenizer",
+    "library_versions",
 ]
