@@ -77,12 +77,12 @@ def embed(args: argparse.Namespace) -> int:
 def versions() -> str:
     """`hf-elmo --version`: hf-elmo's version and those of the two libraries its numbers depend on (torch's with its
     build, `2.13.0+cpu`, which the package metadata leaves out)."""
-    import torch
     import transformers
 
-    from . import __version__
+    from . import library_versions
 
-    return f"hf-elmo {__version__} (transformers {transformers.__version__}, torch {torch.__version__})"
+    ours = library_versions()
+    return f"hf-elmo {ours['hf_elmo']} (transformers {transformers.__version__}, torch {ours['torch']})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -957,6 +957,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
     """train's run within ACCELERATOR's processes: every check, the data, the steps and the saved model."""
     settings = resolve_settings(args, accelerator.num_processes)
     settings["mixed_precision"] = accelerator.mixed_precision
+    versions = library_versions()  # (recorded with every checkpoint and the final model)
     if accelerator.mixed_precision == "fp16" and accelerator.device.type == "cpu":
         # Accelerate has no fp16 autocast on the CPU: the run would train in float32 and record fp16.
         raise PretrainError("--mixed-precision fp16 (or Accelerate's configuration) needs a GPU: on the CPU Accelerate "
@@ -1098,12 +1099,12 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         states = load_carried_states(checkpoint, accelerator.process_index, accelerator.device)
         set_learning_rate(optimizer, scheduler, course.schedule_step(step))
         accelerator.print(f"resumed from {checkpoint} at step {step}")
-        saved, ours = saved_state.get("versions"), library_versions()  # (older checkpoints did not record them)
-        if saved is not None and saved != ours:
+        saved = saved_state.get("versions")  # (older checkpoints did not record them)
+        if saved is not None and saved != versions:
             accelerator.print(
                 f"{checkpoint} was saved by hf-elmo {saved.get('hf_elmo')} with torch {saved.get('torch')}, this run "
-                f"has hf-elmo {ours['hf_elmo']} with torch {ours['torch']}: it goes on, but its numbers may differ in "
-                "their last bits from a run that was never interrupted"
+                f"has hf-elmo {versions['hf_elmo']} with torch {versions['torch']}: it goes on, but its numbers may "
+                "differ in their last bits from a run that was never interrupted"
             )
     # A resume from before OUTPUT_DIR's latest checkpoint (--resume PATH, PATH in OUTPUT_DIR) replaces the course
     # after PATH: its later checkpoints would have a later --resume go on with that course, past the log this run cuts
@@ -1249,7 +1250,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
                         "seconds": time.perf_counter() - started}
             trainer_state = {"step": step, "epoch": step * accumulation / batches.steps_per_epoch, "settings": settings,
                              "softmax_start": softmax_start, "data": data, **course_state(clock, schedule),
-                             "versions": library_versions(),
+                             "versions": versions,
                              "seconds": run_seconds(),
                              "unlogged": unlogged}
             save_checkpoint(accelerator, model, output_dir, step, states, trainer_state, vocabulary, tokenizer,
@@ -1285,7 +1286,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
             "latest_checkpoint": checkpoint_record(checkpoints[-1][1]) if checkpoints else None,
             "seconds": run_seconds(),
             "device": torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else cpu_name(),
-            "versions": library_versions(),
+            "versions": versions,
             "weights_digest_per_process": digests,
         }
         card = {"language": args.language or folder_card_language(args.init_from),
