@@ -52,8 +52,8 @@ PROBE_SENTENCES = [
 def check_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs: tuple = ()) -> None:
     """Before any work: `output_dir` can be written, and is empty or may be replaced; replacing it must not delete
     one of `inputs` (the files or folders converted), which --overwrite would do without a word."""
-    output_dir = Path(output_dir).absolute()
     check_output_location(output_dir, "folder", error=ConversionError)
+    output_dir = Path(output_dir).absolute()
     if output_dir.is_dir() and any(output_dir.iterdir()):
         if not overwrite:
             raise ConversionError(
@@ -68,8 +68,8 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs: tup
 @contextlib.contextmanager
 def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs: tuple = ()):
     """Yield a temporary folder beside `output_dir` that becomes `output_dir` only if the block succeeds."""
-    output_dir = Path(output_dir).resolve()
     check_output_dir(output_dir, overwrite, inputs)
+    output_dir = Path(output_dir).resolve()
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir.name, "partial-"), dir=output_dir.parent))
     try:

@@ -164,8 +164,11 @@ def check_output_location(path, kind: str, error: type[ValueError] = ValueError,
     the new entry will be made (the nearest one that exists) must be writable; this is tried, as permissions alone
     do not tell (a read-only file system, or root). `writes_inside`: an existing folder `path` is written into
     rather than replaced, so it is the one that must be writable. A file behind links is checked where they lead,
-    where `atomic_file` writes it (links in a loop are refused).
+    where `atomic_file` writes it (links in a loop are refused). An empty path is refused: it would read as the
+    current folder, which a folder written in its place would replace.
     """
+    if not os.fspath(path):
+        raise error(f"the path of the {kind} to write is empty: give one")
     path = Path(path).absolute()
     if kind == "file" and path.is_symlink():
         try:
@@ -175,6 +178,8 @@ def check_output_location(path, kind: str, error: type[ValueError] = ValueError,
     if path.exists() or path.is_symlink():
         if kind == "file" and path.is_dir():
             raise error(f"{path}: is a folder; give the path of the {kind} to write")
+        if kind == "folder" and not path.exists():
+            raise error(f"{path}: is a link to {os.readlink(path)}, which does not exist")
         if kind == "folder" and not path.is_dir():
             raise error(f"{path}: is a file, not a folder")
     folder = path if writes_inside and path.is_dir() else path.parent

@@ -965,7 +965,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
     set_float32_precision(accelerator.mixed_precision)
     output_dir = Path(args.output_dir)
     main_process = accelerator.is_main_process
-    check_output_location(output_dir, "folder", error=PretrainError, writes_inside=True)
+    check_output_location(args.output_dir, "folder", error=PretrainError, writes_inside=True)
     source_config = check_init_from(Path(args.init_from)) if args.init_from else None
     if args.init_from and Path(args.init_from).exists() and input_inside(output_dir, [args.init_from]) is not None:
         raise PretrainError(f"--init-from {args.init_from} is inside --output-dir {output_dir}, whose model this run "

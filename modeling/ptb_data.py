@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     wheel, output = Path(argv[0]), Path(argv[1])
     try:
         penn = read_penn(wheel)
-        check_output_location(output, "folder", writes_inside=True)
+        check_output_location(argv[1], "folder", writes_inside=True)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -825,6 +825,20 @@ def test_output_folders_that_cannot_be_written_fail_before_the_work(original, co
     assert a_file.read_text() == "x"
 
 
+def test_an_empty_output_dir_is_refused_and_the_current_folder_kept(original, converted, tmp_path, monkeypatch, capsys):
+    """An empty --output-dir (an unset shell variable) read as the current folder, which --overwrite replaced with the
+    model, deleting what was there; both directions refuse it before any work."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    for args in (["--options-file", original / "options.json", "--weight-file", original / "lm_weights.hdf5"],
+                 ["--to-original", "--model-dir", converted]):
+        code, _, err = run_main(capsys, *args, "--output-dir", "", "--overwrite")
+        assert_only_an_error_line(code, err, "the path of the folder to write is empty")
+    assert [path.name for path in work.iterdir()] == ["notes.txt"]
+
+
 def test_a_state_dict_passed_in_may_leave_weights_to_initialise():
     """transformers' own tests load `from_pretrained(None, config=..., state_dict={})`: the caller's weights."""
     model, info = ElmoModel.from_pretrained(None, config=ElmoConfig(**TINY), state_dict={}, output_loading_info=True)

@@ -242,8 +242,8 @@ def test_an_atomic_write_is_on_the_disk_before_its_name_is(tmp_path, monkeypatch
 
 def test_text_files_and_output_locations_that_cannot_be_used_are_named(tmp_path):
     """check_text_file: a missing, empty (unless allowed) or folder path, by the caller's name for the file and in the
-    caller's error class; check_output_location: a file where a folder of the path belongs, or a file where a folder
-    is asked."""
+    caller's error class; check_output_location: a file where a folder of the path belongs, a file or a broken link
+    where a folder is asked, or an empty path."""
 
     class InputError(ValueError):
         pass
@@ -263,6 +263,14 @@ def test_text_files_and_output_locations_that_cannot_be_used_are_named(tmp_path)
         check_output_location(blocker / "sub" / "out.hdf5", "file")
     with pytest.raises(ValueError, match=f"^{re.escape(str(blocker))}: is a file, not a folder$"):
         check_output_location(blocker, "folder")
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "gone")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(dangling))}: is a link to {re.escape(str(tmp_path))}/gone, "
+                                         "which does not exist$"):
+        check_output_location(dangling, "folder")
+    for kind in ("file", "folder"):  # (it would read as the current folder)
+        with pytest.raises(InputError, match=f"^the path of the {kind} to write is empty: give one$"):
+            check_output_location("", kind, error=InputError)
 
 
 def test_sha256_tensors_digests_names_and_bytes_in_order():

@@ -2005,7 +2005,8 @@ def test_output_folders_that_cannot_be_written_fail_before_the_work(tmp_path, ca
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
     for output, expected in {a_file: "file.txt: is a file, not a folder", a_file / "run": "file.txt: is a file, so",
-                             unwritable_folder(tmp_path) / "run": "cannot write there"}.items():
+                             unwritable_folder(tmp_path) / "run": "cannot write there",
+                             "": "the path of the folder to write is empty"}.items():  # (not the current folder)
         code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", tmp_path / "none.txt", "--output-dir", output)
         assert_one_error(code, err, expected)
     assert a_file.read_text() == "x"
