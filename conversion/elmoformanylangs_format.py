@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
-from hf_elmo.configuration_elmo import REQUIRED, VALUE_RULES, check_type, check_value
+from hf_elmo.configuration_elmo import REQUIRED, VALUE_RULES, check_type, check_value, warn_of_misspelt_options
 from hf_elmo.lexicon import LexiconError
 
 from conversion.original_format import ConversionError, check_weight_names, exact_float32
@@ -119,6 +119,8 @@ def architecture_options(architecture: dict, source: str) -> dict[str, Any]:
         raise ConversionError(
             f"{source}: token_embedder.char_dim is 0 (words only); only models that read characters convert"
         )
+    names = [(section, "name") for section in ARCHITECTURE_NAMES]
+    warn_of_misspelt_options(architecture, [path for path, _ in ARCHITECTURE_OPTIONS.values()] + names, source)
     options = {}
     for field, ((section, key), default) in ARCHITECTURE_OPTIONS.items():
         option = f"{section}.{key}"

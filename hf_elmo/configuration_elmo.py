@@ -7,6 +7,7 @@ import math
 import os
 import types
 import typing
+from collections.abc import Iterable
 from typing import Any
 
 from transformers import PreTrainedConfig
@@ -169,6 +170,30 @@ def _warn_of_misspelt_fields(settings: dict[str, Any],
         meant += [field for field in difflib.get_close_matches(key, fields, n=2, cutoff=0.8) if field not in meant]
         if meant:
             logger.warning(f"ElmoConfig has no field {key!r} ({fate}): did you mean {' or '.join(map(repr, meant))}?")
+
+
+def warn_of_misspelt_options(options: dict, known_paths: Iterable[tuple[str, ...]], source: str) -> None:
+    """Warn of each key in a section of an options file (`lstm`, `char_cnn.embedding`) that no model reads but that
+    is a near spelling of an option missing there (`use_skip_connection`, `cellclip`): that option would otherwise
+    keep its default without a word (a model with other numbers). `known_paths`: where the options are
+    (`("lstm", "cell_clip")`); the top level is not checked, as it holds training options too."""
+    sections: dict[tuple[str, ...], set[str]] = {}
+    for path in known_paths:
+        for depth in range(1, len(path)):
+            sections.setdefault(path[:depth], set()).add(path[depth])
+    for parent, names in sections.items():
+        section = options
+        for key in parent:
+            section = section.get(key) if isinstance(section, dict) else None
+        if not isinstance(section, dict):
+            continue
+        missing = sorted(name for name in names if name not in section)
+        where = ".".join(parent)
+        for key in section:
+            meant = [] if key in names else difflib.get_close_matches(key, missing, n=1, cutoff=0.7)
+            if meant:
+                logger.warning(f"{source}: option '{where}.{key}' is none that ELMo reads: did you mean "
+                               f"'{where}.{meant[0]}', which the file lacks (an optional one takes its default)?")
 
 
 class ElmoConfig(PreTrainedConfig):
@@ -436,6 +461,7 @@ class ElmoConfig(PreTrainedConfig):
             if not isinstance(options.get(section), dict):
                 what = "only character-input ELMo models can be converted" if section == "char_cnn" else "an object"
                 raise ValueError(f"{source}: no '{section}' section ({what})")
+        warn_of_misspelt_options(options, [path for path, _ in ORIGINAL_OPTIONS.values()], source)
         values = {}
         for name, (path, default) in ORIGINAL_OPTIONS.items():
             option = ".".join(path)

@@ -9,6 +9,8 @@ import torch
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.configuration_elmo import check_type
 
+from conftest import FIXTURES
+
 TINY = dict(char_embedding_dim=4, num_highway_layers=1, cell_size=16, projection_dim=8)
 VOCABULARY_ALPHABET = dict(alphabet="vocabulary", n_characters=62, bos_char_id=1, eos_char_id=2, bow_char_id=3,
                            eow_char_id=4, pad_char_id=5)
@@ -195,6 +197,34 @@ def test_a_setting_meant_for_a_field_is_named_in_a_warning_with_the_field(tmp_pa
     assert config.cell_size == 24 and not hasattr(config, "cellsize")
     assert warnings_of(caplog) == ["ElmoConfig has no field 'cellsize' (a keyword of from_pretrained that no ELMo "
                                    "config reads): did you mean 'cell_size'?"]
+
+
+def test_an_options_file_option_spelt_near_a_missing_one_is_named_in_a_warning(tmp_path, caplog):
+    """A misspelt option of options.json (`use_skip_connection`) was ignored without a word, and the option it was
+    meant for took its default: a converted model with other numbers, which the converter's reload check cannot see.
+    Each is named with the option it looks meant for, in any section; the training options of the top level, a
+    near spelling of an option that is there, and the released files give none."""
+    options = json.loads((FIXTURES / "allennlp-elmo" / "options.json").read_text())
+    options["lstm"]["use_skip_connection"] = options["lstm"].pop("use_skip_connections")
+    options["lstm"]["cellclip"] = options["lstm"].pop("cell_clip")
+    options["char_cnn"]["embedding"]["dims"] = 8  # (beside its dim: meant for nothing missing)
+    options["char_cnn"]["activaton"] = options["char_cnn"].pop("activation")
+    options["n_epoch"] = 10  # (bilm-tf's training options sit at the top level)
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(options))
+    config = ElmoConfig.from_original_options(path)
+    assert (config.use_skip_connections, config.cell_clip) == (False, None)  # (what the warnings are for)
+    assert warnings_of(caplog) == [
+        f"{path}: option '{where}' is none that ELMo reads: did you mean '{meant}', which the file lacks (an optional "
+        "one takes its default)?"
+        for where, meant in [("char_cnn.activaton", "char_cnn.activation"),
+                             ("lstm.use_skip_connection", "lstm.use_skip_connections"), ("lstm.cellclip", "lstm.cell_clip")]
+    ]
+    caplog.clear()
+    for released in ["allennlp-elmo/options.json", "bilm-tf/model/options.json",
+                     "allennlp-elmo/v0.9.0/elmo_multilingual/es/options.json"]:
+        ElmoConfig.from_original_options(FIXTURES / released)
+    assert warnings_of(caplog) == []
 
 
 def test_settings_of_transformers_and_of_the_user_are_kept_without_a_warning(tmp_path, caplog):

@@ -27,6 +27,20 @@ def test_the_encoder_and_token_embedder_names_are_read_in_any_case_as_the_packag
         architecture_options(architecture, "architecture.json")
 
 
+def test_an_architecture_option_spelt_near_a_missing_one_is_named_in_a_warning(caplog):
+    """`cellclip` for `cell_clip` converted with no clipping and no word; now named, as in options.json. The test
+    models' own architectures (a classifier section and dropout beside the two read) give no warning."""
+    for name in ("with_words", "chars_only"):
+        architecture_options(json.loads((ELMOFORMANYLANGS / name / "architecture.json").read_text()), name)
+    assert [record.getMessage() for record in caplog.records] == []
+    architecture = json.loads((ELMOFORMANYLANGS / "chars_only" / "architecture.json").read_text())
+    architecture["encoder"]["cellclip"] = architecture["encoder"].pop("cell_clip")
+    assert architecture_options(architecture, "architecture.json")["cell_clip"] is None
+    assert [record.getMessage() for record in caplog.records] == [
+        "architecture.json: option 'encoder.cellclip' is none that ELMo reads: did you mean 'encoder.cell_clip', which "
+        "the file lacks (an optional one takes its default)?"]
+
+
 def test_a_model_whose_architecture_names_its_parts_in_capitals_converts(tmp_path):
     folder = shutil.copytree(ELMOFORMANYLANGS / "chars_only", tmp_path / "model")
     architecture = json.loads((folder / "architecture.json").read_text())
