@@ -32,6 +32,7 @@ from safetensors import safe_open  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location, input_inside, plain_mode, temporary_prefix  # noqa: E402
 from hf_elmo.model_card import card_option_problem, check_language, check_license, render_model_card  # noqa: E402
+from hf_elmo.modeling_elmo import BILM_WEIGHT  # noqa: E402
 
 from conversion.original_format import (  # noqa: E402
     ConversionError,
@@ -116,8 +117,10 @@ def load_checkpoint(model_dir: str | os.PathLike) -> ElmoModel:
         raise ConversionError(f"{model_dir}: no model.safetensors, so there are no weights to convert")
     for shard in [weights.name] if weights.is_file() else sorted(set(_shard_names(index))):
         try:
-            with safe_open(model_dir / shard, "pt"):  # reads the header, and checks that the data fills the file
-                pass
+            with safe_open(model_dir / shard, "pt") as tensors:  # reads the header, and checks the data fills the file
+                _check_float32_holds(tensors, model_dir)
+        except ConversionError:
+            raise
         except Exception as error:  # safetensors' error type is not importable in every version
             raise ConversionError(f"{model_dir / shard}: not a readable safetensors file ({error})") from None
     try:
@@ -132,6 +135,19 @@ def load_checkpoint(model_dir: str | os.PathLike) -> ElmoModel:
         raise ConversionError(str(error) if str(error).startswith(str(model_dir)) else f"{model_dir}: {error}") from None
     except (OSError, RuntimeError) as error:
         raise ConversionError(f"{model_dir}: cannot load the checkpoint ({str(error).strip().splitlines()[0]})") from None
+
+
+def _check_float32_holds(tensors, model_dir: Path) -> None:
+    """The original formats are float32: a float64 weight of the biLM whose values float32 would round is refused,
+    naming it. Read from the file, as loading casts every tensor to the dtype of config.json (float32 for a model
+    with one float64 layer). (Non-finite values are the finite check's: `check_weights_to_write`.)"""
+    for name in tensors.keys():
+        if BILM_WEIGHT.match(name) and tensors.get_slice(name).get_dtype() == "F64":
+            values = tensors.get_tensor(name)
+            values = values[torch.isfinite(values)]
+            if not torch.equal(values.to(torch.float32).to(torch.float64), values):
+                raise ConversionError(f"{model_dir}: tensor {name.removeprefix('elmo.')} "
+                                      "is float64, with values that float32 (the original format's) would round")
 
 
 @contextlib.contextmanager
@@ -152,9 +168,9 @@ def quiet_transformers(errors_only: bool = False):
 
 
 def check_weights_to_write(model: ElmoModel, model_dir: str | os.PathLike) -> None:
-    """Every weight a way back writes is finite and float32 holds it exactly: the original formats are float32, read
-    with NaN and infinity refused (the read-back of the files written would refuse them naming the staging folder,
-    which is gone by then), and a float64 checkpoint's values must not be rounded on the way, as on the way in."""
+    """Every weight a way back writes is finite: the original formats are read with NaN and infinity refused (the
+    read-back of the files written would refuse them naming the staging folder, which is gone by then). That float32
+    holds each exactly was checked in the file, by `load_checkpoint`."""
     for name, tensor in model.state_dict().items():
         if name.startswith("scalar_mixes."):
             continue
@@ -162,9 +178,6 @@ def check_weights_to_write(model: ElmoModel, model_dir: str | os.PathLike) -> No
             count = tensor.numel() - int(torch.isfinite(tensor).sum())
             plural = "s" if count > 1 else ""
             raise ConversionError(f"{model_dir}: tensor {name} holds {count} non-finite value{plural} (NaN or infinity)")
-        if not torch.equal(tensor.to(torch.float32).to(tensor.dtype), tensor):
-            raise ConversionError(f"{model_dir}: tensor {name} is {str(tensor.dtype).removeprefix('torch.')}, with "
-                                  "values that float32 (the original format's) would round")
 
 
 def _shard_names(index: Path) -> list[str]:

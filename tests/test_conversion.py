@@ -719,6 +719,13 @@ def damage_checkpoint(folder: Path, case: str) -> None:
         with torch.no_grad():
             model.layers[1].bias[0, 3] = 1e300 if "range" in case else model.layers[1].bias[0, 3] + 1e-12
         model.save_pretrained(folder)
+    elif case == "one float64 layer, in a float32 model":
+        model = ElmoModel.from_pretrained(folder)
+        model.layers[1].double()  # (config.json says float32: loading rounded the layer before it was checked)
+        with torch.no_grad():
+            model.layers[1].bias[0, 3] += 1e-12
+        model.save_pretrained(folder)
+        assert json.loads((folder / "config.json").read_text())["dtype"] == "float32"
 
 
 TO_ORIGINAL_BAD_INPUTS = {
@@ -741,6 +748,8 @@ TO_ORIGINAL_BAD_INPUTS = {
     "a float64 weight that float32 would round": [
         "model: tensor layers.1.bias is float64, with values that float32 (the original format's) would round"],
     "a float64 weight beyond float32's range": [
+        "model: tensor layers.1.bias is float64, with values that float32 (the original format's) would round"],
+    "one float64 layer, in a float32 model": [
         "model: tensor layers.1.bias is float64, with values that float32 (the original format's) would round"],
 }
 
