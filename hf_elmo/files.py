@@ -178,6 +178,9 @@ def check_output_location(path, kind: str, error: type[ValueError] = ValueError,
     if path.exists() or path.is_symlink():
         if kind == "file" and path.is_dir():
             raise error(f"{path}: is a folder; give the path of the {kind} to write")
+        if kind == "file" and path.exists() and not path.is_file():  # (as root, /dev/null was replaced by the file)
+            raise error(f"{path}: is no regular file (a device or a pipe), which writing would replace; give the path "
+                        "of a file")
         if kind == "folder" and not path.exists():
             raise error(f"{path}: is a link to {os.readlink(path)}, which does not exist")
         if kind == "folder" and not path.is_dir():

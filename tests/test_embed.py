@@ -610,9 +610,11 @@ def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp
     source = write_lines(tmp_path / "in.txt", ["a b"])
     (tmp_path / "folder").mkdir()
     a_file = write_lines(tmp_path / "file.txt", ["x"])
-    monkeypatch.chdir(tmp_path / "folder")
+    os.mkfifo(tmp_path / "pipe")  # (the run waited for a reader forever; as root, a device such as /dev/null was
+    monkeypatch.chdir(tmp_path / "folder")  # replaced by the file)
     cases = {
         tmp_path / "folder": "is a folder; give the path of the file to write",
+        tmp_path / "pipe": "pipe: is no regular file (a device or a pipe), which writing would replace",
         Path("."): "folder: is a folder; give the path of the file to write",
         a_file / "out.hdf5": "file.txt: is a file, so",
         a_file / "deeper" / "out.hdf5": "file.txt: is a file, so",
@@ -627,6 +629,7 @@ def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp
     (tmp_path / "other.hdf5.lock").mkdir()  # (open() would fail on it only once the model had loaded)
     assert_only_an_error_line(*run_cli(capsys, "embed", source, tmp_path / "other.hdf5", "--model", tmp_path / "no-such-model"),
                               "other.hdf5.lock: is a folder, where the lock of")
+    assert (tmp_path / "pipe").is_fifo() and not (tmp_path / "pipe.lock").exists()
 
 
 def test_an_input_that_cannot_be_read_fails_before_the_model_loads(tmp_path, capsys):

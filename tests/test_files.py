@@ -268,6 +268,10 @@ def test_text_files_and_output_locations_that_cannot_be_used_are_named(tmp_path)
     with pytest.raises(ValueError, match=f"^{re.escape(str(dangling))}: is a link to {re.escape(str(tmp_path))}/gone, "
                                          "which does not exist$"):
         check_output_location(dangling, "folder")
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path))}/pipe: is no regular file \\(a device or a pipe\\), "
+                                         "which writing would replace; give the path of a file$"):
+        check_output_location(tmp_path / "pipe", "file")
     for kind in ("file", "folder"):  # (it would read as the current folder)
         with pytest.raises(InputError, match=f"^the path of the {kind} to write is empty: give one$"):
             check_output_location("", kind, error=InputError)
