@@ -155,7 +155,8 @@ class ElmoEmbedder:
     def embed_batch(self, sentences: list[Sentence], output_format: str = "all") -> list[np.ndarray]:
         """
         Embed sentences in one batch. Returns one float32 array per sentence: [L + 1, words, 2P] for `"all"`,
-        [words, 2P] for `"top"`, `"average"` (of the layers) and `"mix"` (the model's first scalar mix).
+        [words, 2P] for `"top"`, `"average"` (of the layers) and `"mix"` (the model's first scalar mix; stateless,
+        a mix that layer-normalises mixes each sentence alone, as its statistics are the batch's).
 
         In stateful mode, row r starts from the state that row r of the previous batch ended with (zeros for rows
         it did not have), and a sentence without words still runs as `<S> </S>`, as in the original.
@@ -188,6 +189,8 @@ class ElmoEmbedder:
         if not words:
             return None
         batch = batch.to(self.device)
+        if output_format == "mix" and self.model.scalar_mixes[0].do_layer_norm and not self.stateful and len(words) > 1:
+            return self._mix_sentence_by_sentence(words, batch)
         output = self.model(**batch, initial_states=self._initial_states(len(words)), output_final_states=self.stateful,
                             return_dict=True)
         if self.stateful:
@@ -201,6 +204,21 @@ class ElmoEmbedder:
         else:
             layers = output.elmo_representations[0]
         return layers.float()
+
+    def _mix_sentence_by_sentence(self, words: list[list[str]], batch: BatchEncoding) -> torch.Tensor:
+        """The mix of a layer-normalising model, [B, T, 2P], each sentence run alone: its layer norm takes one mean
+        and variance over the whole batch, so that in a batch a sentence's vector would depend on the sentences
+        beside it (on the length sort and the batch size)."""
+        width = max(len(sentence) for sentence in words)
+        rows = []
+        for row, sentence in enumerate(words):
+            if sentence:
+                alone = BatchEncoding({name: value[row : row + 1, : len(sentence)] for name, value in batch.items()})
+                mix = self.layers_tokenized(([sentence], alone), "mix")
+            else:  # (no words: nothing of this row is read)
+                mix = torch.zeros(1, 0, self.hidden_size, device=self.device)
+            rows.append(torch.nn.functional.pad(mix, (0, 0, 0, width - len(sentence))))
+        return torch.cat(rows)
 
     def embed_sentence(self, sentence: Sentence, output_format: str = "all") -> np.ndarray:
         """One sentence: [L + 1, words, 2P] (or [words, 2P], see `embed_batch`)."""

@@ -670,6 +670,24 @@ def test_a_piped_input_is_read_once(model_path, tmp_path, capsys):
     assert output["0"].shape == (2, 32) and output["1"].shape == (3, 32)
 
 
+def test_a_layer_normalised_mix_is_each_sentences_own_whatever_its_batch(model_path):
+    """A mix that layer-normalises (`do_layer_norm`, as AllenNLP's: one mean and variance over the whole batch) gave
+    a sentence a vector that depended on the sentences batched with it, so on the length sort and the batch size
+    (0.075 off in a fine-tuned head's); the embedder mixes each sentence alone: what the model gives it alone."""
+    embedder = ElmoEmbedder(model_path, do_layer_norm=True)
+    lines = fixture_lines()[:7]
+    alone = [embedder.embed_sentence(line, "mix") for line in lines]  # (one sentence: the model's own output)
+    for batch_size in (2, 8):
+        batched = list(embedder.embed_sentences([*lines, ""], batch_size=batch_size, output_format="mix"))
+        assert batched[-1].shape == (0, embedder.hidden_size)
+        assert max(float(np.abs(found - expected).max()) for found, expected in zip(batched, alone)) < 1e-6
+    # (what the batch's own statistics give: the difference this test is about)
+    with torch.no_grad():
+        together = embedder.model(**embedder.tokenizer.encode_words([line.split() for line in lines[:2]]),
+                                  return_dict=True).elmo_representations[0]
+    assert float((together[0, : len(alone[0])] - torch.from_numpy(alone[0])).abs().max()) > 1e-3
+
+
 def test_a_named_pipe_is_read_once_and_an_interrupted_piped_run_resumes(embedder, tmp_path):
     """The input is read once, for its lines and for the digest that the manifest keeps: a named pipe opened a
     second time would wait for a writer forever. A pipe's name (`/dev/fd/63`) is kept as given, so that the same
