@@ -5,8 +5,10 @@ original numbers. Shapes: B = batch, T = words, K = characters per word, P = pro
 C = cell_size, L = num_lstm_layers.
 """
 
+import contextlib
 import functools
 import inspect
+import logging
 import math
 import os
 import re
@@ -565,6 +567,30 @@ class ElmoScalarMix(nn.Module):
 BILM_WEIGHT = re.compile(r"^(elmo\.)?(char_encoder|layers)\.")
 
 
+logger = logging.getLogger(__name__)
+# Where transformers logs its load report (a warning listing missing, unexpected and mis-shaped weights).
+LOAD_REPORT_LOGGER = logging.getLogger("transformers.modeling_utils")
+
+
+@contextlib.contextmanager
+def _withheld_load_report():
+    """Hold back transformers' load report while a model loads, yielding the list it is kept in: a load refused
+    after it must not first print a report saying the weights were started afresh."""
+    held = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        if "LOAD REPORT" in record.getMessage():
+            held.append(record)
+            return False
+        return True
+
+    LOAD_REPORT_LOGGER.addFilter(hold)
+    try:
+        yield held
+    finally:
+        LOAD_REPORT_LOGGER.removeFilter(hold)
+
+
 class HeadShapeMismatch(RuntimeError):
     """A checkpoint's head weight (a classifier saved for other labels) in another shape than the model's: a
     RuntimeError, as transformers raises for it, that names the tensor and both shapes."""
@@ -648,7 +674,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
         `state_dict` passed in (the caller's own, which transformers completes by initialising the rest). A caller who asks for the load report
         (`output_loading_info=True`) gets it instead of the errors: it lists every missing, extra and mis-shaped
         weight. A weights file that cannot be read (cut short by a copy or a download) is refused naming the model
-        and what safetensors found."""
+        and what safetensors found. A refused load shows no load report (which would say the weights were started
+        afresh); one that goes on shows it as transformers would."""
         wants_report = kwargs.pop("output_loading_info", False)  # (False given explicitly, as by default)
         reinitialise_heads = kwargs.pop("ignore_mismatched_sizes", False)
         try:
@@ -656,8 +683,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 return super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=wants_report,
                                                ignore_mismatched_sizes=reinitialise_heads, **kwargs)
             # (every mis-shaped weight reaches the report, to be named below rather than in transformers' error)
-            model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True,
-                                                  ignore_mismatched_sizes=True, **kwargs)
+            with _withheld_load_report() as report:
+                model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True,
+                                                      ignore_mismatched_sizes=True, **kwargs)
         except SafetensorError as error:
             raise ValueError(f"{pretrained_model_name_or_path}: its weights (.safetensors) cannot be read, the file is "
                              f"damaged or incomplete: {error}") from None
@@ -678,6 +706,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
             for key, found, expected in weight_first:  # (a weight's shape tells more than its bias's: the input width)
                 if not BILM_WEIGHT.match(key):
                     raise HeadShapeMismatch(pretrained_model_name_or_path, cls.__name__, key, list(found), list(expected))
+        for record in report:  # (a new head's weights, started afresh: transformers' report, as it would show it)
+            LOAD_REPORT_LOGGER.handle(record)
         return model
 
     def _initialize_weights(self, module: nn.Module, is_custom_code: bool = False):
@@ -1233,6 +1263,8 @@ class ElmoTaskModel(ElmoPreTrainedModel):
 
     # The loss divides by Trainer's `num_items_in_batch`, so Trainer must not divide again under accumulation.
     accepts_loss_kwargs = True
+    # The fewest labels the head learns from, and why.
+    min_labels, min_labels_reason = 1, "one label (num_labels=1 for regression)"
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -1241,11 +1273,9 @@ class ElmoTaskModel(ElmoPreTrainedModel):
                 f"{type(self).__name__} learns one task mix: ElmoConfig.num_output_representations must be 1, "
                 f"got {config.num_output_representations}"
             )
-        if config.num_labels < 1:  # (num_labels=-1 gives no labels at all: transformers leaves id2label empty)
-            raise ValueError(
-                f"{type(self).__name__} needs at least one label (num_labels=1 for regression): config.num_labels is "
-                f"{config.num_labels}"
-            )
+        if config.num_labels < self.min_labels:  # (num_labels=-1 gives none at all: transformers leaves id2label empty)
+            raise ValueError(f"{type(self).__name__} needs at least {self.min_labels_reason}: config.num_labels is "
+                             f"{config.num_labels}")
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
 
@@ -1280,6 +1310,17 @@ class ElmoTaskModel(ElmoPreTrainedModel):
     # What transformers passes a head besides its inputs: Trainer's count of the labels of the optimizer step (the
     # heads accept loss kwargs, above).
     _accepted_extra_kwargs = ("num_items_in_batch",)
+
+    def _warn_of_a_loss_without_the_penalty(self, labels) -> None:
+        """Training without labels, the loss is computed outside the head (Trainer's label smoothing, or its
+        `compute_loss_func`, from the logits): the mix's L2 penalty, part of the head's own loss, is then left out."""
+        if labels is None and self.training and torch.is_grad_enabled() and self.config.scalar_mix_l2_coef:
+            logger.warning_once(
+                f"{type(self).__name__} is training without labels, so its loss is computed outside it (by Trainer's "
+                "label smoothing or compute_loss_func, say), without the L2 penalty on the mix that "
+                f"scalar_mix_l2_coef={self.config.scalar_mix_l2_coef} asks for: it is part of the loss the head "
+                "computes from labels"
+            )
 
     def _task_loss(
         self, summed_loss: torch.Tensor, num_items: torch.Tensor, num_items_in_batch: torch.Tensor | int | None
@@ -1340,6 +1381,7 @@ class ElmoForSequenceClassification(ElmoTaskModel):
         Returns logits [B, num_labels]. Any other keyword argument is refused (Trainer's `num_items_in_batch` aside).
         """
         self._check_keywords(kwargs)
+        self._warn_of_a_loss_without_the_penalty(labels)
         outputs = self.elmo(  # (a dict whatever the shared config's return_dict: the head reads it by name)
             input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False,
             return_dict=True,
@@ -1424,6 +1466,8 @@ class ElmoForTokenClassification(ElmoTaskModel):
     position, so word-level labels line up with `input_ids` directly (`ElmoBatchEncoding.word_ids()`).
     """
 
+    min_labels, min_labels_reason = 2, "two labels (the cross-entropy over one is always 0: nothing would learn)"
+
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
@@ -1452,6 +1496,7 @@ class ElmoForTokenClassification(ElmoTaskModel):
         aside).
         """
         self._check_keywords(kwargs)
+        self._warn_of_a_loss_without_the_penalty(labels)
         outputs = self.elmo(  # (a dict whatever the shared config's return_dict: the head reads it by name)
             input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False,
             return_dict=True,

@@ -1,6 +1,8 @@
 """The task heads on the converted fixture ELMo: freezing, pooling, losses, Trainer's contracts, checkpointing, and what a
 config changed after building them must not silently change."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -307,6 +309,26 @@ def one_sgd_step(base_path, tokenizer, tmp_path, batch_size, accumulation, **con
     return updates, logged, trainer.state.num_input_tokens_seen
 
 
+def test_a_loss_computed_outside_the_head_is_said_to_leave_out_the_mix_penalty(base_path, tokenizer, tmp_path, caplog):
+    """Trainer's label smoothing takes the labels out and computes the loss from the logits, so the L2 penalty on the
+    mix (part of the head's own loss) was dropped without a word: the mix weights were no longer pulled back. Said
+    once, where the penalty is asked for; not without it, nor in evaluation."""
+    message = ("ElmoForTokenClassification is training without labels, so its loss is computed outside it (by "
+               "Trainer's label smoothing or compute_loss_func, say), without the L2 penalty on the mix that "
+               "scalar_mix_l2_coef=1.0 asks for: it is part of the loss the head computes from labels")
+    for coef in (1.0, 0.0):
+        model = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, scalar_mix_l2_coef=coef)
+        args = TrainingArguments(output_dir=str(tmp_path / str(coef)), per_device_train_batch_size=2, max_steps=2,
+                                 label_smoothing_factor=0.1, report_to="none", use_cpu=True, save_strategy="no")
+        caplog.clear()
+        trainer = Trainer(model=model, args=args, train_dataset=ner_dataset(tokenizer), eval_dataset=ner_dataset(tokenizer),
+                          data_collator=DataCollatorForTokenClassification(tokenizer))
+        trainer.train()
+        trainer.evaluate()
+        warned = [record.getMessage() for record in caplog.records if "training without labels" in record.getMessage()]
+        assert warned == ([message] if coef else []), warned
+
+
 def test_gradient_accumulation_matches_one_large_batch(base_path, tokenizer, tmp_path):
     """GA=2 x 2 sentences gives the update and the logged loss of one batch of 4 (the sentences have 9, 2, 2
     and 9 labelled words, so averaging per micro-batch would not), from mix weights [1, -2, 3], so that an L2
@@ -448,13 +470,19 @@ def test_a_misspelt_problem_type_is_refused_rather_than_read_as_multi_label(base
 @pytest.mark.parametrize("head", HEADS)
 def test_a_head_without_labels_is_refused(base_path, head):
     """num_labels=0 (or -1, which transformers turns into an empty id2label) built a classifier of no outputs, logits
-    [B, 0] or [B, T, 0], silently; a head needs a label (one, for regression): refused, naming num_labels."""
-    for num_labels in (0, -1):
-        with pytest.raises(ValueError, match=rf"^{head.__name__} needs at least one label .*num_labels is 0$"):
+    [B, 0] or [B, T, 0], silently; a sequence head needs a label (one, for regression), a word tagger two (over one
+    label its cross-entropy is 0 whatever the weights, so a tagger of one label never learned): refused, naming
+    num_labels."""
+    tagger = head is ElmoForTokenClassification
+    fewest = "two labels (the cross-entropy over one is always 0" if tagger else "one label (num_labels=1 for regression)"
+    for num_labels in (0, -1, 1) if tagger else (0, -1):
+        with pytest.raises(ValueError, match=rf"^{head.__name__} needs at least {re.escape(fewest)}.*num_labels is "
+                                             f"{max(num_labels, 0)}$"):
             head(ElmoConfig(num_labels=num_labels, cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]]))
-        with pytest.raises(ValueError, match=rf"^{head.__name__} needs at least one label"):
+        with pytest.raises(ValueError, match=rf"^{head.__name__} needs at least {re.escape(fewest)}"):
             head.from_pretrained(base_path, num_labels=num_labels)
-    assert head.from_pretrained(base_path, num_labels=1).classifier.out_features == 1
+    fewest_allowed = 2 if tagger else 1
+    assert head.from_pretrained(base_path, num_labels=fewest_allowed).classifier.out_features == fewest_allowed
 
 
 def test_the_layer_norm_of_the_mix_holds_in_float16_over_a_large_batch():
