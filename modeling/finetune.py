@@ -138,9 +138,16 @@ def results_table(task: str, results: dict) -> str:
     mode = "biLM fine-tuned" if results["finetune_bilm"] else "feature-based: biLM frozen, task mix and classifier trained"
     return "\n".join([
         "## Results", "", f"{TASKS[task][4]}, fine-tuned with `modeling/finetune.py` ({mode}, "
-        f"{results['epochs']:.3g} epochs ({results['steps']:,} steps), {results['train_examples']} training examples).", "",
+        f"{results['epochs']:.3g} epochs ({results['steps']:,} steps), {results['train_examples']} training examples); "
+        f"scored on {_examples(results, 'test')} and {_examples(results, 'validation')}.", "",
         f"| split | {METRIC_NAMES[metric]} |", "|---|---|", *rows,
     ])
+
+
+def _examples(results: dict, split: str) -> str:
+    """How many examples of `split` were scored, of how many (--max-eval-examples scores the first N only)."""
+    scored, total = results[f"{split}_examples"], results[f"{split}_examples_in_split"]
+    return f"all {total:,} {split} examples" if scored == total else f"the first {scored:,} of {total:,} {split} examples"
 
 
 # Options that count something: at least 1 where given (None: not given, e.g. --max-train-examples: all the data).
@@ -214,6 +221,7 @@ def finetune(args: argparse.Namespace) -> dict:
     train, validation, test = data["train"], data["validation"], data["test"]
     if args.max_train_examples is not None:
         train = train.select(range(min(args.max_train_examples, len(train))))
+    split_sizes = {"validation_examples_in_split": len(validation), "test_examples_in_split": len(test)}
     if args.max_eval_examples is not None:
         validation = validation.select(range(min(args.max_eval_examples, len(validation))))
         test = test.select(range(min(args.max_eval_examples, len(test))))
@@ -271,6 +279,8 @@ def finetune(args: argparse.Namespace) -> dict:
             # What was trained (with --max-steps, not --epochs' count).
             "task": args.task, "model": args.model, "finetune_bilm": args.finetune_bilm, "epochs": trainer.state.epoch,
             "steps": trainer.state.global_step, "train_examples": len(train), "training_loss": train_output.training_loss,
+            # What the scores below are of (--max-eval-examples: the first N of each split).
+            "validation_examples": len(validation), "test_examples": len(test), **split_sizes,
             "logged_losses": losses,
             # Trainer's evaluation after each epoch (none with --max-steps), then the final model's.
             "validation_per_epoch": [{"epoch": entry["epoch"], **_strip(entry)} for entry in trainer.state.log_history

@@ -17,7 +17,7 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
-from modeling.finetune import check_inputs, encode, finetune, main, parse_args
+from modeling.finetune import check_inputs, encode, finetune, main, parse_args, results_table
 from modeling.metrics import entity_scores, entity_spans
 from modeling.task_data import NER_TAGS, load_conll2003, load_rotten_tomatoes
 
@@ -70,6 +70,16 @@ def test_task_data_splits():
         assert abs(np.mean(split["label"]) - 0.578) < 0.002
 
 
+def test_the_card_says_how_many_examples_each_score_is_of():
+    """The card's scores are of the whole test and validation splits, or (--max-eval-examples) of their first N,
+    which it says: a card of 16 scored reviews read as the whole split's."""
+    results = {"test": {"accuracy": 75.0}, "validation": {"accuracy": 70.0}, "majority_baseline_test": {"accuracy": 57.8},
+               "finetune_bilm": False, "epochs": 1.0, "steps": 10, "train_examples": 100, "test_examples": 1276,
+               "test_examples_in_split": 1276, "validation_examples": 16, "validation_examples_in_split": 1275}
+    assert "scored on all 1,276 test examples and the first 16 of 1,275 validation examples." in results_table(
+        "sentiment", results)
+
+
 def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path):
     output = tmp_path / "ner"
     results = run_finetune(
@@ -90,7 +100,9 @@ def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path)
     card = (output / "README.md").read_text()
     assert "pipeline_tag: token-classification" in card and "- elmo" in card and "custom_code" in card
     assert "\nlanguage: en\n" in card  # (an English task)
-    assert "1.58 epochs (60 steps), 600 training examples" in card
+    assert "1.58 epochs (60 steps), 600 training examples); scored on the first 200 of 3,453 test examples and the " \
+           "first 200 of 3,250 validation examples." in card  # (--max-eval-examples: not the whole splits' scores)
+    assert (results["test_examples"], results["test_examples_in_split"]) == (200, 3453)
     assert "base_model" not in card  # a local folder: nothing for the Hub to link to
     assert f"| test | {results['test']['f1']:.2f} |" in card and "${" not in card
     assert '.from_pretrained("ner")' in card  # (--model-id's default: the output folder's name)
