@@ -51,13 +51,16 @@ ELMO_AUTO_MAP = {
 AT_LEAST_ONE = (lambda value: value >= 1, "at least 1")
 A_PROBABILITY = (lambda value: 0 <= value < 1, "in [0, 1)")
 MAX_CHARACTERS_PER_TOKEN = 1000  # (the released models read 50)
+MAX_LAYERS = 64  # (the released models have 1 or 2 of each)
 VALUE_RULES = {
     "char_embedding_dim": AT_LEAST_ONE,
     "char_cnn_filters": (
         lambda filters: len(filters) > 0 and all(len(f) == 2 and min(f) >= 1 for f in filters),
         "one or more [width, count] pairs, each at least 1",
     ),
-    "num_highway_layers": (lambda value: value >= 0, "0 or more"),
+    # (upper bounds too: a converter lists each layer's tensors before it reads one, and an options.json's 10**7
+    # highway layers took minutes and gigabytes to be refused)
+    "num_highway_layers": (lambda value: 0 <= value <= MAX_LAYERS, f"from 0 to {MAX_LAYERS}"),
     "char_cnn_activation": (lambda value: value in ("relu", "tanh"), "'relu' or 'tanh'"),
     # (an upper bound too: every word is padded to it, and 10**9 from an options.json filled the memory)
     "max_characters_per_token": (lambda value: 3 <= value <= MAX_CHARACTERS_PER_TOKEN,
@@ -69,7 +72,7 @@ VALUE_RULES = {
     "forget_bias": (lambda value: math.isfinite(value), "a finite number"),
     "cell_size": AT_LEAST_ONE,
     "projection_dim": AT_LEAST_ONE,
-    "num_lstm_layers": AT_LEAST_ONE,
+    "num_lstm_layers": (lambda value: 1 <= value <= MAX_LAYERS, f"from 1 to {MAX_LAYERS}"),
     "cell_clip": (lambda value: value is None or value >= 0, "0 or more (0 or None: no clipping)"),
     "proj_clip": (lambda value: value is None or value >= 0, "0 or more (0 or None: no clipping)"),
     "num_output_representations": AT_LEAST_ONE,

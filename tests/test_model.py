@@ -16,6 +16,8 @@ from hf_elmo.configuration_elmo import VALUE_RULES
 from hf_elmo.modeling_elmo import ElmoLmDropout, _SentenceLayout
 from hf_elmo.token_cache import _OPTIMIZER_STEPS
 
+from conftest import FIXTURES
+
 SEEDS = [["I", "eat", "an", "apple", "."], ["Apple", "is", "a", "company", "."]]
 
 
@@ -238,6 +240,19 @@ def test_words_of_up_to_1000_characters_and_no_more():
     assert ElmoConfig(max_characters_per_token=1000).max_characters_per_token == 1000
     with pytest.raises(ValueError, match=r"^ElmoConfig.max_characters_per_token must be from 3 .* to 1000, got 1000000000$"):
         ElmoConfig(max_characters_per_token=10**9)
+
+
+def test_up_to_64_highway_and_lstm_layers_and_no_more(tmp_path):
+    """The layer counts have upper bounds too: an options.json's `n_highway` of 10**7 took the converter 95 s and
+    7 GB to refuse (it lists every layer's datasets first), an `n_layers` of 10**30 filled the memory; now one
+    line, naming the option, at once."""
+    assert ElmoConfig(num_highway_layers=64, num_lstm_layers=64).num_lstm_layers == 64
+    options = json.loads((FIXTURES / "allennlp-elmo" / "options.json").read_text())
+    for section, option, value in [("char_cnn", "n_highway", 10**7), ("lstm", "n_layers", 10**30)]:
+        changed = json.loads(json.dumps(options))
+        changed[section][option] = value
+        with pytest.raises(ValueError, match=rf"^options: option '{section}.{option}' must be from [01] to 64, got {value}$"):
+            ElmoConfig.from_original_options(changed)
 
 
 @pytest.mark.parametrize("field", OUT_OF_RANGE)
