@@ -784,6 +784,11 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
                     f"last bits: finish it with {found['cpu_threads']} (OMP_NUM_THREADS={found['cpu_threads']}, as "
                     "torchrun sets 1 for several processes), or delete the folder to start again"
                 )
+            if differences == ["input_sha256"]:  # (that command cannot be run again: its input is gone)
+                raise ValueError(
+                    f"{partial}: holds batches of an interrupted run on another content of {manifest['input']} (it has "
+                    "changed since): restore it to finish that run, or delete the folder to start again"
+                )
             raise ValueError(
                 f"{partial}: holds batches of an interrupted run with different {', '.join(differences)}; "
                 "rerun that command to finish it, or delete the folder to start again"

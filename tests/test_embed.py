@@ -1043,8 +1043,8 @@ def test_a_damaged_stateful_batch_is_computed_again_with_every_batch_after_it(mo
 
 
 def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_path):
-    """A rerun with other settings, or with another release of hf-elmo or torch, must not mix its batches with those
-    of the run that was interrupted."""
+    """A rerun with other settings, with another release of hf-elmo or torch, or on an input changed since, must not
+    mix its batches with those of the run that was interrupted."""
     embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
     finished = {path.name: path.read_bytes() for path in partial.glob("*.hdf5")}
     assert len(finished_batches(partial)) == 3 and "output.hdf5" in finished
@@ -1078,6 +1078,16 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
                                      f"{versions}, whose numbers may differ in their last bits: finish it with the "
                                      "versions it began with, or delete the folder to start again")
         assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+    # The input changed since (a line added): that command cannot be run again, so the input is what is named.
+    (partial / "manifest.json").write_text(json.dumps(manifest))
+    with source.open("a", encoding="utf-8") as text:
+        text.write("one more line\n")
+    with pytest.raises(ValueError) as raised:
+        embedder.embed_file(source, output, batch_size=2, progress=False)
+    assert str(raised.value) == (f"{partial}: holds batches of an interrupted run on another content of {source} (it "
+                                 "has changed since): restore it to finish that run, or delete the folder to start "
+                                 "again")
+    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
 
 
 def test_a_run_stopped_before_its_manifest_was_written_whole_is_started_afresh(model_path, embedder, tmp_path):
