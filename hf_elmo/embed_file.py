@@ -232,6 +232,10 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
     input_file, output_file = Path(input_file), link_target(output_file)
     check_output_location(output_file, "file")
     partial, lock = companion_paths(output_file)
+    name_max = _longest_name(output_file.parent)
+    if len(os.fsencode(partial.name)) > name_max:  # (else refused by the file system once the model had loaded)
+        raise ValueError(f"{output_file}: its name is too long: the folder of its batches, {partial.name!r}, would "
+                         f"have {len(os.fsencode(partial.name))} bytes, where a name may have {name_max} here")
     for path in (output_file, partial, lock):
         if path.exists() and input_file.exists() and os.path.samefile(input_file, path):
             raise ValueError(
@@ -247,6 +251,16 @@ def check_paths(input_file: str | os.PathLike, output_file: str | os.PathLike) -
         raise ValueError(f"{partial}: is a file, where the batches of {output_file} are kept; move it away")
     if lock.is_dir():
         raise ValueError(f"{lock}: is a folder, where the lock of {output_file} is kept; move it away")
+
+
+def _longest_name(folder: Path) -> int:
+    """The most bytes a file name may have in `folder` (or the nearest folder above it that exists)."""
+    while not folder.exists():
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):  # (not told: the common limit)
+        return 255
 
 
 @functools.cache  # (made once: every batch file is created with them)

@@ -619,6 +619,8 @@ def test_output_locations_that_cannot_be_written_fail_before_the_model_loads(tmp
         a_file / "out.hdf5": "file.txt: is a file, so",
         a_file / "deeper" / "out.hdf5": "file.txt: is a file, so",
         unwritable_folder(tmp_path) / "out.hdf5": "cannot write there",
+        # (a name the file system takes, but not with ".partial" added: refused once the model had loaded)
+        tmp_path / ("x" * 250): "its name is too long: the folder of its batches",
     }
     for output, message in cases.items():
         code, err = run_cli(capsys, "embed", source, output, "--model", tmp_path / "no-such-model")
