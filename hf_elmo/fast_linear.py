@@ -11,9 +11,10 @@ None is hard-coded. The first multiply of each weight shape, number of rows (in 
 and thread count times the candidates on its real inputs, and the fastest serves every later multiply of
 that kind, for every weight of that shape. A candidate later in the order above is taken only where it is
 faster by more than MARGIN, so that timing noise rarely flips a choice. The choices are kept in a file shared
-by the processes of the machine (`kernel_choices_path`, measured under a file lock), so that every run on it
-takes the same kernels and gives the same numbers, bit for bit (a resumed `hf-elmo embed` relies on it);
-delete the file to measure again. Each weight keeps the prepared copy of the kernels it uses only. All of
+by the processes that read it (`kernel_choices_path`, measured under a file lock: by default in the user's cache
+folder), so that every run with that file takes the same kernels and gives the same numbers, bit for bit (a
+resumed `hf-elmo embed` relies on it; a run with another file measures again, and may round otherwise); delete
+the file to measure again. Each weight keeps the prepared copy of the kernels it uses only. All of
 them compute the exact float32 product (they differ in the order of additions, as any two BLAS calls do).
 The opt-in "bf16" mode (`approximate.py`) chooses the same way between `onednn_bfloat16` and the exact
 product.
