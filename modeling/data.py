@@ -36,7 +36,7 @@ from .vocabulary import Vocabulary
 logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
-# Text files that `datasets` reads compressed.
+# Text files that `datasets` reads compressed (whatever the suffix's case: `compressed`).
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 # Word-table ids of the padding word (all-zero characters) and the two sentence boundaries.
 PAD_TYPE, BOS_TYPE, EOS_TYPE = 0, 1, 2
@@ -80,14 +80,19 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
                 else:
                     first_named[real] = (file, pattern)
                     files.append(file)
+        what = "training file" if role == "train" else f"{role} file"
         for file in files:
             if Path(file).is_dir():
                 raise DataError(f"{option} {file}: a folder can only be given alone, as a saved datasets dataset")
-            if not file.endswith(COMPRESSED_SUFFIXES):  # (datasets decompresses those: a bad one fails below)
+            if not Path(file).is_file():  # (read here, a pipe would be empty for datasets, which reads it again)
+                raise DataError(f"{option} {file} is not a regular file (a pipe?): give a file")
+            if not compressed(file):  # (datasets decompresses those: a bad one fails below)
                 try:
-                    check_text_file(file, "training file" if role == "train" else f"{role} file", error=DataError)
+                    check_text_file(file, what, error=DataError)
                 except DataError as error:
                     raise DataError(f"{option} {error}") from None
+            elif os.path.getsize(file) == 0:
+                raise DataError(f"{option} {file}: the {what} is empty")
         try:
             # utf-8-sig: a byte-order mark at the start of a file is not part of its first word (datasets decodes a
             # compressed file past it: its mark is taken off below). The names are escaped: datasets expands each
@@ -96,11 +101,13 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
                                             encoding="utf-8-sig")
         except datasets.exceptions.DatasetGenerationError as error:  # (the other files were checked above)
             cause = _root_cause(error)
-            compressed = [file for file in files if file.endswith(COMPRESSED_SUFFIXES)]
-            what = "cannot be read as compressed UTF-8 text" if compressed else "cannot be read"
-            if "not supported" in str(cause) and compressed:  # (zstd, lz4: datasets reads them with a package of each)
-                what = "cannot be read: this compression needs its Python package (`pip install zstandard` or `lz4`)"
-            raise DataError(f"{option} {' '.join(compressed or files)}: {what} ({type(cause).__name__}: {cause})") from None
+            packed = [file for file in files if compressed(file)]
+            if type(cause).__name__ == "SchemaInferenceError" and packed:  # (no line: each decompresses to nothing)
+                raise DataError(f"{option} {' '.join(packed)}: the {what} is empty (once decompressed)") from None
+            problem = "cannot be read as compressed UTF-8 text" if packed else "cannot be read"
+            if "not supported" in str(cause) and packed:  # (zstd, lz4: datasets reads them with a package of each)
+                problem = "cannot be read: this compression needs its Python package (`pip install zstandard` or `lz4`)"
+            raise DataError(f"{option} {' '.join(packed or files)}: {problem} ({type(cause).__name__}: {cause})") from None
         text_column = "text"  # (what datasets names a text file's lines; --text-column names a saved dataset's)
     if text_column not in dataset.column_names:
         raise DataError(f"{option} {paths[0]}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}); pass --text-column")
@@ -118,6 +125,11 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
 
     dataset = dataset.map(split_batch, batched=True, remove_columns=dataset.column_names, desc=f"splitting {role} text")
     return dataset.filter(lambda batch: [len(words) > 0 for words in batch["words"]], batched=True, desc="dropping empty lines")
+
+
+def compressed(file: str) -> bool:
+    """Whether `datasets` decompresses `file`: it knows the suffix in any case (TRAIN.TXT.GZ too)."""
+    return file.lower().endswith(COMPRESSED_SUFFIXES)
 
 
 def _root_cause(error: BaseException) -> BaseException:

@@ -55,11 +55,19 @@ def perplexity(model: ElmoForPreTraining, stream: EvaluationStream, device, auto
         totals = reduce(totals)
     forward_nll, backward_nll = (totals[0] / totals[2]).item(), (totals[1] / totals[3]).item()
     return {
-        "forward_perplexity": math.exp(forward_nll),
-        "backward_perplexity": math.exp(backward_nll),
-        "average_perplexity": math.exp((forward_nll + backward_nll) / 2),
+        "forward_perplexity": exp_or_inf(forward_nll),
+        "backward_perplexity": exp_or_inf(backward_nll),
+        "average_perplexity": exp_or_inf((forward_nll + backward_nll) / 2),
         "target_words": int(totals[2].item()),
     }
+
+
+def exp_or_inf(nll: float) -> float:
+    """exp(nll), inf where that overflows a float (a mean NLL above ~709: a diverged model); NaN stays NaN."""
+    try:
+        return math.exp(nll)
+    except OverflowError:
+        return math.inf
 
 
 def recorded_word_splitting(model_dir: Path) -> tuple[str, str]:
@@ -120,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = Path(args.model_dir)
         for name in ("config.json", "vocab.txt"):
             if not (model_dir / name).is_file():
+                if checkpoints := list_checkpoints(model_dir):  # (a run that has not finished: no final model yet)
+                    raise DataError(f"{model_dir}: no {name}, the run has not saved its final model; pass its newest "
+                                    f"checkpoint: --model-dir {checkpoints[-1][1]}")
                 raise DataError(f"{model_dir}: no {name}; pass a folder written by modeling/pretrain.py")
         vocabulary = Vocabulary.from_file(model_dir / "vocab.txt")
         try:

@@ -43,17 +43,17 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accelerate import Accelerator  # noqa: E402
-from accelerate.utils import DistributedType, set_seed  # noqa: E402
+from accelerate.utils import DistributedType, broadcast_object_list, set_seed  # noqa: E402
 from packaging.version import Version  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer, library_versions  # noqa: E402
-from hf_elmo.files import (check_output_location, fsync_path, input_inside, model_folder_problem,  # noqa: E402
-                            sha256_file, sha256_tensors)
+from hf_elmo.files import (OutputLock, check_output_location, fsync_path, input_inside,  # noqa: E402
+                            model_folder_problem, sha256_file, sha256_tensors)
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
-from hf_elmo.lexicon import ElmoLexicon, LexiconError  # noqa: E402
+from hf_elmo.lexicon import WORD_ENTRIES, ElmoLexicon, LexiconError  # noqa: E402
 from hf_elmo.model_card import (card_option_problem, counted, folder_card_language, folder_card_license,  # noqa: E402
                                 render_model_card)
 
@@ -72,7 +72,7 @@ from modeling.checkpoints import CHECKPOINT_NAME, in_folder, list_checkpoints  #
 from modeling.evaluate import perplexity  # noqa: E402
 from modeling.graphed_step import GraphedTrainingStep, assign_learning_rates, graph_unsupported_reason  # noqa: E402
 from modeling.presets import PRESETS, TRAINING_DEFAULTS, training_settings  # noqa: E402
-from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
+from modeling.vocabulary import SPECIAL_WORDS, Vocabulary, VocabularyError  # noqa: E402
 
 # Options a resumed run must share with the run it continues, or it would not continue it exactly.
 FIXED_ON_RESUME = (
@@ -81,6 +81,8 @@ FIXED_ON_RESUME = (
     "weight_decay", "max_grad_norm", "gradient_accumulation_steps", "seed", "mixed_precision", "num_processes",
     "max_train_minutes", "alphabet", "word_embedding_dim",
 )
+# The least share of the training words that the softmax vocabulary should cover (the rest are <UNK> targets).
+MIN_COVERAGE = 0.5
 # What a run recorded before these options existed had.
 FORMER_DEFAULTS = {**TRAINING_DEFAULTS, "alphabet": "bytes", "word_embedding_dim": 0}
 
@@ -203,8 +205,15 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
     for name, value in at_least_one.items():
         if value < 1:
             raise PretrainError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    # NaN passes every comparison below, and an infinite value overflows the step count or trains a NaN model.
+    for name, allowed in (("epochs", ", 0 or more"), ("max_train_minutes", ", 0 (off) or more"),
+                          ("learning_rate", " above 0"), ("weight_decay", ", 0 or more"), ("max_grad_norm", ", 0 or more"),
+                          ("dropout", " in [0, 1)")):
+        if not math.isfinite(settings[name]):
+            raise PretrainError(f"--{name.replace('_', '-')} must be a finite number{allowed}, got {settings[name]}")
     # (a negative --max-grad-norm would flip the gradients: clip_grad_norm_ scales them by max / norm)
-    for name in ("save_steps", "eval_steps", "negative_samples", "warmup_steps", "epochs", "max_grad_norm"):
+    for name in ("save_steps", "eval_steps", "negative_samples", "warmup_steps", "epochs", "max_grad_norm",
+                 "weight_decay"):
         if settings[name] < 0:
             raise PretrainError(f"--{name.replace('_', '-')} must be 0 or more, got {settings[name]}")
     if not 0 <= settings["dropout"] < 1:
@@ -427,7 +436,16 @@ def changed_options(saved: dict, settings: dict) -> list[str]:
     the run's `saved` settings did, as `name='then', now 'now'`. Options that older versions did not record had
     their default."""
     return [f"{name}={saved.get(name, FORMER_DEFAULTS.get(name))!r}, now {settings.get(name)!r}"
-            for name in FIXED_ON_RESUME if saved.get(name, FORMER_DEFAULTS.get(name)) != settings.get(name)]
+            for name in FIXED_ON_RESUME
+            if not same_option(name, saved.get(name, FORMER_DEFAULTS.get(name)), settings.get(name))]
+
+
+def same_option(name: str, then, now) -> bool:
+    """Whether a resumed run's option `now` is the run's `then`: --init-from's folders by their real paths (`conv` and
+    /abs/path/conv are one folder; a relative one resolved in this run's working folder)."""
+    if name == "init_from" and then and now:
+        return Path(then).resolve() == Path(now).resolve()
+    return then == now
 
 
 def checkpoint_record(checkpoint: Path) -> dict:
@@ -664,6 +682,36 @@ def choose_vocabulary(args, checkpoint: Path | None, train_sentences, tokenizer:
     return Vocabulary.from_counts(count_words(train_sentences), max_size=args.vocab_size, min_count=args.min_count or 1)
 
 
+def check_softmax_words(args, vocabulary: Vocabulary) -> None:
+    """A new run's softmax vocabulary must hold a word beyond the special ones: with those alone every target is
+    <UNK>, and the perplexity means nothing (as --vocab-size below 4 is refused)."""
+    if set(vocabulary.words) - {*SPECIAL_WORDS, *WORD_ENTRIES}:  # (word.dic's special entries: <oov> <bos> <eos> <pad>)
+        return
+    specials = f"only its special words ({', '.join(vocabulary.words)})"
+    if args.vocab_file:
+        problem = f"--vocab-file {args.vocab_file}: holds {specials}"
+    elif limits := given_options(args, ("vocab_size", "min_count")):
+        problem = f"{' and '.join(limits)}: no word of the training text is kept, the vocabulary would hold {specials}"
+    elif args.init_from and not args.new_vocabulary:
+        problem = f"--init-from {args.init_from}: its vocabulary holds {specials}"
+    else:
+        problem = f"the training text has no word but the special ones, the vocabulary would hold {specials}"
+    raise PretrainError(f"{problem}; every target would be {vocabulary.words[vocabulary.unk_id]}: the softmax needs "
+                        "one word more at least")
+
+
+def check_coverage(accelerator: Accelerator, text: EncodedText, vocabulary: Vocabulary) -> None:
+    """Warn where most training targets are <UNK> (a vocabulary of another language or domain, as an --init-from
+    model's kept one on other text): the model would learn little but to predict <UNK>."""
+    words = len(text.targets)
+    covered = words - int(np.count_nonzero(text.targets == vocabulary.unk_id))
+    if words and covered < MIN_COVERAGE * words:
+        accelerator.print(f"warning: the softmax vocabulary ({len(vocabulary):,} words) covers {covered / words:.1%} "
+                          f"of the training text's {words:,} words, the others are {vocabulary.words[vocabulary.unk_id]} "
+                          "targets; a vocabulary built from the text (without --vocab-file; --new-vocabulary with "
+                          "--init-from) would cover them")
+
+
 def given_options(args, names: tuple[str, ...]) -> list[str]:
     """The options among `names` that the command line gave, as it spelled them (`--min-count 3`, `--new-vocabulary`)."""
     given = []
@@ -711,6 +759,10 @@ def build_model(args, settings: dict, vocabulary: Vocabulary, tokenizer: ElmoTok
     source = Path(args.init_from)
     source_vocabulary = Vocabulary.from_file(source / "vocab.txt") if (source / "vocab.txt").is_file() else None
     keep_softmax = source_config.lm_vocab_size is not None and source_vocabulary == vocabulary
+    if keep_softmax and source_config.lm_vocab_size != len(vocabulary):  # (transformers would reinitialise it)
+        raise PretrainError(f"--init-from {source}: vocab.txt has {len(vocabulary)} words, the softmax "
+                            f"{source_config.lm_vocab_size}, so its softmax cannot go on; fix the folder, or start a new "
+                            "softmax with --new-vocabulary")
     try:
         model = ElmoForPreTraining.from_pretrained(source, ignore_mismatched_sizes=True, **lm_options)
     except ValueError as error:  # a biLM weight missing or of another shape, named
@@ -943,7 +995,8 @@ def train(args: argparse.Namespace) -> dict:
     # Trackers that write files (TensorBoard's events) write them into the output folder.
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=args.report_to or None,
                               project_dir=args.output_dir)
-    results = train_with(accelerator, args, run_started)
+    with output_lock(accelerator, args.output_dir):
+        results = train_with(accelerator, args, run_started)
     # The DDP-wrapped model, a local of train_with, is gone before the process group. Otherwise DDP's reducer is the
     # group's last owner, and freeing it, with the GIL held, runs gloo's destructor, which joins worker threads that
     # may be waiting for the GIL to free a collective's tensors: a hang at exit (1 two-process run in 20 on 2 cores).
@@ -951,6 +1004,34 @@ def train(args: argparse.Namespace) -> dict:
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return results
+
+
+@contextlib.contextmanager
+def output_lock(accelerator: Accelerator, output_dir: str):
+    """OUTPUT_DIR.lock, beside the folder (never in it: not in the model, not seen by the checks of what it holds),
+    held by the main process for the whole run, so that a second run into the same folder (a --resume while the
+    first trains) is refused instead of mixing its log and checkpoints with the first's. Where the folder above
+    cannot be written (a mounted volume in a read-only one), the run goes on without the lock, and says so."""
+    with contextlib.ExitStack() as held:
+        failure = None
+        if accelerator.is_main_process:
+            try:
+                check_output_location(output_dir, "folder", error=PretrainError, writes_inside=True)
+                real = Path(output_dir).resolve()  # (one lock however the folder is named, links followed)
+                real.parent.mkdir(parents=True, exist_ok=True)
+                lock = real.with_name(f"{real.name}.lock")
+                try:
+                    held.enter_context(OutputLock(lock, output_dir, error=PretrainError))
+                except OSError as error:
+                    accelerator.print(f"warning: {lock}: cannot write the lock of --output-dir there ({error.strerror}), "
+                                      "so a second run into it would not be refused")
+            except PretrainError as error:
+                failure = str(error)
+        if accelerator.num_processes > 1:  # (the others learn whether the run may go on)
+            failure = broadcast_object_list([failure], from_process=0)[0]
+        if failure is not None:
+            raise PretrainError(failure)
+        yield
 
 
 def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: float) -> dict:
@@ -965,7 +1046,6 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
     set_float32_precision(accelerator.mixed_precision)
     output_dir = Path(args.output_dir)
     main_process = accelerator.is_main_process
-    check_output_location(args.output_dir, "folder", error=PretrainError, writes_inside=True)
     source_config = check_init_from(Path(args.init_from)) if args.init_from else None
     if args.init_from and Path(args.init_from).exists() and input_inside(output_dir, [args.init_from]) is not None:
         raise PretrainError(f"--init-from {args.init_from} is inside --output-dir {output_dir}, whose model this run "
@@ -983,6 +1063,11 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         if changed:
             raise PretrainError(f"--resume {checkpoint}: the run was started with other options ({', '.join(changed)}); "
                                 "resume with the original command")
+        # (other words from the same file: named here, not as other text by the digests compared later)
+        splitting = (saved_state.get("data") or {}).get("word_splitting")  # (older checkpoints did not record it)
+        if splitting is not None and splitting != args.word_splitting:
+            raise PretrainError(f"--resume {checkpoint}: the run was started with --word-splitting {splitting}, now "
+                                f"{args.word_splitting}; resume with the run's own --word-splitting {splitting}")
     set_seed(args.seed)
 
     # Data: every process reads the corpus (the datasets cache is built once) and the same vocabulary.
@@ -995,6 +1080,8 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
     vocabulary = choose_vocabulary(args, checkpoint, train_sentences, tokenizer)
     if checkpoint is not None:
         check_resumed_vocabulary(args, settings, checkpoint, train_sentences, vocabulary)
+    else:
+        check_softmax_words(args, vocabulary)
 
     model, new_softmax = build_model(args, settings, vocabulary, tokenizer, source_config)
     if args.softmax_init is not None and not new_softmax:
@@ -1008,6 +1095,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
     model.set_fast_path(not args.plain_path)
     table = WordTable(model.config.max_characters_per_token, tokenizer)
     train_text = EncodedText.encode(train_sentences, table, vocabulary)
+    check_coverage(accelerator, train_text, vocabulary)
     if new_softmax and settings["softmax_init"] == "unigram":
         set_unigram_softmax(model, train_text, vocabulary)
     validation_text = None
@@ -1150,6 +1238,9 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
             f"step {step}: held-out perplexity forward {results['forward_perplexity']:.2f}, "
             f"backward {results['backward_perplexity']:.2f}, average {results['average_perplexity']:.2f}"
         )
+        if not math.isfinite(results["average_perplexity"]):  # (the model is still saved: its loss curve tells why)
+            accelerator.print(f"step {step}: the held-out loss is not finite, the model has diverged; a lower "
+                              "--learning-rate (or --max-grad-norm) keeps it from that")
         return results
 
     if validation is not None and checkpoint is None and args.init_from:
@@ -1305,8 +1396,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as interrupt:  # (Ctrl-C: one line, not a traceback from wherever the step was)
         traceback.clear_frames(interrupt.__traceback__)  # (the run's locals go first: its progress bar ends its line)
-        print(f"interrupted: the checkpoints saved in {args.output_dir} are kept; the same command with --resume goes "
-              "on from the latest", file=sys.stderr)
+        if list_checkpoints(Path(args.output_dir)):
+            print(f"interrupted: the checkpoints saved in {args.output_dir} are kept; the same command with --resume "
+                  "goes on from the latest", file=sys.stderr)
+        else:
+            print(f"interrupted: no checkpoint was saved in {args.output_dir}; the same command with --resume starts "
+                  "the run again from the beginning", file=sys.stderr)
         return 130
     return 0
 

@@ -1,8 +1,12 @@
 """pretrain.py and evaluate.py behaviour that mutations of the programs showed no other test held: which folders are
 checkpoints, the order the final files are moved in, fractional epochs, a finished run resumed on other text, a resume
 inside the warm-up, options fixed on resume, what is logged and recorded, a new softmax's scale, and evaluate.py's
-checkpoint choice and its --output-json check."""
+checkpoint choice and its --output-json check; and the audit's defects: a diverged run's infinite perplexity, a second
+run into a folder another one holds, float options that are not finite, --init-from a folder whose vocabulary and softmax
+differ, vocabularies of the special words alone or covering few words, resumes with another --word-splitting or
+another name of --init-from's folder, pipes and empty or upper-case compressed files, and an unfinished run's folder."""
 
+import errno
 import json
 import math
 import os
@@ -206,3 +210,248 @@ def test_an_output_json_that_cannot_be_written_is_refused_before_the_work(tmp_pa
     captured = capsys.readouterr()
     assert_one_error(code, captured.err, str(tmp_path / "a-file"))
     assert "perplexity" not in captured.out  # (refused before the evaluation)
+
+
+# ---- a diverged run, a held output folder, non-finite options, vocabularies, resumes, inputs, unfinished runs ----
+
+
+# evaluate.py's perplexity: exp of a mean NLL above ~709 overflows a float; it is inf (NaN stays NaN), not an
+# OverflowError that lost a diverged run's model.
+def test_the_perplexity_of_losses_that_overflow_exp_is_inf_and_nan_stays_nan():
+    import torch
+
+    from test_pretraining import fixture_text, tiny_config
+
+    from hf_elmo import ElmoForPreTraining
+    from modeling.data import EvaluationStream
+
+    text, table, vocabulary = fixture_text()
+    stream = EvaluationStream(text, table, vocabulary, rows=2, unroll_steps=5)
+    model = ElmoForPreTraining(tiny_config(max_characters_per_token=50, lm_negative_samples=0))
+    with torch.no_grad():
+        model.softmax.weight.zero_()
+        model.softmax.bias.zero_()
+        model.softmax.bias[vocabulary.unk_id] = 1e5  # (every other word's NLL is 1e5)
+    results = evaluate.perplexity(model, stream, "cpu")
+    assert results["forward_perplexity"] == results["backward_perplexity"] == results["average_perplexity"] == math.inf
+    with torch.no_grad():
+        model.softmax.bias.fill_(math.nan)
+    results = evaluate.perplexity(model, stream, "cpu")
+    assert all(math.isnan(results[name]) for name in ("forward_perplexity", "backward_perplexity", "average_perplexity"))
+
+
+def test_a_diverged_run_saves_its_model_and_reports_its_infinite_perplexity(tmp_path, capsys):
+    folder = tmp_path / "run"
+    code, out, err = run_main(capsys, *TRAIN_ARGS, "--learning-rate", 100, "--optimizer", "adamw", "--max-steps", 4,
+                              "--save-steps", 0, "--eval-steps", 0, "--output-dir", folder)
+    assert code == 0, err
+    assert "step 4: held-out perplexity forward inf, backward inf, average inf" in out
+    assert "step 4: the held-out loss is not finite, the model has diverged" in out
+    assert (folder / "model.safetensors").is_file()
+    assert json.loads((folder / "eval_results.json").read_text())["average_perplexity"] == math.inf
+
+
+# Two runs into one --output-dir (a --resume while the first trains) mixed their log and checkpoints: OUTPUT_DIR.lock,
+# beside the folder, is held for the whole run, and a second run is refused before it writes anything.
+def test_a_run_into_an_output_folder_that_another_run_holds_is_refused_and_writes_nothing(tmp_path, capsys):
+    from hf_elmo.files import OutputLock
+
+    folder = tmp_path / "run"
+    code, _, err = run_main(capsys, *RUN, "--output-dir", folder)
+    assert code == 0, err
+    # (released at the end: nothing left beside the folder, and nothing of it in the folder)
+    assert not list(tmp_path.glob("*lock*")) and not list(folder.glob("*lock*"))
+    before = snapshot(folder)
+    with OutputLock(tmp_path / "run.lock", "the first run"):
+        for output in (folder, tmp_path / "." / "run"):  # (however the folder is named)
+            code, out, err = run_main(capsys, *RUN, "--max-steps", 5, "--output-dir", output, "--resume")
+            assert_one_error(code, err, f"{output}: another run is writing it (it holds {tmp_path / 'run.lock'})")
+            assert "resumed" not in out
+        assert snapshot(folder) == before
+        fresh = tmp_path / "fresh"
+        with OutputLock(tmp_path / "fresh.lock", "the first run"):
+            code, _, err = run_main(capsys, *RUN, "--output-dir", fresh)
+        assert_one_error(code, err, f"{fresh}: another run is writing it")
+        assert not fresh.exists()
+
+
+def test_a_run_whose_lock_cannot_be_written_beside_its_folder_goes_on_and_says_so(tmp_path, capsys, monkeypatch):
+    """An output folder that can be written in a folder that cannot (a volume mounted in a read-only file system):
+    the lock cannot be made, and the run goes on without it, saying a second run would not be refused. (This process
+    runs as root, which every permission lets through: the file system's refusal is made here.)"""
+
+    class ReadOnlyParent(pretrain.OutputLock):
+        def __enter__(self):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self.path))
+
+    monkeypatch.setattr(pretrain, "OutputLock", ReadOnlyParent)
+    folder = tmp_path / "run"
+    code, out, err = run_main(capsys, *RUN, "--output-dir", folder)
+    assert code == 0, err
+    assert (f"warning: {folder}.lock: cannot write the lock of --output-dir there (Permission denied), so a second run "
+            "into it would not be refused") in out
+    assert (folder / "model.safetensors").is_file()
+
+
+# Float options that are not finite: NaN passed every `< 0` check, inf overflowed the step count.
+@pytest.mark.parametrize("option, value, message", [
+    ("--epochs", "inf", "--epochs must be a finite number, 0 or more, got inf"),
+    ("--epochs", "nan", "--epochs must be a finite number, 0 or more, got nan"),
+    ("--max-train-minutes", "nan", "--max-train-minutes must be a finite number, 0 (off) or more, got nan"),
+    ("--max-train-minutes", "inf", "--max-train-minutes must be a finite number, 0 (off) or more, got inf"),
+    ("--learning-rate", "nan", "--learning-rate must be a finite number above 0, got nan"),
+    ("--learning-rate", "inf", "--learning-rate must be a finite number above 0, got inf"),
+    ("--weight-decay", "nan", "--weight-decay must be a finite number, 0 or more, got nan"),
+    ("--weight-decay", "-0.1", "--weight-decay must be 0 or more, got -0.1"),  # (torch's ValueError before)
+    ("--max-grad-norm", "nan", "--max-grad-norm must be a finite number, 0 or more, got nan"),
+    ("--dropout", "nan", "--dropout must be a finite number in [0, 1), got nan"),
+])
+def test_float_options_must_be_finite_numbers(option, value, message, tmp_path, capsys):
+    extra = ["--optimizer", "adamw"] if option == "--weight-decay" else []
+    length = [] if option in ("--epochs", "--max-train-minutes") else ["--max-steps", 1]
+    code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", TRAIN / "data.txt", *length, *extra, option,
+                            value, "--output-dir", tmp_path / "run")
+    assert_one_error(code, err, message)
+    assert not (tmp_path / "run").exists()
+
+
+# --init-from a folder whose vocab.txt has another number of words than its softmax: transformers reinitialised the
+# softmax while the run said it went on; refused, as evaluate.py refuses such a folder.
+def test_init_from_a_folder_whose_vocabulary_and_softmax_differ_in_size_is_refused(tiny_model, tmp_path, capsys):
+    with open(tiny_model / "vocab.txt", "a") as file:
+        file.write("extra\n")
+    code, out, err = run_main(capsys, "--init-from", tiny_model, "--train-file", TRAIN / "data.txt", "--batch-size", 2,
+                              "--unroll-steps", 5, "--max-steps", 1, "--save-steps", 0, "--output-dir", tmp_path / "run")
+    assert_one_error(code, err, f"--init-from {tiny_model}: vocab.txt has 33 words, the softmax 32")
+    assert "pretraining" not in err and not (tmp_path / "run").exists()
+
+
+# A softmax vocabulary of the special words alone (every target <UNK>): refused as --vocab-size 3 is.
+def test_a_vocabulary_of_only_the_special_words_is_refused(tmp_path, capsys):
+    specials = tmp_path / "specials.txt"
+    specials.write_text("<S>\n</S>\n<UNK>\n")
+    text = ["--preset", "tiny", "--train-file", TRAIN / "data.txt", "--max-steps", 1, "--output-dir", tmp_path / "run"]
+    code, _, err = run_main(capsys, *text, "--vocab-file", specials)
+    assert_one_error(code, err, f"--vocab-file {specials}: holds only its special words (<S>, </S>, <UNK>); every "
+                                "target would be <UNK>")
+    code, _, err = run_main(capsys, *text, "--min-count", 100000)
+    assert_one_error(code, err, "--min-count 100000: no word of the training text is kept")
+    code, _, err = run_main(capsys, *text, "--alphabet", "vocabulary", "--min-count", 100000)
+    assert_one_error(code, err, "--min-count 100000: no word of the training text is kept", "every target would be <oov>")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_vocabulary_that_covers_few_training_words_is_warned_of(tmp_path, capsys):
+    few = tmp_path / "few.txt"
+    few.write_text("<S>\n</S>\n<UNK>\nthe\n")
+    text = ["--preset", "tiny", "--train-file", TRAIN / "data.txt", "--max-steps", 1, "--save-steps", 0]
+    code, out, err = run_main(capsys, *text, "--vocab-file", few, "--output-dir", tmp_path / "few")
+    assert code == 0, err
+    words = sum(len(line.split()) for line in (TRAIN / "data.txt").read_text().splitlines())
+    share = sum(line.split().count("the") for line in (TRAIN / "data.txt").read_text().splitlines()) / words
+    assert (f"warning: the softmax vocabulary (4 words) covers {share:.1%} of the training text's {words:,} words, "
+            "the others are <UNK> targets") in out
+    code, out, err = run_main(capsys, *text, "--vocab-file", TRAIN / "vocab.txt", "--output-dir", tmp_path / "all")
+    assert code == 0, err
+    assert "warning" not in out
+
+
+# Resuming with another --word-splitting named the text as other text; --init-from was compared as a string.
+def test_a_resume_with_another_word_splitting_names_the_option(tmp_path, capsys):
+    folder = tmp_path / "run"
+    code, _, err = run_main(capsys, *RUN, "--output-dir", folder)
+    assert code == 0, err
+    before = snapshot(folder)
+    code, _, err = run_main(capsys, *RUN, "--word-splitting", "tokenizer", "--output-dir", folder, "--resume")
+    assert_one_error(code, err, f"--resume {folder / 'checkpoint-2'}: the run was started with --word-splitting "
+                                "whitespace, now tokenizer; resume with the run's own --word-splitting whitespace")
+    assert snapshot(folder) == before
+
+
+def test_a_resume_names_init_from_by_its_real_path(tiny_model, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tiny_model.parent)
+    folder = tmp_path / "run"
+    command = ["--train-file", TRAIN / "data.txt", "--batch-size", 2, "--unroll-steps", 5, "--max-steps", 2,
+               "--save-steps", 1, "--eval-steps", 0, "--output-dir", folder]
+    code, _, err = run_main(capsys, "--init-from", tiny_model.name, *command)
+    assert code == 0, err
+    (folder / "trainer_state.json").unlink()  # (as if the run had crashed after its checkpoint)
+    code, out, err = run_main(capsys, "--init-from", tiny_model, *command, "--resume")
+    assert code == 0, err
+    assert f"resumed from {folder / 'checkpoint-1'} at step 1" in out
+
+
+# Input that is not a regular file, compressed files that are empty, and compressed suffixes in capitals.
+def test_a_pipe_as_input_is_refused_before_it_is_read(tmp_path, capsys):
+    """As `--train-file <(cat train.txt)` gives it: the pipe was read by the check, and datasets found nothing."""
+
+    def pipe() -> str:
+        read, write = os.pipe()
+        os.write(write, (TRAIN / "data.txt").read_bytes())
+        os.close(write)
+        return f"/dev/fd/{read}"
+
+    train_pipe, file_pipe = pipe(), pipe()
+    try:
+        code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", train_pipe, "--max-steps", 1,
+                                "--output-dir", tmp_path / "run")
+        assert_one_error(code, err, f"--train-file {train_pipe} is not a regular file (a pipe?): give a file")
+        run = tmp_path / "model"
+        code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 0, "--save-steps", 0, "--output-dir", run)
+        assert code == 0, err
+        code = evaluate.main(["--model-dir", str(run), "--file", file_pipe])
+        assert_one_error(code, capsys.readouterr().err, f"--file {file_pipe} is not a regular file (a pipe?): give a file")
+    finally:
+        for path in (train_pipe, file_pipe):
+            os.close(int(path.rsplit("/", 1)[1]))
+
+
+def test_empty_compressed_files_are_named_empty_and_capital_suffixes_are_decompressed(tmp_path, capsys):
+    import gzip
+
+    (tmp_path / "empty.gz").write_bytes(b"")
+    (tmp_path / "empty.zip").write_bytes(b"")
+    (tmp_path / "nothing.gz").write_bytes(gzip.compress(b""))
+    text = ["--preset", "tiny", "--max-steps", 1, "--save-steps", 0]
+    for name, message in [("empty.gz", "the training file is empty"), ("empty.zip", "the training file is empty"),
+                          ("nothing.gz", "the training file is empty (once decompressed)")]:
+        code, _, err = run_main(capsys, *text, "--train-file", tmp_path / name, "--output-dir", tmp_path / "run")
+        assert_one_error(code, err, f"--train-file {tmp_path / name}: {message}")
+    upper = tmp_path / "TRAIN.TXT.GZ"
+    upper.write_bytes(gzip.compress((TRAIN / "data.txt").read_bytes()))
+    code, _, err = run_main(capsys, *text, "--train-file", upper, "--output-dir", tmp_path / "upper")
+    assert code == 0, err
+    plain = ["--max-steps", 1, "--save-steps", 0, "--train-file", TRAIN / "data.txt"]
+    code, _, err = run_main(capsys, "--preset", "tiny", *plain, "--output-dir", tmp_path / "plain")
+    assert code == 0, err
+    assert (json.loads((tmp_path / "upper" / "trainer_state.json").read_text())["data"]["train_sha256"]
+            == json.loads((tmp_path / "plain" / "trainer_state.json").read_text())["data"]["train_sha256"])
+
+
+# An unfinished run's folder (checkpoints and log.jsonl only): evaluate.py names the checkpoint to pass, and a Ctrl-C
+# before the first checkpoint says that none was saved (and releases the folder's lock).
+def test_evaluate_on_an_unfinished_run_names_its_newest_checkpoint(tmp_path, capsys):
+    folder = tmp_path / "run"
+    code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 5, "--save-steps", 2, "--save-total-limit", 0,
+                            "--eval-steps", 0, "--output-dir", folder)
+    assert code == 0, err
+    for name in ("config.json", "model.safetensors", "vocab.txt", "trainer_state.json"):
+        (folder / name).unlink()
+    code = evaluate.main(["--model-dir", str(folder), "--file", str(TRAIN / "data.txt")])
+    assert_one_error(code, capsys.readouterr().err, f"{folder}: no config.json, the run has not saved its final "
+                                                    f"model; pass its newest checkpoint: --model-dir {folder / 'checkpoint-4'}")
+
+
+def test_an_interrupt_before_the_first_checkpoint_says_none_was_saved(tmp_path, capsys, monkeypatch):
+    from modeling.data import StreamBatches
+
+    def interrupted(self, index):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(StreamBatches, "batch", interrupted)
+    folder = tmp_path / "run"
+    code, _, err = run_main(capsys, *RUN, "--output-dir", folder)
+    assert code == 130
+    assert err.strip().splitlines()[-1] == (f"interrupted: no checkpoint was saved in {folder}; the same command with "
+                                            "--resume starts the run again from the beginning")
+    assert not (tmp_path / "run.lock").exists()
