@@ -7,22 +7,27 @@ differ, vocabularies of the special words alone or covering few words, resumes w
 another name of --init-from's folder, pipes and empty or upper-case compressed files, and an unfinished run's folder."""
 
 import errno
+import gzip
 import json
 import math
 import os
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from conftest import assert_one_error
 from test_pretrain_options import snapshot, tiny_model  # noqa: F401  (tiny_model: the fixture)
 from test_pretrain_resume import LINEAR, linear_rate, rates, train
-from test_pretraining import (TRAIN, TRAIN_ARGS, datasets_cache, losses, read_log, run_main,  # noqa: F401
-                              run_pretrain)
+from test_pretraining import (TRAIN, TRAIN_ARGS, datasets_cache, fixture_text, losses, read_log, run_main,  # noqa: F401
+                              run_pretrain, tiny_config)
 
+from hf_elmo import ElmoForPreTraining
+from hf_elmo.files import OutputLock
 from modeling import evaluate, pretrain
 from modeling.checkpoints import list_checkpoints
+from modeling.data import EvaluationStream, StreamBatches
 
 
 # modeling/checkpoints.py: only folders named exactly checkpoint-STEP are a run's checkpoints, ordered by step.
@@ -218,13 +223,6 @@ def test_an_output_json_that_cannot_be_written_is_refused_before_the_work(tmp_pa
 # evaluate.py's perplexity: exp of a mean NLL above ~709 overflows a float; it is inf (NaN stays NaN), not an
 # OverflowError that lost a diverged run's model.
 def test_the_perplexity_of_losses_that_overflow_exp_is_inf_and_nan_stays_nan():
-    import torch
-
-    from test_pretraining import fixture_text, tiny_config
-
-    from hf_elmo import ElmoForPreTraining
-    from modeling.data import EvaluationStream
-
     text, table, vocabulary = fixture_text()
     stream = EvaluationStream(text, table, vocabulary, rows=2, unroll_steps=5)
     model = ElmoForPreTraining(tiny_config(max_characters_per_token=50, lm_negative_samples=0))
@@ -254,8 +252,6 @@ def test_a_diverged_run_saves_its_model_and_reports_its_infinite_perplexity(tmp_
 # Two runs into one --output-dir (a --resume while the first trains) mixed their log and checkpoints: OUTPUT_DIR.lock,
 # beside the folder, is held for the whole run, and a second run is refused before it writes anything.
 def test_a_run_into_an_output_folder_that_another_run_holds_is_refused_and_writes_nothing(tmp_path, capsys):
-    from hf_elmo.files import OutputLock
-
     folder = tmp_path / "run"
     code, _, err = run_main(capsys, *RUN, "--output-dir", folder)
     assert code == 0, err
@@ -280,7 +276,7 @@ def test_a_run_whose_lock_cannot_be_written_beside_its_folder_goes_on_and_says_s
     the lock cannot be made, and the run goes on without it, saying a second run would not be refused. (This process
     runs as root, which every permission lets through: the file system's refusal is made here.)"""
 
-    class ReadOnlyParent(pretrain.OutputLock):
+    class ReadOnlyParent(OutputLock):
         def __enter__(self):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self.path))
 
@@ -407,8 +403,6 @@ def test_a_pipe_as_input_is_refused_before_it_is_read(tmp_path, capsys):
 
 
 def test_empty_compressed_files_are_named_empty_and_capital_suffixes_are_decompressed(tmp_path, capsys):
-    import gzip
-
     (tmp_path / "empty.gz").write_bytes(b"")
     (tmp_path / "empty.zip").write_bytes(b"")
     (tmp_path / "nothing.gz").write_bytes(gzip.compress(b""))
@@ -443,8 +437,6 @@ def test_evaluate_on_an_unfinished_run_names_its_newest_checkpoint(tmp_path, cap
 
 
 def test_an_interrupt_before_the_first_checkpoint_says_none_was_saved(tmp_path, capsys, monkeypatch):
-    from modeling.data import StreamBatches
-
     def interrupted(self, index):
         raise KeyboardInterrupt
 
