@@ -1050,20 +1050,20 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
     embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
     finished = {path.name: path.read_bytes() for path in partial.glob("*.hdf5")}
     assert len(finished_batches(partial)) == 3 and "output.hdf5" in finished
-    with pytest.raises(ValueError) as raised:
-        embedder.embed_file(source, output, batch_size=4, progress=False)
-    assert str(raised.value) == (f"{partial}: holds batches of an interrupted run with different batch_size; rerun "
-                                 "that command to finish it, or delete the folder to start again")
-    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+
+    def assert_refused_and_kept(message: str, batch_size: int = 2) -> None:
+        with pytest.raises(ValueError) as raised:
+            embedder.embed_file(source, output, batch_size=batch_size, progress=False)
+        assert str(raised.value) == f"{partial}: holds batches of an interrupted run {message}"
+        assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+
+    assert_refused_and_kept("with different batch_size; rerun that command to finish it, or delete the folder to "
+                            "start again", batch_size=4)
     # A run of another version, whose manifest holds a key this one does not write (and all of this one's alike):
     manifest = json.loads((partial / "manifest.json").read_text())
     (partial / "manifest.json").write_text(json.dumps({**manifest, "layout": 2}))
-    with pytest.raises(ValueError) as raised:
-        embedder.embed_file(source, output, batch_size=2, progress=False)
-    assert str(raised.value) == (f"{partial}: holds batches of an interrupted run of another version of hf-elmo (its "
-                                 "manifest.json has layout); finish it with that version, or delete the folder to "
-                                 "start again")
-    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+    assert_refused_and_kept("of another version of hf-elmo (its manifest.json has layout); finish it with that "
+                            "version, or delete the folder to start again")
     # A run of another release of hf-elmo or torch (whose kernels, or batching, may differ in the last bits), and one
     # of a version that recorded none:
     versions = f"hf-elmo {hf_elmo.__version__} and torch {torch.__version__}"
@@ -1074,22 +1074,14 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
         if earlier is not None:
             recorded["versions"] = earlier
         (partial / "manifest.json").write_text(json.dumps(recorded))
-        with pytest.raises(ValueError) as raised:
-            embedder.embed_file(source, output, batch_size=2, progress=False)
-        assert str(raised.value) == (f"{partial}: holds batches of an interrupted run with {named}, this run has "
-                                     f"{versions}, whose numbers may differ in their last bits: finish it with the "
-                                     "versions it began with, or delete the folder to start again")
-        assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+        assert_refused_and_kept(f"with {named}, this run has {versions}, whose numbers may differ in their last bits: "
+                                "finish it with the versions it began with, or delete the folder to start again")
     # The input changed since (a line added): that command cannot be run again, so the input is what is named.
     (partial / "manifest.json").write_text(json.dumps(manifest))
     with source.open("a", encoding="utf-8") as text:
         text.write("one more line\n")
-    with pytest.raises(ValueError) as raised:
-        embedder.embed_file(source, output, batch_size=2, progress=False)
-    assert str(raised.value) == (f"{partial}: holds batches of an interrupted run on another content of {source} (it "
-                                 "has changed since): restore it to finish that run, or delete the folder to start "
-                                 "again")
-    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == finished and not output.exists()
+    assert_refused_and_kept(f"on another content of {source} (it has changed since): restore it to finish that run, "
+                            "or delete the folder to start again")
 
 
 def test_a_run_stopped_before_its_manifest_was_written_whole_is_started_afresh(model_path, embedder, tmp_path):
