@@ -11,11 +11,14 @@ import errno
 import hashlib
 import json
 import os
+import socket
 import stat
 import tempfile
 import threading
+import urllib.parse
 from pathlib import Path
 
+import huggingface_hub.constants
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 try:  # lexicon.py's atomic writes make this file Hub remote code too, which must import where fcntl does not exist
@@ -119,6 +122,26 @@ def is_hub_id(name) -> bool:
     except HFValidationError:
         return False
     return True
+
+
+# Where a proxy may reach the Hub although this machine cannot resolve its name.
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def unreachable_hub() -> str | None:
+    """The Hub's host name where this machine cannot look it up (no network): loading a Hub id then retries for about
+    a minute, printing each try, before it fails; `local_files_only` fails at once, or loads the Hub cache's copy.
+    None where the name resolves, where a proxy may reach it anyway, or in offline mode (which is quick already)."""
+    if huggingface_hub.constants.HF_HUB_OFFLINE or any(os.environ.get(name) for name in PROXY_VARIABLES):
+        return None
+    host = urllib.parse.urlparse(huggingface_hub.constants.ENDPOINT).hostname
+    try:
+        socket.getaddrinfo(host, 443)
+    except socket.gaierror:
+        return host
+    except (OSError, UnicodeError):  # (anything else: let the Hub client try, and say what it finds)
+        return None
+    return None
 
 
 # What a JSON value that is not an object is, in JSON's words.

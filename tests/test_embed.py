@@ -18,12 +18,14 @@ import pytest
 import torch
 
 from conftest import FIXTURE_SETS, assert_only_an_error_line, run_two_processes, unreadable_file, unwritable_folder
+from test_hub import fake_hub_snapshot
 import hf_elmo
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
 from hf_elmo import embed_file as embed_module
 from hf_elmo.cli import main
 from hf_elmo.embed_file import plan_batches, read_sentences
 from hf_elmo.embedder import SORT_WINDOW_BATCHES, length_sorted_batches
+from hf_elmo.files import PROXY_VARIABLES
 
 FIXTURE = FIXTURE_SETS["allennlp-elmo"]
 HF_ELMO = [sys.executable, "-m", "hf_elmo.cli"]
@@ -688,6 +690,28 @@ def test_a_layer_normalised_mix_is_each_sentences_own_whatever_its_batch(model_p
         together = embedder.model(**embedder.tokenizer.encode_words([line.split() for line in lines[:2]]),
                                   return_dict=True).elmo_representations[0]
     assert float((together[0, : len(alone[0])] - torch.from_numpy(alone[0])).abs().max()) > 1e-3
+
+
+def test_a_hub_id_on_a_machine_that_cannot_reach_the_hub_fails_at_once_or_loads_the_cached_copy(model_path, tmp_path):
+    """Without network (and without HF_HUB_OFFLINE), a Hub id, or a folder name mistyped that reads as one, was tried
+    for about a minute, each of 10 retries printed, before one line said so; where the Hub's host cannot be looked up,
+    the Hub cache's copy loads at once and anything else fails at once, saying why. (`.invalid` names never
+    resolve, with or without a network.)"""
+    env = {name: value for name, value in SUBPROCESS_ENV.items()
+           if name not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", *PROXY_VARIABLES)}
+    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_ENDPOINT="https://hub.invalid")
+    source = write_lines(tmp_path / "in.txt", ["a b"])
+    result = subprocess.run([*HF_ELMO, "embed", source, tmp_path / "out.hdf5", "--model", "someone/elmo"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Retry" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: someone/elmo: cannot load the model: no folder of that name here, and the Hub (hub.invalid) cannot be "
+        "reached from this machine, whose Hub cache does not hold it")
+    fake_hub_snapshot(tmp_path / "hf_home", "someone/elmo", model_path)
+    result = subprocess.run([*HF_ELMO, "embed", source, tmp_path / "out.hdf5", "--model", "someone/elmo", "--top"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "Retry" not in result.stderr and read_all(tmp_path / "out.hdf5")["0"].shape == (2, 32)
 
 
 def test_a_named_pipe_is_read_once_and_an_interrupted_piped_run_resumes(embedder, tmp_path):

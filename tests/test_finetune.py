@@ -17,6 +17,7 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from hf_elmo.files import PROXY_VARIABLES
 from modeling.finetune import check_inputs, encode, finetune, main, parse_args, results_table
 from modeling.metrics import entity_scores, entity_spans
 from modeling.task_data import NER_TAGS, load_conll2003, load_rotten_tomatoes
@@ -312,16 +313,19 @@ def test_a_model_of_another_kind_or_head_is_one_clear_error(converted, tmp_path,
     assert not (tmp_path / "out").exists()
 
 
-def test_a_hub_base_model_is_named_on_the_card_and_a_local_folder_is_not(converted, tmp_path, monkeypatch):
-    """--model OWNER/NAME, from the hub client's cache (the converted fixture laid out as its download, offline):
-    the card names it as base_model and as the source. A folder of that name where the script runs wins over the
-    Hub id, and its card names no base_model."""
+def test_a_hub_base_model_is_named_on_the_card_and_a_local_folder_is_not(converted, tmp_path, monkeypatch, capsys):
+    """--model OWNER/NAME, from the hub client's cache (the converted fixture laid out as its download, on a machine
+    that cannot look the Hub up: `.invalid` names never resolve): the card names it as base_model and as the
+    source. A Hub id the cache does not hold fails at once, saying why (it was tried for about a minute). A folder
+    of that name where the script runs wins over the Hub id, and its card names no base_model."""
     hub_id = "hf-elmo-test/elmo-base"
     hf_home = tmp_path / "hf_home"
     fake_hub_snapshot(hf_home, hub_id, converted["allennlp-elmo"])
     small = ["--task", "ner", "--model", hub_id, "--data-dir", REPO / "data", "--max-train-examples", 16,
              "--max-eval-examples", 8, "--max-steps", 1, "--batch-size", 8, "--logging-steps", 1]
-    env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", *PROXY_VARIABLES)}
+    env.update(HF_HOME=str(hf_home), HF_ENDPOINT="https://hub.invalid", OMP_NUM_THREADS="1")
     result = subprocess.run(
         [sys.executable, REPO / "modeling" / "finetune.py", *map(str, small), "--output-dir", str(tmp_path / "hub")],
         cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
@@ -330,6 +334,14 @@ def test_a_hub_base_model_is_named_on_the_card_and_a_local_folder_is_not(convert
     card = (tmp_path / "hub" / "README.md").read_text()
     assert f"\nbase_model: {hub_id}\n" in card.split("\n---\n")[0] + "\n"  # in the metadata block
     assert f"`{hub_id}`, fine-tuned on CoNLL-2003" in card
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "https://hub.invalid")
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    code = main([*map(str, small[:3]), "hf-elmo-test/not-cached", *map(str, small[4:]), "--output-dir",
+                 str(tmp_path / "none")])
+    assert_one_error(code, capsys.readouterr().err, "--model hf-elmo-test/not-cached: no folder of that name here, and "
+                     "the Hub (hub.invalid) cannot be reached from this machine, whose Hub cache does not hold it")
 
     shutil.copytree(converted["allennlp-elmo"], tmp_path / hub_id)
     monkeypatch.chdir(tmp_path)
