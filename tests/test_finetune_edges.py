@@ -106,9 +106,13 @@ def test_results_are_the_saved_models_scores_on_the_first_eval_examples(converte
 
 
 def test_the_cards_table_shows_each_splits_own_figure_and_the_training_mode():
+    """And how many examples each score is of: the whole split's, or (--max-eval-examples) its first N, which a card
+    of 16 scored reviews did not say."""
     results = {"test": {"f1": 61.234}, "validation": {"f1": 72.5}, "majority_baseline_test": {"f1": 0.0},
-               "finetune_bilm": False, "epochs": 1.5, "steps": 1234, "train_examples": 600}
+               "finetune_bilm": False, "epochs": 1.5, "steps": 1234, "train_examples": 600, "test_examples": 3453,
+               "test_examples_in_split": 3453, "validation_examples": 16, "validation_examples_in_split": 3250}
     table = results_table("ner", results)
+    assert "scored on all 3,453 test examples and the first 16 of 3,250 validation examples." in table
     assert "| split | entity-level F1 (%) |" in table
     assert "| test | 61.23 |\n| validation | 72.50 |\n| majority class (test) | 0.00 |" in table
     assert "(feature-based: biLM frozen, task mix and classifier trained, 1.5 epochs (1,234 steps), 600 training " \
