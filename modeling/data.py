@@ -85,7 +85,7 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
             if Path(file).is_dir():
                 raise DataError(f"{option} {file}: a folder can only be given alone, as a saved datasets dataset")
             if not Path(file).is_file():  # (read here, a pipe would be empty for datasets, which reads it again)
-                raise DataError(f"{option} {file} is not a regular file (a pipe?): give a file")
+                raise DataError(f"{option} {file}: is no regular file (a pipe?), which is read once only: give a file")
             if not compressed(file):  # (datasets decompresses those: a bad one fails below)
                 try:
                     check_text_file(file, what, error=DataError)

@@ -391,12 +391,14 @@ def test_a_pipe_as_input_is_refused_before_it_is_read(tmp_path, capsys):
     try:
         code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", train_pipe, "--max-steps", 1,
                                 "--output-dir", tmp_path / "run")
-        assert_one_error(code, err, f"--train-file {train_pipe} is not a regular file (a pipe?): give a file")
+        assert_one_error(code, err, f"--train-file {train_pipe}: is no regular file (a pipe?), which is read once only: "
+                                    "give a file")
         run = tmp_path / "model"
         code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 0, "--save-steps", 0, "--output-dir", run)
         assert code == 0, err
         code = evaluate.main(["--model-dir", str(run), "--file", file_pipe])
-        assert_one_error(code, capsys.readouterr().err, f"--file {file_pipe} is not a regular file (a pipe?): give a file")
+        assert_one_error(code, capsys.readouterr().err, f"--file {file_pipe}: is no regular file (a pipe?), which is "
+                                                        "read once only: give a file")
     finally:
         for path in (train_pipe, file_pipe):
             os.close(int(path.rsplit("/", 1)[1]))
