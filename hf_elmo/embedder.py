@@ -14,7 +14,7 @@ import torch
 from transformers import BatchEncoding
 
 from .default_model import default_model_path
-from .files import check_model_location, is_hub_id, unreachable_hub
+from .files import check_model_location, hub_out_of_reach
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 
@@ -90,19 +90,19 @@ def load_model(model_name_or_path: str | os.PathLike, **model_kwargs) -> tuple[E
     """The `ElmoModel` (in eval mode) and the tokenizer of a model folder or Hub id. A path that names no model
     folder is refused (ValueError) and a model that cannot be loaded (OSError), or is not an ELMo (ValueError), is
     named, with why: transformers' messages do not name a Hub id it cannot reach. Where the Hub cannot be looked up
-    (no network), a Hub id loads from the Hub cache or fails at once, not after a minute of retries. The tokenizer pads on the right
+    (no network), a Hub id loads from the Hub cache or fails at once, not after a minute of retries. The tokenizer
+    pads on the right
     whatever the folder says: the embedder and the demo read each sentence's words from the start of its row."""
     check_model_location(model_name_or_path)
     # (a Hub id on a machine without network: the Hub cache's copy, or the error at once rather than after a minute)
-    host = unreachable_hub() if is_hub_id(str(model_name_or_path)) else None
-    offline = {"local_files_only": True} if host else {}
+    out_of_reach = hub_out_of_reach(model_name_or_path)
+    offline = {"local_files_only": True} if out_of_reach else {}
     try:
         model = ElmoModel.from_pretrained(model_name_or_path, **offline, **model_kwargs).eval()
         tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path, padding_side="right", **offline)
     except OSError as error:
-        if host:
-            raise OSError(f"{model_name_or_path}: cannot load the model: no folder of that name here, and the Hub "
-                          f"({host}) cannot be reached from this machine, whose Hub cache does not hold it") from None
+        if out_of_reach:
+            raise OSError(f"{model_name_or_path}: cannot load the model: {out_of_reach}") from None
         raise OSError(f"{model_name_or_path}: cannot load the model ({error})") from None
     except ValueError as error:  # (a config or a tokenizer file that is not an ELMo's: named, as above)
         message = str(error)

@@ -144,6 +144,14 @@ def unreachable_hub() -> str | None:
     return None
 
 
+def hub_out_of_reach(name) -> str | None:
+    """Where `name` is a Hub id and the Hub cannot be looked up from here (`unreachable_hub`), why a load of it that
+    fails (with `local_files_only`, so at once) failed: the caller's error names it. None otherwise."""
+    host = unreachable_hub() if is_hub_id(str(name)) else None
+    return host and (f"no folder of that name here, and the Hub ({host}) cannot be reached from this machine, whose "
+                     "Hub cache does not hold it")
+
+
 # What a JSON value that is not an object is, in JSON's words.
 JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false",
               type(None): "null"}

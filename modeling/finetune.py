@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from conversion.convert_original_elmo import atomic_output_dir, check_output_dir  # noqa: E402
 from conversion.original_format import ConversionError  # noqa: E402
 from hf_elmo import ElmoTokenizer  # noqa: E402
-from hf_elmo.files import check_model_location, is_hub_id, unreachable_hub  # noqa: E402
+from hf_elmo.files import check_model_location, hub_out_of_reach, is_hub_id  # noqa: E402
 from hf_elmo.model_card import card_option_problem, folder_card_license, render_model_card  # noqa: E402
 from hf_elmo.modeling_elmo import HeadShapeMismatch  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
@@ -228,8 +228,8 @@ def finetune(args: argparse.Namespace) -> dict:
     # Model: the biLM with a new classifier; the task mix starts as the checkpoint's mix
     extra = {"sequence_pooling": args.sequence_pooling or "mean_max"} if args.task == "sentiment" else {}
     # (a Hub id on a machine without network: the Hub cache's copy, or the error at once rather than after a minute)
-    host = unreachable_hub() if is_hub_id(args.model) else None
-    offline = {"local_files_only": True} if host else {}
+    out_of_reach = hub_out_of_reach(args.model)
+    offline = {"local_files_only": True} if out_of_reach else {}
     try:
         model_type = AutoConfig.from_pretrained(args.model, **offline).model_type
         if model_type != "elmo":  # (the Auto class would build that model and fail inside it on ELMo's options)
@@ -241,9 +241,8 @@ def finetune(args: argparse.Namespace) -> dict:
             **offline,
         )
     except OSError as error:  # a file of the folder missing, a Hub id not found or not reachable
-        if host:
-            raise FinetuneError(f"--model {args.model}: no folder of that name here, and the Hub ({host}) cannot be "
-                                "reached from this machine, whose Hub cache does not hold it") from None
+        if out_of_reach:
+            raise FinetuneError(f"--model {args.model}: {out_of_reach}") from None
         raise FinetuneError(f"--model {args.model}: {' '.join(str(error).split())}") from None
     except HeadShapeMismatch as error:  # a fine-tuned model's head, whose shape is not this task's
         raise FinetuneError(
