@@ -121,6 +121,16 @@ def _unless_a_list(ids):
     return ids if isinstance(ids, (list, tuple)) else to_py_obj(ids)
 
 
+def _refuse_what_holds_no_ids(ids, method: str) -> None:
+    """Refuse text or None where character ids belong: decode would read a str as a batch of one-character
+    batches, for ever."""
+    if ids is None or isinstance(ids, (str, bytes, bytearray)):
+        raise TypeError(
+            f"{method} takes character ids (a word [chars], an example [words, chars] or a batch [batch, words, chars] "
+            f"of ints, as the tokenizer gives them), got {type(ids).__name__} {str(ids)[:40]!r}"
+        )
+
+
 def _is_single_example(input_ids) -> bool:
     """True for one example's ids `[words, chars]`, False for a batch `[batch, words, chars]`."""
     if hasattr(input_ids, "ndim"):
@@ -515,6 +525,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def _words_with_offsets(self, text: str, split_special_tokens: bool | None = None
                             ) -> list[tuple[str, tuple[int, int]]]:
         """The words of raw text with their character spans in it."""
+        if not isinstance(text, str):
+            raise TypeError(f"tokenize and split_words take raw text, a str; got {type(text).__name__} (a list of "
+                            "words is split already: encode it with is_split_into_words=True)")
         _check_encodable(text, "the text")
         start = 1 if text.startswith(_BYTE_ORDER_MARK) else 0  # a byte-order mark is not part of the first word
         if split_special_tokens is None:
@@ -652,6 +665,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
                         f"With is_split_into_words=True, each example is a list of words; example {index} is a str "
                         f"({example[:40]!r}): split it, or pass it without is_split_into_words."
                     )
+                if not isinstance(example, (list, tuple)) and not hasattr(example, "__array__"):
+                    raise TypeError(
+                        f"With is_split_into_words=True, each example is a list of words; example {index} is of type "
+                        f"{type(example).__name__} ({str(example)[:40]!r})."
+                    )
                 words = list(example)
                 if not all(isinstance(word, str) for word in words):
                     raise TypeError(f"With is_split_into_words=True, every word must be a str, got {words!r}.")
@@ -780,7 +798,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
             value = data.get(key)
             if hasattr(value, "ndim") and value.shape[-1:] == (0,):
                 data[key] = value.reshape(*value.shape, size)
-        return ElmoBatchEncoding(data)
+        # Padding adds no words: an encoding truncated from the left keeps its examples' first word indices.
+        return ElmoBatchEncoding(data, first_word_index=getattr(encoded_inputs, "first_word_index", None))
 
     def _pad(
         self,
@@ -838,6 +857,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         as `pad_token`, or are dropped with `skip_special_tokens=True`. A plain int is a character id and gives
         its name in the character alphabet.
         """
+        _refuse_what_holds_no_ids(ids, "convert_ids_to_tokens")
         ids = to_py_obj(ids)
         if isinstance(ids, int):
             return self._convert_id_to_token(ids)
@@ -869,6 +889,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def _decode_lists(self, token_ids, dropped: set[str]) -> str | list[str]:
         """`decode` of a word, an example or a batch."""
+        _refuse_what_holds_no_ids(token_ids, "decode")
         token_ids = _unless_a_list(token_ids)
         if _is_word_vector(token_ids):
             return self._read_word(token_ids) or ""

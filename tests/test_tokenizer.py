@@ -349,6 +349,16 @@ def test_batch_decode_of_real_text_gives_its_words_from_every_input_form(tok):
     assert expected[: len(sets["chinese"])] == [" ".join(words) for words in sets["chinese"]]
 
 
+def test_decode_refuses_text_and_none_naming_what_it_takes(tok):
+    """A str where ids belong read as a batch of one-character batches: decode("abc") and batch_decode(["hello"])
+    recursed until RecursionError."""
+    for call, ids, name in ((tok.decode, "abc", "decode"), (tok.decode, ["a", "b"], "decode"),
+                            (tok.batch_decode, ["hello"], "decode"), (tok.decode, None, "decode"),
+                            (tok.convert_ids_to_tokens, "abc", "convert_ids_to_tokens")):
+        with pytest.raises(TypeError, match=rf"^{name} takes character ids \(a word \[chars\], an example"):
+            call(ids)
+
+
 def test_a_batch_may_begin_with_an_example_without_words(tok):
     """A batch's first example may be empty (a word never is): decode still reads the ids as a batch."""
     batch = tok([[], ["a", "b"]], is_split_into_words=True)["input_ids"]
@@ -362,6 +372,11 @@ def test_an_encoding_keeps_the_index_of_its_first_word_through_pickle():
     encoding = left(["a b c d e", "f g h"], truncation=True, max_length=2)
     copied = pickle.loads(pickle.dumps(encoding))
     assert copied.word_ids(0) == encoding.word_ids(0) == [3, 4] and copied.word_ids(1) == [1, 2]
+    # Padding adds no words: the padded encoding still counts from the first kept word (it restarted at 0).
+    right = left.pad(encoding, padding="max_length", max_length=3)
+    assert right.word_ids(0) == [3, 4, None] and right.word_ids(1) == [1, 2, None]
+    on_the_left = left.pad(encoding, padding="max_length", max_length=3, padding_side="left")
+    assert on_the_left.word_ids(0) == [None, 3, 4] and on_the_left.word_ids(1) == [None, 1, 2]
     with pytest.raises(IndexError, match=r"^This encoding holds a single example, got batch_index=1\.$"):
         left("a b").word_ids(1)
 
@@ -385,6 +400,13 @@ def test_arguments_it_cannot_read_are_refused_naming_them(tok):
             tok(text)
     with pytest.raises(TypeError, match=r"^With is_split_into_words=True, every word must be a str, got \['a', 3\]\.$"):
         tok([["a", 3]], is_split_into_words=True)
+    for batch, index, name in (([1, 2], 0, "int"), ([["a"], None], 1, "NoneType")):
+        with pytest.raises(TypeError, match=rf"^With is_split_into_words=True, each example is a list of words; "
+                                            rf"example {index} is of type {name} "):
+            tok(batch, is_split_into_words=True)
+    for call in (tok.tokenize, tok.split_words):
+        with pytest.raises(TypeError, match=r"^tokenize and split_words take raw text, a str; got list \(a list of "):
+            call(["a", "b"])
     with pytest.raises(ValueError, match=r"^padding_side must be 'left' or 'right', got 'middle'\.$"):
         tok(["a b", "c"], padding=True, padding_side="middle")
     with pytest.raises(ValueError, match=r"pad_token names it and cannot be None\.$"):
