@@ -199,6 +199,10 @@ class GraphedBiLstm:
     outputs [2, B, S, P], final h, final c (new tensors)."""
 
     def __init__(self, layer, dtype: torch.dtype = torch.float32, capture: bool = True):
+        if capture and layer.recurrent_weight.device.type != "cuda":
+            raise ValueError(f"GraphedBiLstm(capture=True) records CUDA graphs, and the layer is on "
+                             f"{layer.recurrent_weight.device}: move it to a GPU, or pass capture=False, which runs "
+                             "the same computation without graphs on any device")
         self.weights = StaticWeights(layer, dtype)
         self.cell = layer.recurrent_weight.shape[1] // 4
         self.capture = capture

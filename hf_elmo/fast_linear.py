@@ -240,7 +240,8 @@ class FastLinear:
             if key not in _FASTEST:
                 with _shared_choices() as choices:  # (another process may be measuring the same: one at a time)
                     stored = json.dumps([list(key[0]), *key[1:]])
-                    if choices.get(stored) not in self.kernels:
+                    # (a choice that is no kernel's name, of any type, from a damaged or hand-edited file: measured)
+                    if not isinstance(choices.get(stored), str) or choices[stored] not in self.kernels:
                         choices[stored] = self._measure(x[:MAX_ROWS_CLASS], bias)
                     _FASTEST[key] = choices[stored]
             run = self._by_rows[local] = self._run(_FASTEST[key])

@@ -268,6 +268,24 @@ def _tokenizer_from_config(config: ElmoConfig) -> ElmoTokenizer | None:
     return ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
 
 
+class _BakedSetting:
+    """A module setting that the fast inference paths bake into what they keep (the gate bias with the forget bias
+    added, the CUDA graphs' clips, the caches of per-word results): setting it again after construction drops what
+    was kept (`module.setting_changed()`), as a change of a weight does, so that the next call reads the new value."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.stored = "_" + name
+
+    def __get__(self, module, owner=None):
+        return self if module is None else module.__dict__[self.stored]
+
+    def __set__(self, module, value) -> None:
+        changed = self.stored in module.__dict__
+        module.__dict__[self.stored] = value
+        if changed:
+            module.setting_changed()
+
+
 class ElmoHighway(nn.Module):
     """One highway layer, in bilm-tf's form: `y = g * relu(W_t x + b_t) + (1 - g) * x`, `g = sigmoid(W_c x + b_c)`.
 
@@ -295,6 +313,8 @@ class ElmoCharacterEncoder(nn.Module):
     `use_fast_path = False` or it does not cover the case), the same gradients faster.
     """
 
+    activation = _BakedSetting()  # (the token cache holds vectors made with it)
+
     def __init__(self, config: ElmoConfig):
         super().__init__()
         # Row 0 is the padding row that inference adds in front of the trained character embeddings.
@@ -313,6 +333,12 @@ class ElmoCharacterEncoder(nn.Module):
         self.pad_char_id = config.pad_char_id
         self.token_cache = ElmoTokenCache()
         self.use_fast_path = True
+
+    def setting_changed(self) -> None:
+        """Drop the cached word vectors (and derived weights), made with a setting that has changed."""
+        with inference_lock(self):
+            self.token_cache.clear()
+            clear_derived_weights(self)
 
     @_eager_under_compile
     def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -405,6 +431,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
     in torch's order (input, forget, cell, output).
     """
 
+    forget_bias, cell_clip, proj_clip = _BakedSetting(), _BakedSetting(), _BakedSetting()
+
     def __init__(self, config: ElmoConfig):
         super().__init__()
         cell, proj = config.cell_size, config.projection_dim
@@ -424,6 +452,14 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         gate_bytes = 2 * 4 * cell * 4  # both directions, float32
         self.input_gate_cache = ElmoTokenCache(min(DEFAULT_MAX_WORDS, DEFAULT_GATE_CACHE_BYTES // gate_bytes))
         self.approximation: str | None = None  # see ElmoPreTrainedModel.set_lstm_approximation
+
+    def setting_changed(self) -> None:
+        """Drop what the fast paths derived with a setting that has changed: the biased gate bias and the CUDA graphs
+        (derived weights) and the cached input gates, the bf16 mode's too."""
+        with inference_lock(self):
+            self.input_gate_cache.clear()
+            clear_approximation_caches(self)
+            clear_derived_weights(self)
 
     def __call__(self, *args, **kwargs):
         # Checked here, where the caller's grad mode shows: transformers' checkpointing wraps `forward`, and reentrant

@@ -100,6 +100,14 @@ def test_long_batches_in_input_blocks_and_the_bucket_limit(trained_layers, monke
     assert list(runner.buckets) == [(7, 4), (5, 3)]
 
 
+def test_capturing_graphs_of_a_layer_off_the_gpu_is_refused_naming_capture_false(trained_layers):
+    """capture=True (the default) on a CPU layer ended in torch's "Tried to instantiate dummy base class
+    _graph_pool_handle" on a build without CUDA."""
+    with pytest.raises(ValueError, match=r"^GraphedBiLstm\(capture=True\) records CUDA graphs, and the layer is on cpu: "
+                                         r"move it to a GPU, or pass capture=False"):
+        GraphedBiLstm(trained_layers[0])
+
+
 def test_bf16_static_loop_stays_close_to_the_exact_one(trained_layers):
     layer = trained_layers[1]
     inputs, step_mask, h, c = ragged(5, 7, layer)
