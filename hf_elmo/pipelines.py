@@ -100,6 +100,16 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         model_inputs["is_last"] = True
         yield model_inputs
 
+    def postprocess(self, all_outputs, aggregation_strategy=AggregationStrategy.NONE, ignore_labels=None):
+        entities = super().postprocess(all_outputs, aggregation_strategy, ignore_labels)
+        if _is_elmo(self.model):
+            # A group's word is its span of the text, as a single word's is: transformers joins the group's words
+            # with spaces ("今 天" for 今天, ", world ." for ",  world.").
+            sentence = all_outputs[0]["sentence"]
+            for entity in entities:
+                entity["word"] = sentence[entity["start"] : entity["end"]]
+        return entities
+
     def gather_pre_entities(self, sentence, input_ids, scores, offset_mapping, special_tokens_mask,
                             aggregation_strategy, word_ids=None, word_to_chars_map=None):
         if not _is_elmo(self.model):

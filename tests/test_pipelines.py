@@ -62,7 +62,7 @@ def expected_entities(text, spans, strategy):
     for word, start, end, tag in tagged:
         kind = tag.split("-")[-1]
         if groups and tag.startswith("I-") and groups[-1]["entity_group"] == kind:
-            groups[-1].update(word=groups[-1]["word"] + " " + word, end=end)
+            groups[-1].update(word=text[groups[-1]["start"] : end], end=end)
         else:
             groups.append({"entity_group": kind, "word": word, "start": start, "end": end})
     return [group for group in groups if group["entity_group"] != "O"]
@@ -105,6 +105,17 @@ def test_token_classification_gives_word_entities_with_their_spans(tagger_folder
         start += len(word) + 1
     # (transformers answers a pre-split sentence as a batch of one)
     assert without_scores(tagger(WORDS, is_split_into_words=True)[0]) == expected_entities(joined, word_spans, strategy)
+
+
+@pytest.mark.parametrize("strategy", ["simple", "first", "average", "max"])
+def test_a_groups_word_is_the_text_it_spans(tagger_folder, strategy):
+    """transformers joins a group's words with spaces: "Peter  Blackburn" (two spaces) read "Peter Blackburn", and
+    a group of Chinese characters "今 天"; each single word was already its span."""
+    text = TEXTS[0].replace(" ", "  ", 1)  # (the same words, so the same tags)
+    tagger = pipeline("token-classification", model=str(tagger_folder), aggregation_strategy=strategy)
+    entities = tagger(text)
+    assert [entity["word"] for entity in entities] == ["Peter  Blackburn", "Brussels", "Belgium"]
+    assert all(entity["word"] == text[entity["start"] : entity["end"]] for entity in entities)
 
 
 def test_a_left_padding_tokenizer_gives_the_same_entities_batched(tagger_folder):
