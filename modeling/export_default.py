@@ -177,6 +177,11 @@ def comparison(parameters: int, training: str, results: dict, previous_text_resu
 | this model | {parameters:,} | {training} | this corpus's | {perplexity_cells(results)} |"""
 
 
+OPTIMIZER_NAMES = {"adamw": "AdamW", "adagrad": "Adagrad"}
+SCHEDULE_NAMES = {"linear": "linear decay", "cosine": "cosine decay", "constant": "a constant rate",
+                  "constant_with_warmup": "a constant rate after warm-up"}
+
+
 def card_results(run: dict, sources: dict, layer_analysis: str, parameters: int,
                  previous_text_results: dict | None = None) -> str:
     """The card's training, layer-analysis and limits sections; `run`: `read_run`'s."""
@@ -192,6 +197,12 @@ def card_results(run: dict, sources: dict, layer_analysis: str, parameters: int,
     # pretrain.py records the device; a run from before it did was exported on the machine that trained it.
     device = state.get("device") or cpu_name()
     machine = training_machine(device)
+    # What the run did: the epochs it trained (--max-steps may end it early), its optimizer and schedule (records from
+    # before pretrain.py kept them are of the default preset: AdamW with linear decay).
+    recorded = state.get("epoch")
+    epochs = f"{round(recorded, 2):g}" if type(recorded) in (int, float) else settings["epochs"]
+    optimizer = OPTIMIZER_NAMES.get(settings.get("optimizer", "adamw"), settings.get("optimizer"))
+    schedule = SCHEDULE_NAMES.get(settings.get("lr_scheduler", "linear"), settings.get("lr_scheduler"))
     return f"""## Training
 
 The default model of hf-elmo, which ships inside the package: trained from scratch on {machine} with
@@ -204,13 +215,13 @@ ship. Held-out documents of every source were kept out of training.
 
 Words are split as `ElmoTokenizer` splits them; each Chinese character is a word. {total:,} training words; softmax
 vocabulary of {vocabulary:,} words seen at least 3 times (dropped from this folder: only the biLM is kept).
-{state['step']:,} steps of {settings['batch_size']} rows x {settings['unroll_steps']} words ({words_seen:,} words, {settings['epochs']}
-epochs), {settings['negative_samples']} sampled negatives, AdamW {settings['learning_rate']} with
-linear decay, dropout {settings['dropout']}; {minutes:.0f} minutes of training on {device}.
+{state['step']:,} steps of {settings['batch_size']} rows x {settings['unroll_steps']} words ({words_seen:,} words, {epochs}
+epochs), {settings['negative_samples']} sampled negatives, {optimizer} {settings['learning_rate']} with
+{schedule}, dropout {settings['dropout']}; {minutes:.0f} minutes of training on {device}.
 
 Held-out perplexity (full softmax), against the default model this one replaced:
 
-{comparison(parameters, f"{state['step']:,} steps ({settings['epochs']} epochs), {minutes:.0f} minutes", results, previous_text_results)}
+{comparison(parameters, f"{state['step']:,} steps ({epochs} epochs), {minutes:.0f} minutes", results, previous_text_results)}
 
 ## Layer analysis (Peters et al. 2018, section 5, at small scale)
 
@@ -272,7 +283,8 @@ def check_replaceable(output: Path, inputs: list[Path | None]) -> Path:
 
 
 @torch.no_grad()
-def export(run_dir: Path, sources_file: Path, output: Path = DEFAULT_MODEL_DIR, previous_text: Path | None = None) -> Path:
+def export(run_dir: Path, sources_file: Path, output: Path | str = DEFAULT_MODEL_DIR, previous_text: Path | None = None
+           ) -> Path:
     """`previous_text`: `evaluate.py --output-json` of this model on the previous model's held-out text."""
     if not run_dir.is_dir():
         raise ExportError(f"--run-dir {run_dir}: no such folder; train first (`make pretrain-default`)")
@@ -358,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", type=Path, required=True, help="the output folder of `pretrain.py --preset default`")
     parser.add_argument("--sources", type=Path, required=True, help="sources.json of modeling/default_corpus.py")
-    parser.add_argument("--output", type=Path, default=DEFAULT_MODEL_DIR)
+    # (a str: Path("") reads as the current folder, which the export would replace)
+    parser.add_argument("--output", default=DEFAULT_MODEL_DIR)
     parser.add_argument("--previous-text-results", type=Path,
                         help="evaluate.py --output-json of the model on the previous default model's held-out text")
     args = parser.parse_args(argv)

@@ -379,6 +379,39 @@ def test_export_refuses_records_without_what_the_card_reads_before_writing_anyth
     assert "3 minutes of training on a test CPU." in card and "| fixture | the fixture text | tests | - | 1,234 | 56 |" in card
 
 
+def test_the_card_gives_the_epochs_optimizer_and_schedule_the_run_had(converted, tmp_path):
+    """A run ended early by --max-steps, with another recipe: the card gave the configured epochs and always "AdamW
+    ... with linear decay"."""
+    run = fake_run(converted, tmp_path / "run")
+    state = json.loads((run / "trainer_state.json").read_text())
+    state.update(epoch=3.3333333, settings={**SETTINGS, "epochs": 10, "optimizer": "adagrad", "lr_scheduler": "constant"})
+    (run / "trainer_state.json").write_text(json.dumps(state))
+    sources = tmp_path / "sources.json"
+    sources.write_text(json.dumps({"fixture": SOURCE}))
+    assert export_default.main(["--run-dir", str(run), "--sources", str(sources), "--output", str(tmp_path / "m")]) == 0
+    card = (tmp_path / "m" / "README.md").read_text()
+    assert "(200 words, 3.33\nepochs), 8 sampled negatives, Adagrad 0.01 with\na constant rate, dropout 0.1" in card
+    assert "10 steps (3.33 epochs)" in card and "AdamW" not in card
+
+
+def test_an_empty_output_is_refused_and_the_current_folder_kept(converted, tmp_path, capsys, monkeypatch):
+    """`--output ""` (an unset shell variable) read as the current folder, which the export replaced with the model
+    (what was there deleted); the corpus commands wrote into it. Each is refused before any work."""
+    run = fake_run(converted, tmp_path / "run")
+    sources = tmp_path / "sources.json"
+    sources.write_text(json.dumps({"fixture": SOURCE}))
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "notes.txt").write_text("kept")
+    monkeypatch.chdir(here)
+    assert_one_error(export_default.main(["--run-dir", str(run), "--sources", str(sources), "--output", ""]),
+                     capsys.readouterr().err, "error: --output the path of the folder to write is empty: give one")
+    for args in (["corpus", str(tmp_path / "downloads"), ""], ["brown-pos", str(tmp_path / "brown.tgz"), ""]):
+        assert_one_error(default_corpus.main(args), capsys.readouterr().err,
+                         "error: the path of the folder to write is empty: give one")
+    assert [path.name for path in here.iterdir()] == ["notes.txt"]
+
+
 def test_export_refuses_records_whose_figures_are_not_numbers_before_writing_anything(converted, tmp_path, capsys):
     """A figure the card computes with or formats as a number, of another JSON type (a perplexity written as a string
     in --previous-text-results, say), was a ValueError or TypeError traceback while the card was written, with
