@@ -23,6 +23,7 @@ is loaded and anything written.
 import argparse
 import hashlib
 import json
+import math
 import re
 import sys
 import textwrap
@@ -89,7 +90,9 @@ def compute_features(model: ElmoModel, tokenizer: ElmoTokenizer, sentences: list
                           return_tensors="pt")
         if token_layer_only:
             char_ids = batch["input_ids"]  # [B, T, 50]
-            token = model.char_encoder(char_ids.flatten(0, 1)).view(*char_ids.shape[:2], -1)  # [B, T, P]
+            word_ids = batch.get("input_word_ids")  # (a model with word input: ELMoForManyLangs')
+            token = model.char_encoder(char_ids.flatten(0, 1), None if word_ids is None else word_ids.flatten()
+                                       ).view(*char_ids.shape[:2], -1)  # [B, T, P]
             layers = torch.cat([token, token], dim=-1).unsqueeze(2)
         else:
             output = model(**batch, output_final_states=False, return_dict=True)
@@ -378,11 +381,16 @@ def argument_problem(args) -> str | None:
         return f"--max-sentences must be at least 1, got {args.max_sentences}"
     if not 0 <= args.dropout < 1:
         return f"--dropout must be at least 0 and below 1, got {args.dropout}"
-    if not args.learning_rate > 0:
-        return f"--learning-rate must be above 0, got {args.learning_rate}"
+    if not 0 < args.learning_rate < math.inf:
+        return f"--learning-rate must be a finite number above 0, got {args.learning_rate}"
+    outside = [seed for seed in args.seeds if not 0 <= seed < 2**64]  # (torch's seeds; -1 would be 2**64 - 1 again)
+    if outside:
+        return f"--seeds must be 0 to 2**64 - 1, got {', '.join(map(str, outside))}"
     repeated = sorted({seed for seed in args.seeds if args.seeds.count(seed) > 1})
     if repeated:  # (its runs would be the same, shrinking the spread the table reports between seeds)
         return f"--seeds must differ, got {', '.join(map(str, repeated))} more than once"
+    if args.model == "":  # (an unset shell variable: not the default model)
+        return "--model is empty: give a model folder, or leave --model out for the default model"
     problem = model_folder_problem(args.model) if args.model else None
     if problem:
         return f"--model {args.model}: {problem}"

@@ -51,8 +51,12 @@ def task_data(folder):
     ("ner hidden 0", r"^error: --ner-hidden must be at least 1, got 0$"),
     ("max sentences 0", r"^error: --max-sentences must be at least 1, got 0$"),
     ("dropout 1", r"^error: --dropout must be at least 0 and below 1, got 1\.0$"),
-    ("learning rate 0", r"^error: --learning-rate must be above 0, got 0\.0$"),
+    ("learning rate 0", r"^error: --learning-rate must be a finite number above 0, got 0\.0$"),
+    ("learning rate inf", r"^error: --learning-rate must be a finite number above 0, got inf$"),  # (all weights NaN)
     ("seeds twice", r"^error: --seeds must differ, got 1 more than once$"),
+    # (-1 seeds torch as 2**64 - 1 does: the same run twice; past 64 bits, an overflow after the model loaded)
+    ("seeds outside 64 bits", r"^error: --seeds must be 0 to 2\*\*64 - 1, got -1, 18446744073709551616$"),
+    ("empty model", r"^error: --model is empty: give a model folder, or leave --model out for the default model$"),
 ])
 def test_unusable_arguments_are_one_error_line_and_exit_code_2_before_anything_is_loaded(case, message, tmp_path,
                                                                                           capsys):
@@ -69,11 +73,13 @@ def test_unusable_arguments_are_one_error_line_and_exit_code_2_before_anything_i
     args = ["--output-dir", str(tmp_path / "run"), "--conll-dir", str(tmp_path / "empty") if case == "no conll data"
             else conll_dir, "--brown-dir", brown_dir, "--update-card", str(card),
             "--ner-epochs", "0" if case == "ner epochs 0" else "1", "--pos-epochs", "-1" if case == "pos epochs -1" else "1"]
-    if case == "model folder":
-        args += ["--model", str(tmp_path / "nowhere")]
+    if case in ("model folder", "empty model"):
+        args += ["--model", str(tmp_path / "nowhere") if case == "model folder" else ""]
     args += {"batch size 0": ["--batch-size", "0"], "ner hidden 0": ["--ner-hidden", "0"],
              "max sentences 0": ["--max-sentences", "0"], "dropout 1": ["--dropout", "1"],
-             "learning rate 0": ["--learning-rate", "0"], "seeds twice": ["--seeds", "1", "0", "1"]}.get(case, [])
+             "learning rate 0": ["--learning-rate", "0"], "learning rate inf": ["--learning-rate", "inf"],
+             "seeds twice": ["--seeds", "1", "0", "1"],
+             "seeds outside 64 bits": ["--seeds", "-1", "0", str(2**64)]}.get(case, [])
     assert main(args) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and captured.err.startswith("error: "), captured.err
@@ -165,6 +171,14 @@ def test_the_second_lstm_alone_is_left_out_for_a_model_without_skip_connections(
     results = main(["--model", str(tmp_path / "no-skip"), "--output-dir", str(tmp_path / "run"), "--max-sentences", "10",
                     "--ner-epochs", "1", "--pos-epochs", "1", "--inputs", "layer0", "lstm2_own"])
     assert list(results["inputs"]) == ["layer0"]
+
+
+def test_a_model_with_word_input_gives_its_untrained_features_with_word_ids(converted_elmoformanylangs, tmp_path):
+    """A converted ELMoForManyLangs model reads each word's id in word.dic: the untrained model's token features,
+    made for every run, were computed without them (a traceback after the trained features were cached)."""
+    results = main(["--model", str(converted_elmoformanylangs["with_words"]), "--output-dir", str(tmp_path / "run"),
+                    "--max-sentences", "10", "--ner-epochs", "1", "--pos-epochs", "1", "--inputs", "untrained", "layer0"])
+    assert list(results["inputs"]) == ["untrained", "layer0"]
 
 
 def test_layers_a_model_lacks_are_left_out(converted, tmp_path, capsys):
