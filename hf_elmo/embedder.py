@@ -5,6 +5,7 @@ Stateless by default: a sentence's vectors do not depend on what was embedded be
 LSTM state is carried from batch to batch, row by row, as the original `ElmoEmbedder` and `allennlp elmo` did.
 """
 
+import json
 import numbers
 import os
 from collections.abc import Iterable, Iterator
@@ -106,9 +107,42 @@ def load_model(model_name_or_path: str | os.PathLike, **model_kwargs) -> tuple[E
         raise OSError(f"{model_name_or_path}: cannot load the model ({error})") from None
     except ValueError as error:  # (a config or a tokenizer file that is not an ELMo's: named, as above)
         message = str(error)
+        if isinstance(error, json.JSONDecodeError):  # (json's message names no file)
+            message = f"{_unreadable_json(model_name_or_path) or model_name_or_path}: not a JSON file ({message})"
         raise ValueError(message if message.startswith(str(model_name_or_path)) else f"{model_name_or_path}: {message}"
                          ) from None
+    misfit = _tokenizer_misfit(model.config, tokenizer)
+    if misfit:  # (else the first batch fails, naming neither the folder nor the file)
+        raise ValueError(f"{model_name_or_path}: its tokenizer does not fit its model: {misfit}")
     return model, tokenizer
+
+
+def _unreadable_json(folder) -> str | None:
+    """The path of the first tokenizer file in the local `folder` that is not JSON, or None."""
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as file:
+                json.load(file)
+        except ValueError:
+            return path
+        except OSError:
+            continue
+    return None
+
+
+def _tokenizer_misfit(config, tokenizer: ElmoTokenizer) -> str | None:
+    """What the tokenizer gives that the model does not read (tokenizer_config.json against config.json), or None."""
+    if tokenizer.max_characters_per_token != config.max_characters_per_token:
+        return (f"the tokenizer spells words in {tokenizer.max_characters_per_token} characters, the model reads "
+                f"{config.max_characters_per_token} (max_characters_per_token)")
+    alphabet = "bytes" if tokenizer.lexicon is None else "vocabulary"
+    if alphabet != config.alphabet:
+        return f"the tokenizer's alphabet is {alphabet}, the model's {config.alphabet}"
+    if tokenizer.returns_word_ids != bool(config.word_vocab_size):
+        return ("the model reads word ids (word.dic), which the tokenizer does not give" if config.word_vocab_size
+                else "the tokenizer gives word ids (input_word_ids), which the model does not read")
+    return None
 
 
 class ElmoEmbedder:

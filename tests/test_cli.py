@@ -5,6 +5,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 
 import huggingface_hub.constants
@@ -15,6 +16,7 @@ from conftest import REPO, assert_only_an_error_line, run_two_processes
 
 from hf_elmo import ElmoConfig, ElmoModel
 from hf_elmo.cli import main
+from hf_elmo.default_model import default_model_path
 from hf_elmo.demo import SenseVectors, plot_senses
 
 
@@ -115,6 +117,27 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(tmp_path, capsys, m
             with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'array' / 'config.json'))}: the config "
                                                  f"holds a JSON {kind}, not an object of settings$"):
                 load(tmp_path / "array")
+
+
+def test_a_tokenizer_that_does_not_fit_its_model_or_is_no_json_is_one_line_naming_the_folder(tmp_path, capsys):
+    """A tokenizer_config.json of another word length than config.json's: the demo printed its table's header, then
+    "input_ids must be [batch, words, 50] character ids, got [2, 5, 10]", naming neither; one that is not JSON gave
+    json's message without the file's name. Both are refused when the model loads, for the demo and embed."""
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    for name, content in (("ten", None), ("broken", "{not json")):
+        shutil.copytree(default_model_path(), tmp_path / name)
+        path = tmp_path / name / "tokenizer_config.json"
+        path.write_text(content or json.dumps({**json.loads(path.read_text()), "max_characters_per_token": 10}))
+    for model, message in [("ten", "ten: its tokenizer does not fit its model: the tokenizer spells words in 10 "
+                                   "characters, the model reads 50 (max_characters_per_token)"),
+                           ("broken", "broken/tokenizer_config.json: not a JSON file (Expecting property name")]:
+        for command in (["demo", "--plot", str(tmp_path / "senses.png")],
+                        ["embed", str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5")]):
+            assert main([*command, "--model", str(tmp_path / model)]) == 2
+            captured = capsys.readouterr()
+            assert_only_an_error_line(2, captured.err, f"error: {tmp_path}/{message}")
+            assert "cosine" not in captured.out
+    assert not (tmp_path / "senses.png").exists() and not (tmp_path / "out.hdf5").exists()
 
 
 def test_no_subcommand_is_a_usage_error(capsys):
