@@ -277,7 +277,12 @@ class _BakedSetting:
         self.stored = "_" + name
 
     def __get__(self, module, owner=None):
-        return self if module is None else module.__dict__[self.stored]
+        if module is None:
+            return self
+        try:
+            return module.__dict__[self.stored]
+        except KeyError:  # (not set yet: what any attribute that is missing gives, for hasattr and getattr)
+            raise AttributeError(f"{type(module).__name__} has no {self.stored[1:]} yet") from None
 
     def __set__(self, module, value) -> None:
         changed = self.stored in module.__dict__

@@ -704,6 +704,10 @@ def test_a_setting_changed_after_a_call_is_read_by_the_next(fixture_model, setti
         found, expected = model(**batch), plain(model)(**batch)
     assert largest_difference(outputs(found), outputs(expected)) < 1e-5
     assert largest_difference(outputs(found), outputs(before)) > 0.1  # (the change matters)
+    # Before it is first set, such a setting is missing as any attribute is (not a KeyError).
+    bare = torch.nn.Module.__new__(type(model.layers[0]))
+    torch.nn.Module.__init__(bare)
+    assert not hasattr(bare, "forget_bias") and getattr(bare, "cell_clip", None) is None
 
 
 def test_hooks_on_the_character_encoders_modules_run(fixture_model):
