@@ -5,6 +5,7 @@ import re
 
 import pytest
 import torch
+from transformers import AutoModel
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from hf_elmo.configuration_elmo import check_type
@@ -197,6 +198,10 @@ def test_a_setting_meant_for_a_field_is_named_in_a_warning_with_the_field(tmp_pa
     assert config.cell_size == 24 and not hasattr(config, "cellsize")
     assert warnings_of(caplog) == ["ElmoConfig has no field 'cellsize' (a keyword of from_pretrained that no ELMo "
                                    "config reads): did you mean 'cell_size'?"]
+    # A model class's from_pretrained hands it to the model, which refuses it (README: as every transformers model).
+    ElmoModel(ElmoConfig.from_pretrained(tmp_path)).save_pretrained(tmp_path)
+    with pytest.raises(TypeError, match=r"__init__\(\) got an unexpected keyword argument 'cellsize'"):
+        AutoModel.from_pretrained(tmp_path, cellsize=32)
 
 
 def test_an_options_file_option_spelt_near_a_missing_one_is_named_in_a_warning(tmp_path, caplog):
