@@ -35,7 +35,7 @@ class _SampledSoftmax(torch.autograd.Function):
     def forward(ctx, hidden, weight, bias, words, log_q, hit_rows, hit_columns, multiply_dtype):
         with torch.autocast(hidden.device.type, enabled=False):
             tokens = hidden.shape[0]
-            # The logits' dtype: float32, or float64 for float64 weights (which the plain loss rounds to float32).
+            # The logits' dtype: float32, or float64 for float64 weights, as the plain loss's (`_for_the_loss`).
             dtype = torch.promote_types(weight.dtype, torch.float32)
             rows = weight.index_select(0, words)
             corrected_bias = bias.index_select(0, words).to(dtype) - log_q.to(dtype)

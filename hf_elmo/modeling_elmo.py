@@ -260,6 +260,12 @@ def _card_bytes(model_card: str, tags) -> bytes:
         raise ValueError(f"model_card is not UTF-8 text ({error.reason} at character {error.start})") from None
 
 
+def _for_the_loss(logits: torch.Tensor) -> torch.Tensor:
+    """Logits as a loss reads them: in float32 at least (half-precision logits would round the loss's small
+    differences away), in float64 for a float64 model (whose loss and gradients keep its precision)."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
 def _tokenizer_from_config(config: ElmoConfig) -> ElmoTokenizer | None:
     """The tokenizer of a model spelled in UTF-8 bytes without word input, made from its config alone (it reads no
     files); None where the tokenizer needs its char.dic or word.dic, which only the tokenizer holds."""
@@ -679,7 +685,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
     def _check_keywords(self, kwargs: dict) -> None:
         """One clear error for a keyword argument that `forward` does not read (a misspelt one, or `initial_states`
         given to a head, which only the biLM takes), rather than silently ignoring it."""
-        unknown = [name for name in kwargs if name not in self._accepted_extra_kwargs]
+        # What transformers' wrappers pass every model unasked (PEFT's task models: inputs_embeds=None,
+        # output_attentions=None): read as not asked for. Asked for, ELMo has neither.
+        unknown = [name for name, value in kwargs.items() if name not in self._accepted_extra_kwargs
+                   and not (name in ("inputs_embeds", "output_attentions") and not value)]
         if unknown:
             hint = ""
             if "initial_states" in unknown:
@@ -817,13 +826,16 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """Refused, before anything changes: ELMo spells every word in a fixed character alphabet, so there is no
         word vocabulary to resize (and transformers' resize would leave a broken model: `config.vocab_size` is the
         alphabet's size, read-only). Words added with `tokenizer.add_tokens` are spelled in that alphabet and need
-        no new embedding. Without a new size, or with the alphabet's own, returns the character embedding, as
-        transformers does."""
+        no new embedding. Without a new size, or with the alphabet's own (after rounding up to `pad_to_multiple_of`),
+        returns the character embedding, as transformers does."""
         embedding = self.get_input_embeddings()
-        if pad_to_multiple_of is None and new_num_tokens in (None, embedding.num_embeddings):
+        size = embedding.num_embeddings if new_num_tokens is None else new_num_tokens
+        if pad_to_multiple_of:  # (transformers rounds the size up to a multiple of it)
+            size = -(-size // pad_to_multiple_of) * pad_to_multiple_of
+        if size == embedding.num_embeddings:
             return embedding
         raise ValueError(
-            f"{type(self).__name__} cannot resize its token embeddings to {new_num_tokens}: it reads each word as "
+            f"{type(self).__name__} cannot resize its token embeddings to {size}: it reads each word as "
             f"characters, and its character embedding holds the fixed alphabet of {embedding.num_embeddings} ids, "
             "not a vocabulary. Words added with tokenizer.add_tokens([...]) are spelled in that alphabet and need no "
             "new embedding: do not resize"
@@ -1472,7 +1484,7 @@ class ElmoForSequenceClassification(ElmoTaskModel):
                 problem_type = "single_label_classification"
             else:
                 problem_type = "multi_label_classification"
-        labels, logits = labels.to(logits.device), logits.float()
+        labels, logits = labels.to(logits.device), _for_the_loss(logits)
         if problem_type == "single_label_classification":
             labels = labels.view(batch) if labels.shape == (batch, 1) else labels  # transformers reads [B, 1] as [B]
             _check_class_ids(labels, (batch,), self.num_labels)
@@ -1482,22 +1494,22 @@ class ElmoForSequenceClassification(ElmoTaskModel):
                 shapes.insert(0, (batch,))
             if labels.shape not in shapes:
                 what = "numbers for regression" if problem_type == "regression" else (
-                    "0/1 floats for multi-label classification (single-label class ids are integers)")
+                    "0/1 floats for multi-label classification (single-label class ids are int64 or int32)")
                 expected = " or ".join(str(list(shape)) for shape in shapes)
                 raise ValueError(f"labels must be {expected} {what}, got {labels.dtype} {list(labels.shape)}")
             if problem_type != "regression" and labels.numel() and not _reads_no_values():
                 low, high = torch.aminmax(labels.float())
-                if bool((low < 0) | (high > 1)):  # (one read of the device's result)
-                    raise ValueError(f"labels holds {(low if low < 0 else high).item()}: multi-label classification "
+                if not bool((low >= 0) & (high <= 1)):  # (one read of the device's result; NaN fails both)
+                    raise ValueError(f"labels holds {(low if not low >= 0 else high).item()}: multi-label classification "
                                      "reads a 0/1 (or a probability in [0, 1]) per label")
         self.config.problem_type = problem_type
         if problem_type == "single_label_classification":
             summed = F.cross_entropy(logits, labels.long(), ignore_index=-100, reduction="sum")
             return summed, labels.ne(-100).sum()
         if problem_type == "regression":
-            summed = F.mse_loss(logits.view(batch, -1), labels.float().view(batch, -1), reduction="sum")
+            summed = F.mse_loss(logits.view(batch, -1), labels.to(logits.dtype).view(batch, -1), reduction="sum")
         else:
-            summed = F.binary_cross_entropy_with_logits(logits, labels.float(), reduction="sum")
+            summed = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="sum")
         return summed, torch.tensor(labels.numel(), device=logits.device)
 
 
@@ -1550,7 +1562,7 @@ class ElmoForTokenClassification(ElmoTaskModel):
                              padding_counted=kwargs.get("num_items_in_batch") is not None)
             labels = labels.to(logits.device, torch.long).masked_fill(padding, -100)  # (cross_entropy: long ids)
             summed_loss = F.cross_entropy(
-                logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
+                _for_the_loss(logits).flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
             )
             loss = self._task_loss(summed_loss, labels.ne(-100).sum(), kwargs.get("num_items_in_batch"))
         if output_hidden_states is None:
@@ -1626,8 +1638,8 @@ def sampled_softmax_loss(
     if fused:
         return fused_sampled_softmax_loss(hidden, weight, bias, words, log_q, hit_rows, hit[hit_rows])
     rows, row_bias = weight[words], bias[words]
-    true_logits = ((hidden * rows[:tokens]).sum(-1) + row_bias[:tokens]).float() - log_q[:tokens]
-    sampled_logits = F.linear(hidden, rows[tokens:], row_bias[tokens:]).float() - log_q[tokens:]
+    true_logits = _for_the_loss((hidden * rows[:tokens]).sum(-1) + row_bias[:tokens]) - log_q[:tokens]
+    sampled_logits = _for_the_loss(F.linear(hidden, rows[tokens:], row_bias[tokens:])) - log_q[tokens:]
     sampled_logits = sampled_logits.index_put((hit_rows, hit[hit_rows]), sampled_logits.new_tensor(float("-inf")))
     return torch.logaddexp(true_logits, torch.logsumexp(sampled_logits, dim=1)) - true_logits
 
@@ -1640,7 +1652,7 @@ def full_softmax_loss(hidden: torch.Tensor, targets: torch.Tensor, softmax: nn.M
     """
     chunk = max(1, 2**24 // vocab_size)
     losses = [
-        F.cross_entropy(softmax(part).float(), part_targets, reduction="none")
+        F.cross_entropy(_for_the_loss(softmax(part)), part_targets, reduction="none")
         for part, part_targets in zip(hidden.split(chunk), targets.split(chunk))
     ]
     return torch.cat(losses) if losses else hidden.new_zeros(0)

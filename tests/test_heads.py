@@ -196,8 +196,13 @@ def test_labels_of_another_shape_dtype_or_range_are_refused(base_path, tokenizer
         (torch.tensor([1, 0, 3, 1]), r"labels holds 3, outside the label ids \[0, 3\)"),
         (torch.tensor([1, 0, 3, 1], dtype=torch.int), r"labels holds 3, outside the label ids \[0, 3\)"),
         (torch.tensor([1.0, 0.0, 2.0, 1.0]), r"labels must be \[4, 3\] 0/1 floats for multi-label classification "
-         r"\(single-label class ids are integers\), got torch.float32 \[4\]"),
+         r"\(single-label class ids are int64 or int32\), got torch.float32 \[4\]"),
+        # (integers of another type are read as multi-label 0/1s, as transformers reads them: the message said that
+        # class ids "are integers", which these are)
+        (torch.tensor([1, 0, 2, 1], dtype=torch.int16), r"labels must be \[4, 3\] 0/1 floats for multi-label "
+         r"classification \(single-label class ids are int64 or int32\), got torch.int16 \[4\]"),
         (torch.full((4, 3), 2.0), r"labels holds 2.0: multi-label classification reads a 0/1"),
+        (torch.full((4, 3), float("nan")), r"labels holds nan: multi-label classification reads a 0/1"),  # (a NaN loss)
         ([1, 0, 2, 1], r"labels must be a tensor, got list$"),
     ]:
         with pytest.raises(ValueError, match=f"^{message}"):

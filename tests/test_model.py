@@ -415,13 +415,16 @@ def test_resizing_the_token_embeddings_is_refused_and_changes_nothing(converted,
     with pytest.raises(ValueError, match=rf"^{model_class.__name__} cannot resize its token embeddings to 300: it "
                        r"reads each word as characters.*262 ids.*tokenizer\.add_tokens"):
         model.resize_token_embeddings(300)
-    with pytest.raises(ValueError, match="cannot resize"):
+    with pytest.raises(ValueError, match="cannot resize its token embeddings to 320:"):  # (262 rounded up to 64s)
         model.resize_token_embeddings(pad_to_multiple_of=64)
     assert model.get_input_embeddings() is embedding and model.config.vocab_size == 262
     assert model.state_dict().keys() == before.keys()
     assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())
     # Without a new size (or with the alphabet's own), transformers' no-op: the embedding itself.
     assert model.resize_token_embeddings() is embedding and model.resize_token_embeddings(262) is embedding
+    # (a multiple that 262 already is changes nothing either: it was refused, "to None")
+    assert model.resize_token_embeddings(pad_to_multiple_of=2) is embedding
+    assert model.resize_token_embeddings(262, pad_to_multiple_of=131) is embedding
     tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
     batch = tokenizer(SEEDS, is_split_into_words=True, return_tensors="pt")
     with torch.no_grad():

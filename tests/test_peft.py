@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 from safetensors import safe_open
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
@@ -50,6 +50,27 @@ def merged_logits(model, batch):
     merged = copy.deepcopy(model).merge_and_unload().eval()
     assert not any("lora" in name for name, _ in merged.named_parameters())
     return logits(merged, batch)
+
+
+@pytest.mark.parametrize("head, task_type", [(ElmoForSequenceClassification, TaskType.SEQ_CLS),
+                                             (ElmoForTokenClassification, TaskType.TOKEN_CLS)])
+def test_a_peft_task_model_runs_the_head_it_wraps(base_path, tokenizer, head, task_type):
+    """PEFT's task models (LoraConfig(task_type=...), the usual set-up for classification heads) pass every model
+    inputs_embeds=None and output_attentions=None: the heads refused them as unexpected keywords, with and without
+    labels. Read as not asked for, they give the wrapped head's logits and loss; asked for, they are refused."""
+    torch.manual_seed(0)
+    model = get_peft_model(head.from_pretrained(base_path, num_labels=3),
+                           LoraConfig(task_type=task_type, r=4, modules_to_save=TASK_MODULES, **ENCODER_LORA)).eval()
+    batch = encode(tokenizer)
+    labels = (torch.tensor([0, 2, 1, 0]) if head is ElmoForSequenceClassification
+              else batch["attention_mask"].masked_fill(batch["attention_mask"] == 0, -100))
+    with torch.no_grad():
+        found = model(**batch, labels=labels)
+        expected = model.base_model.model(**batch, labels=labels)
+    torch.testing.assert_close(found.logits, expected.logits)
+    torch.testing.assert_close(found.loss, expected.loss)
+    with pytest.raises(ValueError, match=r"got unexpected keyword argument\(s\) 'output_attentions'"):
+        model.base_model.model(**batch, output_attentions=True)
 
 
 @pytest.mark.parametrize("targets", [ENCODER_LORA, BILSTM_LORA], ids=["encoder", "bilstm"])
