@@ -7,16 +7,24 @@ Imported by `run.py` (and through it `train_bench.py`), `gpu_train_bench.py`, `h
 library (and torch and numpy, which every venv has, where named).
 """
 
+import argparse
 import json
+import math
 import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 
+# The peak resident memory before the last `outside_the_peak` measurement (NaN where its reset failed).
+_PEAK_ASIDE = 0.0
+
+
 def memory_mb() -> dict[str, float]:
-    """Resident memory of this process from /proc: now (rss) and the peak so far (peak), in MiB."""
+    """Resident memory of this process from /proc: now (rss) and the peak so far (peak), in MiB; the peak leaves out
+    what `outside_the_peak` measurements allocated."""
     fields = {"VmRSS": "rss", "VmHWM": "peak", "RssAnon": "anonymous", "RssFile": "file_backed"}
     found = {}
     with open("/proc/self/status") as status:
@@ -24,7 +32,26 @@ def memory_mb() -> dict[str, float]:
             key = line.split(":", 1)[0]
             if key in fields:
                 found[fields[key]] = int(line.split()[1]) / 1024
+    found["peak"] = math.nan if math.isnan(_PEAK_ASIDE) else max(found["peak"], _PEAK_ASIDE)
     return found
+
+
+def outside_the_peak(measure: Callable[[], dict]) -> dict:
+    """`measure()`, a measurement of the machine whose buffers must not count in the library's peak memory (the
+    bandwidth probe's 512 MiB: the worker that runs it showed a running peak 600 MiB above its peer's, which runs
+    none). The peak so far is kept aside and the kernel's peak counter reset after it (`/proc/self/clear_refs`);
+    where that cannot be written, the peak reads NaN from then on rather than a figure that holds the probe."""
+    global _PEAK_ASIDE
+    aside = memory_mb()["peak"]
+    try:
+        return measure()
+    finally:
+        try:
+            with open("/proc/self/clear_refs", "w") as clear_refs:
+                clear_refs.write("5")  # (Linux: the peak resident set becomes the current one)
+            _PEAK_ASIDE = max(_PEAK_ASIDE, aside)
+        except OSError:
+            _PEAK_ASIDE = math.nan
 
 
 def cpu0_caches() -> dict[str, str]:
@@ -82,6 +109,22 @@ def markdown_sections(text: str) -> list[tuple[str | None, str]]:
             sections.append((line.splitlines()[0], []))
         sections[-1][1].append(line)
     return [(heading, "".join(lines)) for heading, lines in sections]
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `minimum` (a count of rounds, runs or threads; 0 rounds crashed
+    at the end, in the median of nothing, after the whole benchmark had run)."""
+
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return whole_number
 
 
 def timed(function) -> tuple[float, object]:

@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_common import at_least  # noqa: E402  (beside this file)
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import default_model_path  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
@@ -25,8 +26,8 @@ from hf_elmo.fast_linear import cpu_name  # noqa: E402
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--file", default="data/ptb/valid.txt", help="one sentence per line (make ptb-data)")
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=at_least(1), default=15)
+    parser.add_argument("--threads", type=at_least(1), default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     sentences = [line for line in Path(args.file).read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -79,8 +79,8 @@ def main() -> None:
             model_path = folder
         embedder = ElmoEmbedder(model_path)
         seconds, work = {False: [], True: []}, {}
-        for _ in range(args.rounds):
-            for pinned in (False, True):
+        for round_index in range(args.rounds):
+            for pinned in (False, True) if round_index % 2 == 0 else (True, False):  # (in turns: neither always first)
                 elapsed, _, work[pinned] = run(embedder, sentences, batches, pinned)
                 seconds[pinned].append(elapsed)
         half = len(batches) // 2

@@ -1,7 +1,8 @@
 """hf_elmo inference on one GPU, measured and checked in one short run (`gpu.sh` starts it): words/s of the exact
 float32 model (CUDA graphs, `hf_elmo/cuda_graphs.py`), of the bf16 mode and of the approximate cuDNN mode, each
 mode's deviation, the exact GPU outputs against the CPU's, `hf-elmo embed --device cuda` end to end against the
-model alone, and the tests that need a GPU. Writes GPU_RESULTS.md with a table of the GPU targets; exits 1 if a
+model alone, and the tests that need a GPU. Writes its report, with a table of the GPU targets, to `--output`
+(`gpu.sh` gives GPU_RESULTS.md; without it, only the figures printed as they come); exits 1 if a
 check of correctness fails (a test, the GPU against the CPU), 0 otherwise, targets met or not.
 
 Weights are random (bilm-tf's initialisation); inputs are synthetic sentences of 20-30 words drawn from a
@@ -28,6 +29,7 @@ import torch  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.approximate import approximation_deviation  # noqa: E402
+from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.files import write_text_atomically  # noqa: E402
 
 SIZES = {"original": {}, "small": {"cell_size": 1024, "projection_dim": 128, "num_highway_layers": 1}}
@@ -263,7 +265,7 @@ def main() -> int:
         if embed_ratio is not None:
             targets.append(("`hf-elmo embed` end to end within 10% of the model's words/s", f"{embed_ratio:.0%}",
                             embed_ratio >= 0.9))
-        lines = [f"GPU benchmark on {name}, torch {torch.__version__}, random weights, sentences of 20-30 words "
+        lines = [f"GPU benchmark on {name} (host CPU: {cpu_name()}), torch {torch.__version__}, random weights, sentences of 20-30 words "
                  "(`bash benchmarks/gpu.sh`).", "",
                  "| target | measured | met |", "|---|---|---|",
                  *[f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets], "", *table]

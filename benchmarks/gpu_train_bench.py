@@ -37,6 +37,7 @@ import torch  # noqa: E402
 from bench_common import markdown_sections  # noqa: E402
 from gpu_bench import run  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForPreTraining, fused_bilstm  # noqa: E402
+from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.files import write_text_atomically  # noqa: E402
 from hf_elmo.modeling_elmo import ElmoBiLstmLayer  # noqa: E402
 
@@ -310,7 +311,7 @@ def main() -> int:
         if args.output:
             write_section(Path(args.output), "\n".join(section if finished else [*section, RUNNING]) + "\n")
 
-    for line in ["", HEADING, "", f"On {where}, torch {torch.__version__} (`benchmarks/gpu_train_bench.py`{smoke}).", ""]:
+    for line in ["", HEADING, "", f"On {where} (host CPU: {cpu_name()}), torch {torch.__version__} (`benchmarks/gpu_train_bench.py`{smoke}).", ""]:
         report(line)
     small = SMOKE or DEVICE != "cuda"
     parts = [lambda: [layer_check(*((32, 16, 4, 6) if small else (650, 650, 20, 35)))],

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import Channel, load_inputs, memory_bandwidth, memory_mb, timed
+from bench_common import Channel, load_inputs, memory_bandwidth, memory_mb, outside_the_peak, timed
 
 channel = Channel()
 model_dir, inputs_file, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -142,5 +142,7 @@ def kernels() -> dict:
 channel.send({"imported": imported, "loaded": loaded, "load_seconds": load_seconds,
               "native_bfloat16": native_bfloat16_extension(),
               "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}})
-channel.serve({"run": run, "ceiling": ceiling, "step_rate": step_rate, "kernels": kernels,
+# (the ceiling's buffers are the benchmark's, not hf_elmo's: its peak memory leaves them out, as AllenNLP's never has them)
+channel.serve({"run": run, "ceiling": lambda **options: outside_the_peak(lambda: ceiling(**options)),
+               "step_rate": step_rate, "kernels": kernels,
                "memory": lambda: {"memory": memory_mb()}})

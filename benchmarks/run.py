@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench_common import cpu0_caches, last_level_cache, markdown_sections  # noqa: E402
+from bench_common import at_least, cpu0_caches, last_level_cache, markdown_sections  # noqa: E402
 from hf_elmo.fast_linear import cpuinfo  # noqa: E402
 from hf_elmo.files import write_text_atomically  # noqa: E402
 
@@ -659,26 +659,36 @@ def benchmark_parser(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--allennlp-python", default=str(ROOT / "build" / "allennlp-venv" / "bin" / "python"),
                         help="interpreter of the venv made by ../shared/tools/peer-allennlp-setup.sh")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=at_least(1), default=2)
     return parser
 
 
 def main(argv=None) -> int:
     parser = benchmark_parser(__doc__)
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=at_least(1), default=9)
     parser.add_argument("--sizes", default="original,small,elmoformanylangs",
-                        help="elmoformanylangs: against ELMoForManyLangs at its released size (elmoformanylangs_bench.py)")
+                        help="original and small (one at least), each against AllenNLP; elmoformanylangs: against "
+                        "ELMoForManyLangs at its released size (elmoformanylangs_bench.py)")
     parser.add_argument("--elmoformanylangs-python", default=str(ROOT / "build" / "elmoformanylangs-venv" / "bin" / "python"),
                         help="interpreter of the venv made by ../shared/tools/peer-elmoformanylangs-setup.sh")
     parser.add_argument("--work-dir", default=str(ROOT / "build" / "bench"))
     parser.add_argument("--output", default=str(Path(__file__).parent / "RESULTS.md"))
     args = parser.parse_args(argv)
+    sizes, known = args.sizes.split(","), [size.name for size in SIZES]
+    if not set(sizes) <= {*known, "elmoformanylangs"} or not set(sizes) & set(known):
+        # (each section holds the AllenNLP comparison of at least one size; an unknown name ran nothing, then failed)
+        parser.error(f"--sizes takes {', '.join(known)} (one at least) and elmoformanylangs, got {args.sizes!r}")
     # Workers run inside benchmarks/; abspath, not resolve: a venv's python is a symlink that must stay one.
     args.allennlp_python = os.path.abspath(args.allennlp_python)
     args.work_dir, args.output = os.path.abspath(args.work_dir), os.path.abspath(args.output)
     if not Path(args.allennlp_python).is_file():
         print(f"error: no AllenNLP interpreter at {args.allennlp_python}; run "
               "`bash ../shared/tools/peer-allennlp-setup.sh build/allennlp-venv` (make bench does)", file=sys.stderr)
+        return 2
+    if "elmoformanylangs" in sizes and not Path(args.elmoformanylangs_python).is_file():  # (else after every round)
+        print(f"error: no ELMoForManyLangs interpreter at {args.elmoformanylangs_python}; run `bash "
+              "../shared/tools/peer-elmoformanylangs-setup.sh build/elmoformanylangs-venv` (make bench does)",
+              file=sys.stderr)
         return 2
     start = time.time()
     work = Path(args.work_dir)

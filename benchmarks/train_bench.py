@@ -23,9 +23,13 @@ import sys
 import time
 from pathlib import Path
 
+from bench_common import at_least
 from run import (ROOT, SIZES, benchmark_parser, cpu_summary, library_workers, make_models, one_section_per_cpu,
                  section_heading, settings)
 from hf_elmo.files import write_text_atomically  # noqa: E402  (run put the repository on the path)
+
+# pretrain.py logs its rate every 10 steps; those of the first 20 steps include the start (first allocations, caches).
+PTB_LOGGED_FROM = 20
 
 TARGETS = {"small_vs_allennlp": 3.0, "ptb_fast_vs_plain": 2.5}
 
@@ -108,14 +112,14 @@ def bench_pretrain(args, work: Path, env: dict) -> dict:
         for plain in ((False, True) if index % 2 == 0 else (True, False)):
             records = pretrain_run(args, work, env, plain, index)
             runs["plain" if plain else "fast"].append(records)
-            # The first two logging intervals include the start (first allocations, caches).
-            rates = [r["words_per_second"] for r in records[2:]]
+            rates = [r["words_per_second"] for r in records[PTB_LOGGED_FROM // 10:]]
             print(f"run {index + 1}/{args.ptb_runs}, {'plain' if plain else 'fast'}: median "
                   f"{statistics.median(rates):.0f} words/s over {len(rates)} intervals of 10 steps", flush=True)
-    rate = {mode: statistics.median(r["words_per_second"] for records in runs[mode] for r in records[2:])
+    first = PTB_LOGGED_FROM // 10
+    rate = {mode: statistics.median(r["words_per_second"] for records in runs[mode] for r in records[first:])
             for mode in runs}
-    per_run = [statistics.median(r["words_per_second"] for r in fast[2:])
-               / statistics.median(r["words_per_second"] for r in plain[2:])
+    per_run = [statistics.median(r["words_per_second"] for r in fast[first:])
+               / statistics.median(r["words_per_second"] for r in plain[first:])
                for fast, plain in zip(runs["fast"], runs["plain"])]
     loss_difference = max(abs(f["loss"] - p["loss"]) for fast, plain in zip(runs["fast"], runs["plain"])
                           for f, p in zip(fast, plain))
@@ -204,15 +208,21 @@ def assemble(previous: str, section: str) -> str:
 
 def main(argv=None) -> int:
     parser = benchmark_parser(__doc__)
-    parser.add_argument("--rounds", type=int, default=7, help="rounds of the Small size's training step")
-    parser.add_argument("--original-rounds", type=int, default=3, help="rounds of the original size's")
+    parser.add_argument("--rounds", type=at_least(1), default=7, help="rounds of the Small size's training step")
+    parser.add_argument("--original-rounds", type=at_least(1), default=3, help="rounds of the original size's")
     parser.add_argument("--sizes", default="small,original")
     parser.add_argument("--ptb-dir", default=str(ROOT / "data" / "ptb"))
     parser.add_argument("--ptb-steps", type=int, default=150, help="steps of each pretrain.py run (0: none)")
-    parser.add_argument("--ptb-runs", type=int, default=2, help="pretrain.py runs of each path")
+    parser.add_argument("--ptb-runs", type=at_least(1), default=2, help="pretrain.py runs of each path")
     parser.add_argument("--work-dir", default=str(ROOT / "build" / "bench-train"))
     parser.add_argument("--output", default=str(Path(__file__).parent / "TRAINING.md"))
     args = parser.parse_args(argv)
+    known = [size.name for size in SIZES]
+    if not set(args.sizes.split(",")) <= set(known):
+        parser.error(f"--sizes takes {', '.join(known)}, got {args.sizes!r}")
+    if 0 < args.ptb_steps < PTB_LOGGED_FROM + 10 or args.ptb_steps < 0:  # (else a median of nothing, at the end)
+        parser.error(f"--ptb-steps must be 0 (no pretrain.py runs) or at least {PTB_LOGGED_FROM + 10}: the rates of its "
+                     f"first {PTB_LOGGED_FROM} steps include the start, got {args.ptb_steps}")
     args.allennlp_python = os.path.abspath(args.allennlp_python)
     if not Path(args.allennlp_python).is_file():
         print(f"error: no AllenNLP interpreter at {args.allennlp_python}; run "

@@ -213,3 +213,26 @@ def test_embed_host_side_times_embed_on_its_second_pass(tmp_path, monkeypatch, c
     words = int(re.search(r"(\d+) words, batches", lines[0]).group(1))
     rate = float(re.search(r"([\d,]+) words/s", lines[3]).group(1).replace(",", ""))
     assert len(calls) == 2 and rate > words / 2.0, lines
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("run.py", ["--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+    ("run.py", ["--threads", "x"], "argument --threads: must be a whole number, got 'x'"),
+    ("run.py", ["--sizes", "elmoformanylangs"], "--sizes takes original, small (one at least) and elmoformanylangs, "
+                                                "got 'elmoformanylangs'"),
+    ("run.py", ["--sizes", "foo"], "--sizes takes original, small (one at least) and elmoformanylangs, got 'foo'"),
+    ("run.py", ["--allennlp-python", sys.executable, "--sizes", "small,elmoformanylangs", "--elmoformanylangs-python",
+                "/nonexistent/python"], "error: no ELMoForManyLangs interpreter at /nonexistent/python"),
+    ("train_bench.py", ["--ptb-steps", "20"], "--ptb-steps must be 0 (no pretrain.py runs) or at least 30"),
+    ("train_bench.py", ["--ptb-runs", "0"], "argument --ptb-runs: must be at least 1, got 0"),
+    ("train_bench.py", ["--sizes", "big"], "--sizes takes original, small, got 'big'"),
+    ("compile_speed.py", ["--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+])
+def test_counts_and_names_a_benchmark_cannot_use_are_refused_before_it_runs(script, args, message):
+    """0 rounds (or runs, or fewer pretrain.py steps than its timed intervals need) ended in "no median for empty
+    data" after the whole benchmark had run; an unknown or lone elmoformanylangs size in a StopIteration after it; a
+    missing ELMoForManyLangs interpreter after every AllenNLP round. Each is one error before any work."""
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True, text=True,
+                            timeout=120)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and message in last and "Traceback" not in result.stderr, result.stderr

@@ -1,8 +1,10 @@
-"""embed_pinned_caches.py's own parts on a tiny model (no `make data` needed): the CoNLL reader, and `run`, whose
-counts of words computed start from empty caches each time and whose pinned batches resume exactly."""
+"""embed_pinned_caches.py's own parts on a tiny model (no `make data` needed): the CoNLL reader, `run`, whose
+counts of words computed start from empty caches each time and whose pinned batches resume exactly, and the order
+of its timed runs."""
 
 import sys
 
+import numpy as np
 import pytest
 from conftest import REPO
 
@@ -47,3 +49,23 @@ def test_pinned_batches_resumed_alone_are_the_same_as_after_the_first_half(embed
     resumed = embed_pinned_caches.run(embedder, SENTENCES, batches, True, first=half)[1]
     assert len(whole) == len(resumed) == len(batches) - half
     assert all((a == b).all() for x, y in zip(whole, resumed) for a, b in zip(x, y))
+
+
+def test_the_two_ways_are_timed_in_turns(tmp_path, monkeypatch, capsys, embedder):
+    """Each round timed unpinned then pinned, always in that order (the README quotes their time ratios); now in
+    turns, as embed_batching.py times its two ways, so that neither always runs first."""
+    order = []
+
+    def fake_run(embedder, sentences, batches, pinned, first=0):
+        order.append(pinned)
+        return 1.0, [[np.zeros(2)]] * len(batches[first:]), (0, 0)
+
+    text = tmp_path / "train.txt"
+    text.write_text("EU NNP B-NP B-ORG\n\nPeter NNP B-NP B-PER\n")
+    monkeypatch.setattr(embed_pinned_caches, "CONLL_TRAIN", text)
+    monkeypatch.setattr(embed_pinned_caches, "run", fake_run)
+    monkeypatch.setattr(embed_pinned_caches, "ElmoEmbedder", lambda path: embedder)
+    monkeypatch.setattr(sys, "argv", ["embed_pinned_caches.py", "--model", "given", "--rounds", "3"])
+    embed_pinned_caches.main()
+    assert order[:6] == [False, True, True, False, False, True]  # (then the resumption checks)
+    assert "caches pinned (hf-elmo embed)" in capsys.readouterr().out

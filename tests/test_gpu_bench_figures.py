@@ -63,6 +63,8 @@ def report_of(monkeypatch, tmp_path, measured_figures, embed_ratio=None):
     monkeypatch.setattr(sys, "argv", ["gpu_bench.py", "--device", "cpu", "--output", str(output)]
                         + ([] if embed_ratio is not None else ["--no-checks"]))
     assert gpu_bench.main() == 0
+    # (the host CPU named: embed end to end and the GPU-against-CPU figures depend on it)
+    assert f"GPU benchmark on cpu (host CPU: {gpu_bench.cpu_name()}), torch " in output.read_text()
     rows = [line for line in output.read_text().splitlines() if line.startswith("| ") and " | " in line]
     return {row.split(" | ")[0].lstrip("| "): (row.split(" | ")[1], row.split(" | ")[2].rstrip(" |")) for row in rows}
 
