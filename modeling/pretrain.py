@@ -220,6 +220,8 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
         raise PretrainError(f"--dropout must be in [0, 1), got {settings['dropout']}")
     if settings["learning_rate"] <= 0:
         raise PretrainError(f"--learning-rate must be positive, got {settings['learning_rate']}")
+    if not 0 <= args.seed < 2**32:  # (numpy's seeds; set_seed failed with a traceback)
+        raise PretrainError(f"--seed must be 0 to 2**32 - 1, got {args.seed}")
     if args.max_steps is not None and args.max_steps < 0:
         raise PretrainError(f"--max-steps must be 0 or more, got {args.max_steps}")
     if settings["max_train_minutes"] < 0:
@@ -1085,8 +1087,10 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
 
     model, new_softmax = build_model(args, settings, vocabulary, tokenizer, source_config)
     if args.softmax_init is not None and not new_softmax:
+        why = ("the vocabulary --new-vocabulary built from the text is the folder's own, word for word"
+               if args.new_vocabulary else "its vocab.txt is the softmax vocabulary")
         raise PretrainError(f"--softmax-init {args.softmax_init} starts a new softmax, but --init-from {args.init_from} "
-                            "keeps its own (its vocab.txt is the softmax vocabulary); drop --softmax-init")
+                            f"keeps its own ({why}); drop --softmax-init")
     # How the softmax started, recorded with the run: a preset's (or bilm-tf's default) softmax_init starts a new one.
     softmax_start = settings["softmax_init"] if new_softmax else "init-from"
     if not new_softmax and checkpoint is None:

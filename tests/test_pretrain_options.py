@@ -4,6 +4,7 @@ leaves its output folder as it was, and Adagrad's loss scale is the one bilm-tf'
 import json
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from hf_elmo import ElmoForPreTraining
 from modeling.data import SentenceBatches, StreamBatches
 from modeling.presets import PRESETS, TRAINING_DEFAULTS, training_settings
 from modeling.pretrain import loss_scale
+from modeling.vocabulary import Vocabulary
 
 from conftest import README, assert_one_error
 from test_pretraining import TRAIN, fixture_text, read_log, run_main, tiny_config
@@ -42,6 +44,12 @@ def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, cap
     replaced a new --alphabet vocabulary model's word.dic softmax with another vocabulary)."""
     validation = ["--validation-file", TRAIN / "data.txt"]
     adapt = ["--init-from", tiny_model, *DATA, "--batch-size", 2]
+    # A model whose vocab.txt is the one --new-vocabulary builds from the training text.
+    text = (TRAIN / "data.txt").read_text(encoding="utf-8")
+    vocabulary = Vocabulary.from_counts(Counter(word for line in text.splitlines() for word in line.split()))
+    same_vocabulary = tmp_path / "same-vocabulary"
+    ElmoForPreTraining(tiny_config(lm_vocab_size=len(vocabulary), lm_negative_samples=0)).save_pretrained(same_vocabulary)
+    vocabulary.save(same_vocabulary / "vocab.txt")
     output = tmp_path / "out"
     for arguments, message in [
         ([*NEW, "--eval-steps", 2], "--eval-steps 2: there is no --validation-file to evaluate"),
@@ -65,7 +73,13 @@ def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, cap
         ([*NEW, "--resume", "--overwrite-output-dir"],
          "--resume continues the run in --output-dir, --overwrite-output-dir starts afresh there; pass one of them"),
         ([*adapt, "--softmax-init", "unigram"],
-         f"--softmax-init unigram starts a new softmax, but --init-from {tiny_model} keeps its own"),
+         f"--softmax-init unigram starts a new softmax, but --init-from {tiny_model} keeps its own (its vocab.txt is "
+         "the softmax vocabulary)"),
+        # (a --new-vocabulary that comes out as the folder's own: the message said the folder's vocab.txt was used)
+        (["--init-from", same_vocabulary, "--train-file", TRAIN / "data.txt", "--max-steps", 1, "--save-steps", 0,
+          "--batch-size", 2, "--new-vocabulary", "--softmax-init", "unigram"],
+         f"--softmax-init unigram starts a new softmax, but --init-from {same_vocabulary} keeps its own (the "
+         "vocabulary --new-vocabulary built from the text is the folder's own, word for word)"),
         ([*NEW, "--epochs", 2],  # (--max-steps won, silently)
          "--epochs 2 and --max-steps 1 both set the run's length; pass one of them"),
         ([*NEW, "--save-total-limit", 3],

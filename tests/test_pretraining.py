@@ -1702,6 +1702,8 @@ def test_options_out_of_range_and_unusable_init_from_folders_are_refused_before_
         (["--max-train-minutes", -1], "--max-train-minutes must be 0 (off) or more, got -1.0"),
         (["--dropout", 1], "--dropout must be in [0, 1), got 1.0"),
         (["--learning-rate", 0], "--learning-rate must be positive, got 0.0"),
+        (["--seed", -1], "--seed must be 0 to 2**32 - 1, got -1"),  # (numpy's traceback from set_seed)
+        (["--seed", 2**32], "--seed must be 0 to 2**32 - 1, got 4294967296"),
         (["--word-embedding-dim", 4], "--word-embedding-dim must be a positive size, with --alphabet vocabulary, got 4"),
         (["--word-embedding-dim", -1, "--alphabet", "vocabulary"],
          "--word-embedding-dim must be a positive size, with --alphabet vocabulary, got -1"),
