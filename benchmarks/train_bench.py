@@ -107,15 +107,14 @@ def pretrain_run(args, work: Path, env: dict, plain: bool, index: int) -> list[d
 
 def bench_pretrain(args, work: Path, env: dict) -> dict:
     print("\n== modeling/pretrain.py --preset ptb-cpu", flush=True)
-    runs = {"fast": [], "plain": []}
+    runs, first = {"fast": [], "plain": []}, PTB_LOGGED_FROM // 10  # (the first logged rate that counts)
     for index in range(args.ptb_runs):
         for plain in ((False, True) if index % 2 == 0 else (True, False)):
             records = pretrain_run(args, work, env, plain, index)
             runs["plain" if plain else "fast"].append(records)
-            rates = [r["words_per_second"] for r in records[PTB_LOGGED_FROM // 10:]]
+            rates = [r["words_per_second"] for r in records[first:]]
             print(f"run {index + 1}/{args.ptb_runs}, {'plain' if plain else 'fast'}: median "
                   f"{statistics.median(rates):.0f} words/s over {len(rates)} intervals of 10 steps", flush=True)
-    first = PTB_LOGGED_FROM // 10
     rate = {mode: statistics.median(r["words_per_second"] for records in runs[mode] for r in records[first:])
             for mode in runs}
     per_run = [statistics.median(r["words_per_second"] for r in fast[first:])

@@ -688,7 +688,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         # What transformers' wrappers pass every model unasked (PEFT's task models: inputs_embeds=None,
         # output_attentions=None): read as not asked for. Asked for, ELMo has neither.
         unknown = [name for name, value in kwargs.items() if name not in self._accepted_extra_kwargs
-                   and not (name in ("inputs_embeds", "output_attentions") and not value)]
+                   and not (name in ("inputs_embeds", "output_attentions") and (value is None or value is False))]
         if unknown:
             hint = ""
             if "initial_states" in unknown:

@@ -69,8 +69,9 @@ def test_a_peft_task_model_runs_the_head_it_wraps(base_path, tokenizer, head, ta
         expected = model.base_model.model(**batch, labels=labels)
     torch.testing.assert_close(found.logits, expected.logits)
     torch.testing.assert_close(found.loss, expected.loss)
-    with pytest.raises(ValueError, match=r"got unexpected keyword argument\(s\) 'output_attentions'"):
-        model.base_model.model(**batch, output_attentions=True)
+    for name, value in (("output_attentions", True), ("inputs_embeds", torch.zeros(4, 9, 32))):
+        with pytest.raises(ValueError, match=rf"got unexpected keyword argument\(s\) '{name}'"):
+            model.base_model.model(**batch, **{name: value})
 
 
 @pytest.mark.parametrize("targets", [ENCODER_LORA, BILSTM_LORA], ids=["encoder", "bilstm"])
