@@ -1,13 +1,16 @@
 """modeling_elmo.py outside the task heads: what mutations showed no other test held. Word ids follow their words
 where the layout moves them (left padding, a word masked out) and the backward text reads its own; set_fast_path
 reaches the pretraining head's fused softmax; pretraining refuses padding inside a row without an attention_mask
-and takes int32 labels; tags are added to a card once each; LM dropout keeps 1 - p of a bfloat16 input."""
+and takes int32 labels; tags are added to a card once each; LM dropout keeps 1 - p of a bfloat16 input; a float64
+model's losses, the heads' too, are float64."""
 
 import pytest
 import torch
 import yaml
+from torch.nn import functional as F
 
-from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
+from hf_elmo import (ElmoConfig, ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel,
+                     ElmoTokenizer)
 from hf_elmo.modeling_elmo import ElmoLmDropout
 
 TINY = dict(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1, cell_size=16,
@@ -158,10 +161,6 @@ def test_a_float64_model_computes_its_losses_in_float64(mode):
     """The heads and the pretraining head cast their logits to float32 for the loss: a float64 model's loss was a
     float32 (2.7e-8 off float64's cross-entropy, and a central difference of the loss read 0 where autograd gave
     0.039). Every loss of a float64 model is float64, equal to torch's float64 loss of its logits."""
-    from torch.nn import functional as F
-
-    from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
-
     torch.manual_seed(0)
     batch = words([["<S>", "a", "big", "word"], ["<S>", "small"]])
     tags = torch.tensor([[0, 1, 2, 1], [2, 0, -100, -100]])
