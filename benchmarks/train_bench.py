@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     known = [size.name for size in SIZES]
     if not set(args.sizes.split(",")) <= set(known):
         parser.error(f"--sizes takes {', '.join(known)}, got {args.sizes!r}")
-    if 0 < args.ptb_steps < PTB_LOGGED_FROM + 10 or args.ptb_steps < 0:  # (else a median of nothing, at the end)
+    if args.ptb_steps != 0 and args.ptb_steps < PTB_LOGGED_FROM + 10:  # (else a median of nothing, at the end)
         parser.error(f"--ptb-steps must be 0 (no pretrain.py runs) or at least {PTB_LOGGED_FROM + 10}: the rates of its "
                      f"first {PTB_LOGGED_FROM} steps include the start, got {args.ptb_steps}")
     args.allennlp_python = os.path.abspath(args.allennlp_python)

@@ -291,9 +291,9 @@ class _BakedSetting:
             raise AttributeError(f"{type(module).__name__} has no {self.stored[1:]} yet") from None
 
     def __set__(self, module, value) -> None:
-        changed = self.stored in module.__dict__
+        was_set = self.stored in module.__dict__  # (the first time, in __init__, nothing is derived yet)
         module.__dict__[self.stored] = value
-        if changed:
+        if was_set:
             module.setting_changed()
 
 

@@ -201,8 +201,8 @@ def card_results(run: dict, sources: dict, layer_analysis: str, parameters: int,
     # before pretrain.py kept them are of the default preset: AdamW with linear decay).
     recorded = state.get("epoch")
     epochs = f"{round(recorded, 2):g}" if type(recorded) in (int, float) else settings["epochs"]
-    optimizer = OPTIMIZER_NAMES.get(settings.get("optimizer", "adamw"), settings.get("optimizer"))
-    schedule = SCHEDULE_NAMES.get(settings.get("lr_scheduler", "linear"), settings.get("lr_scheduler"))
+    optimizer, schedule = settings.get("optimizer", "adamw"), settings.get("lr_scheduler", "linear")
+    optimizer, schedule = OPTIMIZER_NAMES.get(optimizer, optimizer), SCHEDULE_NAMES.get(schedule, schedule)
     return f"""## Training
 
 The default model of hf-elmo, which ships inside the package: trained from scratch on {machine} with
