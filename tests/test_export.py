@@ -50,7 +50,7 @@ def test_heads_export_with_a_batch_axis(converted, head, strict):
 def test_the_exported_program_does_not_check_its_inputs(converted):
     """README: the model refuses an attention mask that disagrees with the padding and ids outside the character
     alphabet; the exported program checks neither: such a mask gives other vectors without an error, and such ids
-    fail inside torch."""
+    fail inside torch, as do int32 ids, which the model reads as int64 ones."""
     model = ElmoModel.from_pretrained(converted["allennlp-elmo"]).eval()
     tokenizer = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])
 
@@ -72,6 +72,11 @@ def test_the_exported_program_does_not_check_its_inputs(converted):
             model(**too_large)
         with pytest.raises(IndexError):
             program.module()(**too_large)
+        # README: ids of another integer type than the example's (int32 here) fail inside torch; the model takes them.
+        narrow = {**batch, "input_ids": batch["input_ids"].int()}
+        assert torch.equal(model(**narrow).last_hidden_state, expected)
+        with pytest.raises(RuntimeError):
+            program.module()(**narrow)
 
 
 def test_the_pretraining_model_exports_with_a_batch_axis(converted):

@@ -31,6 +31,7 @@ from hf_elmo.tokenization_elmo import char_ids_to_word
 from conversion.convert_original_elmo import convert_hf_to_original, convert_original_to_hf
 from modeling.data import (DataError, EncodedText, EvaluationStream, SentenceBatches, StreamBatches, WordTable,
                            load_sentences, window_batch)
+from modeling import evaluate
 from modeling.evaluate import perplexity
 from modeling.presets import TINY_MODEL
 from modeling.vocabulary import Vocabulary, VocabularyError
@@ -1094,9 +1095,10 @@ def test_cleaning_up_after_a_crash_inside_a_save(tmp_path):
 
 def test_two_processes_train_one_model(tmp_path):
     """2 processes x 2 rows make the same model as 1 process x 4 rows: each process reads its own rows, the
-    gradients are averaged, and both processes end with the same weights."""
+    gradients are averaged, and both processes end with the same weights; the held-out figures read
+    --eval-batch-size parts per process."""
     common = [*TRAIN_ARGS, "--max-steps", 6, "--unroll-steps", 5, "--negative-samples", 0, "--dropout", 0,
-              "--save-steps", 3, "--eval-steps", 0]
+              "--save-steps", 3, "--eval-steps", 0, "--eval-batch-size", 2]
     run_pretrain(tmp_path, *common, "--batch-size", 2, "--output-dir", tmp_path / "two", processes=2)
     run_pretrain(tmp_path, *common, "--batch-size", 4, "--output-dir", tmp_path / "one")
     state = json.loads((tmp_path / "two" / "trainer_state.json").read_text())
@@ -1109,6 +1111,14 @@ def test_two_processes_train_one_model(tmp_path):
     two_weights, one_weights = load_file(tmp_path / "two" / "model.safetensors"), load_file(tmp_path / "one" / "model.safetensors")
     for name, tensor in one_weights.items():
         assert torch.allclose(two_weights[name], tensor, atol=1e-5), name
+    # README: the run's held-out figures read --eval-batch-size parts per process, as evaluate.py reads 2 x 2 parts.
+    logged = json.loads((tmp_path / "two" / "eval_results.json").read_text())
+    for parts in (4, 2):
+        output = tmp_path / f"evaluated-{parts}.json"
+        assert evaluate.main(["--model-dir", str(tmp_path / "two"), "--file", str(TRAIN / "data.txt"), "--batch-size",
+                              str(parts), "--output-json", str(output)]) == 0
+        found = json.loads(output.read_text())["forward_perplexity"]
+        assert (found == pytest.approx(logged["forward_perplexity"], rel=1e-6)) == (parts == 4), (parts, found, logged)
     # Resumed from step 3 by two processes, each from its own carried LSTM state and random generators: the same run.
     shutil.copytree(tmp_path / "two", tmp_path / "resumed")
     run_pretrain(tmp_path, *common, "--batch-size", 2, "--output-dir", tmp_path / "resumed", "--resume",
@@ -1475,7 +1485,13 @@ def test_bf16_mixed_precision_trains_near_the_float32_run(reference_run, tmp_pat
     assert sorted(mixed) == [1, 2, 3] and all(math.isfinite(loss) for loss in mixed.values())
     differences = [abs(mixed[step] - exact[step]) for step in mixed]
     assert 1e-4 < max(differences) < 0.05, differences
-    assert math.isfinite(json.loads((folder / "eval_results.json").read_text())["forward_perplexity"])
+    logged = json.loads((folder / "eval_results.json").read_text())["forward_perplexity"]
+    assert math.isfinite(logged)
+    # README: the run evaluates under its autocast, evaluate.py in float32: near, not equal.
+    assert evaluate.main(["--model-dir", str(folder), "--file", str(TRAIN / "data.txt"), "--output-json",
+                          str(tmp_path / "float32.json")]) == 0
+    found = json.loads((tmp_path / "float32.json").read_text())["forward_perplexity"]
+    assert 0 < abs(found - logged) < 0.01 * logged, (found, logged)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 trains on a GPU")
