@@ -26,7 +26,14 @@ from typing import Any
 import torch
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
-from hf_elmo.configuration_elmo import REQUIRED, VALUE_RULES, check_type, check_value, warn_of_misspelt_options
+from hf_elmo.configuration_elmo import (
+    REQUIRED,
+    VALUE_RULES,
+    check_type,
+    check_value,
+    in_option_names,
+    warn_of_misspelt_options,
+)
 from hf_elmo.lexicon import LexiconError
 
 from conversion.original_format import ConversionError, check_weight_names, exact_float32
@@ -151,7 +158,8 @@ def config_from_options(options: dict[str, Any], tokenizer: ElmoTokenizer, sourc
             **kwargs,
         )
     except ValueError as error:  # what only the options together contradict
-        raise ConversionError(f"{source}: {error}") from None
+        option_names = {field: ".".join(path) for field, (path, _) in ARCHITECTURE_OPTIONS.items()}
+        raise ConversionError(f"{source}: {in_option_names(str(error), option_names)}") from None
 
 
 def architecture_from_config(config: ElmoConfig) -> dict[str, Any]:

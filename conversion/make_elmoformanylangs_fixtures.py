@@ -206,9 +206,13 @@ def _written_atomically(output: Path):
 
 def make_fixtures(output: Path) -> None:
     with _written_atomically(output) as staging:
-        for name, word_dim, seed in (("with_words", TINY_ARCHITECTURE["token_embedder"]["word_dim"], 1), ("chars_only", 0, 2)):
+        word_dim = TINY_ARCHITECTURE["token_embedder"]["word_dim"]
+        # (wide_projection: cells narrower than their projection, which the package's cell projects up to 8)
+        for name, word_dim, cell, seed in (("with_words", word_dim, 24, 1), ("chars_only", 0, 24, 2),
+                                           ("wide_projection", 0, 6, 3)):
             architecture = json.loads(json.dumps(TINY_ARCHITECTURE))
             architecture["token_embedder"]["word_dim"] = word_dim
+            architecture["encoder"]["dim"] = cell
             make_model(staging / name, architecture, TRAINING_TEXT, seed)
             np.savez_compressed(staging / f"{name}_outputs.npz", **record_outputs(staging / name))
         (staging / "sentences.json").write_text(
@@ -217,8 +221,9 @@ def make_fixtures(output: Path) -> None:
         )
         (staging / "README.md").write_text(
             "Made by `conversion/make_elmoformanylangs_fixtures.py` with elmoformanylangs 0.0.4.post2 (torch "
-            f"{torch.__version__}): two tiny models in the package's format (`with_words`: word and character input; "
-            "`chars_only`: characters only) and `Embedder.sents2elmo`'s outputs on `sentences.json`.\n",
+            f"{torch.__version__}): three tiny models in the package's format (`with_words`: word and character input; "
+            "`chars_only`: characters only; `wide_projection`: characters only, 6-wide cells projected to 8) and "
+            "`Embedder.sents2elmo`'s outputs on `sentences.json`.\n",
             encoding="utf-8",
         )
 

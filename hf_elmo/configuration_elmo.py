@@ -5,6 +5,7 @@ import json
 import logging
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Iterable
@@ -152,6 +153,13 @@ def check_type(name: str, value, annotation) -> None:
         raise ValueError(f"{name} must be {_describe(annotation)}, got {value!r} ({type(value).__name__})")
 
 
+def in_option_names(message: str, option_names: dict[str, str]) -> str:
+    """`message` of ElmoConfig's checks with each field named as an options file names it (`option_names`: field to
+    option, `cell_size` to `lstm.dim`), for an error about that file."""
+    fields = r"\b(?:ElmoConfig\.)?(" + "|".join(re.escape(field) for field in option_names) + r")\b"
+    return re.sub(fields, lambda match: f"'{option_names[match.group(1)]}'", message)
+
+
 def check_value(name: str, value, allowed, requirement: str) -> None:
     """A one-line ValueError naming `name` unless `allowed(value)`."""
     if not allowed(value):
@@ -226,7 +234,8 @@ class ElmoConfig(PreTrainedConfig):
             layers), and the projection reads both.
         bos_word_id, eos_word_id (`int`, *optional*): the word ids of the sentence boundaries.
         always_project (`bool`): keep the token projection and the LSTM cell projection where the widths already
-            match (ELMoForManyLangs always has both; bilm-tf builds each only where the widths differ).
+            match, and let projection_dim exceed cell_size (ELMoForManyLangs always has both projections, of any
+            widths; bilm-tf builds each only where the widths differ, and a cell projection only to a narrower one).
     biLSTM (`lstm` in options.json):
         cell_size (`int`): LSTM memory cell size C (`lstm.dim`).
         projection_dim (`int`): hidden size P of each direction and the token vector size (`lstm.projection_dim`).
@@ -360,9 +369,10 @@ class ElmoConfig(PreTrainedConfig):
                     f"ElmoConfig.char_cnn_filters has [{width}, {count}]: no filter can be wider than "
                     f"max_characters_per_token ({self.max_characters_per_token})"
                 )
-        if self.projection_dim > self.cell_size:
+        if self.projection_dim > self.cell_size and not self.always_project:  # (bilm-tf builds no wider projection)
             raise ValueError(
-                f"ElmoConfig.projection_dim ({self.projection_dim}) cannot exceed cell_size ({self.cell_size})"
+                f"ElmoConfig.projection_dim ({self.projection_dim}) cannot exceed cell_size ({self.cell_size}): only a "
+                "model with always_project (ELMoForManyLangs') projects its cells to a wider width"
             )
         self._check_alphabet()
 
@@ -490,7 +500,8 @@ class ElmoConfig(PreTrainedConfig):
         try:
             return cls(**values, **kwargs)
         except ValueError as error:  # what only the options together contradict
-            raise ValueError(f"{source}: {error}") from None
+            options_names = {name: ".".join(path) for name, (path, _) in ORIGINAL_OPTIONS.items()}
+            raise ValueError(f"{source}: {in_option_names(str(error), options_names)}") from None
 
     def to_original_options(self) -> dict[str, Any]:
         """The `options.json` content that bilm-tf and AllenNLP read for this model (inference form, 262)."""

@@ -82,9 +82,10 @@ os.environ["HF_ELMO_KERNEL_CHOICES"] = str(Path(_KERNEL_CHOICES.name) / "kernels
 
 
 # Tiny models in ELMoForManyLangs' format, made with that package's own code, and its outputs
-# (conversion/make_elmoformanylangs_fixtures.py): "with_words" reads words and characters, "chars_only" characters.
+# (conversion/make_elmoformanylangs_fixtures.py): "with_words" reads words and characters, "chars_only" characters,
+# "wide_projection" characters with cells narrower than their projection.
 ELMOFORMANYLANGS = Path(__file__).resolve().parent / "fixtures" / "elmoformanylangs"
-ELMOFORMANYLANGS_MODELS = ("with_words", "chars_only")
+ELMOFORMANYLANGS_MODELS = ("with_words", "chars_only", "wide_projection")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -157,15 +157,18 @@ def test_an_architecture_without_a_section_is_refused_naming_it(section):
 
 
 def test_options_that_contradict_each_other_are_refused_naming_the_file_and_nothing_is_written(tmp_path, capsys):
-    """Each option can be right alone and wrong with another: a projection wider than the cell is refused at
-    conversion, naming the architecture json and both options, before any output."""
+    """Each option can be right alone and wrong with another: a filter wider than the words is refused at
+    conversion, naming the architecture json and both options as it names them, before any output. (A projection
+    wider than the cell is no contradiction here: the package projects its cells to any width; see the
+    wide_projection fixture.)"""
     folder = shutil.copytree(ELMOFORMANYLANGS / "chars_only", tmp_path / "model")
     config_path = json.loads((folder / "config.json").read_text())["config_path"]
     architecture = json.loads((folder / config_path).read_text())
-    architecture["encoder"]["projection_dim"] = architecture["encoder"]["dim"] + 8
+    architecture["token_embedder"]["max_characters_per_token"] = 3
+    architecture["token_embedder"]["filters"][-1] = [4, 16]
     (folder / config_path).write_text(json.dumps(architecture))
     code = main(["--model-dir", str(folder), "--output-dir", str(tmp_path / "hf")])
     assert_only_an_error_line(code, capsys.readouterr().err,
-                              f"error: {folder / config_path}: ElmoConfig.projection_dim (32) cannot exceed cell_size "
-                              "(24)")
+                              f"error: {folder / config_path}: 'token_embedder.filters' has [4, 16]: no filter can be "
+                              "wider than 'token_embedder.max_characters_per_token' (3)")
     assert not (tmp_path / "hf").exists()
