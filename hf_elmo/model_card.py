@@ -132,12 +132,9 @@ def render_model_card(
         num_lstm_layers=config.num_lstm_layers,
         lstm_layers=counted(config.num_lstm_layers, "biLSTM layer"),
         hidden_size=config.hidden_size,
-        cell_size=config.cell_size,
-        projection_dim=config.projection_dim,
-        cell_clip=config.cell_clip if config.cell_clip is not None else "none",
-        proj_clip=config.proj_clip if config.proj_clip is not None else "none",
-        use_skip_connections="yes" if config.use_skip_connections else "no",
+        bilstm=_bilstm_description(config),
         num_char_filters=config.num_char_filters,
+        char_cnn_activation=config.char_cnn_activation,
         char_embedding_dim=config.char_embedding_dim,
         highway_layers=counted(config.num_highway_layers, "highway layer"),
         max_characters_per_token=config.max_characters_per_token,
@@ -148,6 +145,19 @@ def render_model_card(
         outputs=outputs.format(hidden_size=config.hidden_size, num_labels=config.num_labels, labels=labels),
         state=state,
     )
+
+
+def _bilstm_description(config: ElmoConfig) -> str:
+    """The cell, its projection and clips, and the residual connections, as far as the model has them."""
+    clip = lambda value: "none" if value is None else value  # noqa: E731
+    if config.has_lstm_projection:
+        described = (f"cell {config.cell_size}, projection {config.projection_dim}, cell clip {clip(config.cell_clip)}, "
+                     f"projection clip {clip(config.proj_clip)}")
+    else:  # (the cell is as wide as the layer: there is nothing for the projection clip to clip)
+        described = f"cell {config.cell_size} (no projection), cell clip {clip(config.cell_clip)}"
+    if config.num_lstm_layers == 1:  # (a residual connection adds a layer's input, which only a second layer has)
+        return described + ", residual connections: none (one layer)"
+    return described + f", residual connections: {'yes' if config.use_skip_connections else 'no'}"
 
 
 def _input_description(config: ElmoConfig) -> str:

@@ -585,22 +585,36 @@ def test_the_card_table_reads_the_config(cell_clip, proj_clip, skip):
                                f"{clip(proj_clip)}, residual connections: {'yes' if skip else 'no'}")
     assert rows["parameters"] == f"{sum(p.numel() for p in model.parameters()):,}"
     assert rows["layers"] == "3 (the token layer and 2 biLSTM layers), each 16 wide"
-    assert rows["character CNN"] == ("10 filters over 5-dimensional characters, 2 highway layers, 20 characters per "
-                                     "word")
+    assert rows["character CNN"] == ("10 filters (relu) over 5-dimensional characters, 2 highway layers, 20 characters "
+                                     "per word")
     assert rows["source"] == "made by a test"
 
 
 def test_the_card_table_counts_one_layer_as_one():
     """A model of one biLSTM layer and one highway layer (the default model has one) reads as English does, not
-    "1 highway layers"."""
+    "1 highway layers"; one biLSTM layer has no residual connection to speak of, whatever use_skip_connections says."""
     config = ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]], num_highway_layers=1,
-                        num_lstm_layers=1, char_embedding_dim=5)
+                        num_lstm_layers=1, char_embedding_dim=5, use_skip_connections=True)
     rows = card_table(render_model_card(ElmoModel(config), "someone/elmo-test", source="made by a test"))
     assert rows["layers"] == "2 (the token layer and 1 biLSTM layer), each 16 wide"
-    assert rows["character CNN"] == "4 filters over 5-dimensional characters, 1 highway layer, 50 characters per word"
+    assert rows["biLSTM"].endswith(", residual connections: none (one layer)")
+    assert rows["character CNN"] == ("4 filters (relu) over 5-dimensional characters, 1 highway layer, 50 characters "
+                                     "per word")
     config.num_highway_layers = 0
     rows = card_table(render_model_card(ElmoModel(config), "someone/elmo-test", source="made by a test"))
-    assert rows["character CNN"] == "4 filters over 5-dimensional characters, 0 highway layers, 50 characters per word"
+    assert rows["character CNN"] == ("4 filters (relu) over 5-dimensional characters, 0 highway layers, 50 characters "
+                                     "per word")
+
+
+def test_the_card_table_says_what_the_model_lacks_and_its_activation():
+    """A cell as wide as the layer has no projection (bilm-tf builds none), so no projection clip runs: the card
+    names neither; the CNN's activation is named (a tanh model's card differs from a relu one's)."""
+    config = ElmoConfig(cell_size=8, projection_dim=8, char_cnn_filters=[[1, 4]], num_highway_layers=1,
+                        char_embedding_dim=5, cell_clip=3.0, proj_clip=3.0, use_skip_connections=True,
+                        char_cnn_activation="tanh")
+    rows = card_table(render_model_card(ElmoModel(config), "someone/elmo-test", source="made by a test"))
+    assert rows["biLSTM"] == "cell 8 (no projection), cell clip 3.0, residual connections: yes"
+    assert rows["character CNN"].startswith("4 filters (tanh) over ")
 
 
 def test_the_default_card_of_a_bilm_from_the_hub_names_no_base_model():
