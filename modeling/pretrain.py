@@ -820,14 +820,16 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
     staging.rmdir()
 
 
-def loss_scale(optimizer: str, labels: torch.Tensor) -> float:
+def loss_scale(optimizer: str, labels: torch.Tensor, share: float = 1.0) -> float:
     """What a batch's loss (the mean over its target words) is multiplied by for the gradient. bilm-tf's Adagrad
     recipe takes the gradient of each row's loss summed over its words, averaged over the rows: for stream windows,
     which hold --unroll-steps targets in every row, the mean times --unroll-steps (bilm-tf's `loss * unroll_steps`);
     for sentence batches the mean times the batch's targets per row (its sentences' mean length + 1), which
-    --unroll-steps has nothing to do with. AdamW trains on the mean."""
+    --unroll-steps has nothing to do with. AdamW trains on the mean over the step's target words, of which the batch
+    holds `share` (a micro-batch of sentences under --gradient-accumulation-steps holds its own count's share, not
+    one over the steps accumulated: the mean of the micro-batches' means would weigh a short sentence's words more)."""
     if optimizer != "adagrad":
-        return 1.0
+        return share
     return int((labels != IGNORE_INDEX).sum()) / labels.shape[0]
 
 
@@ -844,6 +846,18 @@ def make_optimizer(parameters: list[torch.nn.Parameter], settings: dict, device_
                                    fused=(fused and device_type == "cpu") or None)
     return torch.optim.AdamW(parameters, lr=settings["learning_rate"], weight_decay=settings["weight_decay"],
                              fused=(fused and device_type in ("cpu", "cuda")) or None)
+
+
+def step_shares(micro_batches: list[dict[str, torch.Tensor]], accelerator: Accelerator) -> list[float]:
+    """Each micro-batch's part of the step's mean over its target words: its targets over the step's, times the
+    processes (whose gradients and logged losses are averaged over them). Stream windows all hold as many targets;
+    sentence batches do not."""
+    counts = [int((batch["labels"] != IGNORE_INDEX).sum()) for batch in micro_batches]
+    total = float(sum(counts))
+    if accelerator.num_processes > 1:
+        total = accelerator.reduce(torch.tensor([total], dtype=torch.float64, device=accelerator.device), "sum").item()
+    per_process = total / accelerator.num_processes
+    return [count / per_process if per_process else 1.0 / len(counts) for count in counts]
 
 
 class TrainingClock:
@@ -1285,12 +1299,15 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         else:
             if graphed is not None:  # (a recorded step leaves its gradients in place, which backward would add to)
                 optimizer.zero_grad(set_to_none=True)
-            for micro in range(accumulation):
+            micro_batches = [batches.batch(step * accumulation + micro) for micro in range(accumulation)]
+            shares = step_shares(micro_batches, accelerator)
+            for micro, batch in enumerate(micro_batches):
                 index = step * accumulation + micro
                 if batches.starts_row_streams(index):
                     states = None
-                batch = batches.batch(index)
-                scale = loss_scale(settings["optimizer"], batch["labels"]) / accumulation
+                scale = loss_scale(settings["optimizer"], batch["labels"], shares[micro])
+                if settings["optimizer"] == "adagrad":
+                    scale /= accumulation  # (the same rows in every micro-batch: the mean over the step's rows)
                 batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
                 sync = contextlib.nullcontext() if micro == accumulation - 1 else accelerator.no_sync(model)
                 with sync:
@@ -1299,7 +1316,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
                 if batches.stateful:
                     states = tuple(state.detach() for state in output.final_states)
                 losses = torch.stack([output.loss, output.forward_loss, output.backward_loss]).detach().double()
-                sums[:3] += losses / accumulation
+                sums[:3] += losses * shares[micro]
                 sums[3] += (batch["labels"] != -100).sum()
             grad_norm = None
             if settings["max_grad_norm"]:
