@@ -1693,7 +1693,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     """
 
     _keys_to_ignore_on_load_unexpected = [r"scalar_mixes\."]
-    accepts_loss_kwargs = False  # the loss is a per-token mean; gradient accumulation divides it
+    # The loss divides by Trainer's `num_items_in_batch`, so Trainer must not divide again under accumulation.
+    accepts_loss_kwargs = True
+    _accepted_extra_kwargs = ("num_items_in_batch",)
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -1755,13 +1757,17 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         output_hidden_states (`bool`, *optional*): return `hidden_states`; defaults to `config.output_hidden_states`.
         input_word_ids, backward_input_word_ids (`torch.LongTensor` [B, S], *optional*):
             For a model with word input: the word.dic ids of the words of `input_ids` and `backward_input_ids`.
-        Any other keyword argument is refused, naming it.
+        Any other keyword argument is refused, naming it, but Trainer's `num_items_in_batch`: the `labels` of the
+        whole optimizer step that are not -100 (as many as its backward targets in a stream window or a sentence
+        batch). Each direction's loss is then its sum over this batch divided by that count, so that gradient
+        accumulation gives the step of one large batch; padding positions must then hold -100 in both labels.
         """
         self._check_keywords(kwargs)
         self._check_input_devices(input_ids=input_ids, backward_input_ids=backward_input_ids,
                                   input_word_ids=input_word_ids, backward_input_word_ids=backward_input_word_ids)
+        num_items_in_batch = kwargs.get("num_items_in_batch")
         mask = self.check_inputs(input_ids, attention_mask, labels, backward_labels, backward_input_ids,
-                                 input_word_ids, backward_input_word_ids)
+                                 input_word_ids, backward_input_word_ids, padding_counted=num_items_in_batch is not None)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
 
@@ -1777,8 +1783,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if labels is not None:
             forward_top, backward_top = top.split(self.config.projection_dim, dim=-1)
             padding = ~mask.to(top.device)  # (no target there, whatever the labels hold: collators pad with anything)
-            forward_loss = self._language_model_loss(forward_top, labels.to(top.device).masked_fill(padding, -100))
-            backward_loss = self._language_model_loss(backward_top, backward_labels.to(top.device).masked_fill(padding, -100))
+            forward_loss = self._language_model_loss(forward_top, labels.to(top.device).masked_fill(padding, -100),
+                                                     num_items_in_batch)
+            backward_loss = self._language_model_loss(
+                backward_top, backward_labels.to(top.device).masked_fill(padding, -100), num_items_in_batch
+            )
             loss = 0.5 * (forward_loss + backward_loss)
         return ElmoForPreTrainingOutput(
             loss=loss,
@@ -1798,9 +1807,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         backward_input_ids: torch.LongTensor | None = None,
         input_word_ids: torch.LongTensor | None = None,
         backward_input_word_ids: torch.LongTensor | None = None,
+        padding_counted: bool = False,
     ) -> torch.Tensor:
         """What `forward` refuses in its inputs, on whatever device they are: shapes, dtypes, character ids outside
-        the alphabet, a mask that is not right-padded, word and label ids outside their vocabularies. Returns the
+        the alphabet, a mask that is not right-padded, word and label ids outside their vocabularies, and with
+        `padding_counted` (Trainer's count of the labels given) labels at padding positions. Returns the
         word mask [B, S]. In `static_shapes()` no value is checked (nothing may read the device there): a caller
         who records a step checks each batch with this first, on the host (`modeling/graphed_step.py`)."""
         _check_character_ids(input_ids, self.config)
@@ -1825,7 +1836,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             raise ValueError("backward_input_word_ids are the word ids of backward_input_ids: pass both, or neither")
         for name, ids in (("labels", labels), ("backward_labels", backward_labels)):
             if ids is not None:
-                _check_class_ids(ids, mask.shape, self.config.lm_vocab_size, name, "the vocabulary", padding=~mask)
+                _check_class_ids(ids, mask.shape, self.config.lm_vocab_size, name, "the vocabulary", padding=~mask,
+                                 padding_counted=padding_counted)
         return mask
 
     def _token_layers(
@@ -1877,8 +1889,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         ]
         return layers[0], layers[1] if len(layers) == 2 else None
 
-    def _language_model_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Mean negative log-likelihood of one direction: hidden [B, S, P], labels [B, S] -> []."""
+    def _language_model_loss(
+        self, hidden: torch.Tensor, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None
+    ) -> torch.Tensor:
+        """Mean negative log-likelihood of one direction: hidden [B, S, P], labels [B, S] -> []; the mean over
+        `num_items_in_batch` targets where given (Trainer's count for the whole optimizer step)."""
         vocab_size = self.config.lm_vocab_size
         labels = labels.to(hidden.device, torch.long)  # (torch.int is accepted; the losses index with long ids)
         keep = labels != -100
@@ -1905,7 +1920,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             losses = sampled_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias, negatives, fused=fused)
         else:
             losses = full_softmax_loss(hidden, targets, self.softmax, vocab_size)
-        return losses.sum() / keep.sum().clamp(min=1)
+        if num_items_in_batch is None:
+            return losses.sum() / keep.sum().clamp(min=1)
+        # (at least 1: a whole accumulation window without targets has a loss of 0, not NaN)
+        return losses.sum() / torch.as_tensor(num_items_in_batch, device=losses.device).clamp(min=1)
 
 
 __all__ = [

@@ -26,7 +26,7 @@ from transformers import AutoModel, AutoModelForPreTraining
 import hf_elmo
 from hf_elmo import ELMO_AUTO_MAP, ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from hf_elmo.modeling_elmo import log_uniform_probability, sample_log_uniform, sampled_softmax_loss
-from hf_elmo.tokenization_elmo import char_ids_to_word
+from hf_elmo.tokenization_elmo import char_ids_to_word, word_to_char_ids
 
 from conversion.convert_original_elmo import convert_hf_to_original, convert_original_to_hf
 from modeling.data import (DataError, EncodedText, EvaluationStream, SentenceBatches, StreamBatches, WordTable,
@@ -363,6 +363,17 @@ def test_vocabulary_lines_end_only_where_pythons_universal_newlines_end(tmp_path
                                         newline="")
     assert Vocabulary.from_file(tmp_path / "vocab.txt").words == ["<S>", "</S>", "<UNK>", "form\x0cfeed", "next\x85line",
                                                                    "line\u2028sep"]
+
+
+def test_a_saved_vocabulary_reads_back_as_it_was_with_words_that_end_in_separators(tmp_path):
+    """The tokenizer's word splitting keeps U+001C..U+001F (which str.strip takes away) in words: a vocabulary built
+    from such text read back with `one\x1f` as `one` (then twice, refused; or another id, a resume refused as
+    another text). It reads back as saved; spaces and tabs around a line's word are still no part of it."""
+    vocabulary = Vocabulary.from_counts(Counter({"one\x1f": 3, "one": 2, "\x1ctwo\x1d": 1, "\x0bthree\x0c": 1}))
+    vocabulary.save(tmp_path / "vocab.txt")
+    assert Vocabulary.from_file(tmp_path / "vocab.txt") == vocabulary
+    (tmp_path / "spaced.txt").write_text("<S>\n </S>\t\n<UNK> \n\tthe  \n")
+    assert Vocabulary.from_file(tmp_path / "spaced.txt").words == ["<S>", "</S>", "<UNK>", "the"]
 
 
 def test_a_word_dictionary_needs_one_id_per_word_from_0():
@@ -2411,3 +2422,64 @@ def test_a_bytes_run_after_a_vocabulary_run_in_the_same_folder_leaves_no_diction
     assert code == 0, err
     assert not (output / "char.dic").exists() and not (output / "word.dic").exists()
     assert ElmoTokenizer.from_pretrained(output).lexicon is None
+
+
+def test_trainer_with_gradient_accumulation_takes_the_step_of_one_large_batch(tmp_path):
+    """ElmoForPreTraining under Trainer: gradient_accumulation_steps=2 of 2 sentences gives the update and the logged
+    loss of one batch of the 4, whose micro-batches hold 12 and 2 targets a direction (the mean of their means was
+    the loss before, and the update 47% off); with num_items_in_batch, labels at padding positions are refused, as
+    Trainer counts them."""
+    from datasets import Dataset
+    from torch.utils.data import SequentialSampler
+    from transformers import Trainer, TrainingArguments
+
+    sentences = ["the weather is nice today , is it", "I eat an apple every day", "yes", "no"]
+    vocabulary = {word: i for i, word in enumerate(["<S>", "</S>", "<UNK>", *sorted({w for s in sentences for w in s.split()})])}
+    rows = []
+    for sentence in sentences:
+        words = ["<S>", *sentence.split(), "</S>"]
+        ids = [vocabulary[word] for word in words]
+        rows.append({"input_ids": [word_to_char_ids(word, 12) for word in words],
+                     "labels": ids[1:] + [-100], "backward_labels": [-100] + ids[:-1]})
+
+    def collate(features):
+        length = max(len(f["input_ids"]) for f in features)
+        batch = {"input_ids": torch.zeros(len(features), length, 12, dtype=torch.long),
+                 "labels": torch.full((len(features), length), -100),
+                 "backward_labels": torch.full((len(features), length), -100)}
+        for i, feature in enumerate(features):
+            for name, tensor in batch.items():
+                tensor[i, : len(feature[name])] = torch.tensor(feature[name])
+        return batch
+
+    class InOrder(Trainer):  # (the long sentences in the first micro-batch, the short ones in the second)
+        def _get_train_sampler(self, *args, **kwargs):
+            return SequentialSampler(self.train_dataset)
+
+    config = ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8]], num_highway_layers=1,
+                        max_characters_per_token=12, cell_size=16, projection_dim=8, lm_vocab_size=len(vocabulary),
+                        lm_negative_samples=0, lm_dropout=0.0)
+    torch.manual_seed(0)
+    start = ElmoForPreTraining(config).state_dict()
+    results = {}
+    for batch_size, accumulation in ((4, 1), (2, 2)):
+        model = ElmoForPreTraining(config)
+        model.load_state_dict(start)
+        args = TrainingArguments(str(tmp_path / str(accumulation)), max_steps=1, per_device_train_batch_size=batch_size,
+                                 gradient_accumulation_steps=accumulation, learning_rate=1.0, optim="sgd",
+                                 lr_scheduler_type="constant", max_grad_norm=0.0, report_to="none", use_cpu=True,
+                                 save_strategy="no", logging_steps=1, remove_unused_columns=False, seed=0)
+        trainer = InOrder(model=model, args=args, train_dataset=Dataset.from_list(rows), data_collator=collate)
+        logged = trainer.train().training_loss
+        results[accumulation] = logged, {name: p.detach() - start[name] for name, p in model.named_parameters()}
+    (whole_loss, whole), (accumulated_loss, accumulated) = results[1], results[2]
+    model = ElmoForPreTraining(config).eval()
+    model.load_state_dict(start)
+    assert whole_loss == pytest.approx(model(**collate(rows)).loss.item(), rel=1e-6)
+    assert accumulated_loss == pytest.approx(whole_loss, rel=1e-5)
+    for name, update in whole.items():
+        assert torch.allclose(accumulated[name], update, rtol=1e-4, atol=1e-7), name
+    batch = collate(rows)
+    batch["labels"][2, -1] = 3  # (a padding position of the short sentence)
+    with pytest.raises(ValueError, match=r"^labels: padding positions hold labels other than -100, which Trainer counts"):
+        model(**batch, num_items_in_batch=14)
