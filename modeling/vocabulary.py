@@ -68,8 +68,10 @@ class Vocabulary:
     def from_file(cls, path: str | os.PathLike) -> "Vocabulary":
         path = Path(path)
         text = read_text_file(path, "vocabulary file", error=VocabularyError)  # (without a byte-order mark)
-        # Lines end as Python's universal newlines end them (not at every separator that str.splitlines knows).
-        lines = [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+        # Lines end as Python's universal newlines end them (not at every separator that str.splitlines knows), and
+        # lose only the spaces and tabs around them: a word may end in a character that str.strip also takes away
+        # (U+001F, which the tokenizer's splitting keeps in words), and must read back as `save` wrote it.
+        lines = [line.strip(" \t") for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
         entries = [(number, word) for number, word in enumerate(lines, 1) if word and word != SKIPPED_LINE]
         for number, word in entries:
             if " " in word or "\t" in word:  # (`word count` or `word<TAB>count`: never a word of text split at them)
