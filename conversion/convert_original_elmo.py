@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from safetensors import safe_open  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
-from hf_elmo.files import check_output_location, input_inside, plain_mode, temporary_prefix  # noqa: E402
+from hf_elmo.files import check_output_location, give_plain_modes, input_inside, temporary_prefix  # noqa: E402
 from hf_elmo.model_card import card_option_problem, check_language, check_license, render_model_card  # noqa: E402
 from hf_elmo.modeling_elmo import BILM_WEIGHT  # noqa: E402
 
@@ -75,7 +75,7 @@ def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs: tu
     staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir.name, "partial-"), dir=output_dir.parent))
     try:
         yield staging
-        _plain_modes(staging)
+        give_plain_modes(staging)
         if output_dir.exists():
             retired = Path(tempfile.mkdtemp(prefix=temporary_prefix(output_dir.name, "old-"), dir=output_dir.parent))
             os.replace(output_dir, retired / "old")
@@ -86,14 +86,6 @@ def atomic_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs: tu
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-
-
-def _plain_modes(folder: Path) -> None:
-    """Give `folder` and everything in it the modes that mkdir and open would: mkdtemp makes the folder private
-    (0700), and transformers' save_pretrained its model.safetensors (0600), which a published model is not."""
-    for path in [folder, *folder.rglob("*")]:
-        if not path.is_symlink():
-            path.chmod(plain_mode(folder=path.is_dir()))
 
 
 def load_checkpoint(model_dir: str | os.PathLike) -> ElmoModel:

@@ -241,6 +241,14 @@ def plain_mode(folder: bool = False) -> int:
     return (0o777 if folder else 0o666) & ~_umask()
 
 
+def give_plain_modes(folder: Path) -> None:
+    """Give `folder` and everything in it the modes that mkdir and open would: mkdtemp makes a folder private
+    (0700), and safetensors writes a model.safetensors private (0600), which a model to share is not."""
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(plain_mode(folder=path.is_dir()))
+
+
 def _umask() -> int:
     """This process's umask, read without changing it where Linux tells it (/proc/self/status): setting it to read
     it, as elsewhere, gives another thread's new file that moment's mode."""

@@ -48,10 +48,11 @@ from packaging.version import Version  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
+from transformers.dynamic_module_utils import custom_object_save  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer, library_versions  # noqa: E402
-from hf_elmo.files import (OutputLock, check_output_location, fsync_path, input_inside,  # noqa: E402
-                            model_folder_problem, sha256_file, sha256_tensors)
+from hf_elmo.files import (OutputLock, check_output_location, fsync_path, give_plain_modes,  # noqa: E402
+                            input_inside, model_folder_problem, sha256_file, sha256_tensors)
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import WORD_ENTRIES, ElmoLexicon, LexiconError  # noqa: E402
 from hf_elmo.model_card import (card_option_problem, counted, folder_card_language, folder_card_license,  # noqa: E402
@@ -326,12 +327,15 @@ def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int
     save_file(carried, partial / f"lstm_states_{accelerator.process_index}.safetensors")
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        accelerator.unwrap_model(model).config.save_pretrained(partial)  # the folder loads with from_pretrained
+        unwrapped = accelerator.unwrap_model(model)
+        unwrapped.config.save_pretrained(partial)  # the folder loads with from_pretrained,
+        custom_object_save(unwrapped, partial, config=unwrapped.config)  # and as remote code: what auto_map names
         tokenizer.save_pretrained(partial)
         vocabulary.save(partial / "vocab.txt")
         # Written last, and with every other file's size and digest: a resume can tell a whole checkpoint.
         trainer_state = {**trainer_state, "files": file_digests(partial)}
         (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n", encoding="utf-8")
+        give_plain_modes(partial)  # (safetensors writes its files private)
         _fsync_tree(partial)
         if final.exists():  # the same step saved before a crash: keep it until the new one is in place
             retired = output_dir / f".checkpoint-{step}.retired"
@@ -811,6 +815,7 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
         render_model_card(model, output_dir.resolve().name, source=source, results=results, **card), encoding="utf-8")
     for name, record in records.items():
         (staging / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    give_plain_modes(staging)  # (safetensors writes model.safetensors private)
     _fsync_tree(staging)
     # An earlier run's char.dic or word.dic that this tokenizer does not write would be read with it from OUTPUT_DIR.
     for name in {"char.dic", "word.dic"} - {path.name for path in staging.iterdir()}:

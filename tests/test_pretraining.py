@@ -600,7 +600,16 @@ def test_training_loss_falls_and_the_final_model_is_complete(reference_run):
     assert Vocabulary.from_file(reference_run / "vocab.txt") == Vocabulary.from_file(TRAIN / "vocab.txt")
     umask = os.umask(0)
     os.umask(umask)
-    assert (reference_run / "vocab.txt").stat().st_mode & 0o777 == 0o666 & ~umask  # (not mkstemp's private 0600)
+    # Every file and folder of the run and its checkpoints has a plain one (safetensors writes its files 0600).
+    for path in [reference_run, *reference_run.rglob("*")]:
+        assert path.stat().st_mode & 0o777 == (0o777 if path.is_dir() else 0o666) & ~umask, path
+    # A checkpoint loads as remote code too: it holds the code files its config's auto_map names, as the model does.
+    code = sorted(path.name for path in reference_run.glob("*.py"))
+    for checkpoint in reference_run.glob("checkpoint-*"):
+        auto_map = json.loads((checkpoint / "config.json").read_text())["auto_map"]
+        references = [item for value in auto_map.values() for item in (value if isinstance(value, list) else [value])]
+        named = {reference.split(".")[0] + ".py" for reference in references if reference}
+        assert named <= set(code) and sorted(path.name for path in checkpoint.glob("*.py")) == code, checkpoint
     config = json.loads((reference_run / "config.json").read_text())
     assert config["auto_map"] == json.loads(json.dumps(ELMO_AUTO_MAP))  # every class, the heads included
     assert (reference_run / "modeling_elmo.py").is_file() and (reference_run / "tokenizer_config.json").is_file()
