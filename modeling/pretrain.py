@@ -610,6 +610,20 @@ class TrainingLog:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
 
+    def evaluation_at(self, step: int) -> dict | None:
+        """The held-out figures the log holds for `step` (`perplexity`'s names), or None; read where the log is
+        written, None elsewhere."""
+        if not self.active or not self.path.is_file():
+            return None
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and record.get("step") == step and "eval_average_perplexity" in record:
+                return {name.removeprefix("eval_"): value for name, value in record.items() if name.startswith("eval_")}
+        return None
+
 
 # ---- model and data ------------------------------------------------------------------------------------------
 
@@ -1287,6 +1301,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         accelerator.print("each training step is recorded as one CUDA graph and replayed" if graphed else
                           f"training steps are not recorded as a CUDA graph: {unsupported}")
     finished = step >= max_steps or (clock is not None and clock.done)
+    first_step = step
     while not finished:
         model.train()
         step_started = time.perf_counter()
@@ -1374,7 +1389,13 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
                             args.save_total_limit)
     progress.close()
 
-    results = evaluate() if validation is not None else {}
+    results = {}
+    if validation is not None:
+        # A resume that ends where its checkpoint was saved (--max-steps that step) evaluated it before the save:
+        # the log keeps that record, which a second evaluation would repeat. (Every process must make the same choice.)
+        logged = [log.evaluation_at(step) if step == first_step and checkpoint is not None else None]
+        broadcast_object_list(logged)
+        results = logged[0] or evaluate()
     # Every process must hold the same model (FSDP processes hold shards, which get_state_dict gathers).
     digests = None
     if accelerator.distributed_type != DistributedType.FSDP:

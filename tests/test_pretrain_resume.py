@@ -245,6 +245,27 @@ def test_a_continued_run_that_crashes_leaves_the_run_it_continued_resumable(tmp_
     assert_same_run(folder, tmp_path / "first", steps=10)
 
 
+def test_a_resume_that_ends_at_its_checkpoint_keeps_the_evaluation_logged_there(tmp_path, capsys):
+    """A run stopped after checkpoint-8 and resumed with --max-steps 8 ends at once: step 8 was evaluated before the
+    save, and that record is the run's result (a second evaluation logged step 8 twice, and a later resume to 12 kept
+    both, where the uninterrupted run has one)."""
+    command = [*LINEAR, "--validation-file", TRAIN / "data.txt", "--eval-steps", 4]
+    train(capsys, *command, "--max-steps", 12, "--output-dir", tmp_path / "first")
+    folder = shutil.copytree(tmp_path / "first", tmp_path / "run")
+    (folder / "trainer_state.json").unlink()  # (as a run killed after checkpoint-8 leaves its folder)
+    train(capsys, *command, "--max-steps", 8, "--output-dir", folder, "--resume")
+    evaluations = [record for record in read_log(folder) if "eval_average_perplexity" in record]
+    assert [record["step"] for record in evaluations] == [4, 8]
+    results = json.loads((folder / "eval_results.json").read_text())
+    assert {f"eval_{name}": value for name, value in results.items()} == {
+        name: value for name, value in evaluations[-1].items() if name != "step"}
+    train(capsys, *command, "--max-steps", 12, "--output-dir", folder, "--resume")
+    untimed = [[{k: v for k, v in record.items() if k != "words_per_second"} for record in read_log(run)]
+               for run in (folder, tmp_path / "first")]
+    assert untimed[0] == untimed[1]
+    assert [r["step"] for r in read_log(folder) if "eval_average_perplexity" in r] == [4, 8, 12]
+
+
 def crash_before_saving(monkeypatch, step: int, *arguments) -> None:
     """pretrain.py with ARGUMENTS, crashed (`_Crash`) where it would save the checkpoint of `step`."""
     from modeling import pretrain
