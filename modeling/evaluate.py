@@ -22,7 +22,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hf_elmo import ElmoForPreTraining, ElmoTokenizer  # noqa: E402
+from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
 from hf_elmo.files import check_output_location, write_text_atomically  # noqa: E402
 
 from modeling.checkpoints import list_checkpoints  # noqa: E402
@@ -133,8 +133,14 @@ def main(argv: list[str] | None = None) -> int:
                                     f"checkpoint: --model-dir {checkpoints[-1][1]}")
                 raise DataError(f"{model_dir}: no {name}; pass a folder written by modeling/pretrain.py")
         vocabulary = Vocabulary.from_file(model_dir / "vocab.txt")
+        try:  # (first alone: transformers' OSError for a config.json that is no JSON is no weights problem)
+            config = ElmoConfig.from_pretrained(model_dir)
+        except ValueError as error:  # a field of the wrong type or out of range, named
+            raise DataError(str(error)) from None
+        except OSError as error:
+            raise DataError(f"{model_dir / 'config.json'}: does not read ({' '.join(str(error).split())})") from None
         try:
-            model = ElmoForPreTraining.from_pretrained(model_dir)
+            model = ElmoForPreTraining.from_pretrained(model_dir, config=config)
         except ValueError as error:  # a config field of the wrong type, a biLM weight missing
             raise DataError(str(error)) from None
         except OSError as error:  # no weights file (one cut short or damaged is a ValueError naming the folder)

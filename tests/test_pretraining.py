@@ -1782,6 +1782,13 @@ def test_options_out_of_range_and_unusable_init_from_folders_are_refused_before_
     code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", TRAIN / "data.txt", "--alphabet", "vocabulary",
                             "--vocab-size", 3, "--output-dir", tmp_path / "small-vocabulary")
     assert_one_error(code, err, "--alphabet vocabulary --vocab-size 3: max_words must be at least 5")
+    # A character char.dic cannot hold (U+001F, which the tokenizer's splitting keeps in words) names no --vocab-size
+    # that was not given (it read "--vocab-size None").
+    (tmp_path / "separator.txt").write_text("a b c zzz\x1f .\n" * 20, encoding="utf-8")
+    code, _, err = run_main(capsys, "--preset", "tiny", "--train-file", tmp_path / "separator.txt", "--word-splitting",
+                            "tokenizer", "--alphabet", "vocabulary", "--output-dir", tmp_path / "separator")
+    assert code == 2 and err.splitlines()[-1].startswith("error: --alphabet vocabulary: the word 'zzz\\x1f' has the "
+                                                         "character '\\x1f', which cannot be an entry of char.dic"), err
     # --max-grad-norm 0 is no clipping (and no gradient norm logged).
     code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-grad-norm", 0, "--max-steps", 1, "--save-steps", 0, "--output-dir", output)
     assert code == 0, err
@@ -1859,8 +1866,8 @@ def test_text_files_that_cannot_be_read_fail_clearly(reference_run, tmp_path, ca
 
 def test_evaluate_refuses_a_folder_without_a_softmax_and_its_vocabulary(reference_run, converted, tmp_path, capsys):
     """evaluate.py needs what pretrain.py writes: a converted ELMo (no vocab.txt), a folder without config.json, a
-    config.json that holds a number (a TypeError from inside transformers before), and a vocab.txt of another size
-    than the softmax are each one error line."""
+    config.json that holds a number (a TypeError from inside transformers before) or is cut short, and a vocab.txt of
+    another size than the softmax are each one error line."""
     from modeling import evaluate
 
     (tmp_path / "empty").mkdir()
@@ -1870,10 +1877,16 @@ def test_evaluate_refuses_a_folder_without_a_softmax_and_its_vocabulary(referenc
     number = tmp_path / "number-config"
     shutil.copytree(reference_run, number, ignore=shutil.ignore_patterns("checkpoint-*"))
     (number / "config.json").write_text("5")
+    cut = tmp_path / "cut-config"
+    shutil.copytree(reference_run, cut, ignore=shutil.ignore_patterns("checkpoint-*"))
+    (cut / "config.json").write_text((cut / "config.json").read_text()[:-20])
     for folder, message in [
         (converted["allennlp-elmo"], f"{converted['allennlp-elmo']}: no vocab.txt; pass a folder written by modeling/pretrain.py"),
         (tmp_path / "empty", f"{tmp_path / 'empty'}: no config.json; pass a folder written by modeling/pretrain.py"),
         (number, f"{number / 'config.json'}: the config holds a JSON int, not an object of settings"),
+        # (a config.json that is no JSON was said to be weights that do not load)
+        (cut, f"{cut / 'config.json'}: does not read (It looks like the config file at '{cut / 'config.json'}' is not "
+              "a valid JSON file.)"),
         (other, f"{other}: vocab.txt has 4 words, the softmax 32"),
     ]:
         code = evaluate.main(["--model-dir", str(folder), "--file", str(TRAIN / "data.txt")])
