@@ -19,6 +19,7 @@ values (and comes back as float32).
 
 import json
 import os
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,9 @@ def read_architecture(model_dir: str | os.PathLike) -> tuple[dict, str]:
     options = _read_json(model_dir / "config.json", "ELMoForManyLangs config.json")
     config_path = options.get("config_path")
     if not isinstance(config_path, str) or not config_path:
-        raise ConversionError(f"{model_dir / 'config.json'}: no 'config_path' naming the architecture json")
+        hint = (": it is a Hugging Face checkpoint's; convert it back with --to-elmoformanylangs"
+                if options.get("model_type") == "elmo" else "")
+        raise ConversionError(f"{model_dir / 'config.json'}: no 'config_path' naming the architecture json{hint}")
     for candidate in (model_dir / config_path, model_dir / Path(config_path).name):
         if candidate.is_file():
             return _read_json(candidate, "architecture json"), str(candidate)
@@ -227,6 +230,18 @@ def expected_tensors(config: ElmoConfig, num_chars: int) -> dict[str, dict[str, 
     return {"token_embedder.pkl": embedder, "encoder.pkl": encoder}
 
 
+def _load_failure(error: Exception) -> str:
+    """Why torch.load(weights_only=True) refused a file, in one line: for a pickled object other than tensors (a
+    whole module), what it is, not torch's advice on loading it anyway (which never applies here) with its terminal
+    escape codes."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    found = re.search(r"WeightsUnpickler error: (Unsupported global: GLOBAL (\S+))", text)
+    if found:
+        return f"it holds a pickled {found.group(2)}, which is never unpickled; only tensors are read"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
 def read_weights(model_dir: str | os.PathLike, config: ElmoConfig, num_chars: int) -> dict[str, dict[str, torch.Tensor]]:
     """Both state dicts, every tensor checked against `config`: {file name: {tensor name: tensor}}."""
     tensors = {}
@@ -238,8 +253,7 @@ def read_weights(model_dir: str | os.PathLike, config: ElmoConfig, num_chars: in
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:  # noqa: BLE001 - an unpickling error of any kind: name the file
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ConversionError(f"{path}: not a torch state dict of tensors ({reason})") from None
+            raise ConversionError(f"{path}: not a torch state dict of tensors ({_load_failure(error)})") from None
         if not isinstance(state, dict) or not all(
             isinstance(name, str) and isinstance(value, torch.Tensor) for name, value in state.items()
         ):

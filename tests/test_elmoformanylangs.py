@@ -344,6 +344,11 @@ BAD_INPUTS = {
     "missing config.json": (lambda f: (f / "config.json").unlink(), ["config.json", "not found"]),
     "config.json not JSON": (lambda f: (f / "config.json").write_text("{"), ["config.json", "not a JSON"]),
     "no config_path": (lambda f: _edit_json(f / "config.json", lambda c: c.pop("config_path")), ["config.json", "config_path"]),
+    "a Hugging Face config.json": (
+        lambda f: _edit_json(f / "config.json", lambda c: (c.pop("config_path"), c.update(model_type="elmo"))),
+        ["config.json: no 'config_path' naming the architecture json: it is a Hugging Face checkpoint's; convert it "
+         "back with --to-elmoformanylangs"],
+    ),
     "unknown architecture file": (
         lambda f: _edit_json(f / "config.json", lambda c: c.update(config_path="/elsewhere/cnn.json")),
         ["config.json", "/elsewhere/cnn.json", "neither in the folder"],
@@ -376,6 +381,12 @@ BAD_INPUTS = {
         ["char.dic", "its ids must be 0 .. "],
     ),
     "missing weight file": (lambda f: (f / "encoder.pkl").unlink(), ["encoder.pkl", "not found"]),
+    # (torch's message was cut after "you have two options", with terminal escape codes)
+    "pickled module": (
+        lambda f: torch.save(torch.nn.Linear(2, 2), f / "encoder.pkl"),
+        ["encoder.pkl: not a torch state dict of tensors (it holds a pickled torch.nn.modules.linear.Linear, which is "
+         "never unpickled; only tensors are read)"],
+    ),
     "pickle that runs code": (
         lambda f: (f / "token_embedder.pkl").write_bytes(pickle.dumps({"x": _RunsCode(f / "ran")}, protocol=2)),
         ["token_embedder.pkl", "not a torch state dict"],
