@@ -344,6 +344,18 @@ class ElmoCharacterEncoder(nn.Module):
         self.pad_char_id = config.pad_char_id
         self.token_cache = ElmoTokenCache()
         self.use_fast_path = True
+        # The embeddings' shapes that the ids and the CNN read (set_input_embeddings takes any, as transformers' does).
+        self._embedding_shapes = {"char_embedding": [config.n_characters, config.char_embedding_dim],
+                                  "word_embedding": [config.word_vocab_size, config.word_embedding_dim]}
+
+    def _check_embedding_shapes(self) -> None:
+        """One clear error for an embedding replaced by one of another shape (`set_input_embeddings`), which failed
+        deep inside torch ("cannot reshape tensor of 0 elements", "index out of range in self")."""
+        for name, needed in self._embedding_shapes.items():
+            weight = getattr(getattr(self, name), "weight", None)
+            if isinstance(weight, torch.Tensor) and list(weight.shape) != needed:
+                raise ValueError(f"the model's {name} has a weight of shape {list(weight.shape)}, where its config "
+                                 f"needs {needed}: set_input_embeddings was given one of another shape")
 
     def setting_changed(self) -> None:
         """Drop the cached word vectors (and derived weights), made with a setting that has changed."""
@@ -354,6 +366,7 @@ class ElmoCharacterEncoder(nn.Module):
     @_eager_under_compile
     def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
         """char_ids [N, K] (and word_ids [N] with word input) -> [N, P]."""
+        self._check_embedding_shapes()
         if (word_ids is None) != (self.word_embedding is None):
             raise ValueError(
                 "this model reads each word's id in word.dic as well as its characters: pass input_word_ids"
@@ -723,15 +736,17 @@ class ElmoPreTrainedModel(PreTrainedModel):
         classifier, the pretraining softmax, a task's scalar mix) may be missing, and so may any weight of a
         `state_dict` passed in (the caller's own, which transformers completes by initialising the rest). A caller who asks for the load report
         (`output_loading_info=True`) gets it instead of the errors: it lists every missing, extra and mis-shaped
-        weight. A weights file that cannot be read (cut short by a copy or a download) is refused naming the model
+        weight (the model's mis-shaped weights started afresh, as `ignore_mismatched_sizes` would). A weights file that cannot be read (cut short by a copy or a download) is refused naming the model
         and what safetensors found. A refused load shows no load report (which would say the weights were started
         afresh); one that goes on shows it as transformers would."""
         wants_report = kwargs.pop("output_loading_info", False)  # (False given explicitly, as by default)
         reinitialise_heads = kwargs.pop("ignore_mismatched_sizes", False)
         try:
             if wants_report or kwargs.get("state_dict") is not None:
+                # (asked for, the report lists a mis-shaped weight too, started afresh, where transformers would
+                # raise its error pointing to that report)
                 return super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=wants_report,
-                                               ignore_mismatched_sizes=reinitialise_heads, **kwargs)
+                                               ignore_mismatched_sizes=reinitialise_heads or wants_report, **kwargs)
             # (every mis-shaped weight reaches the report, to be named below rather than in transformers' error)
             with _withheld_load_report() as report:
                 model, info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True,
@@ -1484,6 +1499,15 @@ class ElmoForSequenceClassification(ElmoTaskModel):
                 problem_type = "single_label_classification"
             else:
                 problem_type = "multi_label_classification"
+        if problem_type == "single_label_classification" and self.num_labels < 2:
+            # A config saved after a classification run keeps its problem_type; reloaded with num_labels=1 to be a
+            # regressor, the head trained silently on a cross-entropy over one class. (A warning, not an error:
+            # transformers' common tests run this combination.)
+            logger.warning_once(
+                f"{type(self).__name__} has problem_type 'single_label_classification' and num_labels "
+                f"{self.num_labels}: the cross-entropy over one class is always 0, so nothing learns; for regression, "
+                "set config.problem_type to 'regression' (or None) and pass the labels as numbers"
+            )
         labels, logits = labels.to(logits.device), _for_the_loss(logits)
         if problem_type == "single_label_classification":
             labels = labels.view(batch) if labels.shape == (batch, 1) else labels  # transformers reads [B, 1] as [B]

@@ -623,9 +623,11 @@ def test_loading_refuses_a_checkpoint_without_every_biLM_weight(converted, tmp_p
     for ignore in (False, True):  # (without the flag, transformers' error pointed to its load report)
         with pytest.raises(ValueError, match=r"holds the tensor layers\.0\.bias of shape \[2, 252\], where its config\.json needs \[2, 256\]"):
             ElmoModel.from_pretrained(folder, ignore_mismatched_sizes=ignore)
-    # Who asks for transformers' load report gets it instead: it names what is wrong.
-    _, info = ElmoModel.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True)
-    assert [key for key, *_ in info["mismatched_keys"]] == ["layers.0.bias"]
+    # Who asks for transformers' load report gets it instead: it names what is wrong, with ignore_mismatched_sizes
+    # or without (transformers' bare "look at the above report" error before, and no report).
+    for ignore in (True, False):
+        _, info = ElmoModel.from_pretrained(folder, ignore_mismatched_sizes=ignore, output_loading_info=True)
+        assert [key for key, *_ in info["mismatched_keys"]] == ["layers.0.bias"]
 
 
 def test_loading_refuses_weights_cut_short_naming_the_model(converted, tmp_path, capsys):
@@ -688,9 +690,10 @@ def test_a_heads_classifier_of_other_labels_is_named_unless_it_may_start_afresh(
                                  f"where this ElmoForTokenClassification needs [5, {hidden}]: pass "
                                  "ignore_mismatched_sizes=True to start it afresh")
     assert (raised.value.key, raised.value.found, raised.value.expected) == ("classifier.weight", [3, hidden], [5, hidden])
-    tagger, info = ElmoForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=5, output_loading_info=True,
-                                                              ignore_mismatched_sizes=True)
-    assert sorted(key for key, *_ in info["mismatched_keys"]) == ["classifier.bias", "classifier.weight"]
+    for ignore in (True, False):  # (the report, asked for, instead of the error)
+        tagger, info = ElmoForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=5,
+                                                                  output_loading_info=True, ignore_mismatched_sizes=ignore)
+        assert sorted(key for key, *_ in info["mismatched_keys"]) == ["classifier.bias", "classifier.weight"]
     tagger = ElmoForTokenClassification.from_pretrained(tmp_path / "tagger", num_labels=5, ignore_mismatched_sizes=True)
     assert tagger.classifier.weight.shape == (5, body.config.hidden_size)
     assert torch.equal(tagger.elmo.layers[1].recurrent_weight, body.layers[1].recurrent_weight)

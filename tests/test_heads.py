@@ -1,6 +1,7 @@
 """The task heads on the converted fixture ELMo: freezing, pooling, losses, Trainer's contracts, checkpointing, and what a
 config changed after building them must not silently change."""
 
+import logging
 import re
 
 import numpy as np
@@ -454,6 +455,30 @@ def test_head_config_is_checked(base_path):
             ElmoConfig(**{field: value})
     with pytest.raises(ValueError, match="num_output_representations must be 1"):
         ElmoForTokenClassification(ElmoConfig(num_output_representations=2))
+
+
+def test_single_label_classification_over_one_label_is_said_to_learn_nothing(base_path, tokenizer, tmp_path, caplog):
+    """A classifier saved after integer labels keeps problem_type 'single_label_classification'; reloaded with
+    num_labels=1 to become a regressor, it trained silently on a cross-entropy over one class (loss 0, gradient 0).
+    A warning says so and what to set (not an error: transformers' common tests run the combination); problem_type
+    None or 'regression' trains the regressor."""
+    batch = encode(tokenizer)
+    classifier = ElmoForSequenceClassification.from_pretrained(base_path, num_labels=3)
+    classifier(**batch, labels=torch.tensor([1, 0, 2, 1]))
+    classifier.save_pretrained(tmp_path / "classifier")
+    regressor = ElmoForSequenceClassification.from_pretrained(tmp_path / "classifier", num_labels=1,
+                                                              ignore_mismatched_sizes=True)
+    assert regressor.config.problem_type == "single_label_classification"
+    caplog.clear()
+    logging.Logger.warning_once.cache_clear()  # (transformers' common tests may have said it once in this process)
+    assert regressor(**batch, labels=torch.tensor([0, 0, 0, 0])).loss.item() == 0.0
+    warned = [record.getMessage() for record in caplog.records if "nothing learns" in record.getMessage()]
+    assert warned == ["ElmoForSequenceClassification has problem_type 'single_label_classification' and num_labels 1: "
+                      "the cross-entropy over one class is always 0, so nothing learns; for regression, set "
+                      "config.problem_type to 'regression' (or None) and pass the labels as numbers"], caplog.text
+    regressor.config.problem_type = None
+    loss = regressor(**batch, labels=torch.tensor([0.5, 1.0, -1.0, 2.0])).loss
+    assert regressor.config.problem_type == "regression" and loss.item() > 0
 
 
 @pytest.mark.parametrize("problem_type", ["regresion", "single_label", "multilabel"])

@@ -1,6 +1,8 @@
 """What a careless or demanding user gives the model and the tokenizer: one clear error for what cannot be read, and
 transformers' tokenizer API where it means something for ELMo."""
 
+import re
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -39,6 +41,31 @@ def test_character_ids_outside_the_alphabet_or_not_integers_are_refused(model_cl
     if model_class is ElmoForPreTraining:
         with pytest.raises(ValueError, match=r"backward_input_ids holds 300"):
             model(input_ids=ids, backward_input_ids=ids.masked_fill(ids == 98, 300))
+
+
+@pytest.mark.parametrize("model_class", MODEL_CLASSES)
+def test_an_embedding_set_in_another_shape_is_named_at_the_next_forward(model_class, tokenizer):
+    """set_input_embeddings takes any module (transformers' common tests set a 10 x 10 one); an embedding of another
+    width or fewer rows than the config's failed deep inside torch at the next forward ("cannot reshape tensor of 0
+    elements", "index out of range in self"), in eval mode and in training. Named, with both shapes; the same
+    shape runs."""
+    from torch import nn
+
+    ids = tokenizer(["a big word"], return_tensors="pt")["input_ids"]
+    labels = {ElmoModel: {}, ElmoForSequenceClassification: {"labels": torch.tensor([1])},
+              ElmoForTokenClassification: {"labels": torch.tensor([[1, 0, 2]])},
+              ElmoForPreTraining: {"labels": torch.tensor([[1, 2, 3]]), "backward_labels": torch.tensor([[3, 2, 1]])}}
+    for embedding in (nn.Embedding(262, 8), nn.Embedding(100, 4)):
+        model = model_class(ElmoConfig(**TINY))
+        model.set_input_embeddings(embedding)
+        for training in (False, True):
+            model.train(training)
+            shape = list(embedding.weight.shape)
+            with pytest.raises(ValueError, match=rf"^the model's char_embedding has a weight of shape {re.escape(str(shape))}, "
+                                                 r"where its config needs \[262, 4\]: set_input_embeddings was given one"):
+                model(input_ids=ids, **labels[model_class])
+    model.set_input_embeddings(nn.Embedding(262, 4))
+    assert model(input_ids=ids, **labels[model_class])[0] is not None
 
 
 @pytest.mark.parametrize("name", ["with_words", "chars_only"])
