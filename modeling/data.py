@@ -437,7 +437,7 @@ class EvaluationStream:
         if text.num_sentences == 0:
             raise DataError("the held-out text has no sentences")
         self.table, self.unroll_steps = table, unroll_steps
-        rows_total = rows * num_processes
+        rows_total = self.parts = rows * num_processes  # (the figure depends on them a little)
         ends = np.cumsum(np.diff(text.offsets) + 1)
         bounds = np.searchsorted(ends, np.arange(1, rows_total) * ends[-1] / rows_total, side="right")
         parts = np.split(np.arange(text.num_sentences), bounds)

@@ -59,6 +59,7 @@ def perplexity(model: ElmoForPreTraining, stream: EvaluationStream, device, auto
         "backward_perplexity": exp_or_inf(backward_nll),
         "average_perplexity": exp_or_inf((forward_nll + backward_nll) / 2),
         "target_words": int(totals[2].item()),
+        "parts": stream.parts,  # (evaluate.py --batch-size that gives these figures again)
     }
 
 
@@ -104,6 +105,19 @@ def recorded_word_splitting(model_dir: Path) -> tuple[str, str]:
     return "whitespace", "none recorded"
 
 
+def recorded_parts(model_dir: Path) -> tuple[int, str]:
+    """The parts that the run's own held-out figures read the text in (its --eval-batch-size times its processes),
+    from the folder's eval_results.json, and where they came from; 64 where none is recorded (a checkpoint folder,
+    a run from before they were)."""
+    try:
+        parts = json.loads((model_dir / "eval_results.json").read_text(encoding="utf-8")).get("parts")
+    except (OSError, ValueError, AttributeError):
+        parts = None
+    if isinstance(parts, int) and not isinstance(parts, bool) and parts >= 1:
+        return parts, "the run's own evaluation's, eval_results.json"
+    return 64, "the default: none recorded"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", required=True, help="a pretraining output folder or one of its checkpoint-STEP folders")
@@ -115,13 +129,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="how the text's lines become words (default: as the run that made the model split its text, "
                              "recorded in its trainer_state.json or its newest checkpoint of the same model; whitespace "
                              "where none is)")
-    parser.add_argument("--batch-size", type=int, default=64, help="rows read in parallel")
+    parser.add_argument("--batch-size", type=int,
+                        help="rows read in parallel, the parts the text is split into (default: the `parts` of the "
+                             "folder's eval_results.json, which the run's own figures read; else 64)")
     parser.add_argument("--unroll-steps", type=int, default=100, help="words per window (the result does not depend on it)")
     parser.add_argument("--output-json", help="also write the results to this file")
     args = parser.parse_args(argv)
     try:
         for name in ("batch_size", "unroll_steps"):
-            if getattr(args, name) < 1:
+            if getattr(args, name) is not None and getattr(args, name) < 1:
                 raise DataError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
         if args.output_json:  # before the work, not after it
             check_output_location(args.output_json, "file", error=DataError)
@@ -159,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             splitting, source = recorded_word_splitting(model_dir)
             print(f"word splitting: {splitting} ({source})")
+        if args.batch_size is None:
+            args.batch_size, source = recorded_parts(model_dir)
+            print(f"parts: {args.batch_size} ({source})")
         corpus = read_corpus(args.file, args.text_column, splitting, "validation", "--file", split=args.split)
         text = EncodedText.encode(corpus, table, vocabulary)
         stream = EvaluationStream(text, table, vocabulary, rows=args.batch_size, unroll_steps=args.unroll_steps)

@@ -1113,7 +1113,7 @@ def test_cleaning_up_after_a_crash_inside_a_save(tmp_path):
     assert (tmp_path / "checkpoint-7" / "trainer_state.json").read_text() == ".checkpoint-7.retired"
 
 
-def test_two_processes_train_one_model(tmp_path):
+def test_two_processes_train_one_model(tmp_path, capsys):
     """2 processes x 2 rows make the same model as 1 process x 4 rows: each process reads its own rows, the
     gradients are averaged, and both processes end with the same weights; the held-out figures read
     --eval-batch-size parts per process."""
@@ -1133,12 +1133,15 @@ def test_two_processes_train_one_model(tmp_path):
         assert torch.allclose(two_weights[name], tensor, atol=1e-5), name
     # README: the run's held-out figures read --eval-batch-size parts per process, as evaluate.py reads 2 x 2 parts.
     logged = json.loads((tmp_path / "two" / "eval_results.json").read_text())
-    for parts in (4, 2):
+    assert logged["parts"] == 4  # (recorded, and read by evaluate.py by default: the run's figure without asking)
+    for parts in (4, 2, None):
         output = tmp_path / f"evaluated-{parts}.json"
-        assert evaluate.main(["--model-dir", str(tmp_path / "two"), "--file", str(TRAIN / "data.txt"), "--batch-size",
-                              str(parts), "--output-json", str(output)]) == 0
+        chosen = [] if parts is None else ["--batch-size", str(parts)]
+        assert evaluate.main(["--model-dir", str(tmp_path / "two"), "--file", str(TRAIN / "data.txt"), *chosen,
+                              "--output-json", str(output)]) == 0
         found = json.loads(output.read_text())["forward_perplexity"]
-        assert (found == pytest.approx(logged["forward_perplexity"], rel=1e-6)) == (parts == 4), (parts, found, logged)
+        assert (found == pytest.approx(logged["forward_perplexity"], rel=1e-6)) == (parts != 2), (parts, found, logged)
+    assert "parts: 4 (the run's own evaluation's, eval_results.json)" in capsys.readouterr().out
     # Resumed from step 3 by two processes, each from its own carried LSTM state and random generators: the same run.
     shutil.copytree(tmp_path / "two", tmp_path / "resumed")
     run_pretrain(tmp_path, *common, "--batch-size", 2, "--output-dir", tmp_path / "resumed", "--resume",
