@@ -523,10 +523,16 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         )
         if _is_exporting():  # torch.export traces the plain loop: the other paths have data-dependent shapes
             return self._plain_forward(inputs, step_mask, h, c)
+        autocast = torch.is_autocast_enabled(inputs.device.type)
+        if self.approximation is not None and not self.training and (needs_grad or autocast):
+            logger.warning_once(  # (in eval mode, the approximation was set to run: exact numbers would surprise)
+                f"the biLSTM approximation {self.approximation!r} runs without autograd and autocast only (under "
+                "torch.no_grad() or torch.inference_mode()): this call runs the exact biLSTM"
+            )
         if needs_grad:
             if fused_training_fallback(self, inputs, h, c) is None:
                 return fused_bilstm_layer(self, inputs, step_mask, h, c)
-        elif (not torch.is_autocast_enabled(inputs.device.type) and inputs.shape[1] > 0 and inputs.shape[2] > 0
+        elif (not autocast and inputs.shape[1] > 0 and inputs.shape[2] > 0
               and not has_static_shapes() and not parametrize.is_parametrized(self)):
             # (A parametrized weight, PEFT's LoRA over the layer's parameters or weight_norm's, is a new tensor at
             # every call: the paths below would derive their copies of it, or record their CUDA graphs, anew each time.)
@@ -868,8 +874,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
         `"bf16"` multiplies in bfloat16 (on a CPU with AVX512-BF16 or AMX-BF16, or a GPU); `"int8"` in int8 on
         CPU; both need a float32 model. `"nn_lstm"` runs `torch.nn.LSTM` (cuDNN on GPU) without the original's
         clipping, in the model's dtype. All change the numbers (see `approximate.py` and benchmarks/RESULTS.md).
-        They run in eval mode only: in training mode the exact biLSTM runs, whatever is set. Leaving a mode drops
-        what it derived from the weights (their copies, the bf16 mode's cache of input gates).
+        They run in eval mode without autograd or autocast only (under `torch.no_grad()` or
+        `torch.inference_mode()`): in training mode the exact biLSTM runs, whatever is set, and so it does, with a
+        warning, under autograd or autocast. Leaving a mode drops what it derived from the weights (their copies,
+        the bf16 mode's cache of input gates).
         """
         if kind is not None and kind not in APPROXIMATIONS:
             raise ValueError(f"unknown biLSTM approximation {kind!r}: choose one of {APPROXIMATIONS} or None (exact)")

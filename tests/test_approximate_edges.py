@@ -102,3 +102,37 @@ def test_native_bfloat16_is_found_through_either_extension(monkeypatch, flags, e
 
     monkeypatch.setattr(approximate, "cpu_flags", lambda: flags)
     assert approximate.native_bfloat16_extension.__wrapped__() == expected
+
+
+def test_an_approximation_under_autograd_runs_the_exact_bilstm_and_says_so(caplog):
+    """In eval mode with autograd on (no torch.no_grad()), the int8 approximation set was silently not run: exact
+    numbers at exact speed. It still is not (no approximation gets gradients), but a warning says so and how to run
+    it; under no_grad it runs (the numbers change)."""
+    import logging
+
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 8], [2, 8]], num_highway_layers=1,
+                                 cell_size=32, projection_dim=8)).eval()
+    batch = ElmoTokenizer()([["I", "eat", "an", "apple", "."]], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        exact = model(**batch).last_hidden_state
+    model.set_lstm_approximation("int8")
+    caplog.clear()
+    logging.Logger.warning_once.cache_clear()
+    under_autograd = model(**batch).last_hidden_state
+    assert torch.allclose(under_autograd, exact, atol=1e-6)
+    assert [r.getMessage() for r in caplog.records if "approximation" in r.getMessage()] == [
+        "the biLSTM approximation 'int8' runs without autograd and autocast only (under torch.no_grad() or "
+        "torch.inference_mode()): this call runs the exact biLSTM"]
+    with torch.no_grad():
+        assert not torch.allclose(model(**batch).last_hidden_state, exact, atol=1e-4)
+
+
+def test_the_deviation_of_a_float64_model_is_measured_in_float64():
+    """approximation_deviation rounded the approximate layers to float32 before subtracting the float64 exact ones:
+    layer 0, which no approximation touches, read 1e-7. It reads 0, the biLSTM layers their float64 difference;
+    a NumPy batch (return_tensors="np") is read too."""
+    model = _unclipped_model().double()
+    batch = ElmoTokenizer()([["I", "eat", "an", "apple", "."]], is_split_into_words=True, return_tensors="np")
+    deviation = approximation_deviation(model, batch, "nn_lstm")
+    assert deviation[0] == 0.0 and all(0 < value < 1e-9 for value in deviation[1:]), deviation
