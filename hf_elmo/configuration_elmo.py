@@ -107,6 +107,12 @@ ORIGINAL_OPTIONS = {
 }
 
 
+# The fields that bilm-tf's format fixes, beyond those of ORIGINAL_OPTIONS: UTF-8 bytes, no word input, the forget
+# bias added at run time, projections only where the widths differ.
+ORIGINAL_FORMAT_FIELDS = ("alphabet", *BYTE_ALPHABET_IDS, "word_vocab_size", "word_embedding_dim", "bos_word_id",
+                          "eos_word_id", "always_project", "forget_bias")
+
+
 def _matches(value, annotation) -> bool:
     """Whether `value` is of the type `annotation` (int, float, bool, str, None, unions, list[X], tuple[X, ...],
     tuple[X, Y]); a bool is no number, and a list stands for a tuple (JSON has only lists)."""
@@ -454,7 +460,8 @@ class ElmoConfig(PreTrainedConfig):
 
         Every option is type-checked, with an error naming it (`lstm.use_skip_connections` must be true or false,
         not "false"). Training-only keys that bilm-tf writes are ignored; `n_characters` may be 261 (training) or
-        262. `kwargs` set the output options (`num_output_representations`, `do_layer_norm`, `dropout`).
+        262. `kwargs` set the other options (`num_output_representations`, `do_layer_norm`, `dropout`, the heads'
+        and the pretraining softmax's); one the file or bilm-tf's format sets is refused.
         """
         source = "options"
         if not isinstance(options, dict):
@@ -492,11 +499,16 @@ class ElmoConfig(PreTrainedConfig):
             elif name in VALUE_RULES:
                 check_value(f"{source}: option '{option}'", value, *VALUE_RULES[name])
             values[name] = value
-        clashing = sorted(set(kwargs) & set(values))
-        if clashing:  # (a TypeError for the repeated keyword before)
-            raise ValueError(f"{source}: {', '.join(clashing)} {'is an option' if len(clashing) == 1 else 'are options'} "
-                             "of the options file (bilm-tf's default where it leaves one out); keyword arguments set "
-                             "the output options only (num_output_representations, do_layer_norm, dropout)")
+        # What the file and bilm-tf's format fix (an alias such as num_hidden_layers named as given): a keyword
+        # would describe other weights than the file's (a TypeError for a repeated keyword before, and an alias or a
+        # field of the format was taken silently).
+        fixed = set(values) | set(ORIGINAL_FORMAT_FIELDS)
+        clashing = sorted(name for name in kwargs if cls.attribute_map.get(name, name) in fixed)
+        if clashing:
+            raise ValueError(f"{source}: {', '.join(clashing)} {'is' if len(clashing) == 1 else 'are'} set by the "
+                             "options file or bilm-tf's format (the file's default where it leaves an option out); "
+                             "keyword arguments set the other options (num_output_representations, do_layer_norm, "
+                             "dropout, the heads' and the pretraining softmax's)")
         try:
             return cls(**values, **kwargs)
         except ValueError as error:  # what only the options together contradict

@@ -359,10 +359,16 @@ def test_original_options_are_read_as_bilm_tf_writes_them_and_refused_where_they
             ElmoConfig.from_original_options(broken)
     # Keyword arguments set the output options; one that the file sets is refused (a TypeError before).
     assert ElmoConfig.from_original_options(options, do_layer_norm=True, dropout=0.25).dropout == 0.25
-    with pytest.raises(ValueError, match=r"^options: cell_clip is an option of the options file \(bilm-tf's default "
-                                         r"where it leaves one out\); keyword arguments set the output options only "
-                                         r"\(num_output_representations, do_layer_norm, dropout\)$"):
-        ElmoConfig.from_original_options(options, cell_clip=0)
+    # So are an alias of one (num_hidden_layers was taken over the file's lstm.n_layers) and a field of bilm-tf's
+    # format (always_project turned off the check of the widths).
+    for keywords, named in [({"cell_clip": 0}, "cell_clip is"), ({"num_hidden_layers": 5}, "num_hidden_layers is"),
+                            ({"always_project": True, "forget_bias": 0.0}, "always_project, forget_bias are")]:
+        with pytest.raises(ValueError, match=rf"^options: {named} set by the options file or bilm-tf's format \(the "
+                                             r"file's default where it leaves an option out\); keyword arguments set "
+                                             r"the other options \(num_output_representations, do_layer_norm, dropout, "
+                                             r"the heads' and the pretraining softmax's\)$"):
+            ElmoConfig.from_original_options(options, **keywords)
+    assert ElmoConfig.from_original_options(options, num_labels=3, lm_vocab_size=10).lm_vocab_size == 10
 
 
 def test_a_configs_auto_map_is_elmos_with_the_entries_a_folder_names(tmp_path):
