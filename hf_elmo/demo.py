@@ -197,9 +197,27 @@ def nearest_sense_scores(checks: list[NearestSense]) -> list[tuple[int, int]]:
     return [(sum(check.right), len(check.right)) for check in checks]
 
 
+def picture_format(path: str) -> str:
+    """The format of the picture at `path`, from its suffix as matplotlib names them (png, pdf, svg, jpg, ...; PNG
+    without a suffix), or a ValueError naming the path and the formats: it was a PNG whatever the name said."""
+    suffix = os.path.splitext(path)[1].lower().lstrip(".")
+    if not suffix:
+        return "png"
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:  # (no picture is drawn then: the demo says so)
+        return suffix
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in formats:
+        raise ValueError(f"{path}: .{suffix} is no picture format matplotlib writes; end the path in one of "
+                         f"{', '.join('.' + name for name in sorted(formats))}")
+    return suffix
+
+
 def plot_senses(vectors: SenseVectors, path: str) -> None:
-    """A PNG: one row per ambiguous word, one panel per layer, each occurrence projected on the first two
-    principal components of that word's vectors at that layer, coloured by sense. Written atomically."""
+    """A picture (PNG, or the format of `path`'s suffix): one row per ambiguous word, one panel per layer, each
+    occurrence projected on the first two principal components of that word's vectors at that layer, coloured by
+    sense. Written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -232,7 +250,7 @@ def plot_senses(vectors: SenseVectors, path: str) -> None:
     figure.tight_layout()
     try:
         with atomic_file(path, "wb") as picture:
-            figure.savefig(picture, format="png", dpi=90)
+            figure.savefig(picture, format=picture_format(path), dpi=90)
     finally:
         plt.close(figure)
 
@@ -250,8 +268,9 @@ def run_demo(model_path: str | None = None, plot_path: str | None = "elmo-senses
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # the demo's own output is the point
-    if plot_path is not None:
-        check_output_location(plot_path, "file")  # before the model loads and the figures are computed
+    if plot_path is not None:  # before the model loads and the figures are computed
+        check_output_location(plot_path, "file")
+        picture_format(plot_path)
     model, tokenizer, path = load_default(model_path)
     layers = model.config.num_lstm_layers + 1
     names = [f"layer {j}" for j in range(layers)] + ["mix"]

@@ -44,6 +44,18 @@ def test_demo_refuses_a_missing_model_or_an_unwritable_picture_in_one_line(tmp_p
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "no-such-model" in err and len(err.splitlines()) == 1
     assert list(tmp_path.iterdir()) == [] and not list(tmp_path.parent.glob(f".{tmp_path.name}.*"))
+    # A suffix that is no picture format is refused before the model loads (any suffix gave a PNG).
+    assert main(["demo", "--model", str(tmp_path / "no-such-model"), "--plot", str(tmp_path / "senses.docx")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {tmp_path / 'senses.docx'}: .docx is no picture format matplotlib writes; end the "
+                          "path in one of ") and ".pdf" in err and ".svg" in err, err
+
+
+@pytest.mark.parametrize("name, starts", [("senses.pdf", b"%PDF"), ("senses.SVG", b"<?xml"), ("senses", b"\x89PNG")])
+def test_the_picture_is_in_the_format_its_name_says(converted, tmp_path, capsys, name, starts):
+    """--plot senses.pdf wrote a PNG under that name; the suffix chooses the format (PNG without one)."""
+    assert main(["demo", "--model", str(converted["allennlp-elmo"]), "--plot", str(tmp_path / name)]) == 0
+    assert (tmp_path / name).read_bytes().startswith(starts)
 
 
 
