@@ -58,6 +58,9 @@ def counted(number: int, noun: str, plural: str | None = None) -> str:
 def check_language(language: str | Sequence[str]) -> None:
     """Refuse what is not a language code (`en`, `zh`, `pt-BR`, `und`, or the Hub's `multilingual`), or a list of
     them: it goes into the card's YAML header as it is."""
+    if not isinstance(language, str) and not (isinstance(language, (list, tuple)) and language):  # (None failed in
+        # a TypeError; [] gave a header whose language read null)
+        raise ValueError(f"{language!r} is not a language code: give an ISO 639 code such as en, or a list of them")
     for code in [language] if isinstance(language, str) else language:
         if not (isinstance(code, str)
                 and (code == "multilingual" or re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*", code))):
@@ -82,6 +85,15 @@ def check_license(license: str | None) -> None:
                                     and license != "null"):  # (YAML reads null, 123 or 1.0 as no string)
         raise ValueError(f"{license!r} is not a license id: give the Hub's, such as apache-2.0, mit or cc-by-4.0 "
                          "(or other)")
+
+
+def check_pipeline_tag(pipeline_tag: str | None) -> None:
+    """Refuse what is not a Hub task name (`feature-extraction`, `token-classification`): it goes into the card's YAML
+    header as it is (a line break in it added a key of its own). None: the class's task."""
+    if pipeline_tag is not None and not (isinstance(pipeline_tag, str) and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*",
+                                                                                          pipeline_tag)):
+        raise ValueError(f"{pipeline_tag!r} is not a pipeline tag: give the Hub's task name, such as "
+                         "feature-extraction or token-classification")
 
 
 def card_option_problem(language=None, license=None) -> str | None:
@@ -115,6 +127,7 @@ def render_model_card(
     """
     check_language(language)
     check_license(license)
+    check_pipeline_tag(pipeline_tag)
     config: ElmoConfig = model.config
     class_pipeline_tag, auto_class, outputs, state = _CLASS_CARDS.get(type(model).__name__, _BASE_CARD)
     labels = ", ".join(str(label) for _, label in sorted(config.id2label.items()))

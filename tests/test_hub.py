@@ -606,6 +606,22 @@ def test_the_card_table_counts_one_layer_as_one():
                                      "per word")
 
 
+def test_what_goes_into_the_cards_header_as_it_is_is_checked():
+    """render_model_card checked the language and license that go into the YAML header, but not the pipeline tag (a
+    line break in it added a key: `license: mit`), an empty language list (read as null) or None (a TypeError)."""
+    model = ElmoModel(ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]], num_highway_layers=1))
+    with pytest.raises(ValueError, match=r"^'feature-extraction\\nlicense: mit' is not a pipeline tag: give the Hub's "
+                                         r"task name, such as feature-extraction or token-classification$"):
+        render_model_card(model, "someone/elmo", source="a test", pipeline_tag="feature-extraction\nlicense: mit")
+    for language in ([], None):
+        with pytest.raises(ValueError, match=rf"^{re.escape(repr(language))} is not a language code: give an ISO 639 "
+                                             r"code such as en, or a list of them$"):
+            render_model_card(model, "someone/elmo", source="a test", language=language)
+    card = render_model_card(model, "someone/elmo", source="a test", pipeline_tag="token-classification",
+                             language=["en", "zh"])
+    assert ModelCard(card).data.to_dict()["pipeline_tag"] == "token-classification"
+
+
 def test_the_card_table_says_what_the_model_lacks_and_its_activation():
     """A cell as wide as the layer has no projection (bilm-tf builds none), so no projection clip runs: the card
     names neither; the CNN's activation is named (a tanh model's card differs from a relu one's)."""
