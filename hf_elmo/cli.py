@@ -1,6 +1,7 @@
 """The `hf-elmo` command."""
 
 import argparse
+import os
 import sys
 
 
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
             try:
                 run_demo(args.model, args.plot)
+            except BrokenPipeError:
+                raise
             except (ValueError, OSError) as error:
                 return report_error(error)
         elif args.command == "embed":
@@ -110,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         kept = "; the batches finished are kept: run the same command again to go on" if args.command == "embed" else ""
         print(f"hf-elmo {args.command}: interrupted{kept}", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # (the reader of the output stopped, `hf-elmo demo | head`: no error of the command's)
+        # Python flushes stdout at exit, which would fail on the closed pipe again: write the rest nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # (128 + SIGPIPE: what a shell reports of a program that a closed pipe stopped)
     return 0
 
 

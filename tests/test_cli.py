@@ -51,6 +51,21 @@ def test_demo_refuses_a_missing_model_or_an_unwritable_picture_in_one_line(tmp_p
                           "path in one of ") and ".pdf" in err and ".svg" in err, err
 
 
+def test_a_reader_that_stops_reading_the_demo_is_no_error(converted, tmp_path):
+    """`hf-elmo demo | head -1`: the demo's next line meets a closed pipe. That was exit code 2 and "error: [Errno 32]
+    Broken pipe", as if the command had failed; it ends quietly now, with a shell's code for it (141)."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "hf_elmo.cli", "demo", "--model", str(converted["allennlp-elmo"]), "--plot",
+               str(tmp_path / "senses.png")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    process.stdout.close()  # (before the demo's first line: its every write meets the closed pipe, on any machine)
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=300) == 141
+    assert "error" not in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("name, starts", [("senses.pdf", b"%PDF"), ("senses.SVG", b"<?xml"), ("senses", b"\x89PNG")])
 def test_the_picture_is_in_the_format_its_name_says(converted, tmp_path, capsys, name, starts):
     """--plot senses.pdf wrote a PNG under that name; the suffix chooses the format (PNG without one)."""
