@@ -206,9 +206,9 @@ def _written_atomically(output: Path):
 
 def make_fixtures(output: Path) -> None:
     with _written_atomically(output) as staging:
-        word_dim = TINY_ARCHITECTURE["token_embedder"]["word_dim"]
+        words = TINY_ARCHITECTURE["token_embedder"]["word_dim"]
         # (wide_projection: cells narrower than their projection, which the package's cell projects up to 8)
-        for name, word_dim, cell, seed in (("with_words", word_dim, 24, 1), ("chars_only", 0, 24, 2),
+        for name, word_dim, cell, seed in (("with_words", words, 24, 1), ("chars_only", 0, 24, 2),
                                            ("wide_projection", 0, 6, 3)):
             architecture = json.loads(json.dumps(TINY_ARCHITECTURE))
             architecture["token_embedder"]["word_dim"] = word_dim

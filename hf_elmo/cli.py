@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     demo_parser = commands.add_parser("demo", help="show contextual vectors of repeated words")
     demo_parser.add_argument("--model", help="a converted ELMo checkpoint folder or Hub id (default: the default model)")
     demo_parser.add_argument("--plot", default="elmo-senses.png",
-                             help="where to write the picture of the senses, in the format its suffix names (.png, .pdf, .svg, ...; "
-                                  "default: elmo-senses.png)")
+                             help="where to write the picture of the senses, in the format its suffix names "
+                                  "(.png, .pdf, .svg, ...; default: elmo-senses.png)")
     add_embed_parser(commands)
     args = parser.parse_args(argv)
     try:

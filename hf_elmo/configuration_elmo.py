@@ -512,8 +512,8 @@ class ElmoConfig(PreTrainedConfig):
         try:
             return cls(**values, **kwargs)
         except ValueError as error:  # what only the options together contradict
-            options_names = {name: ".".join(path) for name, (path, _) in ORIGINAL_OPTIONS.items()}
-            raise ValueError(f"{source}: {in_option_names(str(error), options_names)}") from None
+            option_names = {name: ".".join(path) for name, (path, _) in ORIGINAL_OPTIONS.items()}
+            raise ValueError(f"{source}: {in_option_names(str(error), option_names)}") from None
 
     def to_original_options(self) -> dict[str, Any]:
         """The `options.json` content that bilm-tf and AllenNLP read for this model (inference form, 262)."""

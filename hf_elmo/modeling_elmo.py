@@ -740,10 +740,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
         another shape (a classifier of other labels) is a `HeadShapeMismatch`, a RuntimeError as transformers raises,
         naming it and both shapes, unless `ignore_mismatched_sizes` lets it start afresh. A new head's weights (a task
         classifier, the pretraining softmax, a task's scalar mix) may be missing, and so may any weight of a
-        `state_dict` passed in (the caller's own, which transformers completes by initialising the rest). A caller who asks for the load report
-        (`output_loading_info=True`) gets it instead of the errors: it lists every missing, extra and mis-shaped
-        weight (the model's mis-shaped weights started afresh, as `ignore_mismatched_sizes` would). A weights file that cannot be read (cut short by a copy or a download) is refused naming the model
-        and what safetensors found. A refused load shows no load report (which would say the weights were started
+        `state_dict` passed in (the caller's own, which transformers completes by initialising the rest). A caller
+        who asks for the load report (`output_loading_info=True`) gets it instead of the errors: it lists every
+        missing, extra and mis-shaped weight (the model's mis-shaped weights started afresh, as
+        `ignore_mismatched_sizes` would). A weights file that cannot be read (cut short by a copy or a download) is
+        refused naming the model and what safetensors found. A refused load shows no load report (which would say the weights were started
         afresh); one that goes on shows it as transformers would."""
         wants_report = kwargs.pop("output_loading_info", False)  # (False given explicitly, as by default)
         reinitialise_heads = kwargs.pop("ignore_mismatched_sizes", False)

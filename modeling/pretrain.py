@@ -841,17 +841,18 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
     staging.rmdir()
 
 
-def loss_scale(optimizer: str, labels: torch.Tensor, share: float = 1.0) -> float:
+def loss_scale(optimizer: str, labels: torch.Tensor, share: float = 1.0, accumulation: int = 1) -> float:
     """What a batch's loss (the mean over its target words) is multiplied by for the gradient. bilm-tf's Adagrad
     recipe takes the gradient of each row's loss summed over its words, averaged over the rows: for stream windows,
     which hold --unroll-steps targets in every row, the mean times --unroll-steps (bilm-tf's `loss * unroll_steps`);
     for sentence batches the mean times the batch's targets per row (its sentences' mean length + 1), which
-    --unroll-steps has nothing to do with. AdamW trains on the mean over the step's target words, of which the batch
-    holds `share` (a micro-batch of sentences under --gradient-accumulation-steps holds its own count's share, not
-    one over the steps accumulated: the mean of the micro-batches' means would weigh a short sentence's words more)."""
+    --unroll-steps has nothing to do with; over the `accumulation` micro-batches of a step, each of as many rows, the
+    average of theirs. AdamW trains on the mean over the step's target words, of which the batch holds `share` (a
+    micro-batch of sentences holds its own count's share, not one over the micro-batches: the mean of their means
+    would weigh a short sentence's words more)."""
     if optimizer != "adagrad":
         return share
-    return int((labels != IGNORE_INDEX).sum()) / labels.shape[0]
+    return int((labels != IGNORE_INDEX).sum()) / labels.shape[0] / accumulation
 
 
 def make_optimizer(parameters: list[torch.nn.Parameter], settings: dict, device_type: str,
@@ -1327,9 +1328,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
                 index = step * accumulation + micro
                 if batches.starts_row_streams(index):
                     states = None
-                scale = loss_scale(settings["optimizer"], batch["labels"], shares[micro])
-                if settings["optimizer"] == "adagrad":
-                    scale /= accumulation  # (the same rows in every micro-batch: the mean over the step's rows)
+                scale = loss_scale(settings["optimizer"], batch["labels"], shares[micro], accumulation)
                 batch = {name: tensor.to(accelerator.device) for name, tensor in batch.items()}
                 sync = contextlib.nullcontext() if micro == accumulation - 1 else accelerator.no_sync(model)
                 with sync:
