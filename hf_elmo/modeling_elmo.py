@@ -192,13 +192,23 @@ def _eager_under_compile(forward):
     return run
 
 
+# The options of the modules as the model builds them, which the fast paths assume: one swapped in with others
+# computes something else from the same weights (a padding_idx stops a row's gradient, a dilation spreads a filter).
+_BUILT_OPTIONS = {
+    nn.Embedding: {"padding_idx": None, "max_norm": None, "scale_grad_by_freq": False, "sparse": False},
+    nn.Conv1d: {"stride": (1,), "padding": (0,), "dilation": (1,), "groups": 1, "padding_mode": "zeros"},
+}
+
+
 def _why_it_must_be_called(module: nn.Module, built_as: type, name: str) -> str | None:
     """Why a fast path, which computes from `module`'s weights what `built_as` (nn.Linear, ...) computes instead of
     calling it, must call it: another class's forward (a quantized Linear, an adapter such as LoRA's, a subclass with
-    its own), a forward set on the module itself (Accelerate's offloading hooks, a patch) or a forward hook would not
-    run, and a weight of a tensor subclass (torchao's quantized tensors) cannot be multiplied as a plain one. None
-    where nothing stands in the way. (One hook needs no output: transformers' enable_input_require_grads, which makes
-    the embedding's output require gradients.)"""
+    its own), a forward set on the module itself (Accelerate's offloading hooks, a patch) or a hook (forward or
+    backward, the module's or every module's: a profiler's) would not run, options other than the model builds it
+    with (an embedding's padding_idx, a convolution's dilation, no bias) would be left out, and a weight of a tensor
+    subclass (torchao's quantized tensors) cannot be multiplied as a plain one. None where nothing stands in the
+    way. (One hook needs no output: transformers' enable_input_require_grads, which makes the embedding's output
+    require gradients.)"""
     for key, parameter in module.named_parameters(recurse=False):
         if type(parameter) not in (torch.Tensor, nn.Parameter):
             return f"its {name}.{key} is a {type(parameter).__name__} (a tensor subclass), not a plain tensor"
@@ -209,10 +219,37 @@ def _why_it_must_be_called(module: nn.Module, built_as: type, name: str) -> str 
         return f"its {name} is a {found}, not the {built_as.__name__} it was built as"
     if "forward" in vars(module):
         return f"its {name} has a forward of its own, set on the module (Accelerate's hooks, a patch)"
+    for option, built in _BUILT_OPTIONS.get(built_as, {}).items():
+        if getattr(module, option, built) != built:
+            return f"its {name} has {option}={getattr(module, option)!r}, which the model does not build it with"
+    if built_as in (nn.Linear, nn.Conv1d) and getattr(module, "bias", None) is None:
+        return f"its {name} has no bias, which the model builds it with"
     hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
     if any(getattr(hook, "__name__", None) != "make_inputs_require_grads" for hook in hooks):
         return f"a forward hook on its {name}"
+    if module._backward_hooks or module._backward_pre_hooks:
+        return f"a backward hook on its {name}"
+    if any(global_hooks()):
+        return "a hook on every module (torch.nn.modules.module.register_module_forward_hook or its kin)"
     return None
+
+
+def global_hooks() -> tuple[dict, ...]:
+    """The hooks registered for every module (a profiler's, a FLOP counter's): torch keeps them module-wide."""
+    from torch.nn.modules import module as torch_module
+
+    return tuple(getattr(torch_module, name, {}) for name in (
+        "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks"))
+
+
+def _under_function_transforms(*tensors: torch.Tensor | None) -> bool:
+    """Whether torch.func's transforms (grad, vmap, jvp) or forward-mode AD are at work on `tensors`: the fast paths
+    read values on the host and are autograd Functions without their rules, so the plain computation runs there."""
+    from torch.autograd import forward_ad
+
+    if forward_ad._current_level >= 0:
+        return True
+    return any(tensor is not None and torch._C._functorch.is_functorch_wrapped_tensor(tensor) for tensor in tensors)
 
 
 def _parametrized_for_one_call(module: nn.Module) -> bool:
@@ -377,7 +414,7 @@ class ElmoCharacterEncoder(nn.Module):
             _check_integer_ids(word_ids, "word_ids", "word")
         # One row per word, everything the vectors depend on: [N, K] or [N, K + 1] (the word id last).
         rows = char_ids if word_ids is None else torch.cat([char_ids, word_ids.unsqueeze(1).to(char_ids.dtype)], 1)
-        if _is_exporting():
+        if _is_exporting() or _under_function_transforms(rows, *self.parameters()):
             return self._plain_forward(rows)
         if torch.is_grad_enabled() and any(parameter.requires_grad for parameter in self.parameters()):
             if fused_char_encoder_fallback(self) is None:
@@ -521,7 +558,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         needs_grad = torch.is_grad_enabled() and any(
             tensor is not None and tensor.requires_grad for tensor in (inputs, h, c, *weights)
         )
-        if _is_exporting():  # torch.export traces the plain loop: the other paths have data-dependent shapes
+        # torch.export traces the plain loop (the other paths have data-dependent shapes); torch.func's transforms
+        # and forward-mode AD run it too (the other paths read values on the host, and have no jvp or vmap rules).
+        if _is_exporting() or _under_function_transforms(inputs, h, c, *weights):
             return self._plain_forward(inputs, step_mask, h, c)
         autocast = torch.is_autocast_enabled(inputs.device.type)
         if self.approximation is not None and not self.training and (needs_grad or autocast):
@@ -1949,7 +1988,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                     "the sampled softmax scores rows of the softmax's weight without calling the module, and "
                     f"{reason}: train with the full softmax (lm_negative_samples=0), which calls it"
                 )
-            fused = self.use_fast_path and fused_softmax_fallback(self.softmax.weight) is None
+            fused = (self.use_fast_path and fused_softmax_fallback(self.softmax.weight) is None
+                     and not _under_function_transforms(hidden, self.softmax.weight))
             losses = sampled_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias, negatives, fused=fused)
         else:
             losses = full_softmax_loss(hidden, targets, self.softmax, vocab_size)

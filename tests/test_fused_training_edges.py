@@ -269,3 +269,127 @@ def test_a_parameter_replaced_after_its_shape_was_recorded_is_read():
     assert len(graphs.recordings) == 1
     layer.load_state_dict({name: tensor * 0.5 for name, tensor in layer.state_dict().items()}, assign=True)
     assert_same_step(recorded_step(layer, graphs), recorded_step(layer, None))
+
+
+def _tiny_model(seed: int = 0) -> ElmoModel:
+    torch.manual_seed(seed)
+    return ElmoModel(ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4], [3, 8]], num_highway_layers=1,
+                                cell_size=16, projection_dim=8, max_characters_per_token=12))
+
+
+def _gradients(model: ElmoModel, ids: torch.Tensor, fast: bool) -> tuple[torch.Tensor, dict]:
+    model.set_fast_path(fast)
+    model.zero_grad(set_to_none=True)
+    output = model(input_ids=ids).last_hidden_state
+    output.pow(2).sum().backward()
+    return output.detach(), {name: p.grad.to_dense().clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+SWAPPED_MODULES = {  # (a module of the class the model builds, with options the fast paths do not compute)
+    "embedding padding_idx": ("char_encoder.char_embedding", lambda m: torch.nn.Embedding(262, 4, padding_idx=261)),
+    "embedding max_norm": ("char_encoder.char_embedding", lambda m: torch.nn.Embedding(262, 4, max_norm=0.5)),
+    "embedding scale_grad_by_freq": ("char_encoder.char_embedding",
+                                     lambda m: torch.nn.Embedding(262, 4, scale_grad_by_freq=True)),
+    "conv dilation": ("char_encoder.char_cnn.2", lambda m: torch.nn.Conv1d(4, 8, 3, dilation=2)),
+    "conv padding": ("char_encoder.char_cnn.2", lambda m: torch.nn.Conv1d(4, 8, 3, padding=1)),
+    "conv without bias": ("char_encoder.char_cnn.2", lambda m: torch.nn.Conv1d(4, 8, 3, bias=False)),
+}
+
+
+@pytest.mark.parametrize("case", SWAPPED_MODULES)
+def test_a_module_swapped_in_with_other_options_is_called_by_every_path(case):
+    """The fast paths compute an embedding and a convolution from their weights with the options the model builds
+    them with: a module swapped in with others (a padding_idx, max_norm, a dilation, padding, no bias) was computed
+    without them: a padding row's gradient of 8.7 where the module gives 0, another loss, or a TypeError. Such a
+    module is called now: the fast and the plain paths agree, in training and in inference."""
+    name, make = SWAPPED_MODULES[case]
+    model = _tiny_model()
+    parent, attribute = name.rsplit(".", 1)
+    torch.manual_seed(1)
+    model.get_submodule(parent)._modules[attribute] = make(model)
+    ids = ElmoTokenizer(max_characters_per_token=12)(["a dog , a cat", "the dog ran"], padding=True,
+                                                     return_tensors="pt")["input_ids"]
+    model.train()
+    (fast_output, fast), (plain_output, plain) = _gradients(model, ids, True), _gradients(model, ids, False)
+    assert torch.allclose(fast_output, plain_output, atol=1e-6)
+    assert fast.keys() == plain.keys() and all(relative_error(fast[key], plain[key]) < 1e-5 for key in plain), case
+    model.eval()
+    with torch.no_grad():
+        model.set_fast_path(True)
+        inferred = model(input_ids=ids).last_hidden_state
+    assert torch.allclose(inferred, plain_output, atol=1e-6)
+
+
+def test_backward_and_every_module_hooks_make_the_encoder_call_its_modules():
+    """A backward hook on the character embedding or a convolution, and a hook on every module (a profiler's), never
+    ran on the fused path (which calls no module): a backward pre-hook that zeroes the embedding's gradient left it at
+    8.2. Each makes the encoder call its modules now."""
+    from torch.nn.modules.module import register_module_forward_hook
+
+    ids = ElmoTokenizer(max_characters_per_token=12)(["a dog , a cat"], return_tensors="pt")["input_ids"]
+    model = _tiny_model()
+    handle = model.char_encoder.char_embedding.register_full_backward_pre_hook(
+        lambda module, grad_output: tuple(torch.zeros_like(g) for g in grad_output))
+    _, fast = _gradients(model, ids, True)
+    handle.remove()
+    assert "char_encoder.char_embedding.weight" not in fast or not fast["char_encoder.char_embedding.weight"].any()
+    seen = []
+    handle = register_module_forward_hook(lambda module, args, output: seen.append(type(module).__name__))
+    try:
+        _gradients(model, ids, True)
+    finally:
+        handle.remove()
+    assert seen.count("Embedding") == 1 and seen.count("Conv1d") == 3, seen
+
+
+def test_torch_func_transforms_and_forward_mode_ad_run_the_plain_computation():
+    """torch.func.grad over the parameters failed on the fast paths (a data pointer read on the host, autograd
+    Functions without rules for the transforms), and forward-mode AD too: both run the plain computation, whose
+    numbers they give."""
+    from torch.autograd import forward_ad
+    from torch.func import functional_call, grad
+
+    model = _tiny_model().train()
+    ids = ElmoTokenizer(max_characters_per_token=12)(["a dog , a cat", "the dog ran"], padding=True,
+                                                     return_tensors="pt")["input_ids"]
+    parameters = {name: p.detach() for name, p in model.named_parameters()}
+
+    def loss(weights):
+        return functional_call(model, weights, (ids,)).last_hidden_state.pow(2).sum()
+
+    _, expected = _gradients(model, ids, False)
+    model.set_fast_path(True)
+    found = grad(loss)(parameters)
+    assert all(relative_error(found[key], expected[key]) < 1e-5 for key in expected)
+    layer = model.layers[0]
+    inputs = torch.randn(2, 2, 5, 8)
+    mask, zeros_h, zeros_c = torch.ones(2, 5, dtype=torch.bool), torch.zeros(2, 2, 8), torch.zeros(2, 2, 16)
+    tangent = torch.randn(2, 2, 5, 8)
+    tangents = {}
+    for fast in (True, False):
+        layer.use_fast_path = fast
+        with forward_ad.dual_level():
+            output = layer(forward_ad.make_dual(inputs, tangent), mask, zeros_h, zeros_c)[0]
+            tangents[fast] = forward_ad.unpack_dual(output).tangent
+    assert torch.allclose(tangents[True], tangents[False], atol=1e-6)
+
+
+def test_a_softmax_without_a_bias_trains_with_the_full_softmax_and_the_sampled_one_says_so():
+    """A softmax replaced by a Linear without a bias failed deep inside the sampled softmax ('NoneType' object has no
+    attribute 'index_select'): it is one error naming the remedy; the full softmax calls the module, and trains."""
+    from hf_elmo import ElmoForPreTraining
+
+    torch.manual_seed(0)
+    config = ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4]], num_highway_layers=1, cell_size=16,
+                        projection_dim=8, max_characters_per_token=12, lm_vocab_size=20, lm_negative_samples=4)
+    model = ElmoForPreTraining(config).train()
+    model.softmax = torch.nn.Linear(8, 20, bias=False)
+    ids = ElmoTokenizer(max_characters_per_token=12)(["a dog ran"], return_tensors="pt")["input_ids"]
+    labels = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match=r"^the sampled softmax scores rows of the softmax's weight without calling "
+                                         r"the module, and its softmax has no bias, which the model builds it with: "
+                                         r"train with the full softmax \(lm_negative_samples=0\), which calls it$"):
+        model(input_ids=ids, labels=labels, backward_labels=labels)
+    model.config.lm_negative_samples = 0
+    model(input_ids=ids, labels=labels, backward_labels=labels).loss.backward()
+    assert model.softmax.weight.grad.abs().sum() > 0
