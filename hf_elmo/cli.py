@@ -53,9 +53,13 @@ def embed(args: argparse.Namespace) -> int:
         print(f"error: --batch-size must be at least 1, got {args.batch_size}", file=sys.stderr)
         return 2
     state = process_state()
+    if state.num_processes > 1 and args.device is not None:  # (it was dropped without a word, even --device bogus)
+        print(f"error: --device {args.device} is for a single process: each of the {state.num_processes} processes "
+              f"runs where the launcher puts it ({state.device.type}); leave --device out", file=sys.stderr)
+        return 2
     device = state.device if state.num_processes > 1 else args.device
     try:
-        check_input_file(args.input, args.use_sentence_keys)  # both before the model loads, which takes long
+        check_input_file(args.input, args.use_sentence_keys, state.num_processes)  # both before the model loads
         check_paths(args.input, args.output)
         embedder = ElmoEmbedder(args.model, device=device, stateful=args.stateful)
         summary = embedder.embed_file(

@@ -195,8 +195,10 @@ def assert_only_an_error_line(code: int, err: str, *must_mention: str) -> None:
     assert_one_error(code, err, *must_mention)
 
 
-def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc_per_node 2 ARGUMENTS` on CPU (gloo).
+def run_two_processes(arguments: list, env: dict, timeout: float = 300,
+                      stdin_text: str | None = None) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc_per_node 2 ARGUMENTS` on CPU (gloo); `stdin_text`: written to its standard
+    input, a pipe (by default it has the test's).
 
     --standalone rendezvous on a free port, never the fixed 29500 that another job on the machine may hold. On a
     timeout the whole process group (the launcher and both workers) is killed and the test fails with the output,
@@ -206,9 +208,10 @@ def run_two_processes(arguments: list, env: dict, timeout: float = 300) -> subpr
     scratch = tempfile.TemporaryDirectory(prefix="hf-elmo-torchrun-")
     process = subprocess.Popen(command, env={**env, "ACCELERATE_USE_CPU": "1", "PYTHONFAULTHANDLER": "1",
                                              "TMPDIR": scratch.name},
+                               stdin=None if stdin_text is None else subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
+        stdout, stderr = process.communicate(input=stdin_text, timeout=timeout)
     except subprocess.TimeoutExpired:
         # torchrun starts each worker in a session of its own: kill them by parentage, then the launcher's group.
         # First the launcher is stopped (it would end the other worker once one dies) and each worker in turn gets

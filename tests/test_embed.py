@@ -508,6 +508,25 @@ def test_two_processes_write_one_file(model_path, tmp_path):
             "processes: run it in a single process") in result.stderr
 
 
+def test_two_processes_refuse_a_piped_input_and_a_device(model_path, tmp_path):
+    """Under torchrun each process reads the input: a pipe gave its text to one of them, and the run ended with an
+    output without the lines (exit code 0) or a traceback; a named pipe waited for ever; --device, for a single
+    process, was dropped without a word (even --device bogus). Each is one error line in each process, before the
+    model loads, and nothing is written."""
+    output = tmp_path / "out.hdf5"
+    result = run_two_processes(["-m", "hf_elmo.cli", "embed", "/dev/stdin", output, "--model", model_path],
+                               SUBPROCESS_ENV, stdin_text="a b c\nthe dog ran\n")
+    assert result.returncode != 0 and not output.exists() and not list(tmp_path.iterdir())
+    assert result.stderr.count("error: /dev/stdin: a pipe gives its text once, and each of the 2 processes reads the "
+                               "input: write it to a file first, or run in one process") == 2, result.stderr[-3000:]
+    source = write_lines(tmp_path / "in.txt", ["a b c"])
+    result = run_two_processes(["-m", "hf_elmo.cli", "embed", source, output, "--model", model_path, "--device",
+                                "bogus"], SUBPROCESS_ENV)
+    assert result.returncode != 0 and not output.exists()
+    assert result.stderr.count("error: --device bogus is for a single process: each of the 2 processes runs where "
+                               "the launcher puts it (cpu); leave --device out") == 2, result.stderr[-3000:]
+
+
 def test_a_refusal_by_the_first_process_stops_every_process(model_path, tmp_path):
     """Under torchrun the first process takes the lock and checks the batch folder, and the others learn what it
     found: when it refuses (here the folder of an interrupted run with other settings), every process stops with its
