@@ -138,7 +138,10 @@ class _CharFilters(torch.autograd.Function):
             received.scatter_add_(0, index, grad.unsqueeze(1).expand(-1, width, -1).flatten(0, 1))
             received = received.view(width, vocabulary, count)
             # d weight[f, d, o] = sum_v received[o, v, f] embedding[v, d]; d embedding = sum_o received[o] weight[:, :, o]
-            grad_filters.append(torch.einsum("ovf,vd->fdo", received, embedding) if filter_needed else None)
+            if filter_needed:  # (in the weight's own layout: DDP's buckets copy a gradient of other strides, and warn)
+                grad_filters.append(torch.empty_like(weight).copy_(torch.einsum("ovf,vd->fdo", received, embedding)))
+            else:
+                grad_filters.append(None)
             if embedding_needed:
                 grad_embedding += torch.einsum("ovf,fdo->vd", received, weight)
             column += count

@@ -393,3 +393,14 @@ def test_a_softmax_without_a_bias_trains_with_the_full_softmax_and_the_sampled_o
     model.config.lm_negative_samples = 0
     model(input_ids=ids, labels=labels, backward_labels=labels).loss.backward()
     assert model.softmax.weight.grad.abs().sum() > 0
+
+
+def test_the_fused_filters_gradients_have_their_weights_strides():
+    """The width-1 filter's gradient came back with strides (4, 1, 4) where its weight has (4, 1, 1): contiguous by
+    torch's rule (a dimension of size 1), but DDP's buckets compare strides exactly, copied it, and warned on every
+    process ("Grad strides do not match bucket view strides"). Each filter's gradient has its weight's strides."""
+    model = _tiny_model().train()
+    ids = ElmoTokenizer(max_characters_per_token=12)(["a dog , a cat"], return_tensors="pt")["input_ids"]
+    model(input_ids=ids).last_hidden_state.sum().backward()
+    for conv in model.char_encoder.char_cnn:
+        assert conv.weight.grad.stride() == conv.weight.stride(), (conv.weight.shape, conv.weight.grad.stride())
