@@ -195,10 +195,11 @@ def assert_only_an_error_line(code: int, err: str, *must_mention: str) -> None:
     assert_one_error(code, err, *must_mention)
 
 
-def run_two_processes(arguments: list, env: dict, timeout: float = 300,
-                      stdin_text: str | None = None) -> subprocess.CompletedProcess:
+def run_two_processes(arguments: list, env: dict, timeout: float = 300, stdin_text: str | None = None,
+                      accelerate_use_cpu: bool = True) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc_per_node 2 ARGUMENTS` on CPU (gloo); `stdin_text`: written to its standard
-    input, a pipe (by default it has the test's).
+    input, a pipe (by default it has the test's); `accelerate_use_cpu`: with ACCELERATE_USE_CPU=1, as the README's
+    commands run (False: as a user who leaves it out).
 
     --standalone rendezvous on a free port, never the fixed 29500 that another job on the machine may hold. On a
     timeout the whole process group (the launcher and both workers) is killed and the test fails with the output,
@@ -206,8 +207,10 @@ def run_two_processes(arguments: list, env: dict, timeout: float = 300,
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *map(str, arguments)]
     # torchrun's agent leaves a torchelastic_* folder in the temporary folder per run: give it one that goes.
     scratch = tempfile.TemporaryDirectory(prefix="hf-elmo-torchrun-")
-    process = subprocess.Popen(command, env={**env, "ACCELERATE_USE_CPU": "1", "PYTHONFAULTHANDLER": "1",
-                                             "TMPDIR": scratch.name},
+    env = {**env, "PYTHONFAULTHANDLER": "1", "TMPDIR": scratch.name}
+    env = {**env, "ACCELERATE_USE_CPU": "1"} if accelerate_use_cpu else {k: v for k, v in env.items()
+                                                                        if k != "ACCELERATE_USE_CPU"}
+    process = subprocess.Popen(command, env=env,
                                stdin=None if stdin_text is None else subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

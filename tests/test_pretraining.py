@@ -1155,10 +1155,14 @@ def test_two_processes_train_one_model(tmp_path, capsys):
 def test_two_processes_of_sentences_train_on_the_mean_over_the_steps_words(tmp_path):
     """README: with AdamW and sentence batches, two processes of 2 sentences train on the mean over the step's 4
     sentences' words, as one process of 4 does (each process's mean weighed by its words, not averaged as they are):
-    the same gradient norm and logged losses."""
+    the same gradient norm and logged losses. Launched by plain torchrun, without ACCELERATE_USE_CPU=1, on a machine
+    without CUDA: the processes form one run (each ran alone before, and one refused the other's lock)."""
     common = [*TRAIN_ARGS, "--batching", "sentence", "--optimizer", "adamw", "--max-steps", 1, "--negative-samples", 0,
               "--dropout", 0, "--save-steps", 0, "--eval-steps", 0]
-    run_pretrain(tmp_path, *common, "--batch-size", 2, "--output-dir", tmp_path / "two", processes=2)
+    result = run_two_processes([PRETRAIN, *common, "--batch-size", 2, "--output-dir", tmp_path / "two"],
+                               script_env(tmp_path), accelerate_use_cpu=torch.cuda.is_available())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "two" / "trainer_state.json").read_text())["settings"]["num_processes"] == 2
     run_pretrain(tmp_path, *common, "--batch-size", 4, "--output-dir", tmp_path / "one")
     (two,), (one,) = ([r for r in read_log(tmp_path / name) if "loss" in r] for name in ("two", "one"))
     for key in ("grad_norm", "loss", "forward_loss", "backward_loss"):
