@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accelerate import Accelerator  # noqa: E402
-from accelerate.utils import DistributedType, broadcast_object_list, set_seed  # noqa: E402
+from accelerate.utils import DistributedType, broadcast_object_list, parse_flag_from_env, set_seed  # noqa: E402
 from packaging.version import Version  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
@@ -1036,6 +1036,9 @@ def train(args: argparse.Namespace) -> dict:
     several_on_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=args.report_to or None,
                               project_dir=args.output_dir, cpu=several_on_cpu)
+    if parse_flag_from_env("ACCELERATE_USE_FSDP") and accelerator.distributed_type != DistributedType.FSDP:
+        accelerator.print(f"FSDP was asked for (fsdp.yaml), which Accelerate forms on GPUs only: these processes train "
+                          f"as {accelerator.distributed_type.value}, each holding the whole model")
     with output_lock(accelerator, args.output_dir):
         results = train_with(accelerator, args, run_started)
     # The DDP-wrapped model, a local of train_with, is gone before the process group. Otherwise DDP's reducer is the

@@ -1,14 +1,14 @@
 """FSDP2 as modeling/configs/fsdp.yaml shards the model, on two CPU processes (gloo): the same training as one process.
 
-Accelerate forms an FSDP group on GPUs only, so `accelerate launch --config_file modeling/configs/fsdp.yaml` cannot
-run here; tests/fsdp_probe.py applies the same sharding with torch's `fully_shard` itself."""
+Accelerate forms an FSDP group on GPUs only: `accelerate launch --config_file modeling/configs/fsdp.yaml` trains here as
+DDP (which pretrain.py says), so tests/fsdp_probe.py applies the same sharding with torch's `fully_shard` itself."""
 
 import json
 import os
 from pathlib import Path
 
 import pytest
-from conftest import run_two_processes
+from conftest import FIXTURES, REPO, run_two_processes
 
 
 @pytest.mark.parametrize("path", ["fast", "plain"])
@@ -26,3 +26,17 @@ def test_fsdp_sharded_training_is_one_process_training(path, tmp_path):
     assert run["losses"] == pytest.approx(run["expected_losses"], rel=1e-6)
     assert run["largest_weight_change"] > 0.01  # (training moved the weights: the comparison below means something)
     assert run["largest_weight_difference"] < 1e-6
+
+
+def test_fsdp_asked_for_on_cpus_is_said_to_train_as_ddp(tmp_path):
+    """fsdp.yaml's ACCELERATE_USE_FSDP on CPU processes: Accelerate forms DDP instead, and the run said nothing of
+    it (nor did trainer_state.json): pretrain.py says so."""
+    train = FIXTURES / "bilm-tf" / "train"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "cache"),
+           "ACCELERATE_USE_FSDP": "true"}
+    result = run_two_processes([REPO / "modeling" / "pretrain.py", "--preset", "tiny", "--train-file", train / "data.txt", "--max-steps", 1,
+                                "--save-steps", 0, "--output-dir", tmp_path / "run"], env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = "FSDP was asked for (fsdp.yaml), which Accelerate forms on GPUs only: these processes train as MULTI_CPU, " \
+           "each holding the whole model"
+    assert said in result.stdout + result.stderr
