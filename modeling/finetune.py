@@ -16,10 +16,13 @@ model given by Hub id is named as the card's `base_model`; a local folder is not
 """
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -262,7 +265,12 @@ def finetune(args: argparse.Namespace) -> dict:
                (("train", train), ("validation", validation), ("test", test))}
 
     max_steps = -1 if args.max_steps is None else args.max_steps  # Trainer's -1: --epochs decides
-    with atomic_output_dir(args.output_dir, args.overwrite, local_inputs(args)) as staging:
+    # Under torchrun or accelerate launch every process trains and evaluates (Trainer shares the batches out and
+    # gathers the predictions), and the first one writes the output folder; the others train in a scratch folder.
+    writes = int(os.environ.get("RANK", "0")) == 0
+    output = (atomic_output_dir(args.output_dir, args.overwrite, local_inputs(args)) if writes
+              else _scratch_folder())
+    with output as staging:
         training_args = TrainingArguments(
             output_dir=str(staging / "trainer"), per_device_train_batch_size=args.batch_size,
             per_device_eval_batch_size=2 * args.batch_size, learning_rate=args.learning_rate,
@@ -271,6 +279,7 @@ def finetune(args: argparse.Namespace) -> dict:
             save_strategy="no", logging_steps=args.logging_steps, report_to="none", seed=args.seed,
             train_sampling_strategy="group_by_length", length_column_name="length",
             use_cpu=not torch.cuda.is_available(),
+            ddp_find_unused_parameters=False,  # (every trainable parameter gets a gradient: README, Trainer contracts)
         )
         collator = (DataCollatorForTokenClassification if args.task == "ner" else DataCollatorWithPadding)(tokenizer)
         trainer = Trainer(
@@ -296,7 +305,9 @@ def finetune(args: argparse.Namespace) -> dict:
             "majority_baseline_test": majority_baseline(args.task, train, test),
             "train_seconds": train_output.metrics["train_runtime"],
         }
-        trainer.save_model(str(staging))
+        trainer.save_model(str(staging))  # (by the first process, where the others wait)
+        if not writes:
+            return results
         (staging / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
         model_id = args.model_id or Path(args.output_dir).resolve().name
         # A Hub id names the base model (the Hub links the two); a local folder's path means nothing there.
@@ -311,6 +322,13 @@ def finetune(args: argparse.Namespace) -> dict:
         shutil.rmtree(staging / "trainer", ignore_errors=True)
     print(json.dumps({key: results[key] for key in ("validation", "test", "majority_baseline_test")}, indent=1))
     return results
+
+
+@contextlib.contextmanager
+def _scratch_folder():
+    """A folder for a process that writes no output (Trainer's `output_dir`), removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="hf-elmo-finetune-") as folder:
+        yield Path(folder)
 
 
 def _strip(metrics: dict) -> dict:

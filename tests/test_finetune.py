@@ -205,6 +205,27 @@ def test_sentiment_finetuning_fits_its_slice(converted, tmp_path):
     assert encode("sentiment", train.select(range(2)), tokenizer)["length"] == [len(tokenizer.split_words(t)) for t in train["text"][:2]]
 
 
+def test_two_processes_fine_tune_into_one_output_folder(converted, tmp_path):
+    """Under torchrun every process staged an output folder of its own, where Trainer saved the model from the first
+    one only: the second's reload check failed in a traceback (exit code 1), and the folders raced to be the output.
+    Both train and evaluate now, the first writes the folder, and it reloads to the model it reports."""
+    from conftest import run_two_processes
+
+    output = tmp_path / "two"
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(REPO)}
+    result = run_two_processes([REPO / "modeling" / "finetune.py", "--task", "sentiment", "--model",
+                                converted["allennlp-elmo"], "--output-dir", output, "--data-dir", REPO / "data",
+                                "--max-train-examples", 16, "--max-eval-examples", 8, "--max-steps", 2,
+                                "--batch-size", 2], env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "find_unused_parameters=True" not in result.stderr  # (every trainable parameter gets a gradient)
+    results = json.loads((output / "results.json").read_text())
+    assert results["steps"] == 2 and result.stdout.count('"majority_baseline_test"') == 1  # (printed once)
+    assert type(AutoModelForSequenceClassification.from_pretrained(output)) is ElmoForSequenceClassification
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cache", "two"]  # (no staging folder left)
+
+
 def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsys):
     """A missing model, data or output problem was a traceback (a ConversionError, an OSError from the Hub client);
     --max-train-examples 0 used all the data, a negative one failed deep in Trainer, --epochs 0 trained nothing.
