@@ -334,6 +334,9 @@ class ElmoConfig(PreTrainedConfig):
         if not isinstance(config_dict, dict):
             raise ValueError(f"{json_file}: the config holds a JSON {type(config_dict).__name__}, not an object of "
                              "settings")
+        if "config_path" in config_dict and "model_type" not in config_dict:  # (read as ours, it found no weights)
+            raise ValueError(f"{json_file}: an ELMoForManyLangs model's config, not converted: convert the folder with "
+                             "conversion/convert_elmoformanylangs.py first")
         return config_dict
 
     @classmethod

@@ -170,6 +170,11 @@ def model_folder_problem(path) -> str | None:
                 continue
             if not isinstance(settings, dict):
                 return f"its {name} holds {JSON_KINDS[type(settings)]}, not an object of settings"
+            if name == "config.json" and "config_path" in settings and "model_type" not in settings:
+                # (ELMoForManyLangs' own config.json, naming its architecture json: read as an ElmoConfig, it warned
+                # of fields it does not know and then found no weights)
+                return ("an ELMoForManyLangs model folder, not converted: convert it with "
+                        "conversion/convert_elmoformanylangs.py first")
         return None
     if not path.exists():
         return "no such folder"

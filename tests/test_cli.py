@@ -12,7 +12,7 @@ import huggingface_hub.constants
 import pytest
 import torch
 
-from conftest import REPO, assert_only_an_error_line, run_two_processes
+from conftest import ELMOFORMANYLANGS, REPO, assert_only_an_error_line, run_two_processes
 
 from hf_elmo import ElmoConfig, ElmoModel
 from hf_elmo.cli import main
@@ -128,7 +128,12 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(tmp_path, capsys, m
         (tmp_path / name / "config.json").write_text(json.dumps(config))
         if tokenizer_config is not None:
             (tmp_path / name / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    # An ELMoForManyLangs folder not converted (its config.json names its architecture json): "did you mean"
+    # warnings of fields it lacks, then no weights found, before.
+    shutil.copytree(ELMOFORMANYLANGS / "chars_only", tmp_path / "zhs.model")
     for model, message in [("./no-such-model", "./no-such-model: no such folder"),
+                           ("zhs.model", "zhs.model: an ELMoForManyLangs model folder, not converted: convert it with "
+                                         "conversion/convert_elmoformanylangs.py first"),
                            ("empty-folder", "empty-folder: no config.json, not a model folder"),
                            ("bert", "bert: the config is of a bert model, not an ELMo one (model_type 'bert')"),
                            ("array", "array: its config.json holds an array, not an object of settings"),
@@ -137,7 +142,11 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_it(tmp_path, capsys, m
         for command in (["demo", "--plot", "senses.png"], ["embed", "in.txt", "out.hdf5"]):
             assert main([*command, "--model", model]) == 2
             assert_only_an_error_line(2, capsys.readouterr().err, f"error: {message}")
-    assert sorted(os.listdir(tmp_path)) == ["array", "bert", "empty-folder", "in.txt", "string"]
+    assert sorted(os.listdir(tmp_path)) == ["array", "bert", "empty-folder", "in.txt", "string", "zhs.model"]
+    for load in (ElmoConfig.from_pretrained, ElmoModel.from_pretrained):
+        with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'zhs.model' / 'config.json'))}: an "
+                                             "ELMoForManyLangs model's config, not converted: convert the folder"):
+            load(tmp_path / "zhs.model")
     for content, kind in [("[1]", "list"), ("5", "int"), ("null", "NoneType"), ("true", "bool")]:
         (tmp_path / "array" / "config.json").write_text(content)
         for load in (ElmoConfig.from_pretrained, ElmoModel.from_pretrained):

@@ -185,7 +185,7 @@ def test_pretraining_from_scratch_with_a_character_vocabulary(corpus, tmp_path):
         assert torch.equal(layer_expected, layer_found)
 
 
-def test_adaptation_fits_a_softmax_over_the_models_word_dic(folder, corpus, tmp_path):
+def test_adaptation_fits_a_softmax_over_the_models_word_dic(folder, corpus, tmp_path, capsys):
     data = ["--train-file", corpus, "--validation-file", corpus, "--batch-size", 4, "--unroll-steps", 5,
             "--negative-samples", 0, "--save-steps", 0, "--optimizer", "adamw", "--seed", 3]
     fitted, adapted = tmp_path / "softmax", tmp_path / "adapted"
@@ -200,9 +200,17 @@ def test_adaptation_fits_a_softmax_over_the_models_word_dic(folder, corpus, tmp_
     evaluations = [r for r in read_log(adapted) if "eval_forward_perplexity" in r]
     assert evaluations[0]["step"] == 0 and evaluations[-1]["step"] == 40
     assert evaluations[-1]["eval_forward_perplexity"] < 0.9 * evaluations[0]["eval_forward_perplexity"]  # 26.1 -> 21.9
-    # The adapted model is still in the package's form.
+    # The adapted model is still in the package's form; its softmax, which the package's Embedder does not read, is
+    # left out, which the command says (it said nothing before).
     convert_hf_to_elmoformanylangs(adapted, tmp_path / "package")
     assert (tmp_path / "package" / "word.dic").read_bytes() == (ELMOFORMANYLANGS / "with_words" / "word.dic").read_bytes()
+    from conversion.convert_elmoformanylangs import main as convert_main
+
+    capsys.readouterr()
+    assert convert_main(["--to-elmoformanylangs", "--model-dir", str(adapted), "--output-dir", str(tmp_path / "again")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"left out: the pretraining softmax over {len(words)} words, which the package's Embedder does not read (its "
+        "own training would need it as classifier.pkl, which is not written)")
 
 
 def test_new_vocabulary_builds_the_softmax_from_the_new_text(folder, tmp_path):
