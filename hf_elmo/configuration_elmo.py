@@ -11,9 +11,28 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
+import transformers
 from transformers import PreTrainedConfig
 
-from .pipelines import register_pipelines
+# As remote code (a saved folder loaded without hf-elmo installed) this file is the first that transformers runs:
+# the oldest release the code runs on there (5.12's PreTrainedModel has no is_custom_code; older releases leave
+# lexicon.py's imports uncopied, and fail before this line). The package itself needs pyproject.toml's floor.
+OLDEST_TRANSFORMERS = (5, 13)
+
+
+def check_transformers_version(version: str) -> None:
+    """One clear ImportError where `version` of transformers is older than this code runs on (a TypeError from deep
+    inside transformers' weight initialisation, before). (Read without `packaging`, which remote code may not import.)"""
+    release = re.match(r"(\d+)\.(\d+)", version)
+    if release and tuple(map(int, release.groups())) < OLDEST_TRANSFORMERS:
+        oldest = ".".join(map(str, OLDEST_TRANSFORMERS))
+        raise ImportError(f"this ELMo model's code needs transformers {oldest} or later, and this Python has "
+                          f"{version}: pip install -U 'transformers>={oldest}'")
+
+
+check_transformers_version(transformers.__version__)
+
+from .pipelines import register_pipelines  # noqa: E402
 
 logger = logging.getLogger(__name__)
 

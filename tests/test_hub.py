@@ -641,3 +641,21 @@ def test_the_default_card_of_a_bilm_from_the_hub_names_no_base_model():
         card = default_model_card(model, "someone/elmo")
         assert "`allenai/elmo-original`" in card  # the source, for both
         assert (ModelCard(card).data.to_dict().get("base_model") == "allenai/elmo-original") == names_base
+
+
+def test_remote_code_on_an_older_transformers_says_which_it_needs():
+    """The card and README promise remote code to transformers 5.13 or later; 5.12 failed deep inside its weight
+    initialisation (a TypeError for is_custom_code). The config, the first file transformers runs, says which
+    release is needed, in one line."""
+    import subprocess
+    import sys
+
+    # (transformers puts another module object in sys.modules as its pipelines import: that one is patched)
+    probe = ("import sys, transformers.pipelines\nsys.modules['transformers'].__version__ = '5.12.0'\n"
+             "import hf_elmo.configuration_elmo")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "ImportError: this ELMo model's code needs transformers 5.13 or later, and this Python has 5.12.0: pip "
+        "install -U 'transformers>=5.13'")
+    assert "With only transformers (5.13 or later) installed" in (REPO / "model_card.md").read_text()
