@@ -176,12 +176,12 @@ def test_publishing_on_the_hub_pushes_the_folder_with_its_card(tagger_folder, tm
 
 
 def test_publishing_on_the_hub_loads_with_transformers_alone(tagger_folder, python_without_hf_elmo, tmp_path):
-    """"Anyone can then load it with transformers 5.x alone": the block runs where hf_elmo cannot be imported, from
-    the repository in an offline Hub cache; its pipeline is the repository's code and tags the README's sentence
-    as the installed package's pipeline tags the same folder."""
+    """"Anyone can then load it with transformers 5.13 or later alone": the block runs where hf_elmo cannot be
+    imported, from the repository in an offline Hub cache; its pipeline is the repository's code and tags the
+    README's sentence as the installed package's pipeline tags the same folder."""
     hf_home = tmp_path / "hf_home"
     fake_hub_snapshot(hf_home, HUB_ID, tagger_folder)
-    code = readme_python_block("Anyone can then load it with transformers 5.x alone")
+    code = readme_python_block("Anyone can then load it with transformers 5.13 or later alone")
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
     result = subprocess.run(
         [python_without_hf_elmo, Path(__file__).with_name("readme_remote_probe.py"), tmp_path / "remote.json", code,
