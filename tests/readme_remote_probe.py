@@ -3,8 +3,8 @@ and torch.
 
     python readme_remote_probe.py OUTPUT.json CODE SENTENCE
 
-Executes CODE (the README's "Anyone can then load it with transformers 5.13 or later alone" block), then tags SENTENCE with
-the `tagger` it made, and writes the entities and the modules of what the block loaded to OUTPUT.json.
+Executes CODE (the README's "Anyone can then load it with transformers 5.13 or later alone" block), then tags
+SENTENCE with the `tagger` it made, and writes the entities and the modules of what the block loaded to OUTPUT.json.
 """
 
 import importlib.util
