@@ -312,6 +312,56 @@ def test_make_test_floors_needs_python_3_11_and_says_so_before_any_set_up(tmp_pa
     assert not (checkout / "build").exists()
 
 
+def fake_python(path, version: tuple[int, int]):
+    """A stand-in for a Python of `version`: it answers the Makefile's two questions (its version, and whether it is
+    older than 3.11) and does nothing else."""
+    path.write_text(f"#!/bin/sh\ncase \"$2\" in *print*) echo '{version}';; *) exit {int(version < (3, 11))};; esac\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_setup_with_a_python_older_than_3_11_says_so_before_anything_is_made(tmp_path):
+    """Python 3.10 (Ubuntu 22.04's python3): the set-up made the venv, installed torch (a CUDA build of GBs from the
+    package index) and failed in pip's "No matching distribution found for transformers", naming no Python. One line
+    now, before anything is made."""
+    checkout = tmp_path / "main"
+    checkout.mkdir()
+    shutil.copy(REPO / "Makefile", checkout / "Makefile")
+    (checkout / "pyproject.toml").touch()
+    python = fake_python(tmp_path / "python3.10", (3, 10))
+    result = subprocess.run(["make", "--no-print-directory", "-C", str(checkout), "setup", f"PYTHON={python}"],
+                            capture_output=True, text=True, env=make_environment(), timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[0] == (f"error: hf-elmo needs Python 3.11 or later, and {python} is older: pass "
+                                             "PYTHON=python3.11 (or a later one)")
+    assert sorted(path.name for path in checkout.iterdir()) == ["Makefile", "pyproject.toml"]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_a_python_given_for_a_venv_of_another_is_refused(tmp_path):
+    """README's `make test PYTHON=python3.13 TORCH_SPEC=...` in a checkout whose .venv has Python 3.11 ran 3.11 (and
+    installed that torch into it): PYTHON chooses a new venv's Python. Refused, saying what to do; the venv's own
+    Python, or none given, goes on."""
+    checkout = tmp_path / "main"
+    checkout.mkdir()
+    shutil.copy(REPO / "Makefile", checkout / "Makefile")
+    shutil.copy(REPO / "pyproject.toml", checkout / "pyproject.toml")
+    venv = a_venv(checkout / ".venv", "torch==2.13.0", up_to_date=True)
+    (venv / "bin").mkdir()
+    fake_python(venv / "bin" / "python", (3, 11))
+    command = ["make", "--no-print-directory", "-C", str(checkout), "setup"]
+    result = subprocess.run([*command, f"PYTHON={fake_python(tmp_path / 'python3.13', (3, 13))}"],
+                            capture_output=True, text=True, env=make_environment(), timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[0] == (f"error: .venv was made with another Python than PYTHON={tmp_path}/"
+                                             "python3.13, which chooses the Python of a new venv: remove .venv (make "
+                                             "clean) or pass VENV=another-folder")
+    for python in ([f"PYTHON={fake_python(tmp_path / 'python3.11', (3, 11))}"], []):
+        result = subprocess.run([*command, *python], capture_output=True, text=True, env=make_environment(), timeout=60)
+        assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_gpu_deps_leaves_out_the_torch_that_pip_target_installs_with_them(tmp_path):
     """`make gpu-deps` (what benchmarks/gpu.sh puts first on PYTHONPATH on a GPU machine): pip --target installs
