@@ -371,3 +371,12 @@ def test_weights_load_memory_mapped_from_model_safetensors(converted):
     inside = [name for name, parameter in model.named_parameters()
               if any(start <= parameter.data_ptr() < end for start, end in mapped)]
     assert len(inside) == len(list(model.parameters())), set(dict(model.named_parameters())) - set(inside)
+
+
+def test_the_readmes_install_extra_is_the_packages():
+    """README: `pip install ".[demo]"` brings matplotlib for the demo's picture: the extra pyproject.toml declares."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert 'pip install ".[demo]"' in README.read_text(encoding="utf-8")
+    assert [requirement.split(">")[0] for requirement in extras["demo"]] == ["matplotlib"]
