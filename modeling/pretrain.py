@@ -722,6 +722,27 @@ def check_softmax_words(args, vocabulary: Vocabulary) -> None:
                         "one word more at least")
 
 
+def on_the_first_process_first(accelerator: Accelerator, work):
+    """`work()` in the first process, then in the others (which find the datasets cache it built). A refusal there
+    (a file that does not read) is every process's own error line: the others waited at a barrier that the first
+    left by its error, and died in gloo's "Connection closed by peer" traceback."""
+    failure, result = None, None
+    if accelerator.is_main_process:
+        try:
+            result = work()
+        except (DataError, VocabularyError, PretrainError) as error:
+            if accelerator.num_processes == 1:
+                raise
+            failure = str(error)
+    if accelerator.num_processes > 1:
+        failure = broadcast_object_list([failure], from_process=0)[0]
+        if failure is not None:
+            raise DataError(failure)
+        if not accelerator.is_main_process:
+            result = work()
+    return result
+
+
 def check_coverage(accelerator: Accelerator, text: EncodedText, vocabulary: Vocabulary) -> None:
     """Warn where most training targets are <UNK> (a vocabulary of another language or domain, as an --init-from
     model's kept one on other text): the model would learn little but to predict <UNK>."""
@@ -1115,11 +1136,14 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
     set_seed(args.seed)
 
     # Data: every process reads the corpus (the datasets cache is built once) and the same vocabulary.
-    with accelerator.main_process_first():
-        train_sentences = read_corpus(args.train_file, args.text_column, args.word_splitting, "train")
-        validation_sentences = None
+    def read_texts() -> tuple[list, list | None]:
+        train = read_corpus(args.train_file, args.text_column, args.word_splitting, "train")
+        validation = None
         if args.validation_file:
-            validation_sentences = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
+            validation = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
+        return train, validation
+
+    train_sentences, validation_sentences = on_the_first_process_first(accelerator, read_texts)
     tokenizer = choose_tokenizer(args, settings, checkpoint, train_sentences)
     vocabulary = choose_vocabulary(args, checkpoint, train_sentences, tokenizer)
     if checkpoint is not None:

@@ -1170,6 +1170,18 @@ def test_two_processes_of_sentences_train_on_the_mean_over_the_steps_words(tmp_p
         assert two[key] == pytest.approx(one[key], rel=1e-5), key
 
 
+def test_two_processes_refuse_a_text_that_does_not_read_in_one_line_each(tmp_path):
+    """A training file that is not UTF-8, read first by the first process: it left the barrier by its error, and the
+    second died there in gloo's "Connection closed by peer" traceback. Each says the first's error line."""
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"good line here\n\xff\xfe bad bytes\n")
+    result = run_pretrain(tmp_path, "--preset", "tiny", "--train-file", bad, "--vocab-file", TRAIN / "vocab.txt",
+                          "--output-dir", tmp_path / "run", check=False, processes=2)
+    assert result.returncode != 0 and not (tmp_path / "run").exists()
+    said = f"error: --train-file {bad}: line 2 is not UTF-8 text (invalid start byte at byte 15)"
+    assert result.stderr.count(said) == 2 and "Connection closed" not in result.stderr, result.stderr[-3000:]
+
+
 DESTROY_PROBE = """\
 import gc, runpy, sys
 
