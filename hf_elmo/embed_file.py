@@ -112,23 +112,34 @@ def _input_location(path: Path) -> str:
     return str(path.resolve()) if path.is_file() else str(path)
 
 
+def check_not_a_pipe(path: str | os.PathLike, num_processes: int) -> None:
+    """Under `num_processes` > 1, each of which reads the input, refuse a pipe: one process would get its text and
+    the others none (an output without the lines, or a wait for a writer that never comes)."""
+    if num_processes < 2:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        if str(path).startswith("/dev/fd/"):  # (a <(...) of the shell that started torchrun, which it does not pass on)
+            raise ValueError(f"{path}: a pipe of the shell (<(...)) does not reach the {num_processes} processes, "
+                             "each of which reads the input: write it to a file first, or run in one process") from None
+        return  # (missing or unreadable: the reading names why)
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise ValueError(f"{path}: a pipe gives its text once, and each of the {num_processes} processes reads the "
+                         "input: write it to a file first, or run in one process")
+
+
 def check_input_file(path: str | os.PathLike, use_sentence_keys: bool = False, num_processes: int = 1) -> None:
     """Fail as `read_sentences` would, with its message, unless `path` reads as UTF-8 text (an empty file does: it
     has no lines), so that the command names a bad input before the model loads; reads the file in blocks. With
     `use_sentence_keys`, also unless every line can be a key (as `embed_file` requires; it reads the lines). A pipe
     or a terminal (`<(zcat corpus.gz)`, `/dev/stdin`) is left to `read_sentences`: reading it here would use up
-    its text. Under `num_processes` > 1, each of which reads the input, a pipe is refused: one process would get its
-    text and the others none (an output without the lines, or a wait for a writer that never comes)."""
+    its text. Under `num_processes` > 1 a pipe is refused (`check_not_a_pipe`)."""
+    check_not_a_pipe(path, num_processes)
     try:
         mode = os.stat(path).st_mode
     except OSError:
         mode = None  # (missing or unreadable: check_text_file names why)
-        if num_processes > 1 and str(path).startswith("/dev/fd/"):  # (a <(...) of the shell that started torchrun)
-            raise ValueError(f"{path}: a pipe of the shell (<(...)) does not reach the {num_processes} processes, "
-                             "each of which reads the input: write it to a file first, or run in one process")
-    if num_processes > 1 and mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        raise ValueError(f"{path}: a pipe gives its text once, and each of the {num_processes} processes reads the "
-                         "input: write it to a file first, or run in one process")
     if mode is None or stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         if use_sentence_keys:  # (the lines are needed: one read checks the text too, with the same messages)
             _check_sentence_keys(read_sentences(path), path)
@@ -514,8 +525,7 @@ def embed_file(
     # A link at the output is written through, as a plain open writes: the file, its batch folder and its lock go
     # beside the link's target (the output is moved into place in one step, which would replace the link itself).
     input_file, output_file = Path(input_file), link_target(output_file)
-    if state.num_processes > 1:  # (a pipe would give its text to one process only)
-        check_input_file(input_file, num_processes=state.num_processes)
+    check_not_a_pipe(input_file, state.num_processes)
     sentences, input_sha256 = _read_input(input_file)
     check_paths(input_file, output_file)
     if not sentences and state.is_main_process:

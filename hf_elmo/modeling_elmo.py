@@ -229,12 +229,12 @@ def _why_it_must_be_called(module: nn.Module, built_as: type, name: str) -> str 
         return f"a forward hook on its {name}"
     if module._backward_hooks or module._backward_pre_hooks:
         return f"a backward hook on its {name}"
-    if any(global_hooks()):
+    if any(_global_hooks()):
         return "a hook on every module (torch.nn.modules.module.register_module_forward_hook or its kin)"
     return None
 
 
-def global_hooks() -> tuple[dict, ...]:
+def _global_hooks() -> tuple[dict, ...]:
     """The hooks registered for every module (a profiler's, a FLOP counter's): torch keeps them module-wide."""
     from torch.nn.modules import module as torch_module
 
@@ -247,7 +247,7 @@ def _under_function_transforms(*tensors: torch.Tensor | None) -> bool:
     read values on the host and are autograd Functions without their rules, so the plain computation runs there."""
     from torch.autograd import forward_ad
 
-    if forward_ad._current_level >= 0:
+    if getattr(forward_ad, "_current_level", -1) >= 0:
         return True
     return any(tensor is not None and torch._C._functorch.is_functorch_wrapped_tensor(tensor) for tensor in tensors)
 
