@@ -1051,10 +1051,10 @@ def train(args: argparse.Namespace) -> dict:
     run_started = time.perf_counter()
     keep_freed_memory()
     check_trackers(args.report_to)
-    # Trackers that write files (TensorBoard's events) write them into the output folder.
     # Under torchrun on a machine without CUDA, Accelerate forms a group of CPU processes only when told to
     # (ACCELERATE_USE_CPU=1): without it each process ran alone, and they took each other for another run.
     several_on_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+    # Trackers that write files (TensorBoard's events) write them into the output folder.
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=args.report_to or None,
                               project_dir=args.output_dir, cpu=several_on_cpu)
     if parse_flag_from_env("ACCELERATE_USE_FSDP") and accelerator.distributed_type != DistributedType.FSDP:
