@@ -15,10 +15,12 @@ PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 
 setup: check-python $(VENV)/.installed
 
-# PYTHON chooses the Python of a new venv: given for an existing venv of another Python, it would be ignored (and a
-# TORCH_SPEC given with it installed into the old one), so that is one line saying what to do.
+# PYTHON chooses the Python of a new venv: given on the command line for an existing venv of another Python, it
+# would be ignored (and a TORCH_SPEC given with it installed into the old one), so that is one line saying what to do.
 check-python:
 ifeq ($(origin PYTHON),command line)
+	@command -v $(PYTHON) >/dev/null || { echo "error: PYTHON=$(PYTHON) not found: pass the name or path of a Python \
+	3.11 or later" >&2; exit 1; }
 	@test ! -x $(BIN)/python || test "$$($(BIN)/python -c 'import sys; print(sys.version_info[:2])')" = \
 		"$$($(PYTHON) -c 'import sys; print(sys.version_info[:2])')" || { echo "error: $(VENV) was made with another \
 	Python than PYTHON=$(PYTHON), which chooses the Python of a new venv: remove $(VENV) (make clean) or pass \
@@ -37,6 +39,8 @@ endif
 $(TORCH_STAMP): ;
 
 $(VENV)/.installed: pyproject.toml $(TORCH_STAMP)
+	@test -x $(BIN)/python || command -v $(PYTHON) >/dev/null || { echo "error: PYTHON=$(PYTHON) not found: pass the \
+	name or path of a Python 3.11 or later" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: \
 	hf-elmo needs Python 3.11 or later, and $(PYTHON) is older: pass PYTHON=python3.11 (or a later one)" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

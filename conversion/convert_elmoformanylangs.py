@@ -209,10 +209,11 @@ def main(argv: list[str] | None = None) -> int:
                                           "folder")
                 convert_hf_to_elmoformanylangs(args.model_dir, args.output_dir, overwrite=args.overwrite)
                 print(f"wrote an ELMoForManyLangs model to {args.output_dir}")
-                lm_vocab_size = json.loads(config_file.read_text(encoding="utf-8")).get("lm_vocab_size")
-                if lm_vocab_size:  # (a pretraining checkpoint: its softmax stays behind, which the user should know)
-                    print(f"left out: the pretraining softmax over {lm_vocab_size} words, which the package's Embedder "
-                          "does not read (its own training would need it as classifier.pkl, which is not written)")
+                saved = json.loads(config_file.read_text(encoding="utf-8"))
+                if "ElmoForPreTraining" in (saved.get("architectures") or []):  # (its softmax stays behind: say so)
+                    print(f"left out: the pretraining softmax over {saved.get('lm_vocab_size')} words, which the "
+                          "package's Embedder does not read (its own training would need it as classifier.pkl, which is "
+                          "not written)")
             else:
                 convert_elmoformanylangs_to_hf(args.model_dir, args.output_dir, model_id=args.model_id,
                                                language=args.language, overwrite=args.overwrite,

@@ -32,6 +32,7 @@ def check_transformers_version(version: str) -> None:
 
 check_transformers_version(transformers.__version__)
 
+from .files import is_elmoformanylangs_config  # noqa: E402
 from .pipelines import register_pipelines  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -353,7 +354,7 @@ class ElmoConfig(PreTrainedConfig):
         if not isinstance(config_dict, dict):
             raise ValueError(f"{json_file}: the config holds a JSON {type(config_dict).__name__}, not an object of "
                              "settings")
-        if "config_path" in config_dict and "model_type" not in config_dict:  # (read as ours, it found no weights)
+        if is_elmoformanylangs_config(config_dict):
             raise ValueError(f"{json_file}: an ELMoForManyLangs model's config, not converted: convert the folder with "
                              "conversion/convert_elmoformanylangs.py first")
         return config_dict
@@ -526,6 +527,9 @@ class ElmoConfig(PreTrainedConfig):
         # field of the format was taken silently).
         fixed = set(values) | set(ORIGINAL_FORMAT_FIELDS)
         clashing = sorted(name for name in kwargs if cls.attribute_map.get(name, name) in fixed)
+        if values["projection_dim"] > values["cell_size"]:  # (ElmoConfig's own message names always_project)
+            raise ValueError(f"{source}: option 'lstm.projection_dim' ({values['projection_dim']}) cannot exceed "
+                             f"'lstm.dim' ({values['cell_size']}): bilm-tf projects a cell only to a narrower width")
         if clashing:
             raise ValueError(f"{source}: {', '.join(clashing)} {'is' if len(clashing) == 1 else 'are'} set by the "
                              "options file or bilm-tf's format (the file's default where it leaves an option out); "

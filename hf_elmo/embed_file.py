@@ -81,10 +81,10 @@ WRITES_WAITING = 1
 def process_state() -> PartialState:
     """This process's place among those that `accelerate launch` or `torchrun` started (one, run alone).
 
-    Accelerate forms a group of CPU processes only when told to (`ACCELERATE_USE_CPU=1`); on a machine without
-    CUDA there is no other kind, so it is asked for there too.
+    Accelerate forms a group of CPU processes only when told to (`ACCELERATE_USE_CPU=1`); on a machine without an
+    accelerator (CUDA, XPU, ...) there is no other kind, so it is asked for there too.
     """
-    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available())
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.accelerator.is_available())
 
 
 def read_sentences(path: str | os.PathLike) -> list[str]:
@@ -125,8 +125,9 @@ def check_not_a_pipe(path: str | os.PathLike, num_processes: int) -> None:
                              "each of which reads the input: write it to a file first, or run in one process") from None
         return  # (missing or unreadable: the reading names why)
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        raise ValueError(f"{path}: a pipe gives its text once, and each of the {num_processes} processes reads the "
-                         "input: write it to a file first, or run in one process")
+        raise ValueError(f"{path}: not a regular file (a pipe, a terminal or a device gives its text once), and each "
+                         f"of the {num_processes} processes reads the input: write it to a file first, or run in one "
+                         "process")
 
 
 def check_input_file(path: str | os.PathLike, use_sentence_keys: bool = False, num_processes: int = 1) -> None:

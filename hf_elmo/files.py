@@ -157,6 +157,12 @@ JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a numb
               type(None): "null"}
 
 
+def is_elmoformanylangs_config(settings: dict) -> bool:
+    """Whether a config.json's settings are ELMoForManyLangs' own (naming its architecture json), not a converted
+    folder's: read as an ElmoConfig, they gave warnings of fields it does not know, and then no weights were found."""
+    return "config_path" in settings and "model_type" not in settings
+
+
 def model_folder_problem(path) -> str | None:
     """Why `path` is not a model folder (a folder with a config.json), in a few words, or None where it is one. A
     config.json or tokenizer_config.json that holds JSON but no object (of settings) is named too: transformers'
@@ -170,9 +176,7 @@ def model_folder_problem(path) -> str | None:
                 continue
             if not isinstance(settings, dict):
                 return f"its {name} holds {JSON_KINDS[type(settings)]}, not an object of settings"
-            if name == "config.json" and "config_path" in settings and "model_type" not in settings:
-                # (ELMoForManyLangs' own config.json, naming its architecture json: read as an ElmoConfig, it warned
-                # of fields it does not know and then found no weights)
+            if name == "config.json" and is_elmoformanylangs_config(settings):
                 return ("an ELMoForManyLangs model folder, not converted: convert it with "
                         "conversion/convert_elmoformanylangs.py first")
         return None

@@ -203,8 +203,8 @@ _BUILT_OPTIONS = {
 def _why_it_must_be_called(module: nn.Module, built_as: type, name: str) -> str | None:
     """Why a fast path, which computes from `module`'s weights what `built_as` (nn.Linear, ...) computes instead of
     calling it, must call it: another class's forward (a quantized Linear, an adapter such as LoRA's, a subclass with
-    its own), a forward set on the module itself (Accelerate's offloading hooks, a patch) or a hook (forward or
-    backward, the module's or every module's: a profiler's) would not run, options other than the model builds it
+    its own), a forward set on the module itself (Accelerate's offloading hooks, a patch) or a hook of the module's
+    (forward or backward) would not run, options other than the model builds it
     with (an embedding's padding_idx, a convolution's dilation, no bias) would be left out, and a weight of a tensor
     subclass (torchao's quantized tensors) cannot be multiplied as a plain one. None where nothing stands in the
     way. (One hook needs no output: transformers' enable_input_require_grads, which makes the embedding's output
@@ -229,8 +229,6 @@ def _why_it_must_be_called(module: nn.Module, built_as: type, name: str) -> str 
         return f"a forward hook on its {name}"
     if module._backward_hooks or module._backward_pre_hooks:
         return f"a backward hook on its {name}"
-    if any(_global_hooks()):
-        return "a hook on every module (torch.nn.modules.module.register_module_forward_hook or its kin)"
     return None
 
 
@@ -439,7 +437,10 @@ class ElmoCharacterEncoder(nn.Module):
     def modules_must_run(self) -> str | None:
         """Why the modules inside the encoder must be called (by the plain path), or None. The fast paths never call
         them: they compute from the weights what an embedding, a convolution, a highway layer and a linear map
-        compute (see `_why_it_must_be_called`)."""
+        compute (see `_why_it_must_be_called`), and a hook on every module (a profiler's, a FLOP counter's) would not
+        see them."""
+        if any(_global_hooks()):
+            return "a hook on every module (torch.nn.modules.module.register_module_forward_hook or its kin)"
         computed = [("char_embedding", self.char_embedding, nn.Embedding)]
         if self.word_embedding is not None:
             computed.append(("word_embedding", self.word_embedding, nn.Embedding))
@@ -1737,7 +1738,8 @@ class ElmoForPreTrainingOutput(ModelOutput):
         `(forward_loss + backward_loss) / 2`, as bilm-tf trains.
     forward_loss, backward_loss (`torch.FloatTensor` []):
         Mean negative log-likelihood of each direction's targets: sampled softmax in training, the full softmax
-        in evaluation. Perplexity is `exp` of the mean over a held-out text.
+        in evaluation. Perplexity is `exp` of the mean over a held-out text. Given Trainer's `num_items_in_batch`,
+        this batch's summed negative log-likelihood over that count instead: its share of the optimizer step's mean.
     last_hidden_state (`torch.FloatTensor` [B, S, 2P]):
         The top biLSTM layer at every input position (forward half, backward half), the softmax's input.
     hidden_states (`tuple(torch.FloatTensor)`, L + 1 tensors of [B, S, 2P], with `output_hidden_states`):

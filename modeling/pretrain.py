@@ -1051,15 +1051,18 @@ def train(args: argparse.Namespace) -> dict:
     run_started = time.perf_counter()
     keep_freed_memory()
     check_trackers(args.report_to)
-    # Under torchrun on a machine without CUDA, Accelerate forms a group of CPU processes only when told to
-    # (ACCELERATE_USE_CPU=1): without it each process ran alone, and they took each other for another run.
-    several_on_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+    # Under torchrun on a machine without an accelerator (CUDA, XPU, ...), Accelerate forms a group of CPU processes
+    # only when told to (ACCELERATE_USE_CPU=1): without it each process ran alone, and they took each other for
+    # another run.
+    several_on_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.accelerator.is_available()
     # Trackers that write files (TensorBoard's events) write them into the output folder.
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=args.report_to or None,
                               project_dir=args.output_dir, cpu=several_on_cpu)
     if parse_flag_from_env("ACCELERATE_USE_FSDP") and accelerator.distributed_type != DistributedType.FSDP:
-        accelerator.print(f"FSDP was asked for (fsdp.yaml), which Accelerate forms on GPUs only: these processes train "
-                          f"as {accelerator.distributed_type.value}, each holding the whole model")
+        trains = ("this one process trains alone" if accelerator.distributed_type == DistributedType.NO else
+                  f"these processes train as {accelerator.distributed_type.value}, each")
+        accelerator.print(f"FSDP was asked for (fsdp.yaml), which Accelerate forms for several GPU processes only: "
+                          f"{trains} holding the whole model")
     with output_lock(accelerator, args.output_dir):
         results = train_with(accelerator, args, run_started)
     # The DDP-wrapped model, a local of train_with, is gone before the process group. Otherwise DDP's reducer is the

@@ -517,8 +517,9 @@ def test_two_processes_refuse_a_piped_input_and_a_device(model_path, tmp_path):
     result = run_two_processes(["-m", "hf_elmo.cli", "embed", "/dev/stdin", output, "--model", model_path],
                                SUBPROCESS_ENV, stdin_text="a b c\nthe dog ran\n")
     assert result.returncode != 0 and not output.exists() and not list(tmp_path.iterdir())
-    assert result.stderr.count("error: /dev/stdin: a pipe gives its text once, and each of the 2 processes reads the "
-                               "input: write it to a file first, or run in one process") == 2, result.stderr[-3000:]
+    assert result.stderr.count("error: /dev/stdin: not a regular file (a pipe, a terminal or a device gives its text "
+                               "once), and each of the 2 processes reads the input: write it to a file first, or run "
+                               "in one process") == 2, result.stderr[-3000:]
     source = write_lines(tmp_path / "in.txt", ["a b c"])
     result = run_two_processes(["-m", "hf_elmo.cli", "embed", source, output, "--model", model_path, "--device",
                                 "bogus"], SUBPROCESS_ENV)

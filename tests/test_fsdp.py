@@ -5,6 +5,8 @@ DDP (which pretrain.py says), so tests/fsdp_probe.py applies the same sharding w
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,12 @@ def test_fsdp_asked_for_on_cpus_is_said_to_train_as_ddp(tmp_path):
     result = run_two_processes([REPO / "modeling" / "pretrain.py", "--preset", "tiny", "--train-file", train / "data.txt", "--max-steps", 1,
                                 "--save-steps", 0, "--output-dir", tmp_path / "run"], env)
     assert result.returncode == 0, result.stderr[-3000:]
-    said = "FSDP was asked for (fsdp.yaml), which Accelerate forms on GPUs only: these processes train as MULTI_CPU, " \
-           "each holding the whole model"
+    said = ("FSDP was asked for (fsdp.yaml), which Accelerate forms for several GPU processes only: these processes "
+            "train as MULTI_CPU, each holding the whole model")
     assert said in result.stdout + result.stderr
+    result = subprocess.run([sys.executable, REPO / "modeling" / "pretrain.py", "--preset", "tiny", "--train-file",
+                             train / "data.txt", "--max-steps", "1", "--save-steps", "0", "--output-dir", tmp_path / "one"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ("FSDP was asked for (fsdp.yaml), which Accelerate forms for several GPU processes only: this one process "
+            "trains alone holding the whole model") in result.stdout

@@ -349,8 +349,8 @@ def test_original_options_are_read_as_bilm_tf_writes_them_and_refused_where_they
         ({**options, "lstm": [16, 8]}, "options: no 'lstm' section (an object)"),
         # (named as the file names them, not as ElmoConfig's fields)
         ({**options, "lstm": {**options["lstm"], "projection_dim": 32}},
-         "options: 'lstm.projection_dim' (32) cannot exceed 'lstm.dim' (16): only a model with always_project "
-         "(ELMoForManyLangs') projects its cells to a wider width"),
+         "options: option 'lstm.projection_dim' (32) cannot exceed 'lstm.dim' (16): bilm-tf projects a cell only to "
+         "a narrower width"),
         ({**options, "char_cnn": {**options["char_cnn"], "max_characters_per_token": 3, "filters": [[1, 4], [4, 8]]}},
          "options: 'char_cnn.filters' has [4, 8]: no filter can be wider than 'char_cnn.max_characters_per_token' "
          "(3)"),

@@ -336,6 +336,12 @@ def test_setup_with_a_python_older_than_3_11_says_so_before_anything_is_made(tmp
     assert result.stderr.splitlines()[0] == (f"error: hf-elmo needs Python 3.11 or later, and {python} is older: pass "
                                              "PYTHON=python3.11 (or a later one)")
     assert sorted(path.name for path in checkout.iterdir()) == ["Makefile", "pyproject.toml"]
+    # A PYTHON that is not there is named as such (it was called older than 3.11).
+    result = subprocess.run(["make", "--no-print-directory", "-C", str(checkout), "setup", "PYTHON=python3.99"],
+                            capture_output=True, text=True, env=make_environment(), timeout=60)
+    assert result.returncode != 0 and result.stderr.splitlines()[0] == (
+        "error: PYTHON=python3.99 not found: pass the name or path of a Python 3.11 or later")
+    assert sorted(path.name for path in checkout.iterdir()) == ["Makefile", "pyproject.toml"]
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
