@@ -110,14 +110,15 @@ DEFAULT_SPEC = "torch==2.13.0"
 
 
 def make_environment() -> dict[str, str]:
-    """os.environ without the variables of an enclosing make."""
-    return {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    """os.environ without the variables of an enclosing make, nor the Makefile's own settings that it passes down
+    (`make test-floors` runs the tests with VENV=build/floors-venv and its PYTHON)."""
+    return {name: value for name, value in os.environ.items()
+            if name not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "VENV", "TORCH_SPEC", "PYTHON")}
 
 
 def make_setup_dry_run(venv, torch_spec: str | None = None) -> list[str]:
     """The commands `make setup VENV=venv [TORCH_SPEC=...]` would run (`make -n`: nothing runs, nothing installs)."""
-    environment = {name: value for name, value in os.environ.items()
-                   if name not in ("TORCH_SPEC", "VENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    environment = make_environment()
     command = ["make", "-n", "--no-print-directory", "-C", str(REPO), "setup", f"VENV={venv}"]
     if torch_spec is not None:
         command.append(f"TORCH_SPEC={torch_spec}")
