@@ -13,19 +13,22 @@ PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 
 .PHONY: setup test demo clean check-shared check-python
 
-setup: check-python $(VENV)/.installed
+setup: $(VENV)/.installed
 
-# PYTHON chooses the Python of a new venv: given on the command line for an existing venv of another Python, it
-# would be ignored (and a TORCH_SPEC given with it installed into the old one), so that is one line saying what to do.
+# PYTHON chooses the Python of a new venv: it must be there and be 3.11 or later (pip's own words for an older one
+# name no Python, after torch is installed); given on the command line for an existing venv of another Python, it
+# would be ignored (and a TORCH_SPEC given with it installed into the old one). Each is one line saying what to do.
+PYTHON_GIVEN := $(filter command line,$(origin PYTHON))
 check-python:
-ifeq ($(origin PYTHON),command line)
-	@command -v $(PYTHON) >/dev/null || { echo "error: PYTHON=$(PYTHON) not found: pass the name or path of a Python \
-	3.11 or later" >&2; exit 1; }
-	@test ! -x $(BIN)/python || test "$$($(BIN)/python -c 'import sys; print(sys.version_info[:2])')" = \
+	@if test -n "$(PYTHON_GIVEN)" || ! test -x $(BIN)/python; then command -v $(PYTHON) >/dev/null || { echo \
+	"error: PYTHON=$(PYTHON) not found: pass the name or path of a Python 3.11 or later" >&2; exit 1; }; fi
+	@test -x $(BIN)/python || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: \
+	hf-elmo needs Python 3.11 or later, and $(PYTHON) is older: pass PYTHON=python3.11 (or a later one)" >&2; exit 1; }
+	@test -z "$(PYTHON_GIVEN)" || ! test -x $(BIN)/python || \
+		test "$$($(BIN)/python -c 'import sys; print(sys.version_info[:2])')" = \
 		"$$($(PYTHON) -c 'import sys; print(sys.version_info[:2])')" || { echo "error: $(VENV) was made with another \
 	Python than PYTHON=$(PYTHON), which chooses the Python of a new venv: remove $(VENV) (make clean) or pass \
 	VENV=another-folder" >&2; exit 1; }
-endif
 
 # A TORCH_SPEC other than the venv's makes the set-up run again and reinstall torch: by force, since pip takes the
 # CPU build 2.13.0+cpu as satisfying `torch==2.13.0` from any index. The stamp is written once torch is installed,
@@ -38,11 +41,7 @@ endif
 
 $(TORCH_STAMP): ;
 
-$(VENV)/.installed: pyproject.toml $(TORCH_STAMP)
-	@test -x $(BIN)/python || command -v $(PYTHON) >/dev/null || { echo "error: PYTHON=$(PYTHON) not found: pass the \
-	name or path of a Python 3.11 or later" >&2; exit 1; }
-	@test -x $(BIN)/python || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: \
-	hf-elmo needs Python 3.11 or later, and $(PYTHON) is older: pass PYTHON=python3.11 (or a later one)" >&2; exit 1; }
+$(VENV)/.installed: pyproject.toml $(TORCH_STAMP) | check-python
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(REINSTALL_TORCH),$(PIP) install --force-reinstall --no-deps $(TORCH_SPEC))
 	$(PIP) install $(TORCH_SPEC)

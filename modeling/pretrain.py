@@ -722,24 +722,23 @@ def check_softmax_words(args, vocabulary: Vocabulary) -> None:
                         "one word more at least")
 
 
-def on_the_first_process_first(accelerator: Accelerator, work):
-    """`work()` in the first process, then in the others (which find the datasets cache it built). A refusal there
-    (a file that does not read) is every process's own error line: the others waited at a barrier that the first
-    left by its error, and died in gloo's "Connection closed by peer" traceback."""
+def on_the_first_process(accelerator: Accelerator, work, refusals: tuple = (PretrainError,),
+                         raised_as: type[ValueError] = PretrainError):
+    """`work()` in the first process only, its result there (None in the others). Its refusal (one of `refusals`)
+    is every process's own error, `raised_as` with its message: the others would otherwise wait at the next barrier,
+    which the first left by its error, and die in gloo's "Connection closed by peer" traceback."""
     failure, result = None, None
     if accelerator.is_main_process:
         try:
             result = work()
-        except (DataError, VocabularyError, PretrainError) as error:
+        except refusals as error:
             if accelerator.num_processes == 1:
                 raise
             failure = str(error)
     if accelerator.num_processes > 1:
         failure = broadcast_object_list([failure], from_process=0)[0]
         if failure is not None:
-            raise DataError(failure)
-        if not accelerator.is_main_process:
-            result = work()
+            raise raised_as(failure)
     return result
 
 
@@ -1081,24 +1080,19 @@ def output_lock(accelerator: Accelerator, output_dir: str):
     first trains) is refused instead of mixing its log and checkpoints with the first's. Where the folder above
     cannot be written (a mounted volume in a read-only one), the run goes on without the lock, and says so."""
     with contextlib.ExitStack() as held:
-        failure = None
-        if accelerator.is_main_process:
+
+        def take_the_lock() -> None:
+            check_output_location(output_dir, "folder", error=PretrainError, writes_inside=True)
+            real = Path(output_dir).resolve()  # (one lock however the folder is named, links followed)
+            real.parent.mkdir(parents=True, exist_ok=True)
+            lock = real.with_name(f"{real.name}.lock")
             try:
-                check_output_location(output_dir, "folder", error=PretrainError, writes_inside=True)
-                real = Path(output_dir).resolve()  # (one lock however the folder is named, links followed)
-                real.parent.mkdir(parents=True, exist_ok=True)
-                lock = real.with_name(f"{real.name}.lock")
-                try:
-                    held.enter_context(OutputLock(lock, output_dir, error=PretrainError))
-                except OSError as error:
-                    accelerator.print(f"warning: {lock}: cannot write the lock of --output-dir there ({error.strerror}), "
-                                      "so a second run into it would not be refused")
-            except PretrainError as error:
-                failure = str(error)
-        if accelerator.num_processes > 1:  # (the others learn whether the run may go on)
-            failure = broadcast_object_list([failure], from_process=0)[0]
-        if failure is not None:
-            raise PretrainError(failure)
+                held.enter_context(OutputLock(lock, output_dir, error=PretrainError))
+            except OSError as error:
+                accelerator.print(f"warning: {lock}: cannot write the lock of --output-dir there ({error.strerror}), "
+                                  "so a second run into it would not be refused")
+
+        on_the_first_process(accelerator, take_the_lock)  # (the others learn whether the run may go on)
         yield
 
 
@@ -1146,7 +1140,9 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
             validation = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
         return train, validation
 
-    train_sentences, validation_sentences = on_the_first_process_first(accelerator, read_texts)
+    # (the first process first: the others then find the datasets cache it built)
+    texts = on_the_first_process(accelerator, read_texts, (DataError, VocabularyError, PretrainError), DataError)
+    train_sentences, validation_sentences = texts if accelerator.is_main_process else read_texts()
     tokenizer = choose_tokenizer(args, settings, checkpoint, train_sentences)
     vocabulary = choose_vocabulary(args, checkpoint, train_sentences, tokenizer)
     if checkpoint is not None:
