@@ -127,6 +127,16 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return whole_number
 
 
+def size_names(parser: argparse.ArgumentParser, text: str, known: list[str], others: tuple[str, ...] = ()) -> list[str]:
+    """The sizes that `--sizes` names (comma-separated): each one of `known` or `others`, one of `known` at least (an
+    unknown name ran nothing, then failed at the end); anything else is the parser's error, naming what it takes."""
+    names = text.split(",")
+    if not set(names) <= {*known, *others} or not set(names) & set(known):
+        also = f" (one at least) and {', '.join(others)}" if others else ""
+        parser.error(f"--sizes takes {', '.join(known)}{also}, got {text!r}")
+    return names
+
+
 def timed(function) -> tuple[float, object]:
     start = time.perf_counter()
     result = function()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench_common import at_least, cpu0_caches, last_level_cache, markdown_sections  # noqa: E402
+from bench_common import at_least, cpu0_caches, last_level_cache, markdown_sections, size_names  # noqa: E402
 from hf_elmo.fast_linear import cpuinfo  # noqa: E402
 from hf_elmo.files import write_text_atomically  # noqa: E402
 
@@ -674,10 +674,8 @@ def main(argv=None) -> int:
     parser.add_argument("--work-dir", default=str(ROOT / "build" / "bench"))
     parser.add_argument("--output", default=str(Path(__file__).parent / "RESULTS.md"))
     args = parser.parse_args(argv)
-    sizes, known = args.sizes.split(","), [size.name for size in SIZES]
-    if not set(sizes) <= {*known, "elmoformanylangs"} or not set(sizes) & set(known):
-        # (each section holds the AllenNLP comparison of at least one size; an unknown name ran nothing, then failed)
-        parser.error(f"--sizes takes {', '.join(known)} (one at least) and elmoformanylangs, got {args.sizes!r}")
+    # (each section holds the AllenNLP comparison of at least one size)
+    sizes = size_names(parser, args.sizes, [size.name for size in SIZES], others=("elmoformanylangs",))
     # Workers run inside benchmarks/; abspath, not resolve: a venv's python is a symlink that must stay one.
     args.allennlp_python = os.path.abspath(args.allennlp_python)
     args.work_dir, args.output = os.path.abspath(args.work_dir), os.path.abspath(args.output)
@@ -702,11 +700,11 @@ def main(argv=None) -> int:
     inputs = make_inputs(inputs_file)
     results, summaries = {}, {}
     for size in SIZES:
-        if size.name in args.sizes.split(","):
+        if size.name in sizes:
             results[size.name] = bench_size(size, args, inputs_file, work, env)
             summaries[size.name] = summarise(results[size.name], inputs)
     extra = None
-    if "elmoformanylangs" in args.sizes.split(","):
+    if "elmoformanylangs" in sizes:
         import elmoformanylangs_bench
 
         manylangs = elmoformanylangs_bench.run(os.path.abspath(args.elmoformanylangs_python), args.threads, args.rounds,

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import at_least
+from bench_common import at_least, size_names
 from run import (ROOT, SIZES, benchmark_parser, cpu_summary, library_workers, make_models, one_section_per_cpu,
                  section_heading, settings)
 from hf_elmo.files import write_text_atomically  # noqa: E402  (run put the repository on the path)
@@ -216,9 +216,7 @@ def main(argv=None) -> int:
     parser.add_argument("--work-dir", default=str(ROOT / "build" / "bench-train"))
     parser.add_argument("--output", default=str(Path(__file__).parent / "TRAINING.md"))
     args = parser.parse_args(argv)
-    known = [size.name for size in SIZES]
-    if not set(args.sizes.split(",")) <= set(known):
-        parser.error(f"--sizes takes {', '.join(known)}, got {args.sizes!r}")
+    sizes = size_names(parser, args.sizes, [size.name for size in SIZES])
     if args.ptb_steps != 0 and args.ptb_steps < PTB_LOGGED_FROM + 10:  # (else a median of nothing, at the end)
         parser.error(f"--ptb-steps must be 0 (no pretrain.py runs) or at least {PTB_LOGGED_FROM + 10}: the rates of its "
                      f"first {PTB_LOGGED_FROM} steps include the start, got {args.ptb_steps}")
@@ -241,7 +239,7 @@ def main(argv=None) -> int:
     inputs_file = work / "windows.json"
     make_windows(Path(args.ptb_dir), inputs_file)
     steps = {size.name: bench_steps(size, args, inputs_file, work, env)
-             for size in sorted(SIZES, key=lambda s: s.name != "small") if size.name in args.sizes.split(",")}
+             for size in sorted(SIZES, key=lambda s: s.name != "small") if size.name in sizes}
     pretrain = bench_pretrain(args, work, env) if args.ptb_steps else {}
     setup["load_average_end"] = os.getloadavg()
     output = Path(args.output)

@@ -174,11 +174,13 @@ def _check_lexicon_matches(lexicon, config, model_dir: Path) -> None:
                                   f"says {getattr(config, field)}: the dictionary is not the model's")
 
 
-def _read_model_type(config_file: Path) -> str | None:
+def _read_elmo_config(config_file: Path) -> dict | None:
+    """A Hugging Face ELMo checkpoint's config.json as a dict; None for anything else (no file, not JSON, no ELMo)."""
     try:
-        return json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        saved = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
+    return saved if isinstance(saved, dict) and saved.get("model_type") == "elmo" else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,13 +205,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConversionError(problem)
         with quiet_transformers():
             if args.to_elmoformanylangs:
-                config_file = Path(args.model_dir, "config.json")
-                if not config_file.is_file() or _read_model_type(config_file) != "elmo":
+                if (saved := _read_elmo_config(Path(args.model_dir, "config.json"))) is None:
                     raise ConversionError(f"{args.model_dir}: no config.json of an ELMo, not a Hugging Face checkpoint "
                                           "folder")
                 convert_hf_to_elmoformanylangs(args.model_dir, args.output_dir, overwrite=args.overwrite)
                 print(f"wrote an ELMoForManyLangs model to {args.output_dir}")
-                saved = json.loads(config_file.read_text(encoding="utf-8"))
                 if "ElmoForPreTraining" in (saved.get("architectures") or []):  # (its softmax stays behind: say so)
                     print(f"left out: the pretraining softmax over {saved.get('lm_vocab_size')} words, which the "
                           "package's Embedder does not read (its own training would need it as classifier.pkl, which is "
