@@ -176,6 +176,42 @@ def test_a_tokenizer_that_does_not_fit_its_model_or_is_no_json_is_one_line_namin
     assert not (tmp_path / "senses.png").exists() and not (tmp_path / "out.hdf5").exists()
 
 
+@pytest.mark.parametrize("model, tokenizer_files, misfit", [
+    ("default", ["char.dic"], "the tokenizer's alphabet is vocabulary, the model's bytes"),
+    ("with_words", ["char.dic"], "the model reads word ids (word.dic), which the tokenizer does not give"),
+    ("chars_only", ["char.dic", "word.dic"], "the tokenizer gives word ids (input_word_ids), which the model does not "
+                                             "read"),
+    ("with_words", ["char.dic with a character more", "word.dic"], "the tokenizer's char.dic gives n_characters 63, "
+                                                                  "the model's config 62"),
+    ("with_words", ["char.dic", "word.dic with a word less"], "the tokenizer's word.dic gives word_vocab_size 50, the "
+                                                             "model's config 51"),
+])
+def test_a_tokenizer_whose_alphabet_dictionaries_or_word_input_are_not_its_models_is_refused_when_it_loads(
+        converted_elmoformanylangs, tmp_path, model, tokenizer_files, misfit):
+    """A model folder whose tokenizer spells in char.dic's characters where the model reads bytes embedded every
+    sentence with no error, in vectors that mean nothing, as did another model's char.dic of fewer characters (one of
+    more failed in torch's embedding at the first word past the model's rows); word ids that one gives and the other
+    lacks failed at the first batch, naming neither. Each is refused as the model loads, naming the folder."""
+    from hf_elmo import ElmoEmbedder, ElmoTokenizer
+
+    folder = tmp_path / model
+    shutil.copytree(default_model_path() if model == "default" else converted_elmoformanylangs[model], folder)
+    for name in ("char.dic", "word.dic"):
+        (folder / name).unlink(missing_ok=True)
+    files = {}
+    for kind, name in zip(["char", "word"], tokenizer_files):
+        lines = (ELMOFORMANYLANGS / "with_words" / f"{kind}.dic").read_text(encoding="utf-8").splitlines(keepends=True)
+        if name.endswith("a character more"):
+            lines.append(f"新\t{len(lines)}\n")
+        elif name.endswith("a word less"):
+            lines = lines[:-1]
+        (tmp_path / f"{kind}.dic").write_text("".join(lines), encoding="utf-8")
+        files[f"{kind}_vocab_file"] = tmp_path / f"{kind}.dic"
+    ElmoTokenizer(**files).save_pretrained(folder)
+    with pytest.raises(ValueError, match=f"^{re.escape(f'{folder}: its tokenizer does not fit its model: {misfit}')}$"):
+        ElmoEmbedder(folder)
+
+
 def test_no_subcommand_is_a_usage_error(capsys):
     """`hf-elmo` alone names the command it lacks and exits 2 (without the check it did nothing and exited 0)."""
     with pytest.raises(SystemExit) as raised:

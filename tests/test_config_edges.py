@@ -129,15 +129,17 @@ def test_to_original_options_refuses_each_thing_bilm_tf_cannot_express(changes):
         ElmoConfig(char_cnn_filters=[[1, 4], [2, 4]], **{**TINY, **changes}).to_original_options()
 
 
+@pytest.mark.parametrize("always_project", [False, True])
 @pytest.mark.parametrize("filters, projection", [([[1, 4], [2, 4]], 16), ([[1, 8], [2, 8]], 16)])
-def test_the_token_projection_reads_the_word_vector_and_the_char_cnns_together(filters, projection):
-    """With word input (and `always_project` off) the token projection is built only where the word vector and the
+def test_the_token_projection_reads_the_word_vector_and_the_char_cnns_together(filters, projection, always_project):
+    """With word input and `always_project` off, the token projection is built only where the word vector and the
     char CNN's output together (word_embedding_dim + F) differ from projection_dim: 8 + 8 = 16 needs none, 8 + 16
-    does; either way the model reads its words and characters to [B, S, 2P]."""
+    does; with `always_project` (ELMoForManyLangs') both are built, the token projection and the cells' projection,
+    whatever the widths. Either way the model reads its words and characters to [B, S, 2P]."""
     config = ElmoConfig(**{**VOCABULARY_ALPHABET, "n_characters": 262}, char_cnn_filters=filters,
                         word_vocab_size=10, word_embedding_dim=8, bos_word_id=1, eos_word_id=2,
-                        **{**TINY, "cell_size": 32, "projection_dim": projection})
-    assert config.has_char_projection == (config.num_char_filters + 8 != projection)
+                        always_project=always_project, **{**TINY, "cell_size": 32, "projection_dim": projection})
+    assert config.has_char_projection == (always_project or config.num_char_filters + 8 != projection)
     torch.manual_seed(0)
     model = ElmoModel(config).eval()
     assert (model.char_encoder.projection is not None) == config.has_char_projection
@@ -147,6 +149,10 @@ def test_the_token_projection_reads_the_word_vector_and_the_char_cnns_together(f
     with torch.no_grad():
         out = model(input_ids=char_ids, input_word_ids=word_ids).last_hidden_state
     assert out.shape == (2, 3, 2 * projection) and torch.isfinite(out).all()
+    # The cells' projection likewise: where the cell is as wide as the output, only always_project builds it.
+    square = ElmoConfig(**{**config.to_dict(), "cell_size": projection})
+    assert square.has_lstm_projection == always_project
+    assert all((layer.projection_weight is not None) == always_project for layer in ElmoModel(square).layers)
 
 
 def test_to_original_options_writes_every_option_bilm_tf_reads():

@@ -9,6 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification
 from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo import modeling_elmo
 from hf_elmo.modeling_elmo import _check_character_ids, _check_class_ids, _word_mask
 from hf_elmo.tokenization_elmo import word_to_char_ids
 
@@ -410,7 +411,7 @@ def test_overflowing_words_with_a_stride(tokenizer):
     assert untouched["overflowing_tokens"] == [] and untouched["num_truncated_tokens"] == 0
 
 
-def test_save_hub_folder_refuses_a_card_that_is_not_text_and_never_leaves_half_a_readme(tmp_path):
+def test_save_hub_folder_refuses_a_card_that_is_not_text_and_never_leaves_half_a_readme(tmp_path, monkeypatch):
     """save_hub_folder's model_card is the card's text: a Path (the README's `read_text()` forgotten), a ModelCard or
     text with a lone surrogate failed in `write()` after the weights were saved and README.md truncated, destroying
     the previous card; tags="sentiment" added the tags 's', 'e', 'n', ... Each is now refused before anything is
@@ -440,3 +441,27 @@ def test_save_hub_folder_refuses_a_card_that_is_not_text_and_never_leaves_half_a
     os.umask(umask)
     assert readme.read_text(encoding="utf-8") == "# second card\n" and set(os.listdir(folder)) == before
     assert stat.S_IMODE(readme.stat().st_mode) == 0o666 & ~umask
+    # A write of the card that fails (as on a full disk: here, text where bytes belong) leaves the card before it.
+    monkeypatch.setattr(modeling_elmo, "_card_bytes", lambda card, tags: card)
+    with pytest.raises(TypeError):
+        model.save_hub_folder(folder, "someone/elmo", model_card="# third card\n")
+    assert readme.read_text(encoding="utf-8") == "# second card\n" and set(os.listdir(folder)) == before
+
+
+@pytest.mark.parametrize("model_class", [ElmoModel, ElmoForTokenClassification])
+def test_a_model_offloaded_by_accelerate_reads_a_batch_on_its_execution_device(model_class):
+    """accelerate's `cpu_offload` keeps the weights on the meta device until each module runs, its hooks moving the
+    ids: the device check steps aside (it compared the ids' device with meta's, refusing every batch), and the outputs
+    are the model's before offloading."""
+    from accelerate import cpu_offload
+
+    torch.manual_seed(0)
+    model = model_class(ElmoConfig(**TINY)).eval()
+    batch = ElmoTokenizer()(["a big word", "a"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**batch)[0]
+    cpu_offload(model, execution_device=torch.device("cpu"))
+    assert model.get_input_embeddings().weight.device.type == "meta"
+    with torch.no_grad():
+        found = model(**batch)[0]
+    assert found.device.type == "cpu" and torch.allclose(found, expected, atol=1e-6)

@@ -75,6 +75,10 @@ def test_a_dictionary_that_cannot_be_read_or_lacks_a_special_entry_is_named(tmp_
     with pytest.raises(LexiconError, match=rf"^{broken}: line 2 is not UTF-8 text \(invalid continuation byte at byte "
                                            r"9\)$"):
         read_dictionary(broken)
+    for data, line in ((b"a\t0\n\xff\t1\n", 2), (b"\xff\t0\n", 1)):  # (at a line's first byte: that line, not the one before)
+        broken.write_bytes(data)
+        with pytest.raises(LexiconError, match=rf"^{broken}: line {line} is not UTF-8 text \(invalid start byte"):
+            read_dictionary(broken)
     chars = tmp_path / "chars.dic"
     chars.write_text("".join(f"{token}\t{index}\n" for index, token in enumerate(["a", "<bos>", "<eos>", "<pad>"])),
                      encoding="utf-8")

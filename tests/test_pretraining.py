@@ -2525,3 +2525,27 @@ def test_trainer_with_gradient_accumulation_takes_the_step_of_one_large_batch(tm
     batch["labels"][2, -1] = 3  # (a padding position of the short sentence)
     with pytest.raises(ValueError, match=r"^labels: padding positions hold labels other than -100, which Trainer counts"):
         model(**batch, num_items_in_batch=14)
+    # A micro-batch without targets in a window whose count is 0 (every word of the window padding) has a loss of 0,
+    # not NaN, which would reach every weight through the optimizer.
+    model.train()
+    nothing = {**batch, "labels": torch.full_like(batch["labels"], -100),
+               "backward_labels": torch.full_like(batch["labels"], -100)}
+    loss = model(**nothing, num_items_in_batch=torch.tensor(0)).loss
+    assert loss.item() == 0.0
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_the_pretraining_model_names_what_it_lacks():
+    """Without lm_vocab_size the softmax failed in torch ("empty(): argument 'size' ... NoneType"); labels without
+    backward_labels failed with an AttributeError, and backward_labels alone gave no loss, silently."""
+    sizes = dict(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 4]], num_highway_layers=1, cell_size=16,
+                 projection_dim=8)
+    with pytest.raises(ValueError, match=r"^ElmoForPreTraining needs ElmoConfig.lm_vocab_size, the number of words"):
+        ElmoForPreTraining(ElmoConfig(**sizes))
+    model = ElmoForPreTraining(ElmoConfig(**sizes, lm_vocab_size=10, lm_negative_samples=0))
+    ids = torch.tensor([[word_to_char_ids(word) for word in ("<S>", "a", "</S>")]])
+    labels = torch.tensor([[4, 1, -100]])
+    for given in ({"labels": labels}, {"backward_labels": labels}):
+        with pytest.raises(ValueError, match=r"^pass both labels \(forward targets\) and backward_labels, or neither$"):
+            model(input_ids=ids, **given)

@@ -1,11 +1,14 @@
 """ElmoTokenizer: the reference character ids, word splitting, padding/truncation, and the transformers tooling."""
 
+import errno
 import json
 import os
 import pickle
 import re
 import shutil
 import stat
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -102,8 +105,9 @@ def test_max_characters_per_token():
     with pytest.raises(ValueError, match="max_characters_per_token"):
         ElmoTokenizer(max_characters_per_token=2)
     # A number as a string (a hand-edited tokenizer_config.json) is named, not compared with 3 deep inside.
-    with pytest.raises(ValueError, match=r"^max_characters_per_token must be an integer, got '50'\.$"):
-        ElmoTokenizer(max_characters_per_token="50")
+    for value, shown in (("50", "'50'"), (True, "True")):  # (a bool is no count, though Python's int takes it)
+        with pytest.raises(ValueError, match=rf"^max_characters_per_token must be an integer, got {shown}\.$"):
+            ElmoTokenizer(max_characters_per_token=value)
 
 
 def test_fixture_vocabulary_round_trips(tok):
@@ -188,6 +192,10 @@ def test_empty_word_list(tok):
     assert batch["input_ids"].shape == (2, 1, 50)
     assert batch["attention_mask"].tolist() == [[0], [1]]
     assert batch.word_ids(0) == [None]
+    # A batch of no sentences: every per-word output is [0, 0] (numpy made the masks [0]), the ids [0, 0, 50].
+    nothing = tok([], return_special_tokens_mask=True, return_token_type_ids=True, return_tensors="pt")
+    assert {key: tuple(value.shape) for key, value in nothing.items()} == {
+        "input_ids": (0, 0, 50), "attention_mask": (0, 0), "special_tokens_mask": (0, 0), "token_type_ids": (0, 0)}
 
 
 @pytest.mark.parametrize("padding_side", ["right", "left"])
@@ -622,6 +630,11 @@ def test_a_model_folder_saved_without_its_tokenizer_gives_the_tokenizer_its_conf
     ElmoModel(chars).save_pretrained(tmp_path / "chars")
     with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path / 'chars' / 'char.dic'))}: not found; this tokenizer"):
         AutoTokenizer.from_pretrained(tmp_path / "chars")
+    # Another model's config.json (no ELMo's) says nothing of this tokenizer: the defaults hold.
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text(json.dumps({"model_type": "character_bert",
+                                                                "max_characters_per_token": 20}))
+    assert ElmoTokenizer.from_pretrained(tmp_path / "other").max_characters_per_token == 50
 
 
 def test_a_saved_tokenizer_of_word_ids_without_its_word_dic_names_the_file(tmp_path):
@@ -652,6 +665,23 @@ def test_dictionaries_are_written_atomically_with_plain_modes(tmp_path):
     (tmp_path / "taken").mkdir()  # a folder where the file belongs: the final rename fails
     with pytest.raises(OSError):
         write_dictionary(entries, tmp_path / "taken")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["char.dic", "taken"]
+    # A write that fails part-way (a file size limit, as a full disk) leaves the old dictionary whole, and nothing
+    # else (a plain open left the first 20,000 bytes of the new one in its place).
+    script = (
+        "import resource, signal, sys\n"
+        "from hf_elmo.lexicon import write_dictionary\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, resource.RLIM_INFINITY))\n"
+        "try:\n"
+        "    write_dictionary({chr(0x4E00 + i): i for i in range(10000)}, sys.argv[1])\n"
+        "except OSError as error:\n"
+        "    print(error.errno)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "char.dic")], capture_output=True, text=True,
+                            timeout=120)
+    assert result.stdout.strip() == str(errno.EFBIG), result.stderr
+    assert read_dictionary(tmp_path / "char.dic") == entries
     assert sorted(path.name for path in tmp_path.iterdir()) == ["char.dic", "taken"]
 
 
@@ -824,6 +854,18 @@ def test_encode_words_gives_what_the_call_gives_from_its_cache_of_spelled_words(
         with pytest.raises(TypeError, match="each example is a list of words; example 1 is a str"):
             tokenizer.encode_words([["x"], "a sentence"])
         _same_encoding(tokenizer.encode_words([]), tokenizer([], is_split_into_words=True, padding=True, return_tensors="pt"))
+        tokenizer.padding_side = "middle"  # (set after loading, where nothing checks it)
+        with pytest.raises(ValueError, match="^padding_side must be 'left' or 'right', got 'middle'.$"):
+            tokenizer.encode_words(english[:3])
+        tokenizer.padding_side = padding_side
+    # A sentence longer than model_max_length is encoded whole, with the call's warning.
+    import transformers.tokenization_utils_base
+    from transformers.testing_utils import CaptureLogger
+
+    with CaptureLogger(transformers.utils.logging.get_logger(transformers.tokenization_utils_base.__name__)) as captured:
+        assert ElmoTokenizer(model_max_length=3).encode_words([["a"] * 5])["input_ids"].shape == (1, 5, 50)
+    assert "Token indices sequence length is longer than the specified maximum sequence length for this model (5 > 3)" \
+        in captured.out
     for return_tensors in (None, "np"):  # (lists as the call gives them; arrays)
         fast, slow = (tokenizer.encode_words(english[:3], return_tensors=return_tensors),
                       tokenizer(english[:3], is_split_into_words=True, padding=True, return_tensors=return_tensors))
