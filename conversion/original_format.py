@@ -131,11 +131,29 @@ def read_original_weights(weight_file: str | os.PathLike, config: ElmoConfig) ->
                 if not np.issubdtype(dtype, np.floating):
                     raise ConversionError(f"{path}: dataset {name} has type {dtype}, expected float32")
                 # a damaged chunk, a filter h5py does not have: h5py names neither the file nor the dataset
-                with _damaged_hdf5(f"{path}: cannot read dataset {name}", damaged=False):
-                    values = dataset[...]
+                try:
+                    with _damaged_hdf5(f"{path}: cannot read dataset {name}", damaged=False):
+                        values = dataset[...]
+                except ConversionError as error:
+                    if lacking := _filters_h5py_lacks(dataset):  # (h5py says only that a plugin folder is missing)
+                        raise ConversionError(f"{error}: it is stored with the HDF5 filter {', '.join(lacking)}, which "
+                                              "this h5py cannot decode: install that filter's plugin (the hdf5plugin "
+                                              "package has the common ones), or write the file without it") from None
+                    raise
                 arrays[name] = exact_float32(values, f"{path}: dataset {name}")
                 bar.update(dataset.size * 4)
     return arrays
+
+
+def _filters_h5py_lacks(dataset: h5py.Dataset) -> list[str]:
+    """The filters of a chunked dataset's pipeline that this h5py has no decoder for, as "ID (name)"."""
+    try:
+        plist = dataset.id.get_create_plist()
+        filters = [plist.get_filter(index) for index in range(plist.get_nfilters())]
+    except Exception:  # noqa: BLE001 - a header h5py cannot read: the error already raised says so
+        return []
+    return [f"{code} ({name.decode('utf-8', 'replace')})" for code, _, _, name in filters
+            if not h5py.h5z.filter_avail(code)]
 
 
 @contextlib.contextmanager

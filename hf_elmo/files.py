@@ -50,8 +50,8 @@ def decode_utf8(data: bytes, path, first_line: int = 1, first_byte: int = 0) -> 
 def whole_characters(data: bytes) -> int:
     """How many bytes at the start of `data` end between two UTF-8 characters: all of them, unless the last 1 to 3
     bytes begin a character that continues beyond `data`. (Invalid bytes count as whole: decoding names them.)"""
-    continuation = 0
-    while continuation < 3 and continuation < len(data) and data[-1 - continuation] & 0xC0 == 0x80:
+    continuation = 0  # (a character cut short has at most 2 of its 3 continuation bytes here)
+    while continuation < 2 and continuation < len(data) and data[-1 - continuation] & 0xC0 == 0x80:
         continuation += 1
     if continuation == len(data):
         return len(data)

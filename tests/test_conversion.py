@@ -100,6 +100,21 @@ def test_converted_folder_is_complete_and_self_contained(converted):
     assert not [name for name in (folder.parent).iterdir() if ".partial-" in name.name]
 
 
+def test_a_converted_models_mixes_start_as_the_plain_average_of_its_layers(converted):
+    """The original files hold no scalar mix (it is the task's): each of a converted model's mixes starts as the mean
+    of its layers, gamma 1 and equal weights, as AllenNLP's does."""
+    model = ElmoModel.from_pretrained(converted["allennlp-elmo"]).eval()
+    assert model.config.num_output_representations == len(model.scalar_mixes) >= 1
+    batch = ElmoTokenizer.from_pretrained(converted["allennlp-elmo"])(["I eat an apple .", "Hi"], padding=True,
+                                                                      return_tensors="pt")
+    with torch.no_grad():
+        output = model(**batch, output_hidden_states=True)
+    average = torch.stack(output.hidden_states).mean(0)
+    for mix, representation in zip(model.scalar_mixes, output.elmo_representations):
+        assert torch.equal(mix.gamma, torch.ones(1)) and torch.equal(mix.scalar_parameters, torch.zeros(3))
+        assert torch.allclose(representation, average, atol=1e-6)
+
+
 def test_multilingual_options_with_training_keys(tmp_path):
     """bilm-tf training writes extra keys into options.json; they are accepted and ignored."""
     out = convert_original_to_hf(MULTILINGUAL_FR / "options.json", MULTILINGUAL_FR / "weights.hdf5", tmp_path / "fr")
@@ -171,6 +186,19 @@ def damage_compressed_chunk(folder: Path, name: str) -> None:
     with open(folder / "weights.hdf5", "r+b") as handle:
         handle.seek(offset + 10)
         handle.write(b"\xff" * 20)
+
+
+def store_with_a_filter_h5py_lacks(folder: Path, name: str) -> None:
+    """Store dataset `name` compressed with lzf, then rename that filter in the file to one h5py has no plugin for
+    (32099, made mandatory, as a plugin's filter is): a whole file that this h5py cannot read."""
+    edit_weights(folder, lambda h: replace_dataset(h, name, np.zeros_like(h[name][...]), compression="lzf",
+                                                   chunks=h[name].shape))  # (zeros: lzf stores them compressed)
+    data = bytearray((folder / "weights.hdf5").read_bytes())
+    lzf = (32000).to_bytes(2, "little") + (8).to_bytes(2, "little")  # the filter's id and its name's length
+    assert data.count(lzf) == 1
+    at = data.index(lzf)
+    data[at:at + 2], data[at + 4:at + 6] = (32099).to_bytes(2, "little"), b"\x00\x00"  # (flags 0: mandatory)
+    (folder / "weights.hdf5").write_bytes(bytes(data))
 
 
 def damage_metadata(folder: Path, where: str) -> None:
@@ -254,9 +282,13 @@ BAD_INPUTS = {
                  ["weights.hdf5: dataset " + f"{PREFIX}/B holds 2 non-finite values (NaN or infinity)"]),
     "an infinity": (lambda f: edit_weights(f, lambda h: h["char_embed"].__setitem__((0, 1), -np.inf)),
                     ["weights.hdf5: dataset char_embed holds 1 non-finite value (NaN or infinity)"]),
-    # h5py's own message names neither the file nor the dataset.
+    # h5py's own message names neither the file nor the dataset; it cannot tell a damaged chunk from a filter it
+    # lacks, so neither is called damage (the test checks).
     "a damaged compressed chunk": (lambda f: damage_compressed_chunk(f, f"{PREFIX}/W_0"),
                                    ["weights.hdf5: cannot read dataset " + f"{PREFIX}/W_0 ("]),
+    "a filter h5py lacks": (lambda f: store_with_a_filter_h5py_lacks(f, f"{PREFIX}/W_0"),
+                            ["weights.hdf5: cannot read dataset " + f"{PREFIX}/W_0 (", "): it is stored with the "
+                             "HDF5 filter 32099 (lzf), which this h5py cannot decode: install that filter's plugin"]),
     # Damaged structure: h5py raised RuntimeError or KeyError (a traceback from the command) naming neither.
     "a damaged object header": (lambda f: damage_metadata(f, "object header"),
                                 ["weights.hdf5: cannot list the datasets of this HDF5 file (",
@@ -281,6 +313,7 @@ def test_bad_input_fails_clearly_and_writes_nothing(original, tmp_path, capsys, 
     code, _, err = run_main(capsys, "--options-file", original / "options.json", "--weight-file",
                             original / "weights.hdf5", "--output-dir", out)
     assert_only_an_error_line(code, err, *must_mention)
+    assert ("the file is damaged" in err) == ("damaged" in case and "chunk" not in case)
     assert not out.exists()
     assert not [path for path in tmp_path.iterdir() if path.name.startswith(".out")]
 
@@ -331,7 +364,8 @@ def test_overwrite_never_replaces_a_folder_that_holds_the_input(original, conver
 
 
 def test_failed_verification_leaves_nothing(original, tmp_path, monkeypatch):
-    """A crash after the files are written but before they are verified leaves no output folder."""
+    """A crash after the files are written but before they are verified leaves no output folder; with --overwrite,
+    the folder it would have replaced is left as it was (the replacement happens only once all is verified)."""
     import conversion.convert_original_elmo as converter
 
     def broken_verify(folder, model, tokenizer, reloaded_tokenizer, output_dir):
@@ -342,6 +376,13 @@ def test_failed_verification_leaves_nothing(original, tmp_path, monkeypatch):
         converter.convert_original_to_hf(original / "options.json", original / "weights.hdf5", tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["original"]
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "earlier.txt").write_text("an earlier output")
+    with pytest.raises(ConversionError):
+        converter.convert_original_to_hf(original / "options.json", original / "weights.hdf5", tmp_path / "out",
+                                         overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["original", "out"]
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["earlier.txt"]
 
 
 @pytest.mark.parametrize("damage, expected", [
@@ -730,10 +771,12 @@ def damage_checkpoint(folder: Path, case: str) -> None:
         state = load_file(folder / "model.safetensors")
         state["layers.1.bias"][0, 3] = float("nan")
         save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
-    elif case in ("a float64 weight that float32 would round", "a float64 weight beyond float32's range"):
+    elif case in ("a float64 weight that float32 would round", "a float64 weight beyond float32's range",
+                  "a NaN in a float64 weight"):
+        value = {"a float64 weight beyond float32's range": 1e300, "a NaN in a float64 weight": float("nan")}.get(case)
         model = ElmoModel.from_pretrained(folder).double()  # (saved so, its config.json says float64)
         with torch.no_grad():
-            model.layers[1].bias[0, 3] = 1e300 if "range" in case else model.layers[1].bias[0, 3] + 1e-12
+            model.layers[1].bias[0, 3] = model.layers[1].bias[0, 3] + 1e-12 if value is None else value
         model.save_pretrained(folder)
     elif case == "one float64 layer, in a float32 model":
         model = ElmoModel.from_pretrained(folder)
@@ -760,6 +803,8 @@ TO_ORIGINAL_BAD_INPUTS = {
                                   "where its config.json needs [2, 256]"],
     # (the read-back of weights.hdf5 refused it, naming the staging folder, gone by then, and the dataset)
     "a NaN in a weight": ["model: tensor layers.1.bias holds 1 non-finite value (NaN or infinity)"],
+    # (what it is, not a value that float32 would round)
+    "a NaN in a float64 weight": ["model: tensor layers.1.bias holds 1 non-finite value (NaN or infinity)"],
     # (written rounded, and read back equal to what was written; 1e300 became infinity, refused naming the staging)
     "a float64 weight that float32 would round": [
         "model: tensor layers.1.bias is float64, with values that float32 (the original format's) would round"],

@@ -103,7 +103,7 @@ def test_to_original_of_a_fine_tuned_checkpoint_prints_its_one_line_and_writes_t
     assert back.keys() == original.keys() and all(np.array_equal(back[k], original[k]) for k in original)
 
 
-def test_to_original_leaves_alone_a_scalar_mix_that_float32_cannot_hold(converted, tmp_path):
+def test_to_original_leaves_alone_a_scalar_mix_that_float32_cannot_hold_or_that_holds_a_nan(converted, tmp_path):
     """A float64 checkpoint whose biLM float32 holds (a body frozen while the task's mix trained) converts back: the
     mix, which the original format has no place for, is not checked as a weight written."""
     model = ElmoModel.from_pretrained(converted["allennlp-elmo"]).double()
@@ -114,6 +114,12 @@ def test_to_original_leaves_alone_a_scalar_mix_that_float32_cannot_hold(converte
     model.save_pretrained(tmp_path / "model")
     back = read_datasets(convert_hf_to_original(tmp_path / "model", tmp_path / "back") / "weights.hdf5")
     original = read_datasets(FIXTURE_SETS["allennlp-elmo"].weight_file)
+    assert back.keys() == original.keys() and all(np.array_equal(back[key], original[key]) for key in original)
+    # Nor is a mix that holds a NaN (a task's training gone wrong): the biLM it was trained on converts.
+    with torch.no_grad():
+        model.scalar_mixes[0].gamma.fill_(float("nan"))
+    model.save_pretrained(tmp_path / "model")
+    back = read_datasets(convert_hf_to_original(tmp_path / "model", tmp_path / "again") / "weights.hdf5")
     assert back.keys() == original.keys() and all(np.array_equal(back[key], original[key]) for key in original)
 
 

@@ -758,6 +758,14 @@ def test_each_clip_converts_to_its_own_field_and_back(tmp_path):
     back = convert_hf_to_elmoformanylangs(converted, tmp_path / "back")
     written = json.loads((back / json.loads((back / "config.json").read_text())["config_path"]).read_text())
     assert (written["encoder"]["cell_clip"], written["encoder"]["proj_clip"]) == (2, 1.5)
+    # No clip (null, which the package reads as 0) is no clip after the way there and back: 0 written, None read.
+    architecture["encoder"].update(cell_clip=None, proj_clip=None)
+    (folder / "architecture.json").write_text(json.dumps(architecture))
+    back = convert_hf_to_elmoformanylangs(convert_elmoformanylangs_to_hf(folder, tmp_path / "hf-none"), tmp_path / "none")
+    written = json.loads((back / json.loads((back / "config.json").read_text())["config_path"]).read_text())
+    assert (written["encoder"]["cell_clip"], written["encoder"]["proj_clip"]) == (0, 0)
+    config = ElmoModel.from_pretrained(convert_elmoformanylangs_to_hf(back, tmp_path / "hf-again")).config
+    assert (config.cell_clip, config.proj_clip) == (None, None)
 
 
 def test_model_id_language_and_license_go_into_the_card(tmp_path, capsys):

@@ -1128,6 +1128,21 @@ def test_an_interrupted_run_of_another_job_is_refused_and_kept(model_path, tmp_p
                             "or delete the folder to start again")
 
 
+def test_a_finished_output_beside_another_jobs_interrupted_run_keeps_that_run(model_path, tmp_path):
+    """An output that one job finished, and beside it the batches of another job on the same output, interrupted:
+    running the first job again said it was done and deleted the other's batches. It is refused, and both are kept."""
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)  # (batches of 2)
+    kept = {path.name: path.read_bytes() for path in partial.glob("*.hdf5")}
+    partial.rename(tmp_path / "aside")
+    embedder.embed_file(source, output, batch_size=4, progress=False)
+    (tmp_path / "aside").rename(partial)
+    written = output.read_bytes()
+    with pytest.raises(ValueError, match=f"^{re.escape(str(partial))}: holds batches of an interrupted run with "
+                                         "different batch_size"):
+        embedder.embed_file(source, output, batch_size=4, progress=False)
+    assert {path.name: path.read_bytes() for path in partial.glob("*.hdf5")} == kept and output.read_bytes() == written
+
+
 def test_a_run_stopped_before_its_manifest_was_written_whole_is_started_afresh(model_path, embedder, tmp_path):
     """A kill between making OUTPUT.partial and writing its manifest leaves the folder empty, or (before the
     manifest was written in one step) with half a manifest: no batch is lost there, so the next run starts afresh
@@ -1379,6 +1394,27 @@ def test_a_run_stopped_while_pinning_leaves_the_caches_filling_as_they_go(embedd
         embedder.embed_file(source, tmp_path / "out.hdf5", progress=False)
     assert embedder.model.char_encoder.token_cache.add_new and layer.input_gate_cache.add_new
     assert not (tmp_path / "out.hdf5.lock").exists()
+
+
+def test_pinning_fills_the_token_cache_to_its_size_with_the_most_frequent_words(model_path):
+    """README: the token cache gets as many of the file's most frequent words as it holds, the sentence boundaries
+    among them, and no more: with room for 10 and 30 words in the file, the boundaries and the 8 most frequent."""
+    from hf_elmo.embed_file import pin_frequent_words, unpin_words
+
+    embedder = ElmoEmbedder(model_path)
+    token_cache = embedder.model.char_encoder.token_cache
+    token_cache.max_words = 10
+    sentences = [" ".join(f"w{i}" for i in range(30)), "w7 w3 w3 w12 w12 w12"]
+    pin_frequent_words(embedder, sentences)
+    try:
+        assert len(token_cache) == 10
+        with torch.inference_mode():  # (the pinned words are found: no new row is computed for them)
+            hits = token_cache.hits
+            embedder.model.char_encoder(torch.tensor([embedder.tokenizer.word_to_char_ids(word) for word in
+                                                     ["<S>", "</S>", "w12", "w3", "w7", "w0", "w1", "w10", "w11", "w13"]]))
+            assert token_cache.hits == hits + 10 and len(token_cache) == 10
+    finally:
+        unpin_words(embedder)
 
 
 @pytest.mark.parametrize("gate_words", [None, 6])

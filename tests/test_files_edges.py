@@ -53,3 +53,31 @@ def test_an_atomic_write_is_whole_when_it_is_synced(tmp_path, monkeypatch):
     monkeypatch.setattr(files.os, "fsync", record)
     write_text_atomically(tmp_path / "vocab.txt", "the\nof\n")
     assert sizes == [len("the\nof\n")]
+
+
+def test_the_hub_is_called_unreachable_only_where_no_proxy_or_offline_mode_would_decide(monkeypatch):
+    """Where the Hub's host name does not resolve, loading a Hub id fails at once, saying why; but a proxy may reach
+    the Hub without this machine resolving its name, and offline mode fails at once by itself: with either, the Hub
+    client decides (a proxy user's every load was refused, the proxy never tried). `.invalid` names never resolve."""
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "https://hub.invalid")
+    for name in files.PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert files.unreachable_hub() == "hub.invalid"
+    for name in files.PROXY_VARIABLES:
+        monkeypatch.setenv(name, "http://proxy.example:3128")
+        assert files.unreachable_hub() is None, name
+        monkeypatch.delenv(name)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    assert files.unreachable_hub() is None
+
+
+def test_whole_characters_ends_a_block_between_two_characters():
+    """At every cut of text with characters of 1 to 4 UTF-8 bytes, the bytes kept are those of the whole characters
+    before the cut (the rest, 1 to 3 bytes of one character, go with the next block); invalid bytes count as whole."""
+    text = "a😀b天c é" * 3
+    data = text.encode("utf-8")
+    starts = {len(text[:i].encode("utf-8")) for i in range(len(text) + 1)}  # where each character begins
+    for cut in range(len(data) + 1):
+        assert files.whole_characters(data[:cut]) == max(start for start in starts if start <= cut), cut
+    assert files.whole_characters(b"\x80\x80\x80\x80") == 4 and files.whole_characters(b"a\xff") == 2
