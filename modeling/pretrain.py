@@ -530,10 +530,9 @@ def load_training_state(accelerator: Accelerator, checkpoint: Path) -> None:
 
 
 def load_carried_states(checkpoint: Path, process_index: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
-    path = checkpoint / f"lstm_states_{process_index}.safetensors"
-    if not path.is_file():
-        raise PretrainError(f"{checkpoint}: no {path.name}; it was written by fewer processes than this run has")
-    carried = load_file(path)
+    """This process's carried LSTM states, None where the run carries none. (Its file is there: the checkpoint's
+    files were checked against its trainer_state.json, and the number of processes is fixed on resume.)"""
+    carried = load_file(checkpoint / f"lstm_states_{process_index}.safetensors")
     return (carried["h"].to(device), carried["c"].to(device)) if carried else None
 
 

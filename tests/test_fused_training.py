@@ -377,6 +377,36 @@ def test_sampled_softmax_gradcheck_and_hits():
     assert torch.allclose(losses(fused=True), losses(fused=False).double(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("case", ["every negative a hit", "a true word far above its negatives"])
+def test_sampled_softmax_is_finite_where_the_plain_loss_is(case):
+    """The normaliser's shift includes the true word's logit: without it, a token whose every negative is its own
+    target (one negative, a small vocabulary) had a loss of NaN, and a true word more than about 88 above its
+    negatives one of infinity, where the plain loss gives 0 and a finite number."""
+    torch.manual_seed(0)
+    vocabulary, num_sampled = (3, 1) if case == "every negative a hit" else (20, 8)
+    hidden = torch.randn(6, 4, requires_grad=True)
+    weight = torch.randn(vocabulary, 4, requires_grad=True)
+    bias = torch.zeros(vocabulary)
+    targets = torch.tensor([0, 1, 2, 0, 1, 2])
+    if case != "every negative a hit":
+        bias[2] = 200.0
+    bias.requires_grad_(True)
+
+    def loss_and_gradients(fused: bool):
+        torch.manual_seed(3)  # (the same negatives for both)
+        losses = sampled_softmax_loss(hidden, targets, weight, bias, num_sampled, fused=fused)
+        return losses.detach(), torch.autograd.grad(losses.sum(), (hidden, weight, bias))
+
+    (fused, fused_grads), (plain, plain_grads) = loss_and_gradients(True), loss_and_gradients(False)
+    if case == "every negative a hit":
+        assert (plain == 0).any()  # (the tokens whose target was the one negative)
+    else:
+        assert plain[2] < 1e-30 and plain.isfinite().all()
+    assert torch.isfinite(fused).all() and torch.allclose(fused, plain, rtol=1e-5, atol=1e-6)
+    for found, expected in zip(fused_grads, plain_grads):
+        assert torch.isfinite(found).all() and torch.allclose(found, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_char_cnn_double_backward_fails_clearly_and_works_on_the_plain_path():
     encoder = tiny_model().char_encoder
     char_ids = tiny_batch()["input_ids"].flatten(0, 1)

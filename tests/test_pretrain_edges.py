@@ -4,7 +4,8 @@ inside the warm-up, options fixed on resume, what is logged and recorded, a new 
 checkpoint choice and its --output-json check; and the audit's defects: a diverged run's infinite perplexity, a second
 run into a folder another one holds, float options that are not finite, --init-from a folder whose vocabulary and softmax
 differ, vocabularies of the special words alone or covering few words, resumes with another --word-splitting or
-another name of --init-from's folder, pipes and empty or upper-case compressed files, and an unfinished run's folder."""
+another name of --init-from's folder, pipes and empty or upper-case compressed files, and an unfinished run's folder;
+and a checkpoint pruned or saved again when the process dies, a log line cut short, a time budget's warm-up."""
 
 import errno
 import gzip
@@ -449,3 +450,83 @@ def test_an_interrupt_before_the_first_checkpoint_says_none_was_saved(tmp_path, 
     assert err.strip().splitlines()[-1] == (f"interrupted: no checkpoint was saved in {folder}; the same command with "
                                             "--resume starts the run again from the beginning")
     assert not (tmp_path / "run.lock").exists()
+
+
+# save_checkpoint and remove_checkpoint when the process dies inside them (what clean_up_interrupted_saves then finds).
+def test_a_checkpoint_being_pruned_when_the_process_dies_is_never_taken_for_a_whole_one(tmp_path, monkeypatch):
+    """remove_checkpoint renames the folder before deleting it: a death half-way through the deletion (its weights
+    gone) leaves a .pruned folder that no resume lists, not a checkpoint-N that looks whole; the next run removes it."""
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    for name in ("model.safetensors", "trainer_state.json"):
+        (checkpoint / name).write_text("{}")
+
+    def dies_half_way(path, *args, **kwargs):
+        (Path(path) / "model.safetensors").unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pretrain.shutil, "rmtree", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain.remove_checkpoint(checkpoint)
+    monkeypatch.undo()
+    assert list_checkpoints(tmp_path) == [] and [p.name for p in tmp_path.iterdir()] == [".checkpoint-2.pruned"]
+    pretrain.clean_up_interrupted_saves(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_saved_again_at_its_step_is_kept_until_the_new_one_is_in_place(tmp_path, monkeypatch):
+    """A second save of checkpoint-N (a run resumed after a crash that followed that save) sets the old one aside
+    until the new one takes its place: a death between the two leaves the old one, which the next run puts back."""
+    from accelerate import Accelerator
+
+    from hf_elmo import ElmoTokenizer
+    from modeling.vocabulary import Vocabulary
+
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(ElmoForPreTraining(tiny_config(lm_negative_samples=0)))
+    vocabulary = Vocabulary(["<S>", "</S>", "<UNK>", *[f"w{i}" for i in range(29)]])
+    save = lambda: pretrain.save_checkpoint(accelerator, model, tmp_path, 4, None, {"global_step": 4}, vocabulary,  # noqa: E731
+                                            ElmoTokenizer(), 2)
+    save()
+    before = {path.name: path.read_bytes() for path in (tmp_path / "checkpoint-4").iterdir()}
+    replace = os.replace
+
+    def dies_before_the_new_one_is_in_place(source, target):
+        if str(source).endswith(".partial"):
+            raise KeyboardInterrupt
+        replace(source, target)
+
+    monkeypatch.setattr(pretrain.os, "replace", dies_before_the_new_one_is_in_place)
+    with torch.no_grad():
+        model.softmax.bias.add_(1.0)  # (the new save's weights differ)
+    with pytest.raises(KeyboardInterrupt):
+        save()
+    monkeypatch.undo()
+    pretrain.clean_up_interrupted_saves(tmp_path)
+    assert [path.name for path in tmp_path.iterdir()] == ["checkpoint-4"]
+    assert {path.name: path.read_bytes() for path in (tmp_path / "checkpoint-4").iterdir()} == before
+
+
+def test_a_resumed_log_keeps_the_lines_up_to_its_checkpoint_and_drops_a_half_written_one(tmp_path):
+    """The lines past the checkpoint's step are the interrupted run's, which the resumed run writes again; a last line
+    cut short by a kill (no step that reads) goes too, where it stayed, breaking every reader of the log."""
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.9}\n{"step": 3, "loss": 2.8}\n{"step": 4, "lo')
+    pretrain.TrainingLog(log, True, (2, log))
+    assert log.read_text() == '{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.9}\n'
+    log.write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "lo')
+    pretrain.TrainingLog(log, True, (2, log))
+    assert log.read_text() == '{"step": 1, "loss": 3.0}\n'
+
+
+def test_a_time_budgets_course_starts_at_the_step_that_ends_the_warm_up():
+    """With --max-train-minutes, the warm-up counts steps and the course after it spreads over the time left from the
+    step that ends it: 2 warm-up steps of 10 s in a 60 s budget leave 40 s, so step 3, 10 s on, is a fourth of the
+    course (recorded a step late, the warm-up took 30 s and step 3 stood at the course's start, the rate at its peak)."""
+    clock = pretrain.TrainingClock(minutes=1.0, warmup_steps=2)
+    positions = []
+    for step in (1, 2, 3):
+        clock.add(10.0, step)
+        positions.append(clock.schedule_step(step))
+    assert clock.warmup_seconds == 20.0 and clock.state() == {"train_seconds": 30.0, "warmup_seconds": 20.0}
+    assert positions == [1.0, 2.0, 2 + clock.COURSE_STEPS / 4]

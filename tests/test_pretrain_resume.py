@@ -116,6 +116,19 @@ def test_a_finished_run_resumed_says_so_and_changes_nothing(tmp_path, capsys):
         assert json.loads((folder / "trainer_state.json").read_text())["step"] == 7
 
 
+def test_a_finished_run_whose_latest_checkpoint_is_gone_goes_on_from_the_checkpoint_left(tmp_path, capsys):
+    """The final trainer_state.json ends the run only where it follows the run's latest checkpoint: with that one
+    deleted (or another put in its place), a plain --resume goes on from the latest checkpoint there is."""
+    folder = tmp_path / "run"
+    command = [*LINEAR, "--max-steps", 5, "--save-steps", 2, "--output-dir", folder]
+    train(capsys, *command)
+    assert sorted(path.name for path in folder.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    shutil.rmtree(folder / "checkpoint-4")
+    out = train(capsys, *command, "--resume")
+    assert f"resumed from {folder / 'checkpoint-2'} at step 2" in out and "nothing to train" not in out
+    assert json.loads((folder / "trainer_state.json").read_text())["step"] == 5
+
+
 def test_a_longer_resume_goes_on_from_the_rate_it_had_and_ends_the_schedule_at_the_new_last_step(tmp_path, capsys):
     """A resume with a larger --max-steps rebuilt the linear schedule for the new length: at step 9 of a 10-step run
     resumed for 20 steps the rate jumped from a quarter of its peak back up to 0.61 of it. The rest of the schedule
