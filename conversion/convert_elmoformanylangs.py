@@ -166,12 +166,11 @@ def _check_lexicon_matches(lexicon, config, model_dir: Path) -> None:
     """The package builds its embeddings from char.dic and word.dic, one row per entry, and spells with their ids:
     they must be the model's (its config's sizes and special ids), or the folder written would not load in the
     package, or would not read the model as hf_elmo does."""
-    word_input = config.word_vocab_size > 0  # (their ids were checked to be dense before the tokenizer was built)
-    for field, value in lexicon.config_options(word_input=word_input).items():
-        if getattr(config, field) != value:
-            source = model_dir / ("word.dic" if "word" in field else "char.dic")
-            raise ConversionError(f"{source}: its entries give {field} {value}, but {model_dir / 'config.json'} "
-                                  f"says {getattr(config, field)}: the dictionary is not the model's")
+    # (their ids were checked to be dense before the tokenizer was built)
+    if mismatch := lexicon.config_mismatch(config):
+        source, field, value = mismatch
+        raise ConversionError(f"{model_dir / source}: its entries give {field} {value}, but {model_dir / 'config.json'} "
+                              f"says {getattr(config, field)}: the dictionary is not the model's")
 
 
 def _read_elmo_config(config_file: Path) -> dict | None:

@@ -142,11 +142,10 @@ def _tokenizer_misfit(config, tokenizer: ElmoTokenizer) -> str | None:
     if tokenizer.returns_word_ids != bool(config.word_vocab_size):
         return ("the model reads word ids (word.dic), which the tokenizer does not give" if config.word_vocab_size
                 else "the tokenizer gives word ids (input_word_ids), which the model does not read")
-    if tokenizer.lexicon is not None:  # (another model's dictionaries: ids past the model's rows, or the wrong rows)
-        for field, value in tokenizer.lexicon.config_options(word_input=bool(config.word_vocab_size)).items():
-            if getattr(config, field) != value:
-                source = "word.dic" if "word" in field else "char.dic"
-                return f"the tokenizer's {source} gives {field} {value}, the model's config {getattr(config, field)}"
+    # (another model's dictionaries: ids past the model's rows, or the wrong rows)
+    if tokenizer.lexicon is not None and (mismatch := tokenizer.lexicon.config_mismatch(config)):
+        source, field, value = mismatch
+        return f"the tokenizer's {source} gives {field} {value}, the model's config {getattr(config, field)}"
     return None
 
 

@@ -231,6 +231,14 @@ class ElmoLexicon:
             options.update(word_vocab_size=self.num_word_ids, bos_word_id=self.bos_word_id, eos_word_id=self.eos_word_id)
         return options
 
+    def config_mismatch(self, config) -> tuple[str, str, object] | None:
+        """The first of `config_options` that the model's `config` (an ElmoConfig) gives otherwise, as (the dictionary
+        it comes from, the field, this lexicon's value): its dictionaries are not that model's. None where all agree."""
+        for field, value in self.config_options(word_input=bool(config.word_vocab_size)).items():
+            if getattr(config, field) != value:
+                return ("word.dic" if "word" in field else "char.dic"), field, value
+        return None
+
     @classmethod
     def build(cls, word_counts: dict[str, int], max_characters_per_token: int, with_words: bool,
               max_words: int | None = None, min_count: int = 1) -> "ElmoLexicon":
