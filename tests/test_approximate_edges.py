@@ -34,6 +34,19 @@ def test_the_deviation_of_an_unknown_approximation_is_refused_naming_the_choices
     assert all(layer.approximation is None for layer in model.layers)
 
 
+def test_the_deviation_of_an_approximation_that_cannot_run_is_refused_before_any_work():
+    """int8 on a float64 model: refused with the approximation's own message before the model runs (else after a
+    whole exact forward, which on a large batch is most of the work)."""
+    model = ElmoModel(ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 8]], num_highway_layers=1, cell_size=16,
+                                 projection_dim=8)).double().eval()
+    batch = ElmoTokenizer()([["a", "b"]], is_split_into_words=True, return_tensors="pt")
+    forwards = []
+    model.register_forward_hook(lambda *args: forwards.append(1))
+    with pytest.raises(ValueError, match="float32 model"):
+        approximation_deviation(model, batch, "int8")
+    assert forwards == [] and all(layer.approximation is None for layer in model.layers)
+
+
 def test_int8_weights_use_the_whole_int8_range_of_each_row():
     """The int8 mode's weights are symmetric per output row: each row's largest magnitude maps to +-127, and every
     weight comes back within half a step (amax / 127 / 2) of its value, none clipped."""
