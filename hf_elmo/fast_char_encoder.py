@@ -80,8 +80,10 @@ def fast_char_encoder(encoder, char_ids: torch.Tensor, word_ids: torch.Tensor | 
 
 
 def _encode(encoder, char_ids: torch.Tensor, word_ids: torch.Tensor | None) -> torch.Tensor:
-    # (One word needs no care for its weights' alignment, see two_rows: its CNN windows are rows enough, and the
-    # linear layers take care of their own.)
+    # One word is computed as two: in some builds of torch (2.10's here) one row takes other kernels, which round
+    # otherwise than the same word among others, and a word's vector would depend on what else was new in its batch.
+    if char_ids.shape[0] == 1:
+        return _encode(encoder, char_ids.expand(2, -1), None if word_ids is None else word_ids.expand(2))[:1]
     parameters = [p for conv in encoder.char_cnn for p in (conv.weight, conv.bias)]
     matrices, bias = derived_weights(encoder, "char_cnn", _filter_matrices, parameters)
     order, blocks = blocks_by_length(encoder, char_ids, BLOCK_WORDS)
