@@ -226,6 +226,15 @@ def test_embed_host_side_times_embed_on_its_second_pass(tmp_path, monkeypatch, c
     ("train_bench.py", ["--ptb-steps", "20"], "--ptb-steps must be 0 (no pretrain.py runs) or at least 30"),
     ("train_bench.py", ["--ptb-runs", "0"], "argument --ptb-runs: must be at least 1, got 0"),
     ("train_bench.py", ["--sizes", "big"], "--sizes takes original, small, got 'big'"),
+    ("train_bench.py", ["--ptb-steps", "29"], "--ptb-steps must be 0 (no pretrain.py runs) or at least 30"),
+    # (0 is taken: the next check, of the interpreter, is what refuses it here)
+    ("train_bench.py", ["--ptb-steps", "0", "--allennlp-python", "/nonexistent/python"],
+     "error: no AllenNLP interpreter at /nonexistent/python"),
+    ("train_bench.py", ["--allennlp-python", sys.executable, "--ptb-dir", "/nonexistent"],
+     "error: no /nonexistent/train.txt; run `make ptb-data`"),
+    ("run.py", ["--allennlp-python", "/nonexistent/python"], "error: no AllenNLP interpreter at /nonexistent/python"),
+    *([("gpu_bench.py", ["--device", "cuda"], "error: no CUDA device visible to torch")]
+      if not torch.cuda.is_available() else []),
     ("compile_speed.py", ["--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
 ])
 def test_counts_and_names_a_benchmark_cannot_use_are_refused_before_it_runs(script, args, message):

@@ -3,11 +3,15 @@ tagger's sample is seeded (`make data` gives the same train.jsonl each time) and
 missing Brown download is named like the others; Shakespeare loses stage directions that run over two lines, "Scene"
 headings and speaker names of two or three words; the Chinese newspaper text stops at its budget, and each budget is
 reached, not passed; documents are read in name order (which document is held out does not depend on the archive's
-order); a wheel whose summaries lack an article's extract is one error."""
+order); a wheel whose summaries lack an article's extract is one error; a file whose writing fails is left as it
+was."""
 
+import errno
 import json
 import random
 import zipfile
+
+import pytest
 
 from conftest import assert_one_error
 
@@ -155,3 +159,20 @@ def test_a_brown_file_with_an_untagged_word_is_one_error_naming_it(tmp_path, cap
                      f"error: {brown}: package/ca01: line 3: 'cat' is not a word/tag pair; remove it and run "
                      "`make default-data` again")
     assert not out.exists()
+
+
+def test_a_corpus_file_whose_writing_fails_part_way_is_left_as_it_was(tmp_path):
+    """write_lines (train.txt, valid.txt, the tagging data) writes through a temporary file: a write that fails part
+    way (a full disk) leaves no file, or the old one whole, never a train.txt cut short that make takes as done."""
+    def lines_until_the_disk_is_full():
+        yield "the first line"
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):
+        default_corpus.write_lines(tmp_path / "train.txt", lines_until_the_disk_is_full())
+    assert list(tmp_path.iterdir()) == []
+    default_corpus.write_lines(tmp_path / "train.txt", ["an old line"])
+    with pytest.raises(OSError):
+        default_corpus.write_lines(tmp_path / "train.txt", lines_until_the_disk_is_full())
+    assert [path.name for path in tmp_path.iterdir()] == ["train.txt"]
+    assert (tmp_path / "train.txt").read_text() == "an old line\n"

