@@ -31,6 +31,11 @@ def test_ceilings_are_medians_over_rounds_and_the_kernel_the_most_frequent():
     summary = run.summarise(size_result(), INPUTS)
     assert summary["ceiling_gflops"] == 110.0 and summary["bandwidth_gbs"] == 20.0
     assert summary["ceiling_kernel"] == "blas" and summary["bound"]["step_rate_gflops"] == 60.0
+    # The most frequent kernel, not the last round's: blas, blas, torch.mm.
+    result = size_result()
+    for record, kernel in zip(result["runs"]["ceiling"], ["blas", "blas", "torch.mm"]):
+        record["ceiling_kernel"] = kernel
+    assert run.summarise(result, INPUTS)["ceiling_kernel"] == "blas"
 
 
 def test_one_sentence_bandwidth_share_counts_each_librarys_own_weight_traffic():

@@ -2,13 +2,16 @@
 trained fixture model: what a run reports and saves, and that one step's gradient is not added to the next's; and
 bench_common's replies and memory readings."""
 import json
+import math
 import os
+import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
 from benchmark_measurements import run  # (puts benchmarks/ on the path)
+from conftest import REPO
 
 from bench_common import memory_mb, run_batches, step_reply
 SENTENCES = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog", "ran"], ["birds", "fly", "south", "now"]]
@@ -68,6 +71,33 @@ def test_memory_mb_peak_is_the_high_water_mark():
     del block
     memory = memory_mb()
     assert memory["peak"] >= memory["rss"] + 200, memory
+
+
+PEAK_PROBE = """
+import builtins, sys
+sys.path.insert(0, sys.argv[1])
+import bench_common
+block = bytearray(400 * 2**20)
+block[:: 4096] = b"x" * len(block[:: 4096])  # (touch every page: a peak of the run before the probe)
+del block
+if sys.argv[2] == "unwritable":
+    real_open = builtins.open
+    builtins.open = lambda path, *args, **kwargs: (_ for _ in ()).throw(PermissionError(13, "read-only")) if str(
+        path).endswith("clear_refs") else real_open(path, *args, **kwargs)
+bench_common.outside_the_peak(lambda: bytearray(300 * 2**20))
+memory = bench_common.memory_mb()
+print(memory["peak"] - memory["rss"])
+"""
+
+
+@pytest.mark.parametrize("clear_refs", ["writable", "unwritable"])
+def test_a_measurement_outside_the_peak_keeps_the_peak_before_it_or_reads_nan(clear_refs):
+    """The peak reached before a probe is kept (the kernel's counter is reset after the probe, so it forgets it);
+    where the counter cannot be reset, the peak reads NaN, not a figure holding the probe's buffers."""
+    result = subprocess.run([sys.executable, "-c", PEAK_PROBE, str(REPO / "benchmarks"), clear_refs],
+                            capture_output=True, text=True, timeout=120)
+    above_rss = float(result.stdout)
+    assert math.isnan(above_rss) if clear_refs == "unwritable" else above_rss >= 300, (above_rss, result.stderr)
 
 
 def test_the_ceilings_buffers_stay_out_of_the_hf_workers_peak_memory(worker_files):
@@ -135,3 +165,26 @@ def test_hf_train_worker_runs_the_path_each_mode_names(worker_files):
             assert np.abs(got - expected[mode]).max() < np.abs(got - expected[other]).max(), mode
     finally:
         hf.close()
+
+
+CHANNEL = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import bench_common
+
+def fails():
+    raise RuntimeError("a kernel failed")
+
+bench_common.Channel().serve({"fails": fails, "works": lambda: {"ok": 1}})
+"""
+
+
+def test_a_workers_error_is_sent_to_the_driver_and_the_worker_goes_on():
+    """A request that raises is answered with its traceback (the driver stops the benchmark with it, rather than with
+    "worker stopped" and a log's tail), and the worker answers the next request."""
+    result = subprocess.run([sys.executable, "-c", CHANNEL, str(REPO / "benchmarks")], capture_output=True, text=True,
+                            input='{"cmd": "fails"}\n{"cmd": "works"}\n{"cmd": "quit"}\n', timeout=120)
+    replies = [json.loads(line) for line in result.stdout.splitlines()]
+    assert result.returncode == 0 and len(replies) == 3, result.stderr
+    assert replies[0]["error"].strip().splitlines()[-1] == "RuntimeError: a kernel failed"
+    assert replies[1] == {"ok": 1} and "memory" in replies[2]

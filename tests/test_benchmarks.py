@@ -362,3 +362,7 @@ def test_weights_that_stay_in_the_cache_are_not_shown_as_a_share_of_memory_bandw
     assert run.bandwidth_share(0.45, run.reread_bytes(small, "hf-warm"), zen5) == "weights in the L3 cache"
     assert run.bandwidth_share(0.7, run.reread_bytes(original, "hf-cold"), {"L3": "8192K"}) == "70% of bandwidth"
     assert run.bandwidth_share(0.7, run.reread_bytes(original, "hf-cold"), {}) == "70% of bandwidth"
+    # The bounds themselves: weights exactly the L3's size fit; up to 4 times it, part of them comes from it.
+    assert run.bandwidth_share(0.7, 32 * 2**20, zen5) == "weights in the L3 cache"
+    assert run.bandwidth_share(0.7, 4 * 32 * 2**20, zen5) == "70% of bandwidth, partly from the L3 cache"
+    assert run.bandwidth_share(0.7, 4 * 32 * 2**20 + 1, zen5) == "70% of bandwidth"

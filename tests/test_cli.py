@@ -89,6 +89,27 @@ def test_an_empty_model_or_picture_is_refused_not_read_as_a_default(tmp_path, ca
     assert list(tmp_path.iterdir()) == [tmp_path / "in.txt"]
 
 
+def test_a_panel_of_one_vector_for_every_occurrence_draws_one_point(tmp_path, monkeypatch):
+    """Layer 0 gives every occurrence of a word the same vector: its panel draws them at one point, also where the
+    vectors differ by rounding noise (another device's kernels), whose "principal directions" the plot would otherwise
+    spread over the panel as if the senses differed."""
+    import matplotlib.axes
+
+    generator = torch.Generator().manual_seed(0)
+    same = torch.randn(1, 8, generator=generator, dtype=torch.float64).expand(4, 8) + 1e-9 * torch.randn(
+        4, 8, generator=generator, dtype=torch.float64)
+    vectors = SenseVectors(words=["bank"] * 4, senses=["river", "river", "money", "money"], sentences=[""] * 4,
+                           layers=[same, torch.randn(4, 8, generator=generator)], layer_names=["layer 0", "layer 1"])
+    drawn = []
+    real_scatter = matplotlib.axes.Axes.scatter
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", lambda self, x, y, **kwargs: drawn.append(
+        torch.stack([torch.as_tensor(x), torch.as_tensor(y)])) or real_scatter(self, x, y, **kwargs))
+    plot_senses(vectors, str(tmp_path / "senses.png"))
+    assert len(drawn) == 4  # (two senses in each of the two panels)
+    assert all(points.abs().max() == 0 for points in drawn[:2])  # layer 0: one point
+    assert torch.cat(drawn[2:], 1).abs().max() > 0.1  # layer 1: spread out
+
+
 def test_a_picture_that_fails_to_be_written_leaves_the_one_there(tmp_path):
     """The demo's picture is written atomically: when the write fails part way (here at a file size limit, as on a
     full disk), the picture already at the path is left as it was, with no temporary file beside it."""

@@ -119,3 +119,14 @@ def test_the_exit_status_says_whether_a_check_failed(verdict, status, tmp_path, 
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     assert f"- {verdict if verdict != 'raises' else 'FAIL'}:" in capsys.readouterr().out
+
+
+def test_a_section_that_fails_to_be_written_leaves_the_results_file_whole(tmp_path):
+    """write_section replaces the file in one step: a section that cannot be written (here a lone surrogate, as an
+    undecodable byte of a traceback gives) leaves the file as it was, not cut short."""
+    results = tmp_path / "GPU_RESULTS.md"
+    results.write_text("# GPU\n\n## Training\n\n- an earlier run, whole\n", encoding="utf-8")
+    with pytest.raises(UnicodeEncodeError):
+        gpu_train_bench.write_section(results, "\n## Training\n\n- " + "x" * 100_000 + " \udc80\n")
+    assert results.read_text(encoding="utf-8") == "# GPU\n\n## Training\n\n- an earlier run, whole\n"
+    assert [path.name for path in tmp_path.iterdir()] == ["GPU_RESULTS.md"]

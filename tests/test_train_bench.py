@@ -97,3 +97,15 @@ def test_training_targets_are_judged_on_the_measured_ratios(monkeypatch, tmp_pat
     steps["small"]["ratio"][("fast", "allennlp")] = 2.9
     table = targets_table(train_bench.render(steps, pretrained, setup(), 60.0))
     assert table["Small size, training step >= 3x AllenNLP"] == ("2.90x", "no")
+
+
+def test_the_training_steps_windows_are_the_first_words_of_ptb_train_read_as_one_stream(tmp_path):
+    """64 windows of 20 words: the first 1,280 words of train.txt, across its lines (every window whole)."""
+    import json
+
+    lines = [" ".join(f"w{i}_{j}" for j in range(7 + i % 5)) for i in range(300)]
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    windows = train_bench.make_windows(tmp_path, tmp_path / "windows.json")
+    stream = " ".join(lines).split()
+    assert windows == [stream[k * 20 : (k + 1) * 20] for k in range(64)]
+    assert json.loads((tmp_path / "windows.json").read_text())["windows"] == windows
