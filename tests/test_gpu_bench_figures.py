@@ -171,3 +171,36 @@ def test_a_parts_command_gets_at_most_what_is_left_of_the_scripts_time_less_twen
     monkeypatch.setattr(gpu_bench, "STARTED", gpu_bench.time.monotonic() - 200)
     gpu_bench.run(["true"], timeout=120)  # (past the limit: one second, to fail as itself)
     assert given[0] == pytest.approx(30, abs=1) and given[1] == 10 and given[2] == 1.0
+
+
+@pytest.mark.parametrize("cuda_offset, failed", [(2e-5, True), (1e-6, False)])
+def test_embed_on_cuda_fails_the_run_where_its_output_is_not_the_cpus(monkeypatch, cuda_offset, failed):
+    """`hf-elmo embed --device cuda` must give the CPU's numbers within 5e-6 (two float32 outputs, each about 2e-6
+    from float64): further, the run's verdict says so. The commands are faked here; their files are written."""
+    import subprocess
+
+    import h5py
+    import numpy as np
+
+    def fake_run(command, timeout):
+        output, device = command[5], command[-1]
+        with h5py.File(output, "w") as file:
+            for key in ("0", "1", "2"):
+                file[key] = np.zeros((3, 4), np.float32) + (cuda_offset if device == "cuda" else 0.0)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(gpu_bench, "run", fake_run)
+    failures = []
+    lines = gpu_bench.embed_against_cpu(failures)
+    assert f"largest difference from the CPU output {np.float32(cuda_offset):.2g}" in lines[0]
+    assert failures == ([f"hf-elmo embed: CUDA output {np.float32(cuda_offset):.2g} from the CPU's"] if failed else [])
+
+
+def test_tests_on_cuda_that_fail_fail_the_run(monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(gpu_bench, "run", lambda command, timeout: subprocess.CompletedProcess(
+        command, 1, "1 failed, 9 passed in 3s\n", ""))
+    failures = []
+    lines = gpu_bench.cuda_tests(failures)
+    assert failures == ["tests on CUDA failed"] and "1 failed, 9 passed" in lines[0] and "exit status 1" in lines[0]

@@ -130,3 +130,11 @@ def test_a_section_that_fails_to_be_written_leaves_the_results_file_whole(tmp_pa
         gpu_train_bench.write_section(results, "\n## Training\n\n- " + "x" * 100_000 + " \udc80\n")
     assert results.read_text(encoding="utf-8") == "# GPU\n\n## Training\n\n- an earlier run, whole\n"
     assert [path.name for path in tmp_path.iterdir()] == ["GPU_RESULTS.md"]
+
+
+@pytest.mark.parametrize("returncode, verdict", [(1, "FAIL"), (0, "PASS")])
+def test_the_tests_on_cuda_give_the_verdict_their_exit_status_gives(monkeypatch, returncode, verdict):
+    output = "FAILED tests/x.py::t - boom\n1 failed, 3 passed\n" if returncode else "4 passed\n"
+    monkeypatch.setattr(gpu_train_bench, "run", lambda command, timeout: subprocess.CompletedProcess(
+        command, returncode, output, ""))
+    assert gpu_train_bench.pytest_on_cuda().startswith(f"{verdict}: `pytest -k cuda tests/test_fused_training.py")
