@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
+from bench_common import size_names  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.approximate import approximation_deviation  # noqa: E402
@@ -241,6 +242,7 @@ def main() -> int:
     parser.add_argument("--output", default=None)
     parser.add_argument("--no-checks", action="store_true", help="words/s only: no tests, no embed runs")
     args = parser.parse_args()
+    size_names(parser, args.sizes, list(SIZES))  # (an unknown one failed inside the speed table, the rest run)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device visible to torch", file=sys.stderr)

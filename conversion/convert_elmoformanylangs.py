@@ -177,8 +177,8 @@ def _read_elmo_config(config_file: Path) -> dict | None:
     """A Hugging Face ELMo checkpoint's config.json as a dict; None for anything else (no file, not JSON, no ELMo)."""
     try:
         saved = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
+        return None  # (any other OSError, such as a permission, is the error to show)
     return saved if isinstance(saved, dict) and saved.get("model_type") == "elmo" else None
 
 

@@ -111,7 +111,7 @@ def load_model(model_name_or_path: str | os.PathLike, **model_kwargs) -> tuple[E
             message = f"{_unreadable_json(model_name_or_path) or model_name_or_path}: not a JSON file ({message})"
         raise ValueError(message if message.startswith(str(model_name_or_path)) else f"{model_name_or_path}: {message}"
                          ) from None
-    misfit = _tokenizer_misfit(model.config, tokenizer)
+    misfit = tokenizer_misfit(model.config, tokenizer)
     if misfit:  # (else the first batch fails, naming neither the folder nor the file)
         raise ValueError(f"{model_name_or_path}: its tokenizer does not fit its model: {misfit}")
     return model, tokenizer
@@ -131,8 +131,11 @@ def _unreadable_json(folder) -> str | None:
     return None
 
 
-def _tokenizer_misfit(config, tokenizer: ElmoTokenizer) -> str | None:
-    """What the tokenizer gives that the model does not read (tokenizer_config.json against config.json), or None."""
+def tokenizer_misfit(config, tokenizer: ElmoTokenizer) -> str | None:
+    """What the tokenizer gives that the model does not read (tokenizer_config.json against config.json), or None:
+    its characters per word, its alphabet, its word ids, and its dictionaries' sizes and special ids. Every program
+    that loads a model with its tokenizer asks this first (else the first batch fails, naming neither the folder nor
+    the file, or a smaller alphabet is read without a word)."""
     if tokenizer.max_characters_per_token != config.max_characters_per_token:
         return (f"the tokenizer spells words in {tokenizer.max_characters_per_token} characters, the model reads "
                 f"{config.max_characters_per_token} (max_characters_per_token)")
@@ -142,7 +145,7 @@ def _tokenizer_misfit(config, tokenizer: ElmoTokenizer) -> str | None:
     if tokenizer.returns_word_ids != bool(config.word_vocab_size):
         return ("the model reads word ids (word.dic), which the tokenizer does not give" if config.word_vocab_size
                 else "the tokenizer gives word ids (input_word_ids), which the model does not read")
-    # (another model's dictionaries: ids past the model's rows, or the wrong rows)
+    # (another model's dictionaries: ids past the model's rows, or special ids where the model has others)
     if tokenizer.lexicon is not None and (mismatch := tokenizer.lexicon.config_mismatch(config)):
         source, field, value = mismatch
         return f"the tokenizer's {source} gives {field} {value}, the model's config {getattr(config, field)}"

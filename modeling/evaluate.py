@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
+from hf_elmo.embedder import tokenizer_misfit  # noqa: E402
 from hf_elmo.files import check_output_location, write_text_atomically  # noqa: E402
 
 from modeling.checkpoints import list_checkpoints  # noqa: E402
@@ -169,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 tokenizer = ElmoTokenizer.from_pretrained(model_dir)
             except (OSError, ValueError) as error:  # its char.dic or word.dic missing or unreadable, named
                 raise DataError(f"{model_dir}: its tokenizer does not load ({error})") from None
+            if misfit := tokenizer_misfit(model.config, tokenizer):
+                raise DataError(f"{model_dir}: its tokenizer does not fit its model: {misfit}")
         table = WordTable(model.config.max_characters_per_token, tokenizer)
         if args.word_splitting:
             splitting = args.word_splitting

@@ -29,6 +29,7 @@ if __package__ in (None, ""):
 
 from hf_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.default_model import DEFAULT_MODEL_DIR  # noqa: E402
+from hf_elmo.embedder import tokenizer_misfit  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.files import check_output_location, input_inside, read_text_file, sha256_tensors  # noqa: E402
 from hf_elmo.model_card import render_model_card  # noqa: E402
@@ -311,6 +312,8 @@ def export(run_dir: Path, sources_file: Path, output: Path | str = DEFAULT_MODEL
         tokenizer = ElmoTokenizer.from_pretrained(run_dir)
     except (OSError, ValueError) as error:  # a weights file cut short, a char.dic missing, ...
         raise ExportError(f"--run-dir {run_dir}: the model does not load ({' '.join(str(error).split())})") from None
+    if misfit := tokenizer_misfit(model.config, tokenizer):
+        raise ExportError(f"--run-dir {run_dir}: its tokenizer does not fit its model: {misfit}")
     # (a diverged run: its outputs would be NaN, which no reloaded copy equals)
     not_finite = [name for name, tensor in model.state_dict().items() if not torch.isfinite(tensor).all()]
     if not_finite:

@@ -43,6 +43,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from conversion.convert_original_elmo import atomic_output_dir, check_output_dir  # noqa: E402
 from conversion.original_format import ConversionError  # noqa: E402
 from hf_elmo import ElmoTokenizer  # noqa: E402
+from hf_elmo.embedder import tokenizer_misfit  # noqa: E402
 from hf_elmo.files import check_model_location, hub_out_of_reach, is_hub_id  # noqa: E402
 from hf_elmo.model_card import card_option_problem, folder_card_license, render_model_card  # noqa: E402
 from hf_elmo.modeling_elmo import HeadShapeMismatch  # noqa: E402
@@ -261,6 +262,8 @@ def finetune(args: argparse.Namespace) -> dict:
         if not message.startswith(f"{args.model}: "):  # (from_pretrained's own errors begin with the folder)
             message = f"{args.model}: {message}"
         raise FinetuneError(f"--model {message}") from None
+    if misfit := tokenizer_misfit(model.config, tokenizer):  # (else the first batch fails, naming neither)
+        raise FinetuneError(f"--model {args.model}: its tokenizer does not fit its model: {misfit}")
     encoded = {name: encode(args.task, split, tokenizer) for name, split in
                (("train", train), ("validation", validation), ("test", test))}
 

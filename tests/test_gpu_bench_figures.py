@@ -196,9 +196,11 @@ def test_embed_on_cuda_fails_the_run_where_its_output_is_not_the_cpus(monkeypatc
     assert failures == ([f"hf-elmo embed: CUDA output {np.float32(cuda_offset):.2g} from the CPU's"] if failed else [])
 
 
-def test_tests_on_cuda_that_fail_fail_the_run(monkeypatch):
+def test_tests_on_cuda_that_fail_fail_the_run(monkeypatch, tmp_path):
     import subprocess
 
+    (tmp_path / "shared" / "fixtures").mkdir(parents=True)  # (the tests run only beside the fixtures)
+    monkeypatch.setattr(gpu_bench, "ROOT", tmp_path / "main")
     monkeypatch.setattr(gpu_bench, "run", lambda command, timeout: subprocess.CompletedProcess(
         command, 1, "1 failed, 9 passed in 3s\n", ""))
     failures = []

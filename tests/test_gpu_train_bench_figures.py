@@ -132,9 +132,12 @@ def test_a_section_that_fails_to_be_written_leaves_the_results_file_whole(tmp_pa
     assert [path.name for path in tmp_path.iterdir()] == ["GPU_RESULTS.md"]
 
 
-@pytest.mark.parametrize("returncode, verdict", [(1, "FAIL"), (0, "PASS")])
-def test_the_tests_on_cuda_give_the_verdict_their_exit_status_gives(monkeypatch, returncode, verdict):
-    output = "FAILED tests/x.py::t - boom\n1 failed, 3 passed\n" if returncode else "4 passed\n"
+@pytest.mark.parametrize("returncode, output, verdict", [
+    (1, "FAILED tests/x.py::t - boom\n1 failed, 3 passed\n", "FAIL"),
+    (4, "ERROR: file or directory not found: tests/x.py\n", "FAIL"),  # (no test ran: no "failed" to read)
+    (0, "4 passed\n", "PASS"),
+])
+def test_the_tests_on_cuda_give_the_verdict_their_exit_status_gives(monkeypatch, returncode, output, verdict):
     monkeypatch.setattr(gpu_train_bench, "run", lambda command, timeout: subprocess.CompletedProcess(
         command, returncode, output, ""))
     assert gpu_train_bench.pytest_on_cuda().startswith(f"{verdict}: `pytest -k cuda tests/test_fused_training.py")

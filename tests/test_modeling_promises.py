@@ -86,6 +86,22 @@ def test_a_conll_line_that_is_not_a_word_and_its_tag_is_one_error_naming_the_fil
     assert_conll_refused(converted, tmp_path, capsys, f"{train}: line {number}: {line!r} is not a word and its NER tag")
 
 
+def test_finetuning_refuses_a_model_whose_tokenizer_is_not_its_own(converted, tmp_path, capsys):
+    """A model folder whose tokenizer spells in another alphabet (or dictionary) than its model reads: one error line
+    naming the model, before any training (the first batch failed, naming neither, or another alphabet's ids were
+    read by the model's embedding without a word)."""
+    from conftest import ELMOFORMANYLANGS
+
+    write_conll(tmp_path / "data")
+    model = shutil.copytree(converted["allennlp-elmo"], tmp_path / "model")
+    ElmoTokenizer(char_vocab_file=str(ELMOFORMANYLANGS / "with_words" / "char.dic")).save_pretrained(model)
+    code = finetune_main(["--task", "ner", "--model", str(model), "--data-dir", str(tmp_path / "data"),
+                          "--output-dir", str(tmp_path / "out"), "--max-steps", "1"])
+    assert_one_error(code, capsys.readouterr().err, f"--model {model}: its tokenizer does not fit its model: the "
+                     "tokenizer's alphabet is vocabulary, the model's bytes")
+    assert not (tmp_path / "out").exists()
+
+
 def assert_conll_refused(converted, tmp_path, capsys, message: str) -> None:
     """load_conll2003 of tmp_path/data raises BadTaskData starting with `message`; finetune.py on it is one error line
     naming --data-dir and `message`, and writes nothing."""

@@ -482,7 +482,7 @@ def test_a_checkpoint_saved_again_at_its_step_is_kept_until_the_new_one_is_in_pl
     from hf_elmo import ElmoTokenizer
     from modeling.vocabulary import Vocabulary
 
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator()  # (cpu=True would clash with the in-process runs' state on a machine with a GPU)
     model = accelerator.prepare(ElmoForPreTraining(tiny_config(lm_negative_samples=0)))
     vocabulary = Vocabulary(["<S>", "</S>", "<UNK>", *[f"w{i}" for i in range(29)]])
     save = lambda: pretrain.save_checkpoint(accelerator, model, tmp_path, 4, None, {"global_step": 4}, vocabulary,  # noqa: E731

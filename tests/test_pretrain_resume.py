@@ -118,7 +118,7 @@ def test_a_finished_run_resumed_says_so_and_changes_nothing(tmp_path, capsys):
 
 def test_a_finished_run_whose_latest_checkpoint_is_gone_goes_on_from_the_checkpoint_left(tmp_path, capsys):
     """The final trainer_state.json ends the run only where it follows the run's latest checkpoint: with that one
-    deleted (or another put in its place), a plain --resume goes on from the latest checkpoint there is."""
+    deleted, a plain --resume goes on from the latest checkpoint there is."""
     folder = tmp_path / "run"
     command = [*LINEAR, "--max-steps", 5, "--save-steps", 2, "--output-dir", folder]
     train(capsys, *command)
