@@ -321,10 +321,7 @@ def export(run_dir: Path, sources_file: Path, output: Path | str = DEFAULT_MODEL
                           "diverged); export a run whose weights are finite")
     parameters = sum(p.numel() for p in model.parameters())
     probe = ["I eat an apple .", "天气不错！小天你说是吗？"]
-    try:  # (before anything is written: a tokenizer of another word length than the model's, say)
-        expected = model(**tokenizer(probe, padding=True, return_tensors="pt"), return_dict=True).last_hidden_state
-    except ValueError as error:
-        raise ExportError(f"--run-dir {run_dir}: its tokenizer does not fit its model ({error})") from None
+    expected = model(**tokenizer(probe, padding=True, return_tensors="pt"), return_dict=True).last_hidden_state
 
     # The replaced card's layer analysis stays where it measured these very weights (a card made again), else it
     # would describe the earlier model.

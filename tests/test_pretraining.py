@@ -802,11 +802,6 @@ def test_default_model_export_writes_the_card_from_the_run(reference_run, tmp_pa
             "`make layer-analysis` measures these") in capsys.readouterr().out
 
 
-def with_chars(folder: Path) -> None:
-    """Give the model folder a tokenizer of another alphabet than its model's (the ELMoForManyLangs fixture's char.dic)."""
-    ElmoTokenizer(char_vocab_file=str(ELMOFORMANYLANGS / "with_words" / "char.dic")).save_pretrained(folder)
-
-
 def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path, capsys, monkeypatch):
     """export_default.py: a missing run folder or sources file was a traceback. --output, which the export replaces
     whole, replaced any folder: one of notes, the run folder itself (its checkpoints deleted), `.` (a traceback). A
@@ -820,8 +815,6 @@ def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path
     cut_weights = shutil.copytree(reference_run, tmp_path / "cut-weights", ignore=shutil.ignore_patterns("checkpoint-*"))
     weights = (cut_weights / "model.safetensors").read_bytes()
     (cut_weights / "model.safetensors").write_bytes(weights[: len(weights) // 2])
-    misfit = shutil.copytree(reference_run, tmp_path / "misfit", ignore=shutil.ignore_patterns("checkpoint-*"))
-    with_chars(misfit)
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.txt").write_text("mine")
@@ -842,8 +835,6 @@ def test_default_model_export_refuses_what_it_cannot_use(reference_run, tmp_path
         (["--run-dir", reference_run, "--sources", tmp_path / "number-source.json"],
          f"--sources {tmp_path / 'number-source.json'}: the source 'fixture' is not a JSON object"),
         (["--run-dir", cut_weights, "--sources", sources], f"--run-dir {cut_weights}: the model does not load ("),
-        (["--run-dir", misfit, "--sources", sources], f"--run-dir {misfit}: its tokenizer does not fit its model: the "
-                                                      "tokenizer's alphabet is vocabulary, the model's bytes"),
         (["--run-dir", reference_run, "--sources", sources, "--output", tmp_path / "file.txt"],
          f"--output {tmp_path / 'file.txt'}: is a file, not a folder"),
     ]:
@@ -900,8 +891,8 @@ def test_default_model_export_refuses_a_folder_that_does_not_reload_and_keeps_th
     ElmoTokenizer(max_characters_per_token=20).save_pretrained(mismatched)
     shutil.rmtree(written, ignore_errors=True)
     code = export_default.main([str(argument) for argument in ["--run-dir", mismatched, "--sources", sources, "--output", old]])
-    assert_one_error(code, capsys.readouterr().err, f"--run-dir {mismatched}: its tokenizer does not fit its model "
-                                                    "(input_ids must be [batch, words, 50]")
+    assert_one_error(code, capsys.readouterr().err, f"--run-dir {mismatched}: its tokenizer does not fit its model: "
+                     "the tokenizer spells words in 20 characters, the model reads 50 (max_characters_per_token)")
     assert not written.exists()
 
     diverged = tmp_path / "diverged"
@@ -1911,7 +1902,7 @@ def test_evaluate_refuses_a_folder_without_a_softmax_and_its_vocabulary(referenc
     shutil.copytree(reference_run, cut, ignore=shutil.ignore_patterns("checkpoint-*"))
     (cut / "config.json").write_text((cut / "config.json").read_text()[:-20])
     misfit = shutil.copytree(reference_run, tmp_path / "misfit", ignore=shutil.ignore_patterns("checkpoint-*"))
-    with_chars(misfit)
+    ElmoTokenizer(char_vocab_file=str(ELMOFORMANYLANGS / "with_words" / "char.dic")).save_pretrained(misfit)
     for folder, message in [
         (converted["allennlp-elmo"], f"{converted['allennlp-elmo']}: no vocab.txt; pass a folder written by modeling/pretrain.py"),
         (tmp_path / "empty", f"{tmp_path / 'empty'}: no config.json; pass a folder written by modeling/pretrain.py"),
