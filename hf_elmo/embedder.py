@@ -111,9 +111,8 @@ def load_model(model_name_or_path: str | os.PathLike, **model_kwargs) -> tuple[E
             message = f"{_unreadable_json(model_name_or_path) or model_name_or_path}: not a JSON file ({message})"
         raise ValueError(message if message.startswith(str(model_name_or_path)) else f"{model_name_or_path}: {message}"
                          ) from None
-    misfit = tokenizer_misfit(model.config, tokenizer)
-    if misfit:  # (else the first batch fails, naming neither the folder nor the file)
-        raise ValueError(f"{model_name_or_path}: its tokenizer does not fit its model: {misfit}")
+    if misfit := tokenizer_misfit(model.config, tokenizer):  # (else the first batch fails, naming neither)
+        raise ValueError(f"{model_name_or_path}: {misfit}")
     return model, tokenizer
 
 
@@ -132,10 +131,16 @@ def _unreadable_json(folder) -> str | None:
 
 
 def tokenizer_misfit(config, tokenizer: ElmoTokenizer) -> str | None:
-    """What the tokenizer gives that the model does not read (tokenizer_config.json against config.json), or None:
-    its characters per word, its alphabet, its word ids, and its dictionaries' sizes and special ids. Every program
-    that loads a model with its tokenizer asks this first (else the first batch fails, naming neither the folder nor
-    the file, or a smaller alphabet is read without a word)."""
+    """Why the tokenizer does not fit the model, as "its tokenizer does not fit its model: " and what it gives that
+    the model does not read (tokenizer_config.json against config.json: its characters per word, its alphabet, its
+    word ids, its dictionaries' sizes and special ids); None where it fits. Every program that loads a model with its
+    tokenizer asks this first and puts the model's name before it (else the first batch fails, naming neither the
+    folder nor the file, or a smaller alphabet is read without a word)."""
+    misfit = _what_does_not_fit(config, tokenizer)
+    return None if misfit is None else f"its tokenizer does not fit its model: {misfit}"
+
+
+def _what_does_not_fit(config, tokenizer: ElmoTokenizer) -> str | None:
     if tokenizer.max_characters_per_token != config.max_characters_per_token:
         return (f"the tokenizer spells words in {tokenizer.max_characters_per_token} characters, the model reads "
                 f"{config.max_characters_per_token} (max_characters_per_token)")

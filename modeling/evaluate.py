@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, ValueError) as error:  # its char.dic or word.dic missing or unreadable, named
                 raise DataError(f"{model_dir}: its tokenizer does not load ({error})") from None
             if misfit := tokenizer_misfit(model.config, tokenizer):
-                raise DataError(f"{model_dir}: its tokenizer does not fit its model: {misfit}")
+                raise DataError(f"{model_dir}: {misfit}")
         table = WordTable(model.config.max_characters_per_token, tokenizer)
         if args.word_splitting:
             splitting = args.word_splitting

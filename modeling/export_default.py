@@ -313,7 +313,7 @@ def export(run_dir: Path, sources_file: Path, output: Path | str = DEFAULT_MODEL
     except (OSError, ValueError) as error:  # a weights file cut short, a char.dic missing, ...
         raise ExportError(f"--run-dir {run_dir}: the model does not load ({' '.join(str(error).split())})") from None
     if misfit := tokenizer_misfit(model.config, tokenizer):
-        raise ExportError(f"--run-dir {run_dir}: its tokenizer does not fit its model: {misfit}")
+        raise ExportError(f"--run-dir {run_dir}: {misfit}")
     # (a diverged run: its outputs would be NaN, which no reloaded copy equals)
     not_finite = [name for name, tensor in model.state_dict().items() if not torch.isfinite(tensor).all()]
     if not_finite:

@@ -263,7 +263,7 @@ def finetune(args: argparse.Namespace) -> dict:
             message = f"{args.model}: {message}"
         raise FinetuneError(f"--model {message}") from None
     if misfit := tokenizer_misfit(model.config, tokenizer):  # (else the first batch fails, naming neither)
-        raise FinetuneError(f"--model {args.model}: its tokenizer does not fit its model: {misfit}")
+        raise FinetuneError(f"--model {args.model}: {misfit}")
     encoded = {name: encode(args.task, split, tokenizer) for name, split in
                (("train", train), ("validation", validation), ("test", test))}
 

