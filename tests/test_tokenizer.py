@@ -823,6 +823,16 @@ def _same_encoding(fast, slow) -> None:
     assert [fast.word_ids(i) for i in range(len(slow["input_ids"]))] == [slow.word_ids(i) for i in range(len(slow["input_ids"]))]
 
 
+def test_encode_words_encodes_a_sentence_longer_than_model_max_length_whole_with_the_calls_warning():
+    import transformers.tokenization_utils_base
+    from transformers.testing_utils import CaptureLogger
+
+    with CaptureLogger(transformers.utils.logging.get_logger(transformers.tokenization_utils_base.__name__)) as captured:
+        assert ElmoTokenizer(model_max_length=3).encode_words([["a"] * 5])["input_ids"].shape == (1, 5, 50)
+    assert "Token indices sequence length is longer than the specified maximum sequence length for this model (5 > 3)" \
+        in captured.out
+
+
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 def test_encode_words_gives_what_the_call_gives_from_its_cache_of_spelled_words(padding_side):
     """`encode_words` (what `hf-elmo embed` encodes with) gathers spelled words from a cache: every batch gives
@@ -858,14 +868,6 @@ def test_encode_words_gives_what_the_call_gives_from_its_cache_of_spelled_words(
         with pytest.raises(ValueError, match="^padding_side must be 'left' or 'right', got 'middle'.$"):
             tokenizer.encode_words(english[:3])
         tokenizer.padding_side = padding_side
-    # A sentence longer than model_max_length is encoded whole, with the call's warning.
-    import transformers.tokenization_utils_base
-    from transformers.testing_utils import CaptureLogger
-
-    with CaptureLogger(transformers.utils.logging.get_logger(transformers.tokenization_utils_base.__name__)) as captured:
-        assert ElmoTokenizer(model_max_length=3).encode_words([["a"] * 5])["input_ids"].shape == (1, 5, 50)
-    assert "Token indices sequence length is longer than the specified maximum sequence length for this model (5 > 3)" \
-        in captured.out
     for return_tensors in (None, "np"):  # (lists as the call gives them; arrays)
         fast, slow = (tokenizer.encode_words(english[:3], return_tensors=return_tensors),
                       tokenizer(english[:3], is_split_into_words=True, padding=True, return_tensors=return_tensors))
