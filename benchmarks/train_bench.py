@@ -149,7 +149,8 @@ def render(steps: dict, pretrain: dict, setup: dict, seconds: float) -> str:
         versions = next(iter(steps.values()))["versions"]
         lines.append(f"- hf_elmo with torch {versions['hf_elmo']['torch']}, transformers "
                      f"{versions['hf_elmo']['transformers']}; AllenNLP {versions['allennlp']['allennlp']} with torch "
-                     f"{versions['allennlp']['torch']}, in its own venv ({setup['allennlp_python']}).")
+                     f"{versions['allennlp']['torch']}, in its own venv "
+                     "(`../shared/tools/peer-allennlp-setup.sh`).")
     lines += ["- Training step: 64 windows of 20 words, the first 1,280 words of Penn Treebank train; both libraries "
               "add `<S>` and `</S>` to each window (22 positions); random weights (bilm-tf's initialisation, seed "
               "1234) written in the original format and read by both; train mode; loss = the sum of every layer's "

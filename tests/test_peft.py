@@ -228,7 +228,7 @@ def test_activation_checkpointing_with_adapters(base_path, tokenizer, use_reentr
         torch.manual_seed(0)
         head = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, dropout=0.0)
         if checkpointing:
-            head.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+            head.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
         model = add_adapters(head, ENCODER_LORA).train()
         model(**batch, labels=labels).loss.backward()
         gradients.append({name: p.grad for name, p in model.named_parameters() if p.requires_grad})
@@ -237,7 +237,7 @@ def test_activation_checkpointing_with_adapters(base_path, tokenizer, use_reentr
 
     torch.manual_seed(0)
     head = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9)
-    head.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    head.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
     model = add_adapters(head, BILSTM_LORA).train()
     with pytest.raises(ValueError, match="activation checkpointing would recompute a biLSTM layer .* turn activation"):
         model(**batch, labels=labels).loss.backward()
@@ -256,7 +256,7 @@ def test_a_parametrization_that_stays_trains_with_activation_checkpointing(base_
         head = ElmoForTokenClassification.from_pretrained(base_path, num_labels=9, dropout=0.0, finetune_bilm=True)
         torch.nn.utils.parametrizations.weight_norm(head.elmo.layers[1], "recurrent_weight")
         if checkpointing:
-            head.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+            head.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
         head.train()(**batch, labels=labels).loss.backward()
         gradients.append({name: p.grad for name, p in head.named_parameters()})
     for name, gradient in gradients[0].items():
