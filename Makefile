@@ -27,8 +27,8 @@ check-python:
 	@test -z "$(PYTHON_GIVEN)" || ! test -x $(BIN)/python || \
 		test "$$($(BIN)/python -c 'import sys; print(sys.version_info[:2])')" = \
 		"$$($(PYTHON) -c 'import sys; print(sys.version_info[:2])')" || { echo "error: $(VENV) was made with another \
-	Python than PYTHON=$(PYTHON), which chooses the Python of a new venv: remove $(VENV) (make clean) or pass \
-	VENV=another-folder" >&2; exit 1; }
+	Python than PYTHON=$(PYTHON), which chooses the Python of a new venv: remove $(VENV) (rm -rf $(VENV)) or \
+	pass VENV=another-folder" >&2; exit 1; }
 
 # A TORCH_SPEC other than the venv's makes the set-up run again and reinstall torch: by force, since pip takes the
 # CPU build 2.13.0+cpu as satisfying `torch==2.13.0` from any index. The stamp is written once torch is installed,

@@ -142,7 +142,7 @@ def results_table(task: str, results: dict) -> str:
     mode = "biLM fine-tuned" if results["finetune_bilm"] else "feature-based: biLM frozen, task mix and classifier trained"
     return "\n".join([
         "## Results", "", f"{TASKS[task][4]}, fine-tuned with `modeling/finetune.py` ({mode}, "
-        f"{results['epochs']:.3g} epochs ({results['steps']:,} steps), {results['train_examples']} training examples); "
+        f"{results['epochs']:.3g} epoch{'' if results['epochs'] == 1 else 's'} ({results['steps']:,} steps), {results['train_examples']} training examples); "
         f"scored on {_examples(results, 'test')} and {_examples(results, 'validation')}.", "",
         f"| split | {METRIC_NAMES[metric]} |", "|---|---|", *rows,
     ])
@@ -323,7 +323,11 @@ def finetune(args: argparse.Namespace) -> dict:
         (staging / "README.md").write_text(card, encoding="utf-8")
         _check_reload(staging, auto_class, model, encoded["test"], collator)
         shutil.rmtree(staging / "trainer", ignore_errors=True)
-    print(json.dumps({key: results[key] for key in ("validation", "test", "majority_baseline_test")}, indent=1))
+    # (rounded for reading: 100 * 57 / 100 prints as 56.99999999999999; results.json keeps every digit)
+    scores = {key: {name: round(value, 4) for name, value in results[key].items()}
+              for key in ("validation", "test", "majority_baseline_test")}
+    print(json.dumps(scores, indent=1))
+    print(f"wrote and verified {args.output_dir} (the model, its tokenizer, results.json and its card, README.md)")
     return results
 
 

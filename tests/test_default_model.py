@@ -2,8 +2,10 @@
 
 import io
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 import tarfile
 import unicodedata
@@ -61,6 +63,34 @@ def test_default_model_loads_with_trust_remote_code_from_the_package(monkeypatch
     with torch.no_grad():
         expected = model(**ElmoTokenizer.from_pretrained(path)(["I eat an apple ."], return_tensors="pt")).last_hidden_state
     assert np.allclose(np.asarray(extractor("I eat an apple .")), expected.numpy(), atol=1e-6)
+
+
+def test_the_default_model_saved_with_save_pretrained_loads_as_remote_code(python_without_hf_elmo, tmp_path):
+    """As the README says: the packaged folder carries no code, and saving the model and its tokenizer with
+    save_pretrained writes the code and its auto_map, so that the copy loads where hf_elmo is not installed, to the
+    same outputs."""
+    folder = tmp_path / "hf-elmo-default"
+    model = AutoModel.from_pretrained(default_model_path()).eval()
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert "auto_map" in json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    script = (
+        "import sys, torch; from transformers import AutoModel, AutoTokenizer\n"
+        "import importlib.util; assert importlib.util.find_spec('hf_elmo') is None  # (transformers alone)\n"
+        "tokenizer = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
+        "model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True).eval()\n"
+        "assert type(model).__module__.startswith('transformers_modules.'), type(model).__module__\n"
+        "with torch.no_grad():\n"
+        "    torch.save(model(**tokenizer(['I eat an apple .'], return_tensors='pt')).last_hidden_state, sys.argv[2])\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PYTHONPATH": ""}
+    result = subprocess.run([python_without_hf_elmo, "-c", script, folder, tmp_path / "remote.pt"], cwd=tmp_path,
+                            env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with torch.no_grad():
+        expected = model(**tokenizer(["I eat an apple ."], return_tensors="pt")).last_hidden_state
+    assert torch.equal(torch.load(tmp_path / "remote.pt"), expected)
 
 
 def test_embedder_and_embed_command_use_the_default_model(tmp_path):

@@ -125,9 +125,13 @@ def test_onnx_export_runs_in_onnxruntime(converted, tmp_path):
         model = model_class.from_pretrained(converted["allennlp-elmo"], **options).eval()
         path = tmp_path / "elmo.onnx"
         with torch.no_grad():
+            # (output_names names the first outputs, as the README says: the model's first is last_hidden_state)
+            names = ["last_hidden_state"] if model_class is ElmoModel else None
             torch.onnx.export(model, (), str(path), kwargs=encode(["I eat an apple .", "Hello"]), dynamo=True,
-                              dynamic_shapes={"input_ids": batch_axis, "attention_mask": batch_axis})
+                              dynamic_shapes={"input_ids": batch_axis, "attention_mask": batch_axis}, output_names=names)
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        if names:
+            assert session.get_outputs()[0].name == "last_hidden_state"
         for side in ("right", "left"):
             batch = encode(["Apple is a company .", "So is IBM", "Yes", "Peter Blackburn"], side)
             with torch.no_grad():

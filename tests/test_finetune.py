@@ -71,7 +71,7 @@ def test_task_data_splits():
         assert abs(np.mean(split["label"]) - 0.578) < 0.002
 
 
-def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path):
+def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path, capsys):
     output = tmp_path / "ner"
     results = run_finetune(
         "--task", "ner", "--model", converted["allennlp-elmo"], "--output-dir", output, "--finetune-bilm",
@@ -84,6 +84,11 @@ def test_ner_finetuning_learns_and_saves_a_reloadable_model(converted, tmp_path)
     assert results["test"]["f1"] > 5.0
     assert results["test"]["token_accuracy"] > results["majority_baseline_test"]["token_accuracy"] + 0.5
     assert json.loads((output / "results.json").read_text())["test"] == results["test"]
+    # What it prints: the scores, rounded to 4 decimals (results.json keeps every digit), then where it wrote.
+    printed = capsys.readouterr().out
+    scores, last_line = printed[printed.rindex('{\n "validation"'):].rsplit("\n", 2)[:2]
+    assert json.loads(scores)["test"] == {name: round(value, 4) for name, value in results["test"].items()}
+    assert last_line == f"wrote and verified {output} (the model, its tokenizer, results.json and its card, README.md)"
     # What was trained: 60 steps of the 38 batches of 16 in 600 examples (not the 3 epochs --epochs defaults to).
     assert results["steps"] == 60 and results["epochs"] == pytest.approx(60 / 38)
     assert results["validation_per_epoch"] == []  # (with --max-steps, no evaluation after each epoch)

@@ -118,6 +118,7 @@ def test_the_cards_table_shows_each_splits_own_figure_and_the_training_mode():
     assert "(feature-based: biLM frozen, task mix and classifier trained, 1.5 epochs (1,234 steps), 600 training " \
            "examples)" in " ".join(table.split())
     assert "biLM fine-tuned" not in table
+    assert ", 1 epoch (1,234 steps), " in " ".join(results_table("ner", {**results, "epochs": 1.0}).split())
     table = results_table("sentiment", {**results, "finetune_bilm": True, "test": {"accuracy": 80.0},
                                         "validation": {"accuracy": 79.0}, "majority_baseline_test": {"accuracy": 57.8}})
     assert "| split | accuracy (%) |" in table and "(biLM fine-tuned, " in table and "feature-based" not in table

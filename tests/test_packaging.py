@@ -362,8 +362,8 @@ def test_a_python_given_for_a_venv_of_another_is_refused(tmp_path):
                             capture_output=True, text=True, env=make_environment(), timeout=60)
     assert result.returncode != 0
     assert result.stderr.splitlines()[0] == (f"error: .venv was made with another Python than PYTHON={tmp_path}/"
-                                             "python3.13, which chooses the Python of a new venv: remove .venv (make "
-                                             "clean) or pass VENV=another-folder")
+                                             "python3.13, which chooses the Python of a new venv: remove .venv (rm -rf "
+                                             ".venv) or pass VENV=another-folder")
     for python in ([f"PYTHON={fake_python(tmp_path / 'python3.11', (3, 11))}"], []):
         result = subprocess.run([*command, *python], capture_output=True, text=True, env=make_environment(), timeout=60)
         assert result.returncode == 0, result.stderr

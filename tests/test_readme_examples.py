@@ -78,6 +78,22 @@ def assert_as_the_comments_say(output, words: list[int], config: ElmoConfig) -> 
     assert list(h.shape) == [layers, batch, 2 * P] and list(c.shape) == [layers, batch, 2 * C]
 
 
+def test_quickstart_python_block_runs_the_default_model_on_the_fast_path(tmp_path, monkeypatch, capsys):
+    """The Quickstart's block, as written: the default model's top layer is [2 sentences, 5 words, 512], printed as
+    its comment says, and under its torch.no_grad() each biLSTM layer runs the inference fast path (its comment)."""
+    import hf_elmo.modeling_elmo as modeling
+
+    fast_calls = []
+    fast = modeling.fast_bilstm_layer
+    monkeypatch.setattr(modeling, "fast_bilstm_layer", lambda *args, **kwargs: fast_calls.append(1) or fast(*args, **kwargs))
+    code = readme_python_block("## Quickstart")
+    found = run_in(tmp_path, monkeypatch, code, {})
+    printed = capsys.readouterr().out.strip()
+    assert printed == str(torch.Size([2, 5, 512])) and printed in code
+    assert list(found["output"].last_hidden_state.shape) == [2, 5, 512]
+    assert len(fast_calls) == found["model"].config.num_lstm_layers
+
+
 def test_using_the_model(converted, tmp_path, monkeypatch):
     """"Using the model": every output as its comment describes it (shapes, the token layer [x; x], the top layer
     last in hidden_states, attention_mask, 0 at padding), for the block's batch and, since that one has no padding
