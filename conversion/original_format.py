@@ -6,6 +6,7 @@ another float type converts only where float32 holds every one of its values (an
 """
 
 import contextlib
+import io
 import math
 import os
 
@@ -239,7 +240,12 @@ def state_dict_to_original(state: dict[str, torch.Tensor], config: ElmoConfig) -
 
 
 def write_original_weights(arrays: dict[str, np.ndarray], weight_file: str | os.PathLike) -> None:
-    """Write datasets the way bilm-tf's `dump_weights` does: float32, no attributes."""
-    with h5py.File(weight_file, "w") as handle:
+    """Write datasets the way bilm-tf's `dump_weights` does: float32, no attributes. A write that fails (a full disk)
+    raises OSError: the file is made in memory and written by Python, since h5py writing to a full disk crashed the
+    process when it closed the file."""
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as handle:
         for name, value in arrays.items():
             handle.create_dataset(name, data=value.astype(np.float32, copy=False))
+    with open(weight_file, "wb") as file:
+        file.write(buffer.getbuffer())

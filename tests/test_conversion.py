@@ -363,6 +363,26 @@ def test_overwrite_never_replaces_a_folder_that_holds_the_input(original, conver
     assert sorted(path.name for path in tmp_path.iterdir()) == ["model", "original"]
 
 
+def test_a_way_back_to_a_full_disk_is_one_error_and_leaves_nothing(converted, tmp_path):
+    """--to-original writing past a file size limit (as on a full disk): one error line naming the output folder and
+    the cause, exit code 2, no staging folder left. h5py writing weights.hdf5 there crashed the process (signal 11)
+    when it closed the file, after printing its own tracebacks, and left the partial folder behind."""
+    script = (
+        "import resource, signal, sys\n"
+        "from conversion.convert_original_elmo import main\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (a write past the limit then fails, with EFBIG)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    output = tmp_path / "back"
+    result = subprocess.run([sys.executable, "-c", script, "--to-original", "--model-dir", converted["allennlp-elmo"],
+                             "--output-dir", output], capture_output=True, text=True, timeout=300,
+                            cwd=Path(__file__).parents[1])
+    assert_only_an_error_line(result.returncode, result.stderr, f"error: {output}: the files could not be written "
+                              "(File too large); nothing was written")
+    assert os.listdir(tmp_path) == []
+
+
 def test_failed_verification_leaves_nothing(original, tmp_path, monkeypatch):
     """A crash after the files are written but before they are verified leaves no output folder; with --overwrite,
     the folder it would have replaced is left as it was (the replacement happens only once all is verified)."""

@@ -259,6 +259,17 @@ def test_the_output_folder_is_made_when_missing(model_path, tmp_path):
     assert read_all(output)["0"].shape == (2, 32)
 
 
+def test_a_file_at_the_output_is_replaced_when_the_run_finishes(model_path, tmp_path):
+    """As the README says (and as `allennlp elmo` does): a file at OUTPUT that is no output of this job is replaced,
+    in one step, by the finished output."""
+    source = write_lines(tmp_path / "in.txt", ["a b", "c"])
+    output = tmp_path / "out.hdf5"
+    output.write_text("an earlier file")
+    assert main(["embed", str(source), str(output), "--top", "--model", str(model_path)]) == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "out.hdf5"]
+    assert read_all(output)["0"].shape == (2, 32)
+
+
 def test_output_formats_and_keys(embedder, tmp_path, capsys):
     lines = ["EU rejects German call .", "", "Peter Blackburn", "EU rejects German call ."]
     source = write_lines(tmp_path / "in.txt", lines)
