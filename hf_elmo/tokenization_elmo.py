@@ -732,21 +732,26 @@ class ElmoTokenizer(PreTrainedTokenizer):
         )
         data = dict(padded)
         if return_tensors is not None:
-            # Build the id tensor with its character axis even when there are no words ([batch, 0, chars]).
             lengths = {len(char_ids) for char_ids in data["input_ids"]}
-            if len(lengths) <= 1:
-                words = lengths.pop() if lengths else 0
-                data["input_ids"] = np.asarray(data["input_ids"], dtype=np.int64).reshape(
-                    len(examples), words, self.max_characters_per_token
+            if len(lengths) > 1:  # (torch read a batch whose first example has no words as [batch, 0]: no words at all)
+                raise ValueError(
+                    f"input_ids: the examples have different numbers of words ({', '.join(map(str, sorted(lengths)))}), "
+                    "which make no tensor: pass padding=True (and truncation=True where max_length is shorter than an "
+                    "example), or return_tensors=None to get them as lists"
                 )
-                if "input_word_ids" in data:
-                    data["input_word_ids"] = np.asarray(data["input_word_ids"], dtype=np.int64).reshape(len(examples), words)
-                if "offset_mapping" in data:  # [batch, words, 2] even without words
-                    data["offset_mapping"] = np.asarray(data["offset_mapping"], dtype=np.int64).reshape(len(examples), words, 2)
-                if not examples:  # a batch of no sentences: every per-word feature is [0, 0]
-                    for key in ("attention_mask", "special_tokens_mask", "token_type_ids"):
-                        if key in data:
-                            data[key] = np.zeros((0, 0), dtype=np.int64)
+            # Build the id tensor with its character axis even when there are no words ([batch, 0, chars]).
+            words = lengths.pop() if lengths else 0
+            data["input_ids"] = np.asarray(data["input_ids"], dtype=np.int64).reshape(
+                len(examples), words, self.max_characters_per_token
+            )
+            if "input_word_ids" in data:
+                data["input_word_ids"] = np.asarray(data["input_word_ids"], dtype=np.int64).reshape(len(examples), words)
+            if "offset_mapping" in data:  # [batch, words, 2] even without words
+                data["offset_mapping"] = np.asarray(data["offset_mapping"], dtype=np.int64).reshape(len(examples), words, 2)
+            if not examples:  # a batch of no sentences: every per-word feature is [0, 0]
+                for key in ("attention_mask", "special_tokens_mask", "token_type_ids"):
+                    if key in data:
+                        data[key] = np.zeros((0, 0), dtype=np.int64)
             cut = {len(char_ids) for char_ids in data.get("overflowing_tokens", [])}
             if len(cut) > 1:  # (transformers' own message spoke of a fast tokenizer, which ELMo has none of)
                 raise ValueError(

@@ -227,6 +227,26 @@ def test_padding_strategies(tok):
     assert isinstance(tok(texts, padding=True, return_tensors="np")["input_ids"], np.ndarray)
 
 
+@pytest.mark.parametrize("return_tensors", ["pt", "np"])
+def test_examples_of_different_lengths_make_a_tensor_only_once_padded(tok, return_tensors):
+    """Unpadded examples of different numbers of words make no tensor, whichever comes first: torch read a batch whose
+    first example has no words as input_ids [2, 0] (the other example's words gone), the other order failed with
+    transformers' message, numpy made an array of lists. Refused alike, naming padding=True (and truncation=True, where
+    max_length is shorter than an example); equal lengths, examples without words and no examples make their
+    tensors."""
+    for texts, options in ((["", "a b"], {}), (["a b", ""], {}), ([[], ["a", "b"]], {"is_split_into_words": True}),
+                           ([["a", "b"], []], {"is_split_into_words": True})):
+        with pytest.raises(ValueError, match=r"^input_ids: the examples have different numbers of words \(0, 2\), which "
+                                             r"make no tensor: pass padding=True \(and truncation=True where max_length"):
+            tok(texts, return_tensors=return_tensors, **options)
+        assert tok(texts, padding=True, return_tensors=return_tensors, **options)["input_ids"].shape == (2, 2, 50)
+    with pytest.raises(ValueError, match=r"different numbers of words \(2, 3\)"):  # (padded to 2, one has 3)
+        tok(["a b c", "d"], padding="max_length", max_length=2, return_tensors=return_tensors)
+    for texts, shape in ((["a b", "c d"], (2, 2, 50)), (["", " "], (2, 0, 50)), ([], (0, 0, 50))):
+        encoding = tok(texts, return_tensors=return_tensors)
+        assert encoding["input_ids"].shape == shape and encoding["attention_mask"].shape == shape[:2]
+
+
 def test_truncation_counts_words(tok):
     batch = tok(["a b c d e", "f g"], truncation=True, max_length=3, padding=True, return_tensors="pt")
     assert batch["input_ids"].shape == (2, 3, 50)
