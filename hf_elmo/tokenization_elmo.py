@@ -456,8 +456,16 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if index in self._added_tokens_decoder:
             return self._added_tokens_decoder[index].content
         if not 0 <= index < self.vocab_size:
-            raise IndexError(f"{index} is neither a character id (0..{self.vocab_size - 1}) nor the id of an added token.")
+            raise self._not_a_character_id(index)
         return self._id_to_name[index]
+
+    def _not_a_character_id(self, index: int) -> IndexError:
+        """The error for an id outside the character alphabet: one that names nothing, or, inside a word's vector, an
+        added token's (a word holds characters only)."""
+        if index in self._added_tokens_decoder:
+            return IndexError(f"{index} is the id of an added token, not a character id (0..{self.vocab_size - 1}): a "
+                              "word's vector holds character ids only.")
+        return IndexError(f"{index} is neither a character id (0..{self.vocab_size - 1}) nor the id of an added token.")
 
     def convert_tokens_to_ids(self, tokens: str | list[str]):
         """
@@ -600,7 +608,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return ElmoBatchEncoding(data, tensor_type=return_tensors, first_word_index=[0] * len(sentences))
 
     def _read_word(self, char_ids) -> str | None:
-        """The word spelled by one vector of character ids, `None` for the padding word."""
+        """The word spelled by one vector of character ids, `None` for the padding word. An id outside the alphabet is
+        refused, as it is alone: the readers would drop it from the word (bytes) or read it as `<oov>` (char.dic)."""
+        # (any(): the padding word, most of a padded batch, is not looked through twice more)
+        if any(char_ids) and not 0 <= min(char_ids) <= max(char_ids) < self.vocab_size:
+            outside = next(char_id for char_id in char_ids if not 0 <= char_id < self.vocab_size)
+            raise self._not_a_character_id(int(outside))
         if self.lexicon is not None:
             return self.lexicon.char_ids_to_word([int(char_id) for char_id in char_ids])
         return char_ids_to_word(char_ids)
@@ -883,7 +896,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         `[words, chars]` ids -> the words joined by single spaces; `[batch, words, chars]` -> one string per
         example; `[chars]` -> that word; an int, a character id -> its name in the alphabet (`convert_ids_to_tokens`,
         as transformers' decode reads an int). Padding words are always dropped; added special tokens with
-        `skip_special_tokens=True`.
+        `skip_special_tokens=True`. An id outside the character alphabet, alone or in a word's vector, is refused
+        (IndexError), as `convert_ids_to_tokens` refuses it.
         """
         if getattr(token_ids, "ndim", None) == 3 and len(token_ids) == 0:  # (as lists, an example of no words)
             return []

@@ -355,6 +355,36 @@ def test_decode_takes_what_transformers_decode_takes(tok):
         assert tok.decode(form[1]) == "Hi" and tok.decode(form[0][1]) == "eat"
 
 
+def test_an_id_outside_the_alphabet_is_refused_inside_a_word_as_it_is_alone(tok):
+    """decode([[259, 66, 300, 260]]) gave "A": an id outside the character alphabet (300, -5) vanished from its word,
+    where decode(300) and convert_ids_to_tokens(300) refuse it; through a char.dic it read `<oov>`. Refused alike by
+    decode, batch_decode and convert_ids_to_tokens, from lists and tensors; an added token's id, read alone as its
+    word, is named as such inside a word; padding words and the boundary words read as before."""
+    word = word_to_char_ids("Ab")
+    for outside in (300, -5):
+        bad = [*word[:2], outside, *word[3:]]  # (in place of the "b")
+        for call, ids in ((tok.decode, bad), (tok.decode, [bad]), (tok.decode, torch.tensor([[bad]])),
+                          (tok.batch_decode, [[bad, [0] * 50]]), (tok.convert_ids_to_tokens, bad),
+                          (tok.convert_ids_to_tokens, [bad]), (tok.decode, outside)):
+            with pytest.raises(IndexError, match=rf"^{outside} is neither a character id \(0\.\.261\) nor the id of an "
+                                                 r"added token\.$"):
+                call(ids)
+    assert tok.decode([word, word_to_char_ids("</S>"), [0] * 50]) == "Ab </S>"
+    added = ElmoTokenizer()
+    added.add_tokens(["<URL>"])
+    assert added.decode(262) == "<URL>"
+    with pytest.raises(IndexError, match=r"^262 is the id of an added token, not a character id \(0\.\.261\)"):
+        added.decode([[*word[:2], 262, *word[3:]]])
+    folder = ELMOFORMANYLANGS / "with_words"
+    chars = ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic"))
+    spelled = chars.word_to_char_ids("ab")
+    assert chars.decode([spelled]) == "ab"
+    outside = chars.vocab_size  # (one past the last id of char.dic's alphabet)
+    for ids in ([[*spelled[:1], outside, *spelled[2:]]], outside):
+        with pytest.raises(IndexError, match=rf"^{outside} is neither a character id \(0\.\.{outside - 1}\)"):
+            chars.decode(ids)
+
+
 def test_batch_decode_of_real_text_gives_its_words_from_every_input_form(tok):
     """batch_decode took about four times encode's time for the same batch, most of it in transformers' to_py_obj
     testing every id of the lists decode was given, once more per example; decode now converts only what is not a
