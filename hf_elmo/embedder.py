@@ -41,14 +41,43 @@ def check_batch_size(batch_size) -> None:
 
 
 def check_sentences(sentences) -> None:
-    """A str is one sentence, not a list of them (iterating it would give one sentence per character)."""
+    """Sentences to embed: an iterable of them, not a str, which is one sentence (iterating it would give one sentence
+    per character), nor bytes. The sentences of a list or tuple are checked here too (`check_sentence`); a lazy
+    iterable's (a generator, a file) where each is read, by `split_sentence`."""
     if isinstance(sentences, str):
         raise TypeError(f"sentences must be a list of sentences, got a str ({sentences[:40]!r}): pass [sentence], "
                         "or use embed_sentence")
+    if isinstance(sentences, (bytes, bytearray)):
+        raise TypeError(f"sentences must be a list of sentences, got bytes ({sentences[:40]!r}): decode it first, then "
+                        "pass [sentence], or use embed_sentence")
+    if not isinstance(sentences, Iterable):
+        raise TypeError("sentences must be a list of sentences (or any iterable of them), got "
+                        f"{type(sentences).__name__}")
+    if isinstance(sentences, (list, tuple)):
+        for index, sentence in enumerate(sentences):
+            check_sentence(sentence, index)
 
 
-def split_sentence(sentence: Sentence) -> list[str]:
-    """A sentence as words: a str is split on whitespace (as `allennlp elmo` did), a list is used as it is."""
+def check_sentence(sentence, index: int) -> None:
+    """A sentence is a str or a list (or tuple) of words, each a str; anything else is refused, naming the sentence by
+    its `index` and what it is (else an int failed deep inside, and bytes were read as a list of numbers)."""
+    if isinstance(sentence, str):
+        return
+    if isinstance(sentence, (list, tuple)):
+        not_words = [word for word in sentence if not isinstance(word, str)]
+        if not not_words:
+            return
+        found, what = not_words[0], f"sentence {index} holds a word that is"
+    else:
+        found, what = sentence, f"sentence {index} is"
+    decode = " (decode it first)" if isinstance(found, (bytes, bytearray)) else ""
+    raise TypeError(f"{what} {type(found).__name__}{decode}: each sentence must be a str or a list of words (str)")
+
+
+def split_sentence(sentence: Sentence, index: int = 0) -> list[str]:
+    """A sentence as words: a str is split on whitespace (as `allennlp elmo` did), a list is used as it is; anything
+    else is refused (`check_sentence`, naming it as sentence `index`)."""
+    check_sentence(sentence, index)
     return sentence.split() if isinstance(sentence, str) else list(sentence)
 
 
@@ -220,7 +249,7 @@ class ElmoEmbedder:
         """The words of each sentence and their character ids on the CPU (None for no sentences): the part of
         `embed_batch` that needs no model, so that it can run ahead of it (`hf-elmo embed` on a GPU does)."""
         check_sentences(sentences)
-        words = [split_sentence(sentence) for sentence in sentences]
+        words = [split_sentence(sentence, index) for index, sentence in enumerate(sentences)]
         if not words:
             return words, None
         return words, self.tokenizer.encode_words(words)
@@ -283,7 +312,8 @@ class ElmoEmbedder:
         """
         Embed any number of sentences, yielding one array per sentence in the input's order. Stateless, they run in
         batches of similar length; stateful, in batches of `batch_size` consecutive sentences. The arguments are
-        checked at the call, before the first sentence is asked for.
+        checked at the call, before the first sentence is asked for (each sentence of a generator, or of any other
+        lazy iterable, where it is reached).
         """
         check_sentences(sentences)
         check_batch_size(batch_size)
@@ -293,8 +323,8 @@ class ElmoEmbedder:
     def _embed_sentences(self, sentences: Iterable[Sentence], batch_size: int, output_format: str
                          ) -> Iterator[np.ndarray]:
         pending = []
-        for sentence in sentences:
-            pending.append(split_sentence(sentence))
+        for index, sentence in enumerate(sentences):
+            pending.append(split_sentence(sentence, index))
             if len(pending) == (batch_size if self.stateful else SORT_WINDOW_BATCHES * batch_size):
                 yield from self._embed_window(pending, batch_size, output_format)
                 pending = []

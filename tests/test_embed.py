@@ -215,6 +215,35 @@ def test_a_str_where_sentences_belong_and_a_bad_format_are_refused_at_the_call(e
         embedder.embed_sentences(["a"], batch_size=0)
 
 
+def test_what_is_no_sentence_is_refused_naming_it_at_the_call_or_where_a_generator_reaches_it(embedder):
+    """embed_sentences(None) failed only once iterated ("'NoneType' object is not iterable"), a sentence that was an
+    int or None failed deep inside ("'int' object is not iterable"), and bytes were read as a list of numbers ("every
+    word must be a str, got [97, 32, 98]"). Refused at the call: what is no iterable of sentences, and each sentence of
+    a list or tuple that is neither a str nor a list of words (str), naming its index and its type (bytes: decode
+    them); a generator's sentence where it is reached. Sentences as str, lists and tuples of words still embed."""
+    for value in (None, 3):
+        for call in (embedder.embed_sentences, embedder.embed_batch, embedder.tokenize_batch):
+            with pytest.raises(TypeError, match=rf"^sentences must be a list of sentences \(or any iterable of them\), "
+                                                rf"got {type(value).__name__}$"):
+                call(value)
+    with pytest.raises(TypeError, match=r"^sentences must be a list of sentences, got bytes \(b'a b'\): decode it first"):
+        embedder.embed_sentences(b"a b")
+    each = r"each sentence must be a str or a list of words \(str\)$"
+    for sentences, problem in ((["a", None], "sentence 1 is NoneType"), ([1, 2], "sentence 0 is int"),
+                               ([b"a b"], r"sentence 0 is bytes \(decode it first\)"),
+                               (("a", ["b", 3]), "sentence 1 holds a word that is int"),
+                               ([["a", b"b"]], r"sentence 0 holds a word that is bytes \(decode it first\)")):
+        for call in (embedder.embed_sentences, embedder.embed_batch):  # (embed_sentences: not even iterated)
+            with pytest.raises(TypeError, match=rf"^{problem}: {each}"):
+                call(sentences)
+    with pytest.raises(TypeError, match=rf"^sentence 0 is NoneType: {each}"):
+        embedder.embed_sentence(None)
+    reached = embedder.embed_sentences(sentence for sentence in ["a b", None])
+    with pytest.raises(TypeError, match=rf"^sentence 1 is NoneType: {each}"):
+        next(reached)
+    assert [array.shape[1] for array in embedder.embed_sentences(["a b", ("c",), [], ""])] == [2, 1, 0, 0]
+
+
 def test_the_token_cache_turned_off_embeds_the_same(model_path, embedder, tmp_path):
     """`token_cache.max_words = 0` is "off": nothing is pinned, every word is computed with its batch."""
     source = write_lines(tmp_path / "in.txt", fixture_lines()[:8])
