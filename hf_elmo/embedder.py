@@ -59,11 +59,12 @@ def check_sentences(sentences) -> None:
 
 
 def check_sentence(sentence, index: int) -> None:
-    """A sentence is a str or a list (or tuple) of words, each a str; anything else is refused, naming the sentence by
-    its `index` and what it is (else an int failed deep inside, and bytes were read as a list of numbers)."""
+    """A sentence is a str or a list (or tuple, or NumPy array) of words, each a str; anything else is refused, naming
+    the sentence by its `index` and what it is (else an int failed deep inside, and bytes were read as a list of
+    numbers)."""
     if isinstance(sentence, str):
         return
-    if isinstance(sentence, (list, tuple)):
+    if isinstance(sentence, (list, tuple, np.ndarray)):  # (an array of str holds np.str_, a str)
         not_words = [word for word in sentence if not isinstance(word, str)]
         if not not_words:
             return

@@ -270,6 +270,17 @@ def _model_config_settings(folder) -> dict:
     return {name: config[name] for name in ("max_characters_per_token", "alphabet") if name in config}
 
 
+def _check_one_length(lengths: set[int]) -> None:
+    """Unpadded examples make a tensor only with one number of words (torch read a batch whose first example has no
+    words as [batch, 0]: no words at all, silently)."""
+    if len(lengths) > 1:
+        raise ValueError(
+            f"input_ids: the examples have different numbers of words ({', '.join(map(str, sorted(lengths)))}), "
+            "which make no tensor: pass padding=True (and truncation=True where max_length is shorter than an "
+            "example), or return_tensors=None to get them as lists"
+        )
+
+
 class ElmoTokenizer(PreTrainedTokenizer):
     """
     Splits text into words and spells each word as `max_characters_per_token` character ids.
@@ -746,12 +757,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         data = dict(padded)
         if return_tensors is not None:
             lengths = {len(char_ids) for char_ids in data["input_ids"]}
-            if len(lengths) > 1:  # (torch read a batch whose first example has no words as [batch, 0]: no words at all)
-                raise ValueError(
-                    f"input_ids: the examples have different numbers of words ({', '.join(map(str, sorted(lengths)))}), "
-                    "which make no tensor: pass padding=True (and truncation=True where max_length is shorter than an "
-                    "example), or return_tensors=None to get them as lists"
-                )
+            _check_one_length(lengths)
             # Build the id tensor with its character axis even when there are no words ([batch, 0, chars]).
             words = lengths.pop() if lengths else 0
             data["input_ids"] = np.asarray(data["input_ids"], dtype=np.int64).reshape(
@@ -803,8 +809,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return_tensors=return_tensors,
             verbose=verbose,
         )
+        single = isinstance(encoded_inputs, Mapping) and _is_single_example(encoded_inputs["input_ids"])
+        if return_tensors is not None and not single and padding in (False, "do_not_pad", PaddingStrategy.DO_NOT_PAD):
+            examples = encoded_inputs["input_ids"] if isinstance(encoded_inputs, Mapping) else [
+                example["input_ids"] for example in encoded_inputs]
+            _check_one_length({len(char_ids) for char_ids in examples})
         # The base class would read one example's word vectors as a batch of examples: pad it as a batch of one.
-        if isinstance(encoded_inputs, Mapping) and _is_single_example(encoded_inputs["input_ids"]):
+        if single:
             padded = super().pad({key: [value] for key, value in encoded_inputs.items()}, **pad_kwargs)
             data = {key: value[0] for key, value in padded.items()}
         else:

@@ -241,7 +241,8 @@ def test_what_is_no_sentence_is_refused_naming_it_at_the_call_or_where_a_generat
     reached = embedder.embed_sentences(sentence for sentence in ["a b", None])
     with pytest.raises(TypeError, match=rf"^sentence 1 is NoneType: {each}"):
         next(reached)
-    assert [array.shape[1] for array in embedder.embed_sentences(["a b", ("c",), [], ""])] == [2, 1, 0, 0]
+    assert [array.shape[1] for array in embedder.embed_sentences(["a b", ("c",), [], "", np.array(["d", "e"])])] == \
+        [2, 1, 0, 0, 2]  # (a NumPy array of words too, as the tokenizer's is_split_into_words reads one)
 
 
 def test_the_token_cache_turned_off_embeds_the_same(model_path, embedder, tmp_path):

@@ -245,6 +245,14 @@ def test_examples_of_different_lengths_make_a_tensor_only_once_padded(tok, retur
     for texts, shape in ((["a b", "c d"], (2, 2, 50)), (["", " "], (2, 0, 50)), ([], (0, 0, 50))):
         encoding = tok(texts, return_tensors=return_tensors)
         assert encoding["input_ids"].shape == shape and encoding["attention_mask"].shape == shape[:2]
+    # tokenizer.pad without padding, as a collator may call it: the same (it gave input_ids [2, 0, 50], no words)
+    for texts in (["", "a b"], ["a b", ""]):
+        features = tok(texts)
+        for examples in (features, [dict(zip(features, values)) for values in zip(*features.values())]):
+            with pytest.raises(ValueError, match=r"^input_ids: the examples have different numbers of words \(0, 2\)"):
+                tok.pad(examples, padding=False, return_tensors=return_tensors)
+            assert tok.pad(examples, return_tensors=return_tensors)["input_ids"].shape == (2, 2, 50)
+    assert tok.pad(tok(["", " "]), padding=False, return_tensors=return_tensors)["input_ids"].shape == (2, 0, 50)
 
 
 def test_truncation_counts_words(tok):
