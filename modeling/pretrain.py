@@ -257,6 +257,9 @@ def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
     if args.new_vocabulary and not args.init_from:
         raise PretrainError("--new-vocabulary builds a vocabulary for an --init-from model instead of its own; a new "
                             "model's vocabulary is built from the training text anyway (or read from --vocab-file)")
+    if args.freeze_body and not args.init_from:  # (it trained a softmax on a random biLM that never learnt)
+        raise PretrainError("--freeze-body trains the softmax only, fitting it to an --init-from model's biLM; a new "
+                            "model's biLM would stay as randomly initialised: pass --init-from, or drop --freeze-body")
     if args.new_vocabulary and args.vocab_file:
         raise PretrainError("--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other")
     if problem := card_option_problem(args.language, args.license):  # (before the training; the card comes after it)

@@ -119,15 +119,31 @@ def test_a_longer_resume_from_inside_the_warm_up_keeps_the_warm_up_and_spreads_t
 RUN = [*TRAIN_ARGS, "--max-steps", 3, "--save-steps", 2, "--eval-steps", 0]
 
 
-def test_a_resume_with_freeze_body_is_refused(tmp_path, capsys):
-    folder = tmp_path / "run"
-    code, _, err = run_main(capsys, *RUN, "--output-dir", folder)
+def test_freeze_body_is_kept_on_resume_and_another_choice_is_refused(tiny_model, tmp_path, capsys):  # noqa: F811
+    """A run of --init-from with --freeze-body resumes with its own command, the biLM still frozen (--freeze-body
+    without --init-from is refused, so these runs adapt a model); a resume that drops --freeze-body, or adds it to
+    a run that trained everything, is refused, the folder left as it was."""
+    adapt = [*RUN, "--init-from", tiny_model]
+    for name, started, resumed, change in (("frozen", ["--freeze-body"], [], "freeze_body=True, now False"),
+                                           ("whole", [], ["--freeze-body"], "freeze_body=False, now True")):
+        folder = tmp_path / name
+        code, _, err = run_main(capsys, *adapt, *started, "--output-dir", folder)
+        assert code == 0, err
+        before = snapshot(folder)
+        code, _, err = run_main(capsys, *adapt, *resumed, "--output-dir", folder, "--resume", folder / "checkpoint-2")
+        assert_one_error(code, err, f"--resume {folder / 'checkpoint-2'}: the run was started with other options "
+                                    f"({change})")
+        assert snapshot(folder) == before
+    folder = tmp_path / "frozen"
+    code, out, err = run_main(capsys, *adapt, "--freeze-body", "--max-steps", 5, "--output-dir", folder, "--resume")
     assert code == 0, err
-    before = snapshot(folder)
-    code, _, err = run_main(capsys, *RUN, "--freeze-body", "--output-dir", folder, "--resume", folder / "checkpoint-2")
-    assert_one_error(code, err, f"--resume {folder / 'checkpoint-2'}: the run was started with other options "
-                                "(freeze_body=False, now True)")
-    assert snapshot(folder) == before
+    assert f"resumed from {folder / 'checkpoint-2'} at step 2" in out
+    state = json.loads((folder / "trainer_state.json").read_text())
+    assert state["step"] == 5 and state["settings"]["freeze_body"] is True
+    body = ElmoForPreTraining.from_pretrained(tiny_model).elmo.state_dict()
+    trained = ElmoForPreTraining.from_pretrained(folder)
+    assert all(torch.equal(tensor, body[name]) for name, tensor in trained.elmo.state_dict().items())  # still frozen
+    assert not torch.equal(trained.softmax.weight, ElmoForPreTraining.from_pretrained(tiny_model).softmax.weight)
 
 
 def test_the_mixed_precision_trained_with_is_recorded_and_another_is_refused_on_resume(tmp_path):

@@ -41,7 +41,8 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, capsys):
     """Each of these runs trained as if the option had not been given (--new-vocabulary without --init-from even
-    replaced a new --alphabet vocabulary model's word.dic softmax with another vocabulary)."""
+    replaced a new --alphabet vocabulary model's word.dic softmax with another vocabulary; --freeze-body without
+    --init-from fitted a softmax to a biLM that stayed random)."""
     validation = ["--validation-file", TRAIN / "data.txt"]
     adapt = ["--init-from", tiny_model, *DATA, "--batch-size", 2]
     # A model whose vocab.txt is the one --new-vocabulary builds from the training text.
@@ -58,6 +59,9 @@ def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, cap
         ([*NEW, *validation, "--weight-decay", 0.01],
          "--weight-decay 0.01 applies to AdamW only, and the optimizer is adagrad; pass --optimizer adamw"),
         ([*NEW, "--new-vocabulary"], "--new-vocabulary builds a vocabulary for an --init-from model"),
+        ([*NEW, "--freeze-body"],  # (it trained a softmax on a random biLM that stayed random, and exited 0)
+         "--freeze-body trains the softmax only, fitting it to an --init-from model's biLM; a new model's biLM would "
+         "stay as randomly initialised: pass --init-from, or drop --freeze-body"),
         ([*adapt, "--new-vocabulary"],
          "--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other"),
         ([*NEW, "--alphabet", "vocabulary"],  # (--vocab-file took the softmax, beside a word.dic of another vocabulary)
