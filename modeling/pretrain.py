@@ -196,9 +196,14 @@ def resolve_settings(args: argparse.Namespace, num_processes: int) -> dict:
     )
     if args.init_from and (args.alphabet or args.word_embedding_dim):
         raise PretrainError("--alphabet and --word-embedding-dim describe a new model; --init-from's model keeps its own")
-    if settings["word_embedding_dim"] < 0 or (settings["word_embedding_dim"] and settings["alphabet"] != "vocabulary"):
+    if settings["word_embedding_dim"] < 0:
         raise PretrainError(
             f"--word-embedding-dim must be a positive size, with --alphabet vocabulary, got {settings['word_embedding_dim']}"
+        )
+    if settings["word_embedding_dim"] and settings["alphabet"] != "vocabulary":  # (a size above 0: not what is wrong)
+        raise PretrainError(
+            f"--word-embedding-dim {settings['word_embedding_dim']} needs --alphabet vocabulary: the model reads each "
+            "word's id in the word.dic that it builds from the training text, and a byte alphabet has none"
         )
     at_least_one = {name: settings[name] for name in ("batch_size", "unroll_steps", "gradient_accumulation_steps", "logging_steps")}
     at_least_one.update({name: getattr(args, name) for name in ("eval_batch_size", "eval_unroll_steps", "min_count")

@@ -1780,7 +1780,11 @@ def test_options_out_of_range_and_unusable_init_from_folders_are_refused_before_
         (["--learning-rate", 0], "--learning-rate must be positive, got 0.0"),
         (["--seed", -1], "--seed must be 0 to 2**32 - 1, got -1"),  # (numpy's traceback from set_seed)
         (["--seed", 2**32], "--seed must be 0 to 2**32 - 1, got 4294967296"),
-        (["--word-embedding-dim", 4], "--word-embedding-dim must be a positive size, with --alphabet vocabulary, got 4"),
+        # (a positive size without --alphabet vocabulary: the message read as if 4 were not positive)
+        (["--word-embedding-dim", 4], "--word-embedding-dim 4 needs --alphabet vocabulary: the model reads each word's "
+                                      "id in the word.dic that it builds from the training text, and a byte alphabet "
+                                      "has none"),
+        (["--word-embedding-dim", -1], "--word-embedding-dim must be a positive size, with --alphabet vocabulary, got -1"),
         (["--word-embedding-dim", -1, "--alphabet", "vocabulary"],
          "--word-embedding-dim must be a positive size, with --alphabet vocabulary, got -1"),
         (["--init-from", tmp_path / "missing", "--alphabet", "vocabulary"],
