@@ -61,7 +61,7 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
     if word_splitting not in ("whitespace", "tokenizer"):
         raise DataError(f"--word-splitting must be 'whitespace' or 'tokenizer', got {word_splitting!r}")
     option = option or f"--{role}-file"
-    if len(paths) == 1 and Path(paths[0]).is_dir():
+    if names_saved_dataset(paths):
         dataset = _load_saved_dataset(Path(paths[0]), role, option, split)
     elif split:
         raise DataError(f"--split {split}: only a saved dataset folder has splits, and {option} names text files")
@@ -125,6 +125,29 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
 
     dataset = dataset.map(split_batch, batched=True, remove_columns=dataset.column_names, desc=f"splitting {role} text")
     return dataset.filter(lambda batch: [len(words) > 0 for words in batch["words"]], batched=True, desc="dropping empty lines")
+
+
+def names_saved_dataset(paths: list[str]) -> bool:
+    """Whether an input option's `paths` name a saved `datasets` dataset (one folder) rather than text files."""
+    return len(paths) == 1 and Path(paths[0]).is_dir()
+
+
+def check_dataset_options(inputs: dict[str, list[str] | None], text_column: str | None = None,
+                          split: str | None = None) -> None:
+    """Before any work: refuse --text-column and --split (`text_column`, `split`; None where not given) where every
+    input (option: its paths, None where not given) names text files, whose lines are the sentences: they choose a
+    column and a split of a saved dataset, and a run read the files as if --text-column had not been given. An input
+    that names nothing is left to the reading, which says so."""
+    given = {option: paths for option, paths in inputs.items() if paths}
+    if (text_column is None and split is None) or any(names_saved_dataset(paths) for paths in given.values()):
+        return
+    if not all(Path(pattern).exists() or glob.glob(pattern) for paths in given.values() for pattern in paths):
+        return
+    files = f"{' and '.join(given)} name{'s' if len(given) == 1 else ''} text files"
+    if split is not None:
+        raise DataError(f"--split {split}: only a saved dataset folder has splits, and {files}")
+    raise DataError(f"--text-column {text_column}: only a saved dataset folder has columns, and {files}, each line a "
+                    "sentence; drop --text-column")
 
 
 def compressed(file: str) -> bool:

@@ -27,7 +27,8 @@ from hf_elmo.embedder import tokenizer_misfit  # noqa: E402
 from hf_elmo.files import check_output_location, write_text_atomically  # noqa: E402
 
 from modeling.checkpoints import list_checkpoints  # noqa: E402
-from modeling.data import IGNORE_INDEX, DataError, EncodedText, EvaluationStream, WordTable, read_corpus  # noqa: E402
+from modeling.data import (IGNORE_INDEX, DataError, EncodedText, EvaluationStream, WordTable,  # noqa: E402
+                           check_dataset_options, read_corpus)
 from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
 
 
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", required=True, help="a pretraining output folder or one of its checkpoint-STEP folders")
     parser.add_argument("--file", nargs="+", required=True, help="held-out text files (one sentence per line) or a saved dataset folder")
-    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--text-column", help="column of a saved dataset that holds the sentences (default: text)")
     parser.add_argument("--split", help="the split of a saved DatasetDict to score, that one only, such as test "
                                         "(default: validation, else valid, else test)")
     parser.add_argument("--word-splitting", choices=["whitespace", "tokenizer"],
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("batch_size", "unroll_steps"):
             if getattr(args, name) is not None and getattr(args, name) < 1:
                 raise DataError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+        check_dataset_options({"--file": args.file}, args.text_column, args.split)  # (before the model loads)
         if args.output_json:  # before the work, not after it
             check_output_location(args.output_json, "file", error=DataError)
         model_dir = Path(args.model_dir)
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.batch_size is None:
             args.batch_size, source = recorded_parts(model_dir)
             print(f"parts: {args.batch_size} ({source})")
-        corpus = read_corpus(args.file, args.text_column, splitting, "validation", "--file", split=args.split)
+        corpus = read_corpus(args.file, args.text_column or "text", splitting, "validation", "--file", split=args.split)
         text = EncodedText.encode(corpus, table, vocabulary)
         stream = EvaluationStream(text, table, vocabulary, rows=args.batch_size, unroll_steps=args.unroll_steps)
     except (DataError, VocabularyError) as error:

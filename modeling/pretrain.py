@@ -66,6 +66,7 @@ from modeling.data import (  # noqa: E402
     SentenceBatches,
     StreamBatches,
     WordTable,
+    check_dataset_options,
     count_words,
     read_corpus,
 )
@@ -99,7 +100,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     data = parser.add_argument_group("data")
     data.add_argument("--train-file", nargs="+", required=True, help="text files or globs, or one saved dataset folder")
     data.add_argument("--validation-file", nargs="+", help="held-out text for the periodic and final perplexity")
-    data.add_argument("--text-column", default="text", help="column of a saved dataset that holds the sentences")
+    data.add_argument("--text-column", help="column of a saved dataset that holds the sentences (default: text)")
     data.add_argument("--word-splitting", default="whitespace", choices=["whitespace", "tokenizer"],
                       help="whitespace: pre-tokenised text (bilm-tf's format); tokenizer: split raw text with ElmoTokenizer")
     data.add_argument("--vocab-file", help="softmax vocabulary in bilm-tf's format (<S>, </S>, <UNK>, then by frequency)")
@@ -267,6 +268,7 @@ def check_options_take_effect(args: argparse.Namespace, settings: dict) -> None:
                             "model's biLM would stay as randomly initialised: pass --init-from, or drop --freeze-body")
     if args.new_vocabulary and args.vocab_file:
         raise PretrainError("--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other")
+    check_dataset_options({"--train-file": args.train_file, "--validation-file": args.validation_file}, args.text_column)
     if problem := card_option_problem(args.language, args.license):  # (before the training; the card comes after it)
         raise PretrainError(problem)
     if args.vocab_file and settings["alphabet"] == "vocabulary" and not args.init_from:
@@ -1141,10 +1143,11 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
 
     # Data: every process reads the corpus (the datasets cache is built once) and the same vocabulary.
     def read_texts() -> tuple[list, list | None]:
-        train = read_corpus(args.train_file, args.text_column, args.word_splitting, "train")
+        column = args.text_column or "text"
+        train = read_corpus(args.train_file, column, args.word_splitting, "train")
         validation = None
         if args.validation_file:
-            validation = read_corpus(args.validation_file, args.text_column, args.word_splitting, "validation")
+            validation = read_corpus(args.validation_file, column, args.word_splitting, "validation")
         return train, validation
 
     # (the first process first: the others then find the datasets cache it built)

@@ -93,6 +93,40 @@ def test_a_finished_run_resumed_on_other_text_trains_again_instead_of_saying_it_
     assert state["data"]["train_sha256"] != first and state["data"]["train_file"] == [str(other)]
 
 
+# --text-column names a saved dataset's column: with text files only (whose lines are the sentences) pretrain.py trained
+# and evaluate.py scored as if it had not been given. Refused now, as evaluate.py's --split is, and before any work
+# (evaluate.py's, and now its --split's too, before it loads the model: the second folder here does not exist); with a
+# saved dataset for one input, it is that one's.
+def test_text_column_with_text_files_only_is_refused_before_the_work(tmp_path, capsys):
+    import datasets
+
+    lines = (TRAIN / "data.txt").read_text().splitlines()
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"sentence": lines, "text": ["unused"] * len(lines)})}
+                         ).save_to_disk(tmp_path / "saved")
+    folder = tmp_path / "run"
+    code, _, err = run_main(capsys, *TRAIN_ARGS, "--train-file", tmp_path / "saved", "--text-column", "sentence",
+                            "--max-steps", 1, "--save-steps", 0, "--eval-steps", 0, "--output-dir", folder)
+    assert code == 0, err
+    data = json.loads((folder / "trainer_state.json").read_text())["data"]
+    assert data["train_sha256"] == data["validation_sha256"]  # the column's sentences, and the validation file's lines
+    validation = str(TRAIN / "data.txt")
+    for model_dir in (folder, tmp_path / "no-such-model"):
+        code = evaluate.main(["--model-dir", str(model_dir), "--file", validation, "--text-column", "sentence"])
+        assert_one_error(code, capsys.readouterr().err, "error: --text-column sentence: only a saved dataset folder "
+                                                        "has columns, and --file names text files, each line a "
+                                                        "sentence; drop --text-column")
+        code = evaluate.main(["--model-dir", str(model_dir), "--file", validation, "--split", "test"])
+        assert_one_error(code, capsys.readouterr().err, "error: --split test: only a saved dataset folder has splits, "
+                                                        "and --file names text files")
+    scores = {}
+    for name, source in (("file", [validation]),
+                         ("dataset", [str(tmp_path / "saved"), "--text-column", "sentence", "--split", "train"])):
+        code = evaluate.main(["--model-dir", str(folder), "--file", *source, "--output-json", str(tmp_path / name)])
+        assert code == 0, capsys.readouterr().err
+        scores[name] = json.loads((tmp_path / name).read_text())
+    assert scores["file"] == scores["dataset"]
+
+
 # A longer resume from a checkpoint inside the warm-up: the warm-up still counts steps (the rate rises to its peak at
 # --warmup-steps, as planned), and only the course after it is spread over the steps up to the new last one.
 def test_a_longer_resume_from_inside_the_warm_up_keeps_the_warm_up_and_spreads_the_rest(tmp_path, capsys):

@@ -62,6 +62,12 @@ def test_options_that_would_have_no_effect_are_refused(tiny_model, tmp_path, cap
         ([*NEW, "--freeze-body"],  # (it trained a softmax on a random biLM that stayed random, and exited 0)
          "--freeze-body trains the softmax only, fitting it to an --init-from model's biLM; a new model's biLM would "
          "stay as randomly initialised: pass --init-from, or drop --freeze-body"),
+        ([*NEW, "--text-column", "sentence"],  # (a text file's lines were read, whatever it named)
+         "--text-column sentence: only a saved dataset folder has columns, and --train-file names text files, each "
+         "line a sentence; drop --text-column"),
+        ([*NEW, *validation, "--text-column", "sentence"],
+         "--text-column sentence: only a saved dataset folder has columns, and --train-file and --validation-file "
+         "name text files"),
         ([*adapt, "--new-vocabulary"],
          "--new-vocabulary and --vocab-file both choose the softmax vocabulary; drop one or the other"),
         ([*NEW, "--alphabet", "vocabulary"],  # (--vocab-file took the softmax, beside a word.dic of another vocabulary)

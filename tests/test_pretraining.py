@@ -2090,8 +2090,8 @@ def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path):
 
 def test_a_file_name_is_itself_before_it_is_a_glob(tmp_path, monkeypatch):
     """`data[1].txt` is that file (as a glob it named `data1.txt`, and datasets expanded each matched name as a glob
-    again); a glob still matches its files; a text file's lines are read whatever --text-column says (it names a
-    saved dataset's column)."""
+    again); a glob still matches its files; a text file's lines are read whatever `text_column` says (it names a
+    saved dataset's column: the programs refuse --text-column with text files only)."""
     monkeypatch.chdir(tmp_path)
     Path("data[1].txt").write_text("alpha beta\n")
     Path("data1.txt").write_text("one two\n")
