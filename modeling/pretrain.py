@@ -15,9 +15,10 @@ softmax's) built from the training text, and with `--word-embedding-dim` each wo
 
 Every `--save-steps` optimizer steps, the whole training state goes to OUTPUT_DIR/checkpoint-STEP/: weights,
 optimizer, scheduler, random generators, and each process's carried LSTM state. A checkpoint is written into a
-hidden folder and renamed when complete, so a crash at any moment (kill -9 included) leaves only complete ones,
-and `--resume` continues exactly as if nothing had happened (a run that has finished says so and trains nothing; with
-a larger --max-steps the rest of its learning-rate schedule is spread over the steps left). The final model is
+hidden folder and renamed when complete, so a crash at any moment (kill -9 included) leaves only complete ones (a
+write that fails, on a full disk, ends the run in one line, the hidden folder removed), and `--resume` continues
+exactly as if nothing had happened (a run that has finished says so and trains nothing; with a larger --max-steps
+the rest of its learning-rate schedule is spread over the steps left). The final model is
 saved with save_pretrained at the top of OUTPUT_DIR (it loads as `ElmoModel` with AutoModel, as
 `ElmoForPreTraining`, and through its config's auto_map, which names every ELMo class, as either head with only
 transformers), with log.jsonl (losses and held-out perplexities) and eval_results.json.
@@ -43,8 +44,10 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accelerate import Accelerator  # noqa: E402
-from accelerate.utils import DistributedType, broadcast_object_list, parse_flag_from_env, set_seed  # noqa: E402
+from accelerate.utils import (DistributedType, broadcast_object_list, gather_object, parse_flag_from_env,  # noqa: E402
+                               set_seed)
 from packaging.version import Version  # noqa: E402
+from safetensors import SafetensorError  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
@@ -91,6 +94,16 @@ FORMER_DEFAULTS = {**TRAINING_DEFAULTS, "alphabet": "bytes", "word_embedding_dim
 
 class PretrainError(ValueError):
     """A bad option or output folder; the message says which."""
+
+
+class SaveFailure(PretrainError):
+    """A checkpoint or the final model that could not be written (a full disk, say), its partial folder removed; the
+    message names the folder and the cause (`main` adds what the run leaves to go on from)."""
+
+
+# What a failed write raises (a full disk, a quota, a file size limit): the operating system's OSError, safetensors'
+# SafetensorError (its "I/O error" inside), torch.save's RuntimeError (Accelerate's optimizer.bin and random states).
+WRITE_ERRORS = (OSError, SafetensorError, RuntimeError)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -326,27 +339,43 @@ def _fsync_tree(folder: Path) -> None:
 
 def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int, states, trainer_state: dict,
                     vocabulary: Vocabulary, tokenizer: ElmoTokenizer, total_limit: int) -> Path:
-    """Write checkpoint-STEP atomically: everything into a hidden folder, then one rename."""
+    """Write checkpoint-STEP atomically: everything into a hidden folder, then one rename. A write that fails, in any
+    process, is every process's SaveFailure, the hidden folder removed (the checkpoints before it stay as they were).
+    (Under FSDP, Accelerate's save gathers the shards between its writes: a first process whose write fails before
+    that leaves the others waiting in it.)"""
     final = output_dir / f"checkpoint-{step}"
     partial = output_dir / f".checkpoint-{step}.partial"
     if accelerator.is_main_process:
         shutil.rmtree(partial, ignore_errors=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(partial))
-    carried = {} if states is None else {"h": states[0].contiguous().cpu(), "c": states[1].contiguous().cpu()}
-    save_file(carried, partial / f"lstm_states_{accelerator.process_index}.safetensors")
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
+
+    def write_states() -> None:  # (each process: Accelerate writes its random states, the first the rest of its files)
+        accelerator.save_state(str(partial))
+        carried = {} if states is None else {"h": states[0].contiguous().cpu(), "c": states[1].contiguous().cpu()}
+        save_file(carried, partial / f"lstm_states_{accelerator.process_index}.safetensors")
+
+    def write_model_files() -> None:  # (the first process, once every process's files are there)
         unwrapped = accelerator.unwrap_model(model)
         unwrapped.config.save_pretrained(partial)  # the folder loads with from_pretrained,
         custom_object_save(unwrapped, partial, config=unwrapped.config)  # and as remote code: what auto_map names
         tokenizer.save_pretrained(partial)
         vocabulary.save(partial / "vocab.txt")
         # Written last, and with every other file's size and digest: a resume can tell a whole checkpoint.
-        trainer_state = {**trainer_state, "files": file_digests(partial)}
-        (partial / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n", encoding="utf-8")
+        state = {**trainer_state, "files": file_digests(partial)}
+        (partial / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
         give_plain_modes(partial)  # (safetensors writes its files private)
         _fsync_tree(partial)
+
+    failure = failed_write(accelerator, write_states)  # (also the barrier after every process's files)
+    if failure is None:
+        failure = failed_write(accelerator, write_model_files if accelerator.is_main_process else None)
+    if failure is not None:
+        if accelerator.is_main_process:
+            shutil.rmtree(partial, ignore_errors=True)
+        accelerator.wait_for_everyone()  # (gone before any process ends the run)
+        raise SaveFailure(f"{final}: the checkpoint could not be written ({failure}); its partial folder "
+                          f"{partial.name} is removed")
+    if accelerator.is_main_process:
         if final.exists():  # the same step saved before a crash: keep it until the new one is in place
             retired = output_dir / f".checkpoint-{step}.retired"
             shutil.rmtree(retired, ignore_errors=True)
@@ -359,6 +388,40 @@ def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int
             remove_checkpoint(old)
     accelerator.wait_for_everyone()
     return final
+
+
+def failed_write(accelerator: Accelerator, write) -> str | None:
+    """Run `write()` in this process (None: nothing to write here) and return the cause of a failed write (one of
+    WRITE_ERRORS) in any process, the same in every process, or None. Every process calls it: it waits for all."""
+    failure = None
+    if write is not None:
+        try:
+            write()
+        except WRITE_ERRORS as error:
+            failure = write_failure(error)
+    if accelerator.num_processes > 1:
+        failure = next((found for found in gather_object([failure]) if found is not None), None)
+    return failure
+
+
+def write_failure(error: BaseException) -> str:
+    """A failed write's cause in one line, its kind named."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+def resume_advice(args: argparse.Namespace) -> str:
+    """What a run that stopped before its end (interrupted, or a save that failed) leaves in OUTPUT_DIR to go on from,
+    and the command that does: the latest checkpoint, with a plain --resume (the command's own --resume PATH would go
+    on from PATH), else the start again (or PATH again)."""
+    output_dir = Path(args.output_dir)
+    instead = " instead of --overwrite-output-dir" if args.overwrite_output_dir else ""  # (both at once are refused)
+    if list_checkpoints(output_dir):
+        command = "a plain --resume" if args.resume not in (None, "latest") else f"--resume{instead}"
+        return f"the checkpoints saved in {output_dir} are kept; the same command with {command} goes on from the latest"
+    if args.resume not in (None, "latest"):
+        return f"no checkpoint was saved in {output_dir}; the same command goes on from {args.resume} again"
+    return (f"no checkpoint was saved in {output_dir}; the same command with --resume{instead} starts the run again "
+            "from the beginning")
 
 
 def remove_checkpoint(checkpoint: Path) -> None:
@@ -852,16 +915,21 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
     the model card's `language` and `license`."""
     staging = output_dir / ".final.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    # (config.json keeps the config's full auto_map: the folder loads as every ELMo class, the heads included)
-    model.save_pretrained(staging, state_dict=state_dict)
-    tokenizer.save_pretrained(staging)
-    vocabulary.save(staging / "vocab.txt")
-    (staging / "README.md").write_text(
-        render_model_card(model, output_dir.resolve().name, source=source, results=results, **card), encoding="utf-8")
-    for name, record in records.items():
-        (staging / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    give_plain_modes(staging)  # (safetensors writes model.safetensors private)
-    _fsync_tree(staging)
+    try:
+        # (config.json keeps the config's full auto_map: the folder loads as every ELMo class, the heads included)
+        model.save_pretrained(staging, state_dict=state_dict)
+        tokenizer.save_pretrained(staging)
+        vocabulary.save(staging / "vocab.txt")
+        (staging / "README.md").write_text(
+            render_model_card(model, output_dir.resolve().name, source=source, results=results, **card), encoding="utf-8")
+        for name, record in records.items():
+            (staging / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        give_plain_modes(staging)  # (safetensors writes model.safetensors private)
+        _fsync_tree(staging)
+    except WRITE_ERRORS as error:  # (nothing of it has been moved into OUTPUT_DIR yet)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise SaveFailure(f"{output_dir}: the final model could not be written ({write_failure(error)}); its partial "
+                          f"folder {staging.name} is removed") from None
     # An earlier run's char.dic or word.dic that this tokenizer does not write would be read with it from OUTPUT_DIR.
     for name in {"char.dic", "word.dic"} - {path.name for path in staging.iterdir()}:
         (output_dir / name).unlink(missing_ok=True)
@@ -1441,7 +1509,8 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
     if accelerator.distributed_type != DistributedType.FSDP:
         digests = accelerator.gather(torch.tensor([weights_digest(unwrapped)], device=accelerator.device)).tolist()
     state_dict = accelerator.get_state_dict(model)
-    if main_process:
+
+    def save_the_final_model() -> None:  # (the first process; a write that fails is every process's SaveFailure)
         result_lines = ""
         if results:
             result_lines = (
@@ -1471,6 +1540,8 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
                 "license": args.license or folder_card_license(args.init_from)}
         save_final_model(unwrapped, state_dict, vocabulary, tokenizer, output_dir, source, result_lines, card,
                          {"eval_results.json": results, "trainer_state.json": final_state})
+
+    on_the_first_process(accelerator, save_the_final_model, (SaveFailure,), SaveFailure)
     return results
 
 
@@ -1478,17 +1549,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         train(args)
+    except SaveFailure as failure:  # (a full disk, say: one line, and what the run leaves to go on from)
+        traceback.clear_frames(failure.__traceback__)  # (the run's locals go first: its progress bar ends its line)
+        print(f"error: {failure}; {resume_advice(args)}", file=sys.stderr)
+        return 2
     except (PretrainError, DataError, VocabularyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:  # (Ctrl-C: one line, not a traceback from wherever the step was)
         traceback.clear_frames(interrupt.__traceback__)  # (the run's locals go first: its progress bar ends its line)
-        if list_checkpoints(Path(args.output_dir)):
-            print(f"interrupted: the checkpoints saved in {args.output_dir} are kept; the same command with --resume "
-                  "goes on from the latest", file=sys.stderr)
-        else:
-            print(f"interrupted: no checkpoint was saved in {args.output_dir}; the same command with --resume starts "
-                  "the run again from the beginning", file=sys.stderr)
+        print(f"interrupted: {resume_advice(args)}", file=sys.stderr)
         return 130
     return 0
 

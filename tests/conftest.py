@@ -196,10 +196,11 @@ def assert_only_an_error_line(code: int, err: str, *must_mention: str) -> None:
 
 
 def run_two_processes(arguments: list, env: dict, timeout: float = 300, stdin_text: str | None = None,
-                      accelerate_use_cpu: bool = True) -> subprocess.CompletedProcess:
+                      accelerate_use_cpu: bool = True, preexec_fn=None) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc_per_node 2 ARGUMENTS` on CPU (gloo); `stdin_text`: written to its standard
     input, a pipe (by default it has the test's); `accelerate_use_cpu`: with ACCELERATE_USE_CPU=1, as the README's
-    commands run (False: as a user who leaves it out).
+    commands run (False: as a user who leaves it out); `preexec_fn`: run in the launcher before it starts (a limit it
+    sets holds for the workers too).
 
     --standalone rendezvous on a free port, never the fixed 29500 that another job on the machine may hold. On a
     timeout the whole process group (the launcher and both workers) is killed and the test fails with the output,
@@ -212,7 +213,8 @@ def run_two_processes(arguments: list, env: dict, timeout: float = 300, stdin_te
                                                                         if k != "ACCELERATE_USE_CPU"}
     process = subprocess.Popen(command, env=env,
                                stdin=None if stdin_text is None else subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               preexec_fn=preexec_fn)
     try:
         stdout, stderr = process.communicate(input=stdin_text, timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -5,24 +5,29 @@ checkpoint choice and its --output-json check; and the audit's defects: a diverg
 run into a folder another one holds, float options that are not finite, --init-from a folder whose vocabulary and softmax
 differ, vocabularies of the special words alone or covering few words, resumes with another --word-splitting or
 another name of --init-from's folder, pipes and empty or upper-case compressed files, and an unfinished run's folder;
-and a checkpoint pruned or saved again when the process dies, a log line cut short, a time budget's warm-up."""
+and a checkpoint pruned or saved again when the process dies, a log line cut short, a time budget's warm-up; and
+--freeze-body kept on resume, --text-column with text files only, a checkpoint or final model that cannot be written."""
 
 import errno
 import gzip
 import json
 import math
 import os
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import assert_one_error
+from conftest import assert_one_error, run_two_processes
 from test_pretrain_options import snapshot, tiny_model  # noqa: F401  (tiny_model: the fixture)
 from test_pretrain_resume import LINEAR, linear_rate, rates, train
-from test_pretraining import (TRAIN, TRAIN_ARGS, datasets_cache, fixture_text, losses, read_log, run_main,  # noqa: F401
-                              run_pretrain, tiny_config)
+from test_pretraining import (PRETRAIN, TRAIN, TRAIN_ARGS, datasets_cache, fixture_text, losses, read_log,  # noqa: F401
+                              run_main, run_pretrain, script_env, tiny_config)
 
 from hf_elmo import ElmoForPreTraining
 from hf_elmo.files import OutputLock
@@ -500,6 +505,104 @@ def test_an_interrupt_before_the_first_checkpoint_says_none_was_saved(tmp_path, 
     assert err.strip().splitlines()[-1] == (f"interrupted: no checkpoint was saved in {folder}; the same command with "
                                             "--resume starts the run again from the beginning")
     assert not (tmp_path / "run.lock").exists()
+
+
+# A checkpoint or the final model that cannot be written (a full disk; here a file size limit, with SIGXFSZ ignored so
+# that the write fails with EFBIG instead of killing the process) ended in safetensors' or torch's traceback, exit code
+# 1, and left its .checkpoint-N.partial or .final.partial folder behind. Now one line names the folder, the cause and
+# what the run leaves to go on from, exit code 2, the partial folder removed; the checkpoints before it stay whole,
+# and --resume goes on from the latest.
+def file_size_limit(size: int):
+    """A preexec_fn that limits the files a process (and its children) writes to `size` bytes, a write past it
+    failing (EFBIG) rather than killing the process (SIGXFSZ, ignored)."""
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+
+    return limit
+
+
+def test_a_save_that_cannot_be_written_is_one_line_and_leaves_no_partial_folder(tmp_path):
+    folder = tmp_path / "run"
+    command = [*RUN, "--save-total-limit", 0, "--output-dir", folder]
+
+    def pretrain_run(*arguments, file_size=None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(PRETRAIN), *map(str, [*command, *arguments])], capture_output=True,
+                              text=True, env=script_env(tmp_path), timeout=300,
+                              preexec_fn=file_size_limit(file_size) if file_size else None)
+
+    def refused(result: subprocess.CompletedProcess, *must_mention: str) -> None:
+        assert_one_error(result.returncode, result.stderr, *must_mention)
+        assert not [path.name for path in folder.iterdir() if path.name.endswith(".partial")]
+
+    # The weights (model.safetensors: safetensors' error) of the first checkpoint: none saved before it.
+    result = pretrain_run(file_size=200_000)
+    refused(result, f"error: {folder / 'checkpoint-2'}: the checkpoint could not be written (SafetensorError: ",
+            "File too large", "its partial folder .checkpoint-2.partial is removed; no checkpoint was saved in "
+            f"{folder}; the same command with --resume starts the run again from the beginning")
+    assert sorted(path.name for path in folder.iterdir()) == ["log.jsonl"]
+    result = pretrain_run("--resume")  # (as it says)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list_checkpoints(folder) == [(2, folder / "checkpoint-2")]
+    sizes = {path.name: path.stat().st_size for path in (folder / "checkpoint-2").iterdir()}
+    assert sizes["model.safetensors"] < sizes["optimizer.bin"]
+    # The optimizer's state (optimizer.bin, torch.save's RuntimeError) of a later checkpoint: the one before is kept.
+    before = snapshot(folder / "checkpoint-2")
+    result = pretrain_run("--max-steps", 5, "--resume",
+                          file_size=(sizes["model.safetensors"] + sizes["optimizer.bin"]) // 2)
+    refused(result, f"error: {folder / 'checkpoint-4'}: the checkpoint could not be written (RuntimeError: ",
+            f"the checkpoints saved in {folder} are kept; the same command with --resume goes on from the latest")
+    assert list_checkpoints(folder) == [(2, folder / "checkpoint-2")] and snapshot(folder / "checkpoint-2") == before
+    # The final model (after its last step: no checkpoint then).
+    result = pretrain_run("--max-steps", 4, "--resume", file_size=200_000)
+    refused(result, f"error: {folder}: the final model could not be written (SafetensorError: ", "File too large",
+            "its partial folder .final.partial is removed; the checkpoints saved in "
+            f"{folder} are kept; the same command with --resume goes on from the latest")
+    assert not (folder / "trainer_state.json").exists()  # (the earlier end's: a later --resume does not stop there)
+    result = pretrain_run("--max-steps", 4, "--resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resumed from {folder / 'checkpoint-2'} at step 2" in result.stdout
+    assert json.loads((folder / "trainer_state.json").read_text())["step"] == 4
+    assert pretrain.checkpoint_problem(folder / "checkpoint-2") is None
+
+
+def test_what_a_stopped_run_leaves_to_go_on_from_names_a_command_that_does_it(tmp_path):
+    """What a failed save, or Ctrl-C, says the run leaves: "the same command with --resume" is refused where that
+    command has --overwrite-output-dir (both at once), and where it has --resume PATH a plain --resume goes on from
+    the latest checkpoint (PATH again, where the run saved none)."""
+    import argparse
+
+    def advice(**options) -> str:
+        return pretrain.resume_advice(argparse.Namespace(**{"output_dir": str(tmp_path), "resume": None,
+                                                            "overwrite_output_dir": False, **options}))
+
+    none = f"no checkpoint was saved in {tmp_path}; the same command"
+    assert advice() == advice(resume="latest") == f"{none} with --resume starts the run again from the beginning"
+    assert advice(overwrite_output_dir=True) == (f"{none} with --resume instead of --overwrite-output-dir starts the "
+                                                 "run again from the beginning")
+    assert advice(resume="other/checkpoint-4") == f"{none} goes on from other/checkpoint-4 again"
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    kept = f"the checkpoints saved in {tmp_path} are kept; the same command with"
+    assert advice() == f"{kept} --resume goes on from the latest"
+    assert advice(overwrite_output_dir=True) == f"{kept} --resume instead of --overwrite-output-dir goes on from the latest"
+    assert advice(resume="other/checkpoint-4") == f"{kept} a plain --resume goes on from the latest"
+
+
+def test_two_processes_whose_save_cannot_be_written_say_so_in_one_line_each(tmp_path):
+    """A checkpoint's files are written by every process (its random states), the final model by the first only:
+    either way each process learns of the failed write and ends with its line, none waiting for the others at a
+    barrier, and the partial folder is removed."""
+    weights_too_large = file_size_limit(200_000)
+    for length, written in ((["--max-steps", 3, "--save-steps", 2], "checkpoint-2"), (["--max-steps", 2], "final")):
+        folder = tmp_path / written
+        result = run_two_processes([PRETRAIN, *TRAIN_ARGS, *length, "--batch-size", 2, "--eval-steps", 0,
+                                    "--output-dir", folder], script_env(tmp_path), preexec_fn=weights_too_large)
+        what = f"{folder}: the final model" if written == "final" else f"{folder / written}: the checkpoint"
+        said = (f"error: {what} could not be written (SafetensorError: Error while serializing: I/O error: File too "
+                "large (os error 27)); its partial folder ")
+        assert result.returncode != 0 and result.stderr.count(said) == 2, result.stderr[-3000:]
+        assert sorted(path.name for path in folder.iterdir()) == ["log.jsonl"]
 
 
 # save_checkpoint and remove_checkpoint when the process dies inside them (what clean_up_interrupted_saves then finds).
