@@ -150,7 +150,7 @@ def render(steps: dict, pretrain: dict, setup: dict, seconds: float) -> str:
         lines.append(f"- hf_elmo with torch {versions['hf_elmo']['torch']}, transformers "
                      f"{versions['hf_elmo']['transformers']}; AllenNLP {versions['allennlp']['allennlp']} with torch "
                      f"{versions['allennlp']['torch']}, in its own venv "
-                     "(`../shared/tools/peer-allennlp-setup.sh`).")
+                     f"({interpreter_shown(setup['allennlp_python'])}).")
     lines += ["- Training step: 64 windows of 20 words, the first 1,280 words of Penn Treebank train; both libraries "
               "add `<S>` and `</S>` to each window (22 positions); random weights (bilm-tf's initialisation, seed "
               "1234) written in the original format and read by both; train mode; loss = the sum of every layer's "
@@ -204,6 +204,12 @@ def assemble(previous: str, section: str) -> str:
         "Written by `make bench-train` (`benchmarks/train_bench.py`): one section per kind of CPU it has run on, each "
         "from one run of it (a run replaces the section of its own CPU kind and keeps the others). The targets are "
         "the same on every kind.", section, previous))
+
+
+def interpreter_shown(path: str) -> str:
+    """AllenNLP's interpreter as the results show it: inside this checkout, from its root (no machine's folders)."""
+    resolved = Path(path)
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else path
 
 
 def main(argv=None) -> int:

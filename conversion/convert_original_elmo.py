@@ -265,8 +265,8 @@ def convert_hf_to_original(
             (staging / "options.json").write_text(json.dumps(config.to_original_options(), indent=2), encoding="utf-8")
             write_original_weights(arrays, staging / "weights.hdf5")
         except OSError as error:  # (a full disk: named in the output folder, as the staging folder goes)
-            raise ConversionError(f"{output_dir}: the files could not be written ({error.strerror}); nothing was "
-                                  "written") from None
+            raise ConversionError(f"{output_dir}: the files could not be written ({error.strerror or error}); nothing "
+                                  "was written") from None
         reread = read_original_weights(staging / "weights.hdf5", ElmoConfig.from_original_options(staging / "options.json"))
         for name, value in arrays.items():
             if not np.array_equal(value, reread[name]):

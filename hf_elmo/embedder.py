@@ -59,27 +59,38 @@ def check_sentences(sentences) -> None:
 
 
 def check_sentence(sentence, index: int) -> None:
-    """A sentence is a str or a list (or tuple, or NumPy array) of words, each a str; anything else is refused, naming
-    the sentence by its `index` and what it is (else an int failed deep inside, and bytes were read as a list of
-    numbers)."""
+    """A sentence is a str or an iterable of words (a list, a tuple, a NumPy array, a pandas Series, ...), each a str;
+    anything else is refused, naming the sentence by its `index` and what it is (else an int failed deep inside, and
+    bytes were read as a list of numbers). The words of a list, tuple or array are checked here; another iterable's
+    as `split_sentence` reads them (it may be read only once)."""
     if isinstance(sentence, str):
         return
+    if isinstance(sentence, (bytes, bytearray)) or not isinstance(sentence, Iterable) or getattr(sentence, "ndim", 1) == 0:
+        _refuse(sentence, f"sentence {index} is")
     if isinstance(sentence, (list, tuple, np.ndarray)):  # (an array of str holds np.str_, a str)
-        not_words = [word for word in sentence if not isinstance(word, str)]
-        if not not_words:
-            return
-        found, what = not_words[0], f"sentence {index} holds a word that is"
-    else:
-        found, what = sentence, f"sentence {index} is"
+        _check_words(sentence, index)
+
+
+def _check_words(words, index: int) -> None:
+    for word in words:
+        if not isinstance(word, str):
+            _refuse(word, f"sentence {index} holds a word that is")
+
+
+def _refuse(found, what: str):
     decode = " (decode it first)" if isinstance(found, (bytes, bytearray)) else ""
     raise TypeError(f"{what} {type(found).__name__}{decode}: each sentence must be a str or a list of words (str)")
 
 
 def split_sentence(sentence: Sentence, index: int = 0) -> list[str]:
-    """A sentence as words: a str is split on whitespace (as `allennlp elmo` did), a list is used as it is; anything
-    else is refused (`check_sentence`, naming it as sentence `index`)."""
+    """A sentence as words: a str is split on whitespace (as `allennlp elmo` did), an iterable of words is used as it
+    is; anything else is refused (`check_sentence`, naming it as sentence `index`)."""
     check_sentence(sentence, index)
-    return sentence.split() if isinstance(sentence, str) else list(sentence)
+    if isinstance(sentence, str):
+        return sentence.split()
+    words = list(sentence)
+    _check_words(words, index)
+    return words
 
 
 def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:

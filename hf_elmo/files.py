@@ -341,6 +341,26 @@ def write_text_atomically(path, text: str) -> None:
         out.write(text)
 
 
+def is_write_error(error: BaseException) -> bool:
+    """Whether `error` is a write that failed (a full disk, a quota, a file size limit), not a fault of the program:
+    the operating system's OSError, safetensors' I/O error, or torch.save's (a plain RuntimeError from its stream
+    writer, "[enforce fail at inline_container.cc:...] . unexpected pos ...")."""
+    if isinstance(error, OSError):
+        return True
+    from safetensors import SafetensorError
+
+    text = str(error)
+    if isinstance(error, SafetensorError):
+        return "I/O error" in text
+    return type(error) is RuntimeError and any(mark in text for mark in
+                                               ("inline_container", "PytorchStreamWriter", "file write failed"))
+
+
+def failure_text(error: BaseException) -> str:
+    """An error in one line, its kind named (for a message that names the cause)."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
 def sha256_file(path) -> str:
     """The sha256 of a file's bytes, read in blocks."""
     digest = hashlib.sha256()

@@ -270,14 +270,14 @@ def _model_config_settings(folder) -> dict:
     return {name: config[name] for name in ("max_characters_per_token", "alphabet") if name in config}
 
 
-def _check_one_length(lengths: set[int]) -> None:
+def _check_one_length(lengths: set[int], padding: str = "padding=True (and truncation=True where max_length is "
+                      "shorter than an example)") -> None:
     """Unpadded examples make a tensor only with one number of words (torch read a batch whose first example has no
-    words as [batch, 0]: no words at all, silently)."""
+    words as [batch, 0]: no words at all, silently). `padding`: what to pass instead."""
     if len(lengths) > 1:
         raise ValueError(
             f"input_ids: the examples have different numbers of words ({', '.join(map(str, sorted(lengths)))}), "
-            "which make no tensor: pass padding=True (and truncation=True where max_length is shorter than an "
-            "example), or return_tensors=None to get them as lists"
+            f"which make no tensor: pass {padding}, or return_tensors=None to get them as lists"
         )
 
 
@@ -810,10 +810,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
             verbose=verbose,
         )
         single = isinstance(encoded_inputs, Mapping) and _is_single_example(encoded_inputs["input_ids"])
-        if return_tensors is not None and not single and padding in (False, "do_not_pad", PaddingStrategy.DO_NOT_PAD):
+        # (the strategy padding comes to: "max_length" without a max_length the model has pads nothing, as False)
+        strategy = self._get_padding_truncation_strategies(padding=padding, max_length=max_length, verbose=False)[0]
+        if return_tensors is not None and not single and strategy == PaddingStrategy.DO_NOT_PAD:
             examples = encoded_inputs["input_ids"] if isinstance(encoded_inputs, Mapping) else [
-                example["input_ids"] for example in encoded_inputs]
-            _check_one_length({len(char_ids) for char_ids in examples})
+                example.get("input_ids", ()) for example in encoded_inputs]
+            _check_one_length({len(char_ids) for char_ids in examples}, "padding=True")
         # The base class would read one example's word vectors as a batch of examples: pad it as a batch of one.
         if single:
             padded = super().pad({key: [value] for key, value in encoded_inputs.items()}, **pad_kwargs)

@@ -46,7 +46,10 @@ class DataError(ValueError):
     """Input text that cannot be used; the message names the file, dataset or option."""
 
 
-def load_sentences(paths: list[str], text_column: str = "text", word_splitting: str = "whitespace", role: str = "train",
+TEXT_COLUMN = "text"  # the column of a text file's lines in datasets, and --text-column's default
+
+
+def load_sentences(paths: list[str], text_column: str = TEXT_COLUMN, word_splitting: str = "whitespace", role: str = "train",
                    option: str | None = None, split: str | None = None):
     """The sentences of text files (globs allowed) or of a local `datasets` dataset, as a `datasets.Dataset` with a
     `words` column; empty lines are dropped.
@@ -64,7 +67,7 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
     if names_saved_dataset(paths):
         dataset = _load_saved_dataset(Path(paths[0]), role, option, split)
     elif split:
-        raise DataError(f"--split {split}: only a saved dataset folder has splits, and {option} names text files")
+        raise no_splits(split, f"{option} names text files")
     else:
         files, first_named = [], {}  # (each file once: a name given twice, overlapping globs, a link)
         for pattern in paths:
@@ -108,7 +111,7 @@ def load_sentences(paths: list[str], text_column: str = "text", word_splitting: 
             if "not supported" in str(cause) and packed:  # (zstd, lz4: datasets reads them with a package of each)
                 problem = "cannot be read: this compression needs its Python package (`pip install zstandard` or `lz4`)"
             raise DataError(f"{option} {' '.join(packed or files)}: {problem} ({type(cause).__name__}: {cause})") from None
-        text_column = "text"  # (what datasets names a text file's lines; --text-column names a saved dataset's)
+        text_column = TEXT_COLUMN  # (--text-column names a saved dataset's)
     if text_column not in dataset.column_names:
         raise DataError(f"{option} {paths[0]}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}); pass --text-column")
     feature = dataset.features[text_column]
@@ -136,18 +139,23 @@ def check_dataset_options(inputs: dict[str, list[str] | None], text_column: str 
                           split: str | None = None) -> None:
     """Before any work: refuse --text-column and --split (`text_column`, `split`; None where not given) where every
     input (option: its paths, None where not given) names text files, whose lines are the sentences: they choose a
-    column and a split of a saved dataset, and a run read the files as if --text-column had not been given. An input
-    that names nothing is left to the reading, which says so."""
+    column and a split of a saved dataset, and a run read the files as if --text-column had not been given (but for
+    "text", the name of a text file's lines). An input that names nothing is left to the reading, which says so."""
     given = {option: paths for option, paths in inputs.items() if paths}
-    if (text_column is None and split is None) or any(names_saved_dataset(paths) for paths in given.values()):
+    if (text_column in (None, TEXT_COLUMN) and split is None) or any(names_saved_dataset(paths) for paths in given.values()):
         return
     if not all(Path(pattern).exists() or glob.glob(pattern) for paths in given.values() for pattern in paths):
         return
     files = f"{' and '.join(given)} name{'s' if len(given) == 1 else ''} text files"
     if split is not None:
-        raise DataError(f"--split {split}: only a saved dataset folder has splits, and {files}")
+        raise no_splits(split, files)
     raise DataError(f"--text-column {text_column}: only a saved dataset folder has columns, and {files}, each line a "
                     "sentence; drop --text-column")
+
+
+def no_splits(split: str, inputs: str) -> DataError:
+    """--split where the inputs (`inputs`: which options name text files) are text files, which have no splits."""
+    return DataError(f"--split {split}: only a saved dataset folder has splits, and {inputs}")
 
 
 def compressed(file: str) -> bool:

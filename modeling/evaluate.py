@@ -27,8 +27,8 @@ from hf_elmo.embedder import tokenizer_misfit  # noqa: E402
 from hf_elmo.files import check_output_location, write_text_atomically  # noqa: E402
 
 from modeling.checkpoints import list_checkpoints  # noqa: E402
-from modeling.data import (IGNORE_INDEX, DataError, EncodedText, EvaluationStream, WordTable,  # noqa: E402
-                           check_dataset_options, read_corpus)
+from modeling.data import (IGNORE_INDEX, TEXT_COLUMN, DataError, EncodedText, EvaluationStream,  # noqa: E402
+                           WordTable, check_dataset_options, read_corpus)
 from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
 
 
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.batch_size is None:
             args.batch_size, source = recorded_parts(model_dir)
             print(f"parts: {args.batch_size} ({source})")
-        corpus = read_corpus(args.file, args.text_column or "text", splitting, "validation", "--file", split=args.split)
+        corpus = read_corpus(args.file, TEXT_COLUMN if args.text_column is None else args.text_column, splitting, "validation", "--file", split=args.split)
         text = EncodedText.encode(corpus, table, vocabulary)
         stream = EvaluationStream(text, table, vocabulary, rows=args.batch_size, unroll_steps=args.unroll_steps)
     except (DataError, VocabularyError) as error:

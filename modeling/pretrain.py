@@ -47,15 +47,14 @@ from accelerate import Accelerator  # noqa: E402
 from accelerate.utils import (DistributedType, broadcast_object_list, gather_object, parse_flag_from_env,  # noqa: E402
                                set_seed)
 from packaging.version import Version  # noqa: E402
-from safetensors import SafetensorError  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import get_scheduler  # noqa: E402
 from transformers.dynamic_module_utils import custom_object_save  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer, library_versions  # noqa: E402
-from hf_elmo.files import (OutputLock, check_output_location, fsync_path, give_plain_modes,  # noqa: E402
-                            input_inside, model_folder_problem, sha256_file, sha256_tensors)
+from hf_elmo.files import (OutputLock, check_output_location, failure_text, fsync_path, give_plain_modes,  # noqa: E402
+                            input_inside, is_write_error, model_folder_problem, sha256_file, sha256_tensors)
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from hf_elmo.lexicon import WORD_ENTRIES, ElmoLexicon, LexiconError  # noqa: E402
 from hf_elmo.model_card import (card_option_problem, counted, folder_card_language, folder_card_license,  # noqa: E402
@@ -63,6 +62,7 @@ from hf_elmo.model_card import (card_option_problem, counted, folder_card_langua
 
 from modeling.data import (  # noqa: E402
     IGNORE_INDEX,
+    TEXT_COLUMN,
     DataError,
     EncodedText,
     EvaluationStream,
@@ -100,10 +100,6 @@ class SaveFailure(PretrainError):
     """A checkpoint or the final model that could not be written (a full disk, say), its partial folder removed; the
     message names the folder and the cause (`main` adds what the run leaves to go on from)."""
 
-
-# What a failed write raises (a full disk, a quota, a file size limit): the operating system's OSError, safetensors'
-# SafetensorError (its "I/O error" inside), torch.save's RuntimeError (Accelerate's optimizer.bin and random states).
-WRITE_ERRORS = (OSError, SafetensorError, RuntimeError)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -391,22 +387,21 @@ def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int
 
 
 def failed_write(accelerator: Accelerator, write) -> str | None:
-    """Run `write()` in this process (None: nothing to write here) and return the cause of a failed write (one of
-    WRITE_ERRORS) in any process, the same in every process, or None. Every process calls it: it waits for all."""
-    failure = None
+    """Run `write()` in this process (None: nothing to write here) and return the cause of a failed write
+    (`is_write_error`: a full disk, say) in any process, the same in every process, or None. Every process calls it:
+    it waits for all, also where a write raised another error, which its process then raises as it is (the others
+    end with the line that names it), so that no process is left waiting."""
+    failure, error = None, None
     if write is not None:
         try:
             write()
-        except WRITE_ERRORS as error:
-            failure = write_failure(error)
+        except Exception as caught:
+            failure, error = failure_text(caught), caught
     if accelerator.num_processes > 1:
         failure = next((found for found in gather_object([failure]) if found is not None), None)
+    if error is not None and not is_write_error(error):
+        raise error  # (a fault of the program, not of the disk: its own traceback)
     return failure
-
-
-def write_failure(error: BaseException) -> str:
-    """A failed write's cause in one line, its kind named."""
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"
 
 
 def resume_advice(args: argparse.Namespace) -> str:
@@ -926,9 +921,11 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
             (staging / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         give_plain_modes(staging)  # (safetensors writes model.safetensors private)
         _fsync_tree(staging)
-    except WRITE_ERRORS as error:  # (nothing of it has been moved into OUTPUT_DIR yet)
+    except Exception as error:  # (nothing of it has been moved into OUTPUT_DIR yet)
+        if not is_write_error(error):
+            raise
         shutil.rmtree(staging, ignore_errors=True)
-        raise SaveFailure(f"{output_dir}: the final model could not be written ({write_failure(error)}); its partial "
+        raise SaveFailure(f"{output_dir}: the final model could not be written ({failure_text(error)}); its partial "
                           f"folder {staging.name} is removed") from None
     # An earlier run's char.dic or word.dic that this tokenizer does not write would be read with it from OUTPUT_DIR.
     for name in {"char.dic", "word.dic"} - {path.name for path in staging.iterdir()}:
@@ -1211,7 +1208,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
 
     # Data: every process reads the corpus (the datasets cache is built once) and the same vocabulary.
     def read_texts() -> tuple[list, list | None]:
-        column = args.text_column or "text"
+        column = TEXT_COLUMN if args.text_column is None else args.text_column
         train = read_corpus(args.train_file, column, args.word_splitting, "train")
         validation = None
         if args.validation_file:

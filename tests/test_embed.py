@@ -241,8 +241,15 @@ def test_what_is_no_sentence_is_refused_naming_it_at_the_call_or_where_a_generat
     reached = embedder.embed_sentences(sentence for sentence in ["a b", None])
     with pytest.raises(TypeError, match=rf"^sentence 1 is NoneType: {each}"):
         next(reached)
-    assert [array.shape[1] for array in embedder.embed_sentences(["a b", ("c",), [], "", np.array(["d", "e"])])] == \
-        [2, 1, 0, 0, 2]  # (a NumPy array of words too, as the tokenizer's is_split_into_words reads one)
+    # Any other iterable of words is a sentence too (a NumPy array, a deque, a generator of words), as before.
+    from collections import deque
+
+    sentences = ["a b", ("c",), [], "", np.array(["d", "e"]), deque(["f"]), (word for word in ["g", "h"])]
+    assert [array.shape[1] for array in embedder.embed_sentences(sentences)] == [2, 1, 0, 0, 2, 1, 2]
+    with pytest.raises(TypeError, match=rf"^sentence 0 holds a word that is int: {each}"):
+        list(embedder.embed_sentences([deque(["a", 1])]))
+    with pytest.raises(TypeError, match=rf"^sentence 0 is ndarray: {each}"):  # (one str in an array of no axis)
+        embedder.embed_sentences([np.array("a b")])
 
 
 def test_the_token_cache_turned_off_embeds_the_same(model_path, embedder, tmp_path):

@@ -30,7 +30,7 @@ from test_pretraining import (PRETRAIN, TRAIN, TRAIN_ARGS, datasets_cache, fixtu
                               run_main, run_pretrain, script_env, tiny_config)
 
 from hf_elmo import ElmoForPreTraining
-from hf_elmo.files import OutputLock
+from hf_elmo.files import OutputLock, is_write_error
 from modeling import evaluate, pretrain
 from modeling.checkpoints import list_checkpoints
 from modeling.data import EvaluationStream, StreamBatches
@@ -125,11 +125,12 @@ def test_text_column_with_text_files_only_is_refused_before_the_work(tmp_path, c
                                                         "and --file names text files")
     scores = {}
     for name, source in (("file", [validation]),
-                         ("dataset", [str(tmp_path / "saved"), "--text-column", "sentence", "--split", "train"])):
+                         ("dataset", [str(tmp_path / "saved"), "--text-column", "sentence", "--split", "train"]),
+                         ("file named", [validation, "--text-column", "text"])):  # ("text": a text file's lines)
         code = evaluate.main(["--model-dir", str(folder), "--file", *source, "--output-json", str(tmp_path / name)])
         assert code == 0, capsys.readouterr().err
         scores[name] = json.loads((tmp_path / name).read_text())
-    assert scores["file"] == scores["dataset"]
+    assert scores["file"] == scores["dataset"] == scores["file named"]
 
 
 # A longer resume from a checkpoint inside the warm-up: the warm-up still counts steps (the rate rises to its peak at
@@ -520,6 +521,34 @@ def file_size_limit(size: int):
         resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
 
     return limit
+
+
+def test_only_a_failed_write_is_reported_as_one():
+    """A save's error is called a failed write (one line, the run to go on from its checkpoints) only where the disk
+    failed: OSError, safetensors' I/O error, torch.save's stream writer. Another error (a fault of the program, CUDA
+    out of memory) keeps its traceback: resuming would meet it again at the next save."""
+    from accelerate import Accelerator
+    from safetensors import SafetensorError
+
+    assert is_write_error(OSError(errno.ENOSPC, "No space left on device"))
+    assert is_write_error(SafetensorError("Error while serializing: I/O error: File too large (os error 27)"))
+    assert is_write_error(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"))
+    for error in (RuntimeError("CUDA error: an illegal memory access was encountered"), torch.OutOfMemoryError("x"),
+                  NotImplementedError("x"), SafetensorError("You are trying to save a non contiguous tensor"),
+                  ValueError("x")):
+        assert not is_write_error(error), error
+
+    def write(error):
+        def fail():
+            raise error
+        return fail
+
+    accelerator = Accelerator()
+    assert pretrain.failed_write(accelerator, None) is None
+    assert pretrain.failed_write(accelerator, write(OSError(errno.EFBIG, "File too large"))) == \
+        "OSError: [Errno 27] File too large"
+    with pytest.raises(RuntimeError, match="^CUDA error"):
+        pretrain.failed_write(accelerator, write(RuntimeError("CUDA error: an illegal memory access was encountered")))
 
 
 def test_a_save_that_cannot_be_written_is_one_line_and_leaves_no_partial_folder(tmp_path):

@@ -249,8 +249,10 @@ def test_examples_of_different_lengths_make_a_tensor_only_once_padded(tok, retur
     for texts in (["", "a b"], ["a b", ""]):
         features = tok(texts)
         for examples in (features, [dict(zip(features, values)) for values in zip(*features.values())]):
-            with pytest.raises(ValueError, match=r"^input_ids: the examples have different numbers of words \(0, 2\)"):
-                tok.pad(examples, padding=False, return_tensors=return_tensors)
+            for padding in (False, "max_length"):  # ("max_length" without one pads nothing, as False)
+                with pytest.raises(ValueError, match=r"^input_ids: the examples have different numbers of words "
+                                                     r"\(0, 2\), which make no tensor: pass padding=True, or"):
+                    tok.pad(examples, padding=padding, return_tensors=return_tensors)
             assert tok.pad(examples, return_tensors=return_tensors)["input_ids"].shape == (2, 2, 50)
     assert tok.pad(tok(["", " "]), padding=False, return_tensors=return_tensors)["input_ids"].shape == (2, 0, 50)
 

@@ -97,6 +97,10 @@ def test_training_targets_are_judged_on_the_measured_ratios(monkeypatch, tmp_pat
     steps["small"]["ratio"][("fast", "allennlp")] = 2.9
     table = targets_table(train_bench.render(steps, pretrained, setup(), 60.0))
     assert table["Small size, training step >= 3x AllenNLP"] == ("2.90x", "no")
+    # AllenNLP's interpreter as given, or (in the checkout, as make bench-train's is) from the checkout's root
+    assert "in its own venv (/x/python)." in train_bench.render(steps, pretrained, setup(), 60.0)
+    inside = {**setup(), "allennlp_python": str(train_bench.ROOT / "build" / "allennlp-venv" / "bin" / "python")}
+    assert "in its own venv (build/allennlp-venv/bin/python)." in train_bench.render(steps, pretrained, inside, 60.0)
 
 
 def test_the_training_steps_windows_are_the_first_words_of_ptb_train_read_as_one_stream(tmp_path):
