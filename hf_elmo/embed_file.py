@@ -42,6 +42,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -51,6 +52,11 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+try:
+    import resource
+except ImportError:  # (Windows: no file size limit to read)
+    resource = None
 
 import h5py
 import numpy as np
@@ -76,6 +82,9 @@ MANIFEST_ATTRIBUTE = "hf_elmo_embed"  # on a finished output file: the manifest 
 PIN_CHUNK_WORDS = 2048
 # Computed batches that wait for the writer thread besides the one it writes (bounds their memory).
 WRITES_WAITING = 1
+# HDF5's records in output.hdf5 of the file and the manifest, and of one line's dataset besides its name and
+# numbers (measured: 6 kB, and 330 to 370 bytes).
+FILE_RECORD_BYTES, LINE_RECORD_BYTES = 16_384, 400
 
 
 def process_state() -> PartialState:
@@ -580,11 +589,19 @@ def embed_file(
             tokenize_ahead = embedder.device.type != "cpu"
         if write_behind is None:
             write_behind = embedder.device.type != "cpu"
-        _compute_batches(embedder, sentences, keys, batches, partial, output_format, state, summary, progress,
-                         tokenize_ahead, write_behind)
-        state.wait_for_everyone()
-        if state.is_main_process:
-            _write_output(batches, keys, partial, output_file)
+        try:
+            _compute_batches(embedder, sentences, keys, batches, partial, output_format, state, summary, progress,
+                             tokenize_ahead, write_behind)
+            state.wait_for_everyone()
+            if state.is_main_process:
+                _write_output(batches, keys, partial, output_file)
+        except OSError as error:
+            if error.errno is None:  # (not the system's: a damaged file, which the error names)
+                raise
+            finished = sum(1 for path in partial.glob("[0-9]*.hdf5") if BATCH_FILE.fullmatch(path.name))
+            raise OSError(f"{output_file}: could not be written ({os.strerror(error.errno)}); the {finished} of "
+                          f"{len(batches)} batches finished are kept in {partial}, and the same command run again "
+                          "goes on from them") from error
         state.wait_for_everyone()
     summary["seconds"] = time.perf_counter() - started
     return summary
@@ -786,6 +803,8 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
     what that run left unfinished: temporary files, and batch files that do not read back whole; then make
     `output.hdf5`, or check the one that run left (a damaged one is made again, and its batches are computed
     again)."""
+    if not (partial / OUTPUT_NAME).exists():  # (checked before the folder is made: a refused run leaves nothing)
+        _check_room(partial, keys, shapes, sentences, sentence_index)
     if partial.exists():
         found = _read_manifest(partial)
         if found is None and any(partial.glob("[0-9]*.hdf5")):
@@ -866,6 +885,42 @@ def _prepare_partial_output(partial: Path, manifest: dict, sentences: list[str],
         if in_output:
             path.unlink()
     _create_partial_output(output, keys, shapes, sentences, manifest, sentence_index, progress)
+
+
+def _output_bytes(keys: list[str], shapes: list[tuple[int, ...]], sentences: list[str],
+                  sentence_index: bool) -> tuple[int, int]:
+    """The bytes of the lines' numbers, and about those of the whole `output.hdf5` once they are written (never
+    less: HDF5's records of each dataset are counted at a little more than they take)."""
+    numbers = 4 * sum(math.prod(shape) for shape in shapes)
+    records = FILE_RECORD_BYTES + sum(LINE_RECORD_BYTES + len(key.encode()) for key in keys)
+    if sentence_index:
+        records += sum(len(sentence.encode()) + len(str(line)) + 8 for line, sentence in enumerate(sentences))
+    return numbers, numbers + records
+
+
+def _check_room(partial: Path, keys: list[str], shapes: list[tuple[int, ...]], sentences: list[str],
+                sentence_index: bool) -> None:
+    """Refuse, before any batch is computed, an output that cannot be written where it goes: `output.hdf5` is made
+    sparse, and takes its whole size as the batches fill it (besides it, the batch files of the processes other
+    than the first hold their lines until the end). A disk too small for that, or a limit on the size of a file
+    (`ulimit -f`) below it, is said now, not hours later (and HDF5, when it cannot extend a file it makes, can crash
+    the process as it exits)."""
+    output_file = partial.with_suffix("")  # (the folder is OUTPUT.partial)
+    numbers, size = _output_bytes(keys, shapes, sentences, sentence_index)
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0] if resource is not None else None
+    if limit not in (None, resource.RLIM_INFINITY) and size > limit:
+        raise ValueError(f"{output_file}: would be a file of about {_megabytes(size)}, and this process may write "
+                         f"files of at most {_megabytes(limit)} (`ulimit -f`)")
+    processes = process_state().num_processes
+    needed = size + numbers * (processes - 1) // processes
+    free = shutil.disk_usage(partial.parent).free
+    if needed > free:
+        raise ValueError(f"{output_file}: needs about {_megabytes(needed)} on the disk, and {partial.parent} has "
+                         f"{_megabytes(free)} free: make room, or write the output elsewhere")
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:,.1f} MB"
 
 
 def _batch_file_problem(path: Path, shapes: list[tuple[int, ...]], batches: list[list[int]],

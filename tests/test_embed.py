@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURE_SETS, assert_only_an_error_line, run_two_processes, unreadable_file, unwritable_folder
+from conftest import FIXTURE_SETS, assert_one_error, assert_only_an_error_line, run_two_processes, unreadable_file, unwritable_folder
 from test_hub import fake_hub_snapshot
 import hf_elmo
 from hf_elmo import ElmoEmbedder, ElmoModel, ElmoTokenizer
@@ -1673,17 +1673,96 @@ def test_a_write_that_fails_behind_the_model_is_the_runs_error_and_leaves_no_par
     monkeypatch.setattr(embed_module._PartialOutput, "write", disk_full_in_batch_3)
     forward = embedder.model.forward
     embedder.model.forward = lambda *args, **kwargs: batches_run.append(1) or forward(*args, **kwargs)
-    with pytest.raises(OSError, match=r"No space left on device"):
+    with pytest.raises(OSError) as raised:
         embedder.embed_file(source, output, batch_size=2, progress=False, write_behind=True)
     del embedder.model.forward
     assert failed_in and threading.get_ident() not in failed_in and len(batches_run) <= 4 + 2
     finished = finished_batches(partial)
+    assert str(raised.value) == (
+        f"{output}: could not be written (No space left on device); the {len(finished)} of 10 batches finished are "
+        f"kept in {partial}, and the same command run again goes on from them")
     assert "00000003.hdf5" not in finished and {"00000000.hdf5", "00000001.hdf5", "00000002.hdf5"} <= finished.keys()
     assert not list(partial.glob(".*tmp-*")) and not output.exists()
     monkeypatch.undo()
     summary = embedder.embed_file(source, output, batch_size=2, progress=False, write_behind=True)
     assert (summary["computed"], summary["resumed"]) == (10 - len(finished), len(finished))
     assert_same_embeddings(output, tmp_path / "reference.hdf5", 20)
+
+
+
+@pytest.mark.parametrize("lines", [1, 30])
+def test_the_size_an_output_is_checked_for_is_never_below_the_file_written(embedder, tmp_path, lines):
+    """The room a run asks for before it starts (`_output_bytes`) is at least the size of the output it then writes,
+    and at most a little more (HDF5's records of the file, 6 kB, are counted at 16 kB): with and without
+    sentence_to_index, with sentences as keys, every output format."""
+    source = write_lines(tmp_path / "in.txt", [line for line in fixture_lines() if "/" not in line][:lines])
+    sentences = read_sentences(source)
+    for output_format in ("all", "top"):
+        for use_sentence_keys, forget_sentences in [(False, False), (False, True), (True, False)]:
+            output = tmp_path / f"{output_format}-{use_sentence_keys}-{forget_sentences}.hdf5"
+            embedder.embed_file(source, output, output_format=output_format, use_sentence_keys=use_sentence_keys,
+                                forget_sentences=forget_sentences, progress=False)
+            keys = embed_module._line_keys(sentences, use_sentence_keys)
+            shapes = embed_module._line_shapes(embedder, sentences, output_format)
+            _, size = embed_module._output_bytes(keys, shapes, sentences, not (use_sentence_keys or forget_sentences))
+            written = output.stat().st_size
+            assert written <= size <= written * 1.01 + embed_module.FILE_RECORD_BYTES, (output.name, written, size)
+
+
+def test_an_output_larger_than_the_file_size_limit_is_refused_before_any_work(model_path, tmp_path):
+    """Under a limit on the size of a file (`ulimit -f`) below the output's, HDF5 could not extend the output.hdf5 it
+    was making: the run ended with HDF5's own message (two lines long, in a child process here as there) and then
+    crashed as it exited (SIGSEGV, exit 139 in a shell). It is refused now in one line that names the output, its
+    size and the limit, before the folder of its batches is made; without the limit the same command runs."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines())
+    output = tmp_path / "out.hdf5"
+    sentences = read_sentences(source)
+    _, size = embed_module._output_bytes(embed_module._line_keys(sentences, False),
+                                         embed_module._line_shapes(ElmoEmbedder(model_path), sentences, "all"),
+                                         sentences, True)
+    limit = size // 2
+    child = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # (a write past the limit then fails, EFBIG)
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.RLIM_INFINITY))\n"
+        "from hf_elmo.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", child, "embed", source, output, "--model", model_path],
+                            env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
+    assert_one_error(result.returncode, result.stderr,
+                     f"error: {output}: would be a file of about {size / 1e6:,.1f} MB, and this process may write "
+                     f"files of at most {limit / 1e6:,.1f} MB (`ulimit -f`)")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
+    result = subprocess.run([*HF_ELMO, "embed", source, output, "--model", model_path], env=SUBPROCESS_ENV,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and len(read_all(output)) == 31, result.stderr
+
+
+def test_an_output_the_disk_has_no_room_for_is_refused_before_any_work(embedder, tmp_path, monkeypatch):
+    """A disk with less room than the output needs is said before the model computes anything (the run stopped
+    when the disk was full, perhaps hours in), in one error that names the output, the room it needs and the room
+    there is, leaving nothing behind; with exactly that room the run goes on. (The free space the system reports
+    is set here: a full disk cannot be made without privileges.)"""
+    source = write_lines(tmp_path / "in.txt", fixture_lines())
+    output, sentences = tmp_path / "out.hdf5", read_sentences(source)
+    _, size = embed_module._output_bytes(embed_module._line_keys(sentences, False),
+                                         embed_module._line_shapes(embedder, sentences, "all"), sentences, True)
+    disk = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: disk._replace(free=size - 1))
+    forward = embedder.model.forward
+    embedder.model.forward = lambda *args, **kwargs: pytest.fail("the model ran")
+    try:
+        with pytest.raises(ValueError) as raised:
+            embedder.embed_file(source, output, progress=False)
+    finally:
+        del embedder.model.forward
+    assert str(raised.value) == (f"{output}: needs about {size / 1e6:,.1f} MB on the disk, and {tmp_path} has "
+                                 f"{(size - 1) / 1e6:,.1f} MB free: make room, or write the output elsewhere")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: disk._replace(free=size))
+    assert embedder.embed_file(source, output, progress=False)["computed"] > 0 and len(read_all(output)) == 31
+    assert forward == embedder.model.forward
 
 
 def dataset_properties(path: Path) -> dict:
