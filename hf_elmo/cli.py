@@ -16,7 +16,7 @@ def add_embed_parser(commands) -> None:
             "the lines are split across the processes."
         ),
     )
-    embed_parser.add_argument("input", help="text file, one sentence per line")
+    embed_parser.add_argument("input", help="text file, one sentence per line (-: the standard input)")
     embed_parser.add_argument("output", help="HDF5 file to write")
     formats = embed_parser.add_mutually_exclusive_group()
     formats.add_argument("--all", dest="output_format", action="store_const", const="all",
@@ -58,6 +58,8 @@ def embed(args: argparse.Namespace) -> int:
               f"runs where the launcher puts it ({state.device.type}); leave --device out", file=sys.stderr)
         return 2
     device = state.device if state.num_processes > 1 else args.device
+    if args.input == "-":  # (as other commands read it; its name for the checks, the manifest and the messages)
+        args.input = "/dev/stdin"
     try:
         check_input_file(args.input, args.use_sentence_keys, state.num_processes)  # both before the model loads
         check_paths(args.input, args.output)

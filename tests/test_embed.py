@@ -742,6 +742,22 @@ def test_a_piped_input_is_read_once(model_path, tmp_path, capsys):
     assert output["0"].shape == (2, 32) and output["1"].shape == (3, 32)
 
 
+
+def test_a_dash_reads_the_standard_input(model_path, tmp_path):
+    """`zcat corpus.gz | hf-elmo embed - OUT`: `-` is the standard input, as for other commands (it was "-: input
+    file not found"); the output is that of the same lines read from a file."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines()[:4])
+    with source.open("rb") as lines:
+        result = subprocess.run([*HF_ELMO, "embed", "-", tmp_path / "piped.hdf5", "--model", model_path],
+                                stdin=lines, env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "hf-elmo embed: 4 sentences in" in result.stderr, result.stderr
+    result = subprocess.run([*HF_ELMO, "embed", source, tmp_path / "file.hdf5", "--model", model_path],
+                            env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    piped, read = read_all(tmp_path / "piped.hdf5"), read_all(tmp_path / "file.hdf5")
+    assert piped.keys() == read.keys() and len(piped) == 5
+    assert all(np.array_equal(piped[key], read[key]) for key in read)
+
 def test_a_layer_normalised_mix_is_each_sentences_own_whatever_its_batch(model_path):
     """A mix that layer-normalises (`do_layer_norm`, as AllenNLP's: one mean and variance over the whole batch) gave
     a sentence a vector that depended on the sentences batched with it, so on the length sort and the batch size
