@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import h5py
@@ -1779,6 +1780,12 @@ def test_an_output_the_disk_has_no_room_for_is_refused_before_any_work(embedder,
     monkeypatch.setattr(shutil, "disk_usage", lambda path: disk._replace(free=size))
     assert embedder.embed_file(source, output, progress=False)["computed"] > 0 and len(read_all(output)) == 31
     assert forward == embedder.model.forward
+    # Under torchrun, the lines of the processes but the first are also in their batch files until the end.
+    numbers, _ = embed_module._output_bytes([], embed_module._line_shapes(embedder, sentences, "all"), [], False)
+    monkeypatch.setattr(embed_module, "process_state", lambda: types.SimpleNamespace(num_processes=4))
+    with pytest.raises(ValueError, match=f"needs about {(size + numbers * 3 // 4) / 1e6:,.1f} MB on the disk"):
+        embed_module._check_room(tmp_path / "other.hdf5.partial", embed_module._line_keys(sentences, False),
+                                 embed_module._line_shapes(embedder, sentences, "all"), sentences, True)
 
 
 def dataset_properties(path: Path) -> dict:
