@@ -625,6 +625,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if any(char_ids) and not 0 <= min(char_ids) <= max(char_ids) < self.vocab_size:
             outside = next(char_id for char_id in char_ids if not 0 <= char_id < self.vocab_size)
             raise self._not_a_character_id(int(outside))
+        begin = self.lexicon.begin_id if self.lexicon is not None else BOW_CHAR_ID
+        if any(char_ids) and char_ids[0] != begin:  # (else its first character would be taken for the marker)
+            raise ValueError(f"{[int(char_id) for char_id in char_ids[:8]]}{' ...' if len(char_ids) > 8 else ''} are "
+                             f"not a word's character ids, which begin with the begin-of-word id {begin}")
         if self.lexicon is not None:
             return self.lexicon.char_ids_to_word([int(char_id) for char_id in char_ids])
         return char_ids_to_word(char_ids)
@@ -884,9 +888,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False):
         """
-        Word vectors back to words: `[chars]` -> one word, `[words, chars]` -> a list of words. Padding words read
-        as `pad_token`, or are dropped with `skip_special_tokens=True`. A plain int is a character id and gives
-        its name in the character alphabet.
+        Word vectors back to words: `[chars]` -> one word, `[words, chars]` -> a list of words, `[batch, words,
+        chars]` -> a list of them. Padding words read as `pad_token`, or are dropped with `skip_special_tokens=True`.
+        A plain int is a character id and gives its name in the character alphabet.
         """
         _refuse_what_holds_no_ids(ids, "convert_ids_to_tokens")
         ids = to_py_obj(ids)
@@ -895,11 +899,30 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if _is_word_vector(ids):
             word = self._read_word(ids)
             return self.pad_token if word is None else word
+        if not _is_single_example(ids):
+            return [self.convert_ids_to_tokens(example, skip_special_tokens) for example in ids]
         words = [self._read_word(char_ids) for char_ids in ids]
         if skip_special_tokens:
             special_words = self._special_words()
             return [word for word in words if word is not None and word not in special_words]
         return [self.pad_token if word is None else word for word in words]
+
+    def get_special_tokens_mask(self, token_ids_0, token_ids_1=None,
+                                already_has_special_tokens: bool = False) -> list[int]:
+        """
+        One example's `[words, chars]` ids -> per word 1 for a padding word or an added special token, else 0 (the
+        `special_tokens_mask` that a call returns; transformers' collators ask for it where a batch lacks one).
+        Without `already_has_special_tokens`, all 0: the tokenizer adds no words (the model adds the sentence
+        boundaries).
+        """
+        if token_ids_1 is not None:
+            raise ValueError("ElmoTokenizer encodes single sentences; token_ids_1 is not supported.")
+        _refuse_what_holds_no_ids(token_ids_0, "get_special_tokens_mask")
+        token_ids_0 = _unless_a_list(token_ids_0)
+        if not already_has_special_tokens:
+            return [0] * len(token_ids_0)
+        special_words = self._special_words()
+        return [int(word is None or word in special_words) for word in map(self._read_word, token_ids_0)]
 
     def convert_tokens_to_string(self, tokens: list[str]) -> str:
         return " ".join(tokens)
@@ -910,7 +933,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         example; `[chars]` -> that word; an int, a character id -> its name in the alphabet (`convert_ids_to_tokens`,
         as transformers' decode reads an int). Padding words are always dropped; added special tokens with
         `skip_special_tokens=True`. An id outside the character alphabet, alone or in a word's vector, is refused
-        (IndexError), as `convert_ids_to_tokens` refuses it.
+        (IndexError), as `convert_ids_to_tokens` refuses it, and so is a vector that does not begin with the
+        begin-of-word id (ValueError).
         """
         if getattr(token_ids, "ndim", None) == 3 and len(token_ids) == 0:  # (as lists, an example of no words)
             return []

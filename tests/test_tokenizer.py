@@ -427,6 +427,52 @@ def test_decode_refuses_text_and_none_naming_what_it_takes(tok):
             call(ids)
 
 
+
+def test_ids_that_do_not_begin_a_word_are_refused_not_read_from_their_second_id(tok):
+    """A word's vector begins with the begin-of-word id (the byte alphabet's 259, char.dic's own); a list of ints
+    that does not was read as a word whose first id was taken for that marker: `convert_ids_to_tokens([72, 105])`
+    gave "h", silently. The padding word (all zeros) still reads as padding."""
+    message = r"^\[72, 105\] are not a word's character ids, which begin with the begin-of-word id 259$"
+    for call in (tok.convert_ids_to_tokens, tok.decode):
+        with pytest.raises(ValueError, match=message):
+            call([72, 105])
+    with pytest.raises(ValueError, match=r"^\[1, 2, 3, 4, 5, 6, 7, 8\] \.\.\. are not a word's"):
+        tok.decode([list(range(1, 51))])
+    assert tok.convert_ids_to_tokens([0] * 50) == "<pad>" and tok.decode([[0] * 50, tok.word_to_char_ids("a")]) == "a"
+    folder = ELMOFORMANYLANGS / "with_words"
+    chars = ElmoTokenizer(char_vocab_file=str(folder / "char.dic"), word_vocab_file=str(folder / "word.dic"))
+    spelled = chars.word_to_char_ids("ab")
+    assert chars.decode([spelled]) == "ab" and spelled[0] == chars.lexicon.begin_id != BOW_CHAR_ID
+    with pytest.raises(ValueError, match=rf"begin with the begin-of-word id {chars.lexicon.begin_id}$"):
+        chars.decode([spelled[1:]])  # (its own alphabet's ids: "a" taken for the marker would give "b")
+
+
+def test_convert_ids_to_tokens_reads_a_batch_as_decode_does(tok):
+    """`[batch, words, chars]` ids (what a padded call returns) give a list of words per example, as their
+    `batch_decode` gives a string per example; it failed with a TypeError from comparing a list with an int."""
+    batch = tok(["The cat sat .", "A dog"], padding=True, return_tensors="pt")["input_ids"]
+    assert tok.convert_ids_to_tokens(batch) == [["The", "cat", "sat", "."], ["A", "dog", "<pad>", "<pad>"]]
+    assert tok.convert_ids_to_tokens(batch.tolist(), skip_special_tokens=True) == [["The", "cat", "sat", "."],
+                                                                                    ["A", "dog"]]
+    assert [" ".join(words) for words in tok.convert_ids_to_tokens(batch, True)] == tok.batch_decode(batch)
+
+
+def test_get_special_tokens_mask_of_encoded_ids_is_the_mask_a_call_returns():
+    """transformers' collators ask `get_special_tokens_mask(ids, already_has_special_tokens=True)` where a batch has
+    no `special_tokens_mask`; it failed with a TypeError (ids are words of character ids here). It gives, per
+    example, what the call's own mask says: 1 for padding words and added special tokens. Without
+    `already_has_special_tokens`, 0 for every word (the tokenizer adds none); a second sequence is refused."""
+    tokenizer = ElmoTokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<URL>"]})
+    encoded = tokenizer(["see <URL> now", "a b c d e"], padding=True, return_special_tokens_mask=True)
+    assert encoded["special_tokens_mask"] == [[0, 1, 0, 1, 1], [0, 0, 0, 0, 0]]
+    for ids, mask in zip(encoded["input_ids"], encoded["special_tokens_mask"]):
+        assert tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True) == mask
+        assert tokenizer.get_special_tokens_mask(torch.tensor(ids), already_has_special_tokens=True) == mask
+        assert tokenizer.get_special_tokens_mask(ids) == [0] * 5
+    with pytest.raises(ValueError, match="encodes single sentences; token_ids_1 is not supported"):
+        tokenizer.get_special_tokens_mask(encoded["input_ids"][0], encoded["input_ids"][1])
+
 def test_a_batch_may_begin_with_an_example_without_words(tok):
     """A batch's first example may be empty (a word never is): decode still reads the ids as a batch."""
     batch = tok([[], ["a", "b"]], is_split_into_words=True)["input_ids"]
