@@ -620,15 +620,16 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def _read_word(self, char_ids) -> str | None:
         """The word spelled by one vector of character ids, `None` for the padding word. An id outside the alphabet is
-        refused, as it is alone: the readers would drop it from the word (bytes) or read it as `<oov>` (char.dic)."""
-        # (any(): the padding word, most of a padded batch, is not looked through twice more)
-        if any(char_ids) and not 0 <= min(char_ids) <= max(char_ids) < self.vocab_size:
-            outside = next(char_id for char_id in char_ids if not 0 <= char_id < self.vocab_size)
-            raise self._not_a_character_id(int(outside))
-        begin = self.lexicon.begin_id if self.lexicon is not None else BOW_CHAR_ID
-        if any(char_ids) and char_ids[0] != begin:  # (else its first character would be taken for the marker)
-            raise ValueError(f"{[int(char_id) for char_id in char_ids[:8]]}{' ...' if len(char_ids) > 8 else ''} are "
-                             f"not a word's character ids, which begin with the begin-of-word id {begin}")
+        refused, as it is alone: the readers would drop it from the word (bytes) or read it as `<oov>` (char.dic); so
+        is a vector that does not begin with the begin-of-word id."""
+        if any(char_ids):  # (the padding word, most of a padded batch, is not looked through twice more)
+            if not 0 <= min(char_ids) <= max(char_ids) < self.vocab_size:
+                outside = next(char_id for char_id in char_ids if not 0 <= char_id < self.vocab_size)
+                raise self._not_a_character_id(int(outside))
+            begin = self.lexicon.begin_id if self.lexicon is not None else BOW_CHAR_ID
+            if char_ids[0] != begin:  # (else its first character would be taken for the marker)
+                shown = f"{[int(char_id) for char_id in char_ids[:8]]}{' ...' if len(char_ids) > 8 else ''}"
+                raise ValueError(f"{shown} are not a word's character ids, which begin with the begin-of-word id {begin}")
         if self.lexicon is not None:
             return self.lexicon.char_ids_to_word([int(char_id) for char_id in char_ids])
         return char_ids_to_word(char_ids)
