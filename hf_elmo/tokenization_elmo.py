@@ -410,6 +410,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
             max_characters_per_token=max_characters_per_token, char_vocab_file=char_vocab_file,
             word_vocab_file=word_vocab_file, alphabet=alphabet, **kwargs,
         )
+        # (else a str failed at the first call, comparing it with a sentence's length)
+        if isinstance(self.model_max_length, bool) or not isinstance(self.model_max_length, int) or self.model_max_length < 1:
+            raise ValueError(f"model_max_length must be a number of words >= 1, got {self.model_max_length!r}.")
         if self.returns_word_ids and (self.lexicon is None or self.lexicon.words is None):
             folder = kwargs.get("name_or_path")  # (from_pretrained: word.dic is not in that folder)
             if self.lexicon is not None and folder:

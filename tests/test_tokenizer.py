@@ -473,6 +473,23 @@ def test_get_special_tokens_mask_of_encoded_ids_is_the_mask_a_call_returns():
     with pytest.raises(ValueError, match="encodes single sentences; token_ids_1 is not supported"):
         tokenizer.get_special_tokens_mask(encoded["input_ids"][0], encoded["input_ids"][1])
 
+
+def test_a_model_max_length_that_is_no_number_of_words_is_refused_when_the_tokenizer_is_made(tmp_path):
+    """`model_max_length` (a keyword, or tokenizer_config.json's) that is not a whole number of words >= 1 is refused
+    when the tokenizer is made; a str was accepted and failed at the first call with a TypeError (comparing it with
+    a sentence's length), 1.5 and -3 at the call with a message about max_length. Left out, it is transformers'
+    "no limit"."""
+    for value in ("abc", 1.5, -3, 0, True):
+        with pytest.raises(ValueError, match=rf"^model_max_length must be a number of words >= 1, got {value!r}\.$"):
+            ElmoTokenizer(model_max_length=value)
+    assert len(ElmoTokenizer(model_max_length=4)("a b c d e", truncation=True)["input_ids"]) == 4
+    assert ElmoTokenizer().model_max_length > 10**20
+    ElmoTokenizer().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": "512"}))
+    with pytest.raises(ValueError, match=r"^model_max_length must be a number of words >= 1, got '512'\.$"):
+        ElmoTokenizer.from_pretrained(tmp_path)
+
 def test_a_batch_may_begin_with_an_example_without_words(tok):
     """A batch's first example may be empty (a word never is): decode still reads the ids as a batch."""
     batch = tok([[], ["a", "b"]], is_split_into_words=True)["input_ids"]
