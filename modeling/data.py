@@ -71,10 +71,7 @@ def load_sentences(paths: list[str], text_column: str = TEXT_COLUMN, word_splitt
     else:
         files, first_named = [], {}  # (each file once: a name given twice, overlapping globs, a link)
         for pattern in paths:
-            matches = [pattern] if Path(pattern).is_file() else sorted(glob.glob(pattern))  # (a name is itself first)
-            if not matches:
-                raise DataError(f"{option} {pattern}: no such file")
-            for file in matches:
+            for file in input_files(pattern, option):
                 real = os.path.realpath(file)
                 if real in first_named:
                     first, first_pattern = first_named[real]
@@ -128,6 +125,16 @@ def load_sentences(paths: list[str], text_column: str = TEXT_COLUMN, word_splitt
 
     dataset = dataset.map(split_batch, batched=True, remove_columns=dataset.column_names, desc=f"splitting {role} text")
     return dataset.filter(lambda batch: [len(words) > 0 for words in batch["words"]], batched=True, desc="dropping empty lines")
+
+
+def input_files(pattern: str, option: str) -> list[str]:
+    """What one path of an input option (`option`, for the error) names: itself where it is a file or a folder (a name
+    is itself first, `data[1].txt` too), else its glob's matches, sorted; none is an error. Called before any work
+    too, so that a missing input is said first."""
+    matches = [pattern] if Path(pattern).is_file() else sorted(glob.glob(pattern))
+    if not matches:
+        raise DataError(f"{option} {pattern}: no such file")
+    return matches
 
 
 def names_saved_dataset(paths: list[str]) -> bool:
@@ -460,21 +467,32 @@ class EvaluationStream:
 
     The sentences are split into `rows` contiguous parts of about equal size (over all processes); each part is read
     as a forward and a backward stream like the training ones, in windows of `unroll_steps`. Rows that end early are
-    filled with `<S>` words without targets, after their text, so no prediction sees them.
+    filled with `<S>` words without targets, after their text, so no prediction sees them. In one process the batch
+    (`self.rows`) is the parts that hold text: more rows than the text fills (more than its sentences) give it no
+    empty rows, and windows are at most the longest part (`self.unroll_steps`); the figures are those of `rows` parts.
     """
 
     def __init__(self, text: EncodedText, table: WordTable, vocabulary: Vocabulary, rows: int, unroll_steps: int,
                  num_processes: int = 1, process_index: int = 0):
         if text.num_sentences == 0:
             raise DataError("the held-out text has no sentences")
-        self.table, self.unroll_steps = table, unroll_steps
         rows_total = self.parts = rows * num_processes  # (the figure depends on them a little)
         ends = np.cumsum(np.diff(text.offsets) + 1)
-        bounds = np.searchsorted(ends, np.arange(1, rows_total) * ends[-1] / rows_total, side="right")
+        # Parts split at rows_total - 1 points of the text's ends[-1] targets; from ends[-1] parts on, each sentence (2
+        # targets or more) is a part of its own, the same parts for any larger number: split at that many points then.
+        points = min(rows_total, int(ends[-1]))
+        bounds = np.searchsorted(ends, np.arange(1, points) * ends[-1] / points, side="right")
         parts = np.split(np.arange(text.num_sentences), bounds)
+        if num_processes == 1:  # parts left empty (more rows than the text fills) are rows without targets: left out,
+            # the figures the same (under several processes each keeps its rows, those past the parts without targets)
+            parts = [part for part in parts if len(part)]
+            rows = len(parts)
+        self.rows = rows  # (the batch)
         streams = [(text.stream(part, vocabulary, False), text.stream(part, vocabulary, True)) for part in parts]
         length = max(len(forward[0]) for forward, _ in streams)
-        length = -(-length // unroll_steps) * unroll_steps
+        # A window longer than the longest part reads nothing more: windows of any length give the same figures.
+        self.table, self.unroll_steps = table, min(unroll_steps, length)
+        length = -(-length // self.unroll_steps) * self.unroll_steps
         mine = streams[process_index * rows : (process_index + 1) * rows]
         self.arrays = []
         for direction in (0, 1):
@@ -485,7 +503,7 @@ class EvaluationStream:
                 inputs[row, : len(row_inputs)] = row_inputs
                 targets[row, : len(row_targets)] = row_targets
             self.arrays.append((inputs, targets))
-        self.num_windows = length // unroll_steps
+        self.num_windows = length // self.unroll_steps
 
     def __iter__(self):
         (forward_inputs, forward_targets), (backward_inputs, backward_targets) = self.arrays

@@ -28,7 +28,7 @@ from hf_elmo.files import check_output_location, write_text_atomically  # noqa: 
 
 from modeling.checkpoints import list_checkpoints  # noqa: E402
 from modeling.data import (IGNORE_INDEX, TEXT_COLUMN, DataError, EncodedText, EvaluationStream,  # noqa: E402
-                           WordTable, check_dataset_options, read_corpus)
+                           WordTable, check_dataset_options, input_files, read_corpus)
 from modeling.vocabulary import Vocabulary, VocabularyError  # noqa: E402
 
 
@@ -132,9 +132,14 @@ def main(argv: list[str] | None = None) -> int:
                              "recorded in its trainer_state.json or its newest checkpoint of the same model; whitespace "
                              "where none is)")
     parser.add_argument("--batch-size", type=int,
-                        help="rows read in parallel, the parts the text is split into (default: the `parts` of the "
-                             "folder's eval_results.json, which the run's own figures read; else 64)")
-    parser.add_argument("--unroll-steps", type=int, default=100, help="words per window (the result does not depend on it)")
+                        help="the parts the text is split into, read in parallel (default: the `parts` of the "
+                             "folder's eval_results.json, which the run's own figures read; else 64); the batch is the "
+                             "parts that hold text: more parts than the text's sentences leave some empty, which are "
+                             "not read (the figures are the same), so a larger number than the text fills is no "
+                             "larger batch")
+    parser.add_argument("--unroll-steps", type=int, default=100,
+                        help="words per window (the result does not depend on it); at most the longest part's, a "
+                             "larger number reads windows of that length")
     parser.add_argument("--output-json", help="also write the results to this file")
     args = parser.parse_args(argv)
     try:
@@ -142,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, name) is not None and getattr(args, name) < 1:
                 raise DataError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
         check_dataset_options({"--file": args.file}, args.text_column, args.split)  # (before the model loads)
+        for pattern in args.file:  # (a missing one, too)
+            input_files(pattern, "--file")
         if args.output_json:  # before the work, not after it
             check_output_location(args.output_json, "file", error=DataError)
         model_dir = Path(args.model_dir)
@@ -186,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         corpus = read_corpus(args.file, TEXT_COLUMN if args.text_column is None else args.text_column, splitting, "validation", "--file", split=args.split)
         text = EncodedText.encode(corpus, table, vocabulary)
         stream = EvaluationStream(text, table, vocabulary, rows=args.batch_size, unroll_steps=args.unroll_steps)
+        if stream.rows < args.batch_size:
+            print(f"parts: the text fills {stream.rows} of the {args.batch_size}, a batch of {stream.rows} rows (the "
+                  "empty parts are not read)")
     except (DataError, VocabularyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -33,7 +34,7 @@ from hf_elmo import ElmoForPreTraining
 from hf_elmo.files import OutputLock, is_write_error
 from modeling import evaluate, pretrain
 from modeling.checkpoints import list_checkpoints
-from modeling.data import EvaluationStream, StreamBatches
+from modeling.data import EvaluationStream, StreamBatches, window_batch
 
 
 # modeling/checkpoints.py: only folders named exactly checkpoint-STEP are a run's checkpoints, ordered by step.
@@ -737,3 +738,46 @@ def test_held_out_parts_that_are_no_count_of_parts_read_as_none_recorded(tmp_pat
     assert evaluate.recorded_parts(tmp_path) == (64, "the default: none recorded")
     (tmp_path / "eval_results.json").write_text('{"parts": 8}')
     assert evaluate.recorded_parts(tmp_path) == (8, "the run's own evaluation's, eval_results.json")
+
+
+# evaluate.py --batch-size 100000 on a short text was killed for memory (a batch of 100000 rows, all but a few empty)
+# and --unroll-steps 100000000 failed in NumPy (47.7 GiB of padding); a missing --file was said after the model loaded.
+# The batch is the parts that hold text, a window at most the longest part, the figures those of the parts asked for.
+def test_held_out_parts_past_the_text_and_windows_past_its_longest_part_are_not_read():
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(tiny_config()).eval()
+    text, table, vocabulary = fixture_text()
+    stream = EvaluationStream(text, table, vocabulary, rows=1000, unroll_steps=10**8)
+    longest = int((np.diff(text.offsets) + 1).max())
+    assert (stream.parts, stream.rows, stream.unroll_steps, stream.num_windows) == (1000, text.num_sentences, longest, 1)
+    results = evaluate.perplexity(model, stream, "cpu")
+    summed = {"forward": 0.0, "backward": 0.0}  # (1000 parts of 144 targets: each sentence alone, from the zero state)
+    for sentence in range(text.num_sentences):
+        (forward_ids, forward_targets), (backward_ids, backward_targets) = (
+            text.stream(np.array([sentence]), vocabulary, False), text.stream(np.array([sentence]), vocabulary, True))
+        with torch.no_grad():
+            output = model(**window_batch(table, forward_ids[None], forward_targets[None], backward_ids[None],
+                                          backward_targets[None]))
+        summed["forward"] += output.forward_loss.item() * len(forward_targets)
+        summed["backward"] += output.backward_loss.item() * len(backward_targets)
+    assert results["target_words"] == text.num_predictions and results["parts"] == 1000
+    for direction in ("forward", "backward"):
+        expected = math.exp(summed[direction] / text.num_predictions)
+        assert results[f"{direction}_perplexity"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_evaluate_reads_a_batch_the_text_fills_and_says_a_missing_file_before_the_model(tmp_path, capsys):
+    run = tmp_path / "run"
+    code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 0, "--save-steps", 0, "--output-dir", run)
+    assert code == 0, err
+    code = evaluate.main(["--model-dir", str(run), "--file", str(TRAIN / "data.txt"), "--batch-size", "100000",
+                          "--unroll-steps", "100000000", "--output-json", str(tmp_path / "results.json")])
+    out = capsys.readouterr().out
+    assert code == 0 and "parts: the text fills 5 of the 100000, a batch of 5 rows" in out, out
+    own = json.loads((run / "eval_results.json").read_text())  # (64 parts, 59 empty)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["parts"] == 100000 and own["parts"] == 64
+    assert results["average_perplexity"] == pytest.approx(own["average_perplexity"], rel=1e-5)
+    code = evaluate.main(["--model-dir", str(tmp_path / "no-such-model"), "--file", str(TRAIN / "data.txt"),
+                          str(tmp_path / "missing.txt")])
+    assert_one_error(code, capsys.readouterr().err, f"--file {tmp_path / 'missing.txt'}: no such file")
