@@ -49,6 +49,8 @@ def task_data(folder):
     ("model folder", r"^error: --model .*nowhere: no such folder$"),
     ("batch size 0", r"^error: --batch-size must be at least 1, got 0$"),
     ("ner hidden 0", r"^error: --ner-hidden must be at least 1, got 0$"),
+    # (a tagger too large to allocate failed after the features were computed, minutes in)
+    ("ner hidden 100000000", r"^error: --ner-hidden must be at most 2048, got 100000000$"),
     ("max sentences 0", r"^error: --max-sentences must be at least 1, got 0$"),
     ("dropout 1", r"^error: --dropout must be at least 0 and below 1, got 1\.0$"),
     ("learning rate 0", r"^error: --learning-rate must be a finite number above 0, got 0\.0$"),
@@ -76,6 +78,7 @@ def test_unusable_arguments_are_one_error_line_and_exit_code_2_before_anything_i
     if case in ("model folder", "empty model"):
         args += ["--model", str(tmp_path / "nowhere") if case == "model folder" else ""]
     args += {"batch size 0": ["--batch-size", "0"], "ner hidden 0": ["--ner-hidden", "0"],
+             "ner hidden 100000000": ["--ner-hidden", "100000000"],
              "max sentences 0": ["--max-sentences", "0"], "dropout 1": ["--dropout", "1"],
              "learning rate 0": ["--learning-rate", "0"], "learning rate inf": ["--learning-rate", "inf"],
              "seeds twice": ["--seeds", "1", "0", "1"],
