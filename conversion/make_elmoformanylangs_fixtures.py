@@ -22,6 +22,9 @@ loads a folder that `convert_elmoformanylangs.py --to-elmoformanylangs` wrote an
 on it with its outputs on the model they were recorded from, which must be the same to the last bit, and those with
 the recorded ones, within 2e-5: another CPU rounds the package's float32 sums otherwise (`make
 check-elmoformanylangs`).
+
+OUTPUT is replaced whole, so a folder with files in it is refused unless this script made it (the README.md it
+writes into each folder says so). The arguments are checked before any work, in any venv; the work needs the package.
 """
 
 import argparse
@@ -36,7 +39,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from elmoformanylangs import Embedder, biLM
+
+try:  # (the arguments are checked without it, so that a mistake in them is said in any venv)
+    from elmoformanylangs import Embedder, biLM
+except ImportError as error:
+    Embedder = biLM = None
+    PACKAGE_MISSING = f"{type(error).__name__}: {error}"
 
 # Training text for the lexicons: Chinese (segmented, and one character per word) and English. char.dic holds
 # every character of it (and those of "<bos>" and "<eos>", which the package reads as words of the text).
@@ -122,7 +130,7 @@ def _recording_model(*args, **kwargs) -> "biLM.Model":
     return _BUILT[-1]
 
 
-_PACKAGE_MODEL = biLM.Model
+_PACKAGE_MODEL = biLM.Model if biLM is not None else None
 
 
 def build_with_package(folder: Path, architecture: dict, training_text: str) -> "biLM.Model":
@@ -190,9 +198,82 @@ def record_outputs(folder: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
+# The first words of the README.md that the script writes into each folder it makes, by which it knows them.
+MADE_BY = "Made by `conversion/make_elmoformanylangs_fixtures.py"
+
+
+def write_readme(folder: Path, what: str, options: str = "") -> None:
+    """The folder's README.md: that this script made it (`options`: how it was run), and `what` it holds."""
+    (folder / "README.md").write_text(
+        f"{MADE_BY}{options}` with elmoformanylangs 0.0.4.post2 (torch {torch.__version__}): {what}\n", encoding="utf-8")
+
+
+def made_here(folder: Path) -> bool:
+    """Whether `folder` is one that this script made, which it may replace: its README.md says so."""
+    try:
+        return (folder / "README.md").read_text(encoding="utf-8").startswith(MADE_BY)
+    except (OSError, ValueError):  # (none there, or unreadable)
+        return False
+
+
+class ArgumentError(ValueError):
+    """Arguments that cannot be used; the message names the option or file."""
+
+
+def check_arguments(args) -> str | None:
+    """Before any work (and before elmoformanylangs is needed): what makes the arguments unusable raises an
+    ArgumentError; returns --training-text's text, where given."""
+    if args.training_text is not None and not args.published_size:
+        raise ArgumentError("--training-text is read only with --published-size: add --published-size, or drop "
+                            "--training-text")
+    if args.source is not None and not args.check_against:
+        raise ArgumentError("--source is read only with --check-against: add --check-against, or drop --source")
+    if args.check_against:
+        if args.published_size:
+            raise ArgumentError("--published-size writes a model, --check-against checks one: give one of them")
+        if not Path(args.check_against).is_file():
+            raise ArgumentError(f"--check-against {args.check_against}: no such file (a .npz of recorded outputs)")
+        if args.source is None and not default_source(Path(args.check_against)).is_dir():
+            raise ArgumentError(f"--check-against {args.check_against}: no model folder beside it that it was "
+                                f"recorded from ({default_source(Path(args.check_against))}); give it with --source")
+        for what, folder, role in (("OUTPUT", args.output, "to check"), ("--source", args.source, "recorded from")):
+            if folder is not None and not Path(folder).is_dir():
+                raise ArgumentError(f"{what} {folder}: no such folder (the model in the package's format {role})")
+        return None
+    # (hf_elmo.files has these checks, but the peer venv that runs this script has no transformers or huggingface_hub
+    # to import hf_elmo with)
+    output = Path(args.output).resolve()
+    if output.exists() and not output.is_dir():
+        raise ArgumentError(f"OUTPUT {output}: is a file, not a folder")
+    folder = output.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ArgumentError(f"OUTPUT {output}: {folder} is a file, so the folder cannot be written there")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ArgumentError(f"OUTPUT {output}: cannot write in {folder}")
+    if output.is_dir() and any(output.iterdir()) and not made_here(output):
+        raise ArgumentError(f"OUTPUT {output}: a folder with other files in it, which writing would replace whole "
+                            "(it is none that this script made: its README.md would say so); give a new or empty folder")
+    if args.training_text is None:
+        return None
+    try:
+        return Path(args.training_text).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ArgumentError(f"--training-text {args.training_text}: no such file") from None
+    except IsADirectoryError:
+        raise ArgumentError(f"--training-text {args.training_text}: is a folder, not a file") from None
+    except UnicodeDecodeError as error:
+        raise ArgumentError(f"--training-text {args.training_text}: is not UTF-8 text ({error.reason} at byte "
+                            f"{error.start})") from None
+    except OSError as error:
+        raise ArgumentError(f"--training-text {args.training_text}: cannot be read ({error.strerror})") from None
+
+
 @contextlib.contextmanager
 def _written_atomically(output: Path):
-    """A staging folder beside `output` that replaces it only if the block succeeds; removed either way."""
+    """A staging folder beside `output` that replaces it only if the block succeeds; removed either way. (`output`
+    is replaced whole: `check_arguments` refuses one that this script did not make.)"""
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     staging.chmod(0o755)
     try:
@@ -219,13 +300,9 @@ def make_fixtures(output: Path) -> None:
             json.dumps({"sets": SENTENCE_SETS, "stateful_calls": STATEFUL_CALLS}, ensure_ascii=False, indent=1),
             encoding="utf-8",
         )
-        (staging / "README.md").write_text(
-            "Made by `conversion/make_elmoformanylangs_fixtures.py` with elmoformanylangs 0.0.4.post2 (torch "
-            f"{torch.__version__}): three tiny models in the package's format (`with_words`: word and character input; "
-            "`chars_only`: characters only; `wide_projection`: characters only, 6-wide cells projected to 8) and "
-            "`Embedder.sents2elmo`'s outputs on `sentences.json`.\n",
-            encoding="utf-8",
-        )
+        write_readme(staging, "three tiny models in the package's format (`with_words`: word and character input; "
+                     "`chars_only`: characters only; `wide_projection`: characters only, 6-wide cells projected to 8) "
+                     "and `Embedder.sents2elmo`'s outputs on `sentences.json`.")
 
 
 def make_published_size(output: Path, training_text: str) -> None:
@@ -233,6 +310,8 @@ def make_published_size(output: Path, training_text: str) -> None:
     with _written_atomically(output) as staging:
         model = build_with_package(staging, PUBLISHED_ARCHITECTURE, training_text)
         model.save_model(str(staging), False)  # the package's own initialisation
+        write_readme(staging, "a model of the released models' size in the package's format, the package's random "
+                     "initial weights, its lexicons from a training text.", " --published-size")
 
 
 # How far the package's outputs on the model a .npz was recorded from may be from the recorded ones: another CPU's
@@ -246,6 +325,11 @@ def _largest_difference(found: dict[str, np.ndarray], expected, what: str) -> fl
     return max(float(np.abs(found[name] - expected[name]).max(initial=0.0)) for name in found)
 
 
+def default_source(expected_file: Path) -> Path:
+    """The model that make_fixtures recorded `expected_file` from: the folder beside it that it is named after."""
+    return expected_file.parent / expected_file.name.removesuffix("_outputs.npz")
+
+
 def check_export(folder: Path, expected_file: Path, source: Path | None = None) -> tuple[float, float]:
     """The package loads `folder` (a model converted back by convert_elmoformanylangs.py --to-elmoformanylangs) and
     `source`, the model `expected_file` was recorded from (by default the folder beside it that make_fixtures names
@@ -255,7 +339,7 @@ def check_export(folder: Path, expected_file: Path, source: Path | None = None) 
     them)."""
     expected = np.load(expected_file)
     if source is None:
-        source = expected_file.parent / expected_file.name.removesuffix("_outputs.npz")
+        source = default_source(expected_file)
     outputs = []
     for model in (folder, source):
         random.seed(0)  # (sents2elmo shuffles its batches)
@@ -266,18 +350,28 @@ def check_export(folder: Path, expected_file: Path, source: Path | None = None) 
             _largest_difference(original, recorded, f"{source} against {expected_file}"))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("output", help="folder to write (replaced); with --check-against: the folder to check")
+    parser.add_argument("output", help="folder to write (replaced whole: a folder with files in it only where this "
+                        "script made it, as its README.md says); with --check-against: the folder to check")
     parser.add_argument("--published-size", action="store_true", help="one model of the released size, for the benchmark")
     parser.add_argument("--training-text", help="with --published-size: text whose characters and words make the lexicons")
     parser.add_argument("--check-against", help="load OUTPUT with the package and compare its outputs with those of "
                         "the model this .npz was recorded from (exactly) and with the .npz (within 2e-5)")
     parser.add_argument("--source", help="with --check-against: the model the .npz was recorded from (default: the "
                         "folder beside it, with_words for with_words_outputs.npz)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not args.output:  # (Path("") is the current folder, which the fixtures would replace)
         parser.error("OUTPUT is empty: give the folder to write")
+    try:
+        text = check_arguments(args)
+        if biLM is None:
+            raise ArgumentError(f"elmoformanylangs does not import in this Python ({PACKAGE_MISSING}): run the script "
+                                "with the peer venv's, build/elmoformanylangs-venv/bin/python (made by "
+                                "../shared/tools/peer-elmoformanylangs-setup.sh)")
+    except ArgumentError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     random.seed(0)
     torch.set_num_threads(1)
     if args.check_against:
@@ -286,16 +380,16 @@ def main() -> None:
         print(f"{args.output}: the package's outputs differ from those of the source model by at most {exported:.3g} "
               f"(must be 0), and the source's from {args.check_against} by at most {recorded:.3g} (must be at most "
               f"{RECORDED_TOLERANCE:g})")
-        raise SystemExit(0 if exported == 0.0 and recorded <= RECORDED_TOLERANCE else 1)
+        return 0 if exported == 0.0 and recorded <= RECORDED_TOLERANCE else 1
     output = Path(args.output).resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
     if args.published_size:
-        text = Path(args.training_text).read_text(encoding="utf-8") if args.training_text else TRAINING_TEXT
-        make_published_size(output, text)
+        make_published_size(output, TRAINING_TEXT if text is None else text)
     else:
         make_fixtures(output)
     print(f"wrote {output}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
