@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", required=True,
                         help="the ELMoForManyLangs model folder (with --to-elmoformanylangs: the Hugging Face checkpoint)")
     parser.add_argument("--output-dir", required=True, help="folder to write (must not exist or be empty)")
-    parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
+    parser.add_argument("--model-id", help="the Hub id (NAME or NAMESPACE/NAME) that the model card's code loads "
+                        "(default: the output folder's name)")
     parser.add_argument("--language",
                         help="the model's language for the card, an ISO 639 code such as zh or fr (default: und)")
     parser.add_argument("--license", help="the weights' license for the card, a Hub license id such as mit or "
@@ -200,11 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.language is None:  # (an empty --language is refused below, not read as the default)
         args.language = "und"
     try:
-        if problem := card_option_problem(args.language, args.license):
+        if problem := card_option_problem(args.language, args.license, args.model_id):
             raise ConversionError(problem)
         with quiet_transformers():
             if args.to_elmoformanylangs:
-                if (saved := _read_elmo_config(Path(args.model_dir, "config.json"))) is None:
+                saved = _read_elmo_config(Path(args.model_dir, "config.json"))
+                if saved is None and Path(args.model_dir).is_dir():  # (no folder: load_checkpoint says what it is)
                     raise ConversionError(f"{args.model_dir}: no config.json of an ELMo, not a Hugging Face checkpoint "
                                           "folder")
                 convert_hf_to_elmoformanylangs(args.model_dir, args.output_dir, overwrite=args.overwrite)

@@ -289,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--options-file", help="original options.json")
     parser.add_argument("--weight-file", help="original weights.hdf5")
     parser.add_argument("--output-dir", required=True, help="folder to write (must not exist or be empty)")
-    parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
+    parser.add_argument("--model-id", help="the Hub id (NAME or NAMESPACE/NAME) that the model card's code loads "
+                        "(default: the output folder's name)")
     parser.add_argument("--language", help="the model's language for the card, an ISO 639 code such as en or fr "
                         "(default: en, the language of the released models)")
     parser.add_argument("--license", help="the weights' license for the card, a Hub license id such as apache-2.0 "
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.language is None:  # (an empty --language is refused below, not read as the default)
         args.language = "en"
     try:
-        if problem := card_option_problem(args.language, args.license):
+        if problem := card_option_problem(args.language, args.license, args.model_id):
             raise ConversionError(problem)
         with quiet_transformers():
             if args.to_original:

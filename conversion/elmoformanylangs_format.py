@@ -76,7 +76,8 @@ def read_architecture(model_dir: str | os.PathLike) -> tuple[dict, str]:
     relative to the folder, the file's name in the folder, the package's own configs); and where it came from."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
-        raise ConversionError(f"{model_dir}: model folder not found")
+        raise ConversionError(f"{model_dir}: is a file, not a model folder" if model_dir.exists()
+                              else f"{model_dir}: model folder not found")
     options = _read_json(model_dir / "config.json", "ELMoForManyLangs config.json")
     config_path = options.get("config_path")
     if not isinstance(config_path, str) or not config_path:

@@ -6,6 +6,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from torch import nn
 
 from .configuration_elmo import ElmoConfig
@@ -96,10 +97,22 @@ def check_pipeline_tag(pipeline_tag: str | None) -> None:
                          "feature-extraction or token-classification")
 
 
-def card_option_problem(language=None, license=None) -> str | None:
-    """What is wrong with a command line's --language or --license (None: not given), named as that option, or
-    None where both can go into a card."""
-    for option, value, check in (("language", language, check_language), ("license", license, check_license)):
+def check_model_id(model_id: str) -> None:
+    """A card's model id, which its usage code passes to `from_pretrained`: a Hub id (`validate_repo_id`), so that
+    the card's code runs as written (one with a newline or a quote broke its code block)."""
+    try:
+        validate_repo_id(model_id)
+    except HFValidationError:
+        raise ValueError(f"{model_id!r} is not a Hub model id, which the card's from_pretrained(...) names: NAME or "
+                         "NAMESPACE/NAME, of letters, digits, '-', '_' and '.' (no '--' or '..', not beginning or "
+                         "ending with '-' or '.', at most 96 characters)") from None
+
+
+def card_option_problem(language=None, license=None, model_id=None) -> str | None:
+    """What is wrong with a command line's --language, --license or --model-id (None: not given), named as that
+    option, or None where all can go into a card."""
+    for option, value, check in (("language", language, check_language), ("license", license, check_license),
+                                 ("model-id", model_id, check_model_id)):
         if value is not None:
             try:
                 check(value)

@@ -88,7 +88,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-eval-examples", type=int, help="evaluate on the first N examples only")
     parser.add_argument("--logging-steps", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model-id", help="name for the model card (default: the output folder's name)")
+    parser.add_argument("--model-id", help="the Hub id (NAME or NAMESPACE/NAME) that the model card's code loads "
+                        "(default: the output folder's name)")
     parser.add_argument("--license", help="the weights' license for the model card, a Hub license id such as "
                         "apache-2.0 (default: the --model folder's card's, else none)")
     return parser.parse_args(argv)
@@ -188,7 +189,7 @@ def check_inputs(args: argparse.Namespace) -> None:
         check_model_location(args.model, FinetuneError)
     except FinetuneError as error:
         raise FinetuneError(f"--model {error}") from None
-    if problem := card_option_problem(license=args.license):
+    if problem := card_option_problem(license=args.license, model_id=args.model_id):
         raise FinetuneError(problem)
     try:
         check_output_dir(args.output_dir, args.overwrite, local_inputs(args))

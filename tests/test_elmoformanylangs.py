@@ -412,6 +412,9 @@ BAD_INPUTS = {
         ["encoder.pkl", "forward_layer_0.state_linearity.bias", "int64"],
     ),
     "no model folder": (lambda f: shutil.rmtree(f), ["model: model folder not found"]),
+    # (it said "model folder not found")
+    "a file, not a model folder": (lambda f: (shutil.rmtree(f), f.write_text("not a model\n")),
+                                   ["model: is a file, not a model folder"]),
     "a model of words only": (
         lambda f: _edit_json(f / "architecture.json", lambda a: a["token_embedder"].update(char_dim=0)),
         ["architecture.json", "token_embedder.char_dim is 0 (words only)"],
@@ -547,6 +550,9 @@ def _drop_alphabet(folder: Path) -> None:
 
 WAY_BACK_BAD_INPUTS = {
     "no model.safetensors": (lambda f: (f / "model.safetensors").unlink(), ["model: no model.safetensors"]),
+    # (it said "no config.json of an ELMo, not a Hugging Face checkpoint folder")
+    "a file, not a checkpoint folder": (lambda f: (shutil.rmtree(f), f.write_text("not a model\n")),
+                                        ["model: is a file, not a checkpoint folder"]),
     "truncated model.safetensors": (
         lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:20000]),
         ["model.safetensors: not a readable safetensors file"],
@@ -801,6 +807,14 @@ def test_model_id_language_and_license_go_into_the_card(tmp_path, capsys):
     assert code == 2 and not (tmp_path / "bad").exists()
     assert capsys.readouterr().err == ("error: --language 'zh\\nlicense: none' is not a language code: give ISO 639 "
                                        "codes such as en, zh or pt-BR\n")
+    # An id that is none (it went into the card's code as from_pretrained("a\nb: c")), the other converter's too.
+    from conversion import convert_original_elmo
+
+    for convert, source in ((main, ["--model-dir", str(ELMOFORMANYLANGS / "chars_only")]),
+                            (convert_original_elmo.main, ["--options-file", "unread", "--weight-file", "unread"])):
+        code = convert([*source, "--output-dir", str(tmp_path / "bad"), "--model-id", "a\nb: c"])
+        assert_only_an_error_line(code, capsys.readouterr().err, "--model-id 'a\\nb: c' is not a Hub model id")
+        assert not (tmp_path / "bad").exists()
 
 
 def test_way_back_refuses_a_model_without_skip_connections(converted_elmoformanylangs, tmp_path, capsys):

@@ -292,6 +292,8 @@ def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsy
         (["--seed", -1], "--seed must be from 0 to 2**32 - 1 (NumPy's seeds), got -1"),
         (["--seed", 2**32], "--seed must be from 0 to 2**32 - 1 (NumPy's seeds), got 4294967296"),
         (["--license", "Apache License 2.0"], "--license 'Apache License 2.0' is not a license id: give the Hub's"),
+        # (it went into the card's code as from_pretrained("a\nb: c"))
+        (["--model-id", "a\nb: c"], "--model-id 'a\\nb: c' is not a Hub model id"),
     ]
     for arguments, message in [
         (["--model", "/nonexistent"], "--model /nonexistent: no such folder"),
