@@ -1,10 +1,11 @@
 """What the benchmark scripts share: the JSON-lines channel to the driver, memory readings, timing, the CPU's caches
-and its memory bandwidth, the sections of a results file.
+and its memory bandwidth, the sections of a results file, the checks of their options before any work.
 
 Imported by `run.py` (and through it `train_bench.py`), `gpu_train_bench.py`, `hf_worker.py` and
 `hf_train_worker.py` (the project's venv), `allennlp_worker.py`,
 `allennlp_train_worker.py` and `elmoformanylangs_worker.py` (the peers' own venvs), so it uses only the standard
-library (and torch and numpy, which every venv has, where named).
+library (and torch and numpy, which every venv has, where named; hf_elmo in `check_output`, which only the project's
+venv calls).
 """
 
 import argparse
@@ -125,6 +126,18 @@ def at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return whole_number
+
+
+def check_output(parser: argparse.ArgumentParser, option: str, path, kind: str, writes_inside: bool = False) -> None:
+    """Refuse, as the parser's error naming `option`, a `path` where a `kind` ("file" or "folder") cannot be written
+    (`hf_elmo.files.check_output_location`; `writes_inside`: an existing folder is written into), before any work: an
+    output under a file, or a folder given for a file, failed with a traceback once the benchmark had run."""
+    from hf_elmo.files import check_output_location  # (here: the peers' venvs import this file without hf_elmo)
+
+    try:
+        check_output_location(path, kind, writes_inside=writes_inside)
+    except ValueError as error:
+        parser.error(f"{option}: {error}")
 
 
 def size_names(parser: argparse.ArgumentParser, text: str, known: list[str], others: tuple[str, ...] = ()) -> list[str]:

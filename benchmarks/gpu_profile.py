@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
+from bench_common import check_output  # noqa: E402
 from gpu_train_bench import PTB, preset_model, usual_step  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, fused_bilstm  # noqa: E402
 from modeling.graphed_step import GraphedTrainingStep  # noqa: E402
@@ -30,6 +31,7 @@ from modeling.presets import training_settings  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PARTS = ("train", "train-layers", "original", "inference", "gemm")
+DEFAULT_PARTS = ["train", "inference"]  # (without PARTs)
 
 
 def synchronize() -> None:
@@ -155,12 +157,23 @@ def gemm(report: Report) -> None:
                             f"{weight.numel() * weight.element_size() / seconds / 1e12:.2f} TB/s")
 
 
+def part_name(text: str) -> str:
+    """An argparse type: one of PARTS. (Not `choices`: Python 3.11's argparse checks a "*" argument's list, given
+    or default, against them, so that no PART at all, the usage above, was refused as "invalid choice: []".)"""
+    if text not in PARTS:
+        raise argparse.ArgumentTypeError(f"takes {', '.join(PARTS)}, got {text!r}")
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("output_dir", type=Path)
-    parser.add_argument("parts", nargs="*", choices=PARTS, default=["train", "inference"])
+    parser.add_argument("output_dir", type=Path, metavar="OUTPUT_DIR", help="where profile.txt goes (made if missing)")
+    parser.add_argument("parts", nargs="*", type=part_name, metavar="PART",
+                        help=f"{', '.join(PARTS)} (default: {' '.join(DEFAULT_PARTS)})")
     parser.add_argument("--train-file", type=Path, default=PTB / "train.txt", help="the training parts' text")
     args = parser.parse_args()
+    args.parts = args.parts or DEFAULT_PARTS
+    check_output(parser, "OUTPUT_DIR", args.output_dir, "folder", writes_inside=True)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -246,3 +246,30 @@ def test_counts_and_names_a_benchmark_cannot_use_are_refused_before_it_runs(scri
                             timeout=120)
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 2 and message in last and "Traceback" not in result.stderr, result.stderr
+
+
+def refusal(monkeypatch, capsys, script: str, args: list[str]) -> str:
+    """The one error line with which `script`'s main(), run in this process on `args`, refuses them (exit status 2,
+    no traceback: an exception would fail the test)."""
+    import importlib
+
+    module = importlib.import_module(script.removesuffix(".py"))
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    try:
+        status = module.main()
+    except SystemExit as exit:
+        status = exit.code
+    error = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and error, error
+    return error[-1]
+
+
+def test_gpu_profile_refuses_an_output_folder_under_a_file_and_an_unknown_part(tmp_path, monkeypatch, capsys):
+    """OUTPUT_DIR under a file ended in NotADirectoryError's traceback; it is refused before any part runs."""
+    (tmp_path / "file").write_text("")
+    line = refusal(monkeypatch, capsys, "gpu_profile.py", [str(tmp_path / "file" / "out"), "gemm"])
+    assert line.endswith(f"error: OUTPUT_DIR: {tmp_path / 'file'}: is a file, so {tmp_path / 'file' / 'out'} cannot "
+                         "be written (a folder belongs there)"), line
+    line = refusal(monkeypatch, capsys, "gpu_profile.py", [str(tmp_path / "out"), "gpu"])
+    assert line.endswith("error: argument PART: takes train, train-layers, original, inference, gemm, got 'gpu'"), line
+    assert not (tmp_path / "out").exists()
