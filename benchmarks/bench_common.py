@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -138,6 +139,30 @@ def check_output(parser: argparse.ArgumentParser, option: str, path, kind: str, 
         check_output_location(path, kind, writes_inside=writes_inside)
     except ValueError as error:
         parser.error(f"{option}: {error}")
+
+
+def interpreter_problem(path, library: str, made_by: str) -> str | None:
+    """Why `path` cannot run as the Python of `library`'s venv ("AllenNLP", "ELMoForManyLangs": the peers'), with how
+    to make it (`made_by`: what makes it too, "make bench does"); None where it runs. A file that is no program (not
+    executable, or of no format the system runs) failed with "Exec format error" once the models were made: it is
+    tried here (`python -c pass`, a few milliseconds)."""
+    if not Path(path).is_file():
+        problem = f"no {library} interpreter at {path}"
+    elif not os.access(path, os.X_OK):
+        problem = f"{path}: not executable, so no {library} interpreter"
+    else:
+        try:
+            result = subprocess.run([path, "-c", "pass"], capture_output=True, timeout=120)
+        except OSError as failure:
+            problem = f"{path}: cannot be run ({failure.strerror}), so no {library} interpreter"
+        except subprocess.TimeoutExpired:
+            problem = f"{path} -c pass: still running after 120 s, so no {library} interpreter"
+        else:
+            if result.returncode == 0:
+                return None
+            problem = f"{path} -c pass: exit status {result.returncode}, so no working {library} interpreter"
+    name = library.lower()
+    return f"{problem}; run `bash ../shared/tools/peer-{name}-setup.sh build/{name}-venv` ({made_by})"
 
 
 def size_names(parser: argparse.ArgumentParser, text: str, known: list[str], others: tuple[str, ...] = ()) -> list[str]:

@@ -26,7 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench_common import at_least, cpu0_caches, last_level_cache, markdown_sections, size_names  # noqa: E402
+from bench_common import (at_least, check_output, cpu0_caches, interpreter_problem, last_level_cache,  # noqa: E402
+                          markdown_sections, size_names)
 from hf_elmo.fast_linear import cpuinfo  # noqa: E402
 from hf_elmo.files import write_text_atomically  # noqa: E402
 
@@ -679,15 +680,15 @@ def main(argv=None) -> int:
     # Workers run inside benchmarks/; abspath, not resolve: a venv's python is a symlink that must stay one.
     args.allennlp_python = os.path.abspath(args.allennlp_python)
     args.work_dir, args.output = os.path.abspath(args.work_dir), os.path.abspath(args.output)
-    if not Path(args.allennlp_python).is_file():
-        print(f"error: no AllenNLP interpreter at {args.allennlp_python}; run "
-              "`bash ../shared/tools/peer-allennlp-setup.sh build/allennlp-venv` (make bench does)", file=sys.stderr)
+    problem = interpreter_problem(args.allennlp_python, "AllenNLP", "make bench does")
+    if not problem and "elmoformanylangs" in sizes:  # (else after every round)
+        problem = interpreter_problem(args.elmoformanylangs_python, "ELMoForManyLangs", "make bench does")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
-    if "elmoformanylangs" in sizes and not Path(args.elmoformanylangs_python).is_file():  # (else after every round)
-        print(f"error: no ELMoForManyLangs interpreter at {args.elmoformanylangs_python}; run `bash "
-              "../shared/tools/peer-elmoformanylangs-setup.sh build/elmoformanylangs-venv` (make bench does)",
-              file=sys.stderr)
-        return 2
+    # (both written only at the end, after every round: a path that cannot take them failed with a traceback then)
+    check_output(parser, "--work-dir", args.work_dir, "folder", writes_inside=True)
+    check_output(parser, "--output", args.output, "file")
     start = time.time()
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import at_least, size_names
+from bench_common import at_least, check_output, interpreter_problem, size_names
 from run import (ROOT, SIZES, benchmark_parser, cpu_summary, library_workers, make_models, one_section_per_cpu,
                  section_heading, settings)
 from hf_elmo.files import write_text_atomically  # noqa: E402  (run put the repository on the path)
@@ -228,13 +228,16 @@ def main(argv=None) -> int:
         parser.error(f"--ptb-steps must be 0 (no pretrain.py runs) or at least {PTB_LOGGED_FROM + 10}: the rates of its "
                      f"first {PTB_LOGGED_FROM} steps include the start, got {args.ptb_steps}")
     args.allennlp_python = os.path.abspath(args.allennlp_python)
-    if not Path(args.allennlp_python).is_file():
-        print(f"error: no AllenNLP interpreter at {args.allennlp_python}; run "
-              "`bash ../shared/tools/peer-allennlp-setup.sh build/allennlp-venv` (make bench-train does)", file=sys.stderr)
+    problem = interpreter_problem(args.allennlp_python, "AllenNLP", "make bench-train does")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     if not (Path(args.ptb_dir) / "train.txt").is_file():
         print(f"error: no {args.ptb_dir}/train.txt; run `make ptb-data`", file=sys.stderr)
         return 2
+    # (both written only at the end, after every run: a path that cannot take them failed with a traceback then)
+    check_output(parser, "--work-dir", args.work_dir, "folder", writes_inside=True)
+    check_output(parser, "--output", args.output, "file")
     start = time.time()
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)

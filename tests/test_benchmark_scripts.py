@@ -273,3 +273,41 @@ def test_gpu_profile_refuses_an_output_folder_under_a_file_and_an_unknown_part(t
     line = refusal(monkeypatch, capsys, "gpu_profile.py", [str(tmp_path / "out"), "gpu"])
     assert line.endswith("error: argument PART: takes train, train-layers, original, inference, gemm, got 'gpu'"), line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("script, made_by", [("run.py", "make bench does"), ("train_bench.py", "make bench-train does")])
+def test_the_cpu_benchmarks_refuse_an_interpreter_that_cannot_run_and_outputs_that_cannot_be_written(
+        script, made_by, tmp_path, monkeypatch, capsys):
+    """make bench and make bench-train: a file given for AllenNLP's interpreter that is no program failed with "Exec
+    format error" once the models were made; a --work-dir under a file with NotADirectoryError; an --output that
+    cannot be written (a folder, under a file) only once it was written, after the whole benchmark. Each is one line
+    naming it, before any work (the work folder is not made)."""
+    (tmp_path / "ptb").mkdir()
+    (tmp_path / "ptb" / "train.txt").write_text("a b c\n")
+    (tmp_path / "file").write_text("")
+    text, garbage, failing = tmp_path / "text", tmp_path / "garbage", tmp_path / "failing"
+    text.write_text("not a program\n")
+    garbage.write_bytes(b"\x00\x01 no format the system runs\n")
+    failing.write_text("#!/bin/sh\nexit 3\n")
+    garbage.chmod(0o755)
+    failing.chmod(0o755)
+    work, output = tmp_path / "work", tmp_path / "out.md"
+    common = ["--sizes", "small", *(["--ptb-dir", str(tmp_path / "ptb")] if script == "train_bench.py" else [])]
+    setup = f"; run `bash ../shared/tools/peer-allennlp-setup.sh build/allennlp-venv` ({made_by})"
+    cases = [
+        (["--allennlp-python", str(text)], f"error: {text}: not executable, so no AllenNLP interpreter{setup}"),
+        (["--allennlp-python", str(garbage)],
+         f"error: {garbage}: cannot be run (Exec format error), so no AllenNLP interpreter{setup}"),
+        (["--allennlp-python", str(failing)],
+         f"error: {failing} -c pass: exit status 3, so no working AllenNLP interpreter{setup}"),
+        (["--work-dir", str(tmp_path / "file" / "work")],
+         f"error: --work-dir: {tmp_path / 'file'}: is a file, so {tmp_path / 'file' / 'work'} cannot be written"),
+        (["--output", str(tmp_path / "file" / "out.md")],
+         f"error: --output: {tmp_path / 'file'}: is a file, so {tmp_path / 'file' / 'out.md'} cannot be written"),
+        (["--output", str(tmp_path)], f"error: --output: {tmp_path}: is a folder; give the path of the file to write"),
+    ]
+    for args, message in cases:
+        given = ["--allennlp-python", sys.executable, "--work-dir", str(work), "--output", str(output), *common, *args]
+        line = refusal(monkeypatch, capsys, script, given)
+        assert message in line, line
+        assert not work.exists() and not output.exists()
