@@ -165,6 +165,26 @@ def interpreter_problem(path, library: str, made_by: str) -> str | None:
     return f"{problem}; run `bash ../shared/tools/peer-{name}-setup.sh build/{name}-venv` ({made_by})"
 
 
+def whole_numbers(text: str) -> list[int]:
+    """An argparse type: comma-separated whole numbers, each at least 1 ("32,256": batch sizes; one that is not
+    failed inside the measurement, a failed check in the report)."""
+    return [at_least(1)(item) for item in text.split(",")]
+
+
+def torch_device(text: str):
+    """An argparse type: a torch.device of the CPU or CUDA ("cpu", "cuda", "cuda:1"; another name was torch's
+    RuntimeError, a traceback)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"takes cpu, cuda or cuda:N, got {text!r}")
+    return device
+
+
 def size_names(parser: argparse.ArgumentParser, text: str, known: list[str], others: tuple[str, ...] = ()) -> list[str]:
     """The sizes that `--sizes` names (comma-separated): each one of `known` or `others`, one of `known` at least (an
     unknown name ran nothing, then failed at the end); anything else is the parser's error, naming what it takes."""

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
-from bench_common import size_names  # noqa: E402
+from bench_common import at_least, check_output, size_names, torch_device, whole_numbers  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.approximate import approximation_deviation  # noqa: E402
@@ -100,7 +100,7 @@ def speed_table(device, args, failures: list[str], measured: dict, lines: list[s
         model = ElmoModel(ElmoConfig(**overrides)).eval()
         model.load_state_dict(cpu_model.state_dict())
         model.to(device)
-        for batch_size in (int(b) for b in args.batch_sizes.split(",")):
+        for batch_size in args.batch_sizes:
             text = sentences(batch_size, seed=batch_size)
             words = sum(len(s) for s in text)
             batch = dict(tokenizer(text, is_split_into_words=True, padding=True, return_tensors="pt"))
@@ -113,7 +113,7 @@ def speed_table(device, args, failures: list[str], measured: dict, lines: list[s
                 model.set_lstm_approximation(None)
             deviations = {mode: approximation_deviation(model, on_device, mode) for mode in ("bf16", "nn_lstm")}
             against_cpu = ""
-            if batch_size == min(int(b) for b in args.batch_sizes.split(",")):
+            if batch_size == min(args.batch_sizes):
                 # The user's TF32 switch on for the GPU's forward: the exact path must turn it off itself. (Not for
                 # the CPU's references: in this torch it also lets oneDNN's CPU products use TF32.)
                 torch.set_float32_matmul_precision("high")
@@ -234,16 +234,18 @@ def embed_against_cpu(failures: list[str]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--batch-sizes", default="32,256")
+    parser.add_argument("--device", type=torch_device, default="cuda", help="cpu, cuda or cuda:N")
+    parser.add_argument("--runs", type=at_least(1), default=5)
+    parser.add_argument("--batch-sizes", type=whole_numbers, default="32,256")
     parser.add_argument("--sizes", default="original,small")
-    parser.add_argument("--embed-sentences", type=int, default=10000)
+    parser.add_argument("--embed-sentences", type=at_least(1), default=10000)
     parser.add_argument("--output", default=None)
     parser.add_argument("--no-checks", action="store_true", help="words/s only: no tests, no embed runs")
     args = parser.parse_args()
     size_names(parser, args.sizes, list(SIZES))  # (an unknown one failed inside the speed table, the rest run)
-    device = torch.device(args.device)
+    if args.output:  # (else found when the first part's report is written, after its measurement)
+        check_output(parser, "--output", args.output, "file")
+    device = args.device
     if device.type == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device visible to torch", file=sys.stderr)
         return 2
@@ -300,8 +302,7 @@ def main() -> int:
 
     def embed_speed() -> None:
         nonlocal embed_ratio
-        lines, embed_ratio = embed_end_to_end(device, max(int(b) for b in args.batch_sizes.split(",")),
-                                              args.embed_sentences)
+        lines, embed_ratio = embed_end_to_end(device, max(args.batch_sizes), args.embed_sentences)
         checks.extend(lines)
         print(checks[-1], flush=True)
 

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
-from bench_common import markdown_sections  # noqa: E402
+from bench_common import check_output, markdown_sections  # noqa: E402
 from gpu_bench import run  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForPreTraining, fused_bilstm  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
@@ -285,6 +285,10 @@ def main() -> int:
     parser.add_argument("--train-file", type=Path, default=TRAIN_TEXT,
                         help="the text of the speed parts (default: PTB's training text, `make ptb-data`)")
     args = parser.parse_args()
+    if args.output is None and not args.smoke:
+        args.output = str(Path(__file__).parent / "GPU_RESULTS.md")
+    if args.output:  # (else found when the first part's section is written, or, a folder, at the end)
+        check_output(parser, "--output", args.output, "file")
     DEVICE, SMOKE, TRAIN_TEXT = args.device, args.smoke, args.train_file
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device visible to torch", file=sys.stderr)
@@ -296,11 +300,6 @@ def main() -> int:
     start = time.time()
     where = torch.cuda.get_device_name() if DEVICE == "cuda" else "the CPU"
     smoke = " --smoke: tiny sizes, a few steps, the figures check the script only" if SMOKE else ""
-    if args.output is None and not SMOKE:
-        args.output = str(Path(__file__).parent / "GPU_RESULTS.md")
-    if args.output and not Path(args.output).parent.is_dir():
-        print(f"error: --output {args.output}: its folder does not exist", file=sys.stderr)
-        return 2
     section: list[str] = []
 
     def report(line: str) -> None:

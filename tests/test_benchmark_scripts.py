@@ -311,3 +311,33 @@ def test_the_cpu_benchmarks_refuse_an_interpreter_that_cannot_run_and_outputs_th
         line = refusal(monkeypatch, capsys, script, given)
         assert message in line, line
         assert not work.exists() and not output.exists()
+
+
+UNDER_A_FILE = "error: --output: {tmp}/file: is a file, so {tmp}/file/out.md cannot be written"
+A_FOLDER = "error: --output: {tmp}: is a folder; give the path of the file to write"
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("gpu_bench.py", ["--device", "foo"], "error: argument --device: takes cpu, cuda or cuda:N, got 'foo'"),
+    ("gpu_bench.py", ["--device", "meta"], "error: argument --device: takes cpu, cuda or cuda:N, got 'meta'"),
+    ("gpu_bench.py", ["--runs", "0"], "error: argument --runs: must be at least 1, got 0"),
+    ("gpu_bench.py", ["--embed-sentences", "0"], "error: argument --embed-sentences: must be at least 1, got 0"),
+    ("gpu_bench.py", ["--batch-sizes", "x"], "error: argument --batch-sizes: must be a whole number, got 'x'"),
+    ("gpu_bench.py", ["--batch-sizes", "32,0"], "error: argument --batch-sizes: must be at least 1, got 0"),
+    ("gpu_bench.py", ["--output", "{tmp}/file/out.md"], UNDER_A_FILE),
+    ("gpu_bench.py", ["--output", "{tmp}"], A_FOLDER),
+    ("gpu_train_bench.py", ["--smoke", "--output", "{tmp}/file/out.md"], UNDER_A_FILE),
+    ("gpu_train_bench.py", ["--smoke", "--output", "{tmp}"], A_FOLDER),
+])
+def test_the_gpu_benchmarks_refuse_devices_counts_and_outputs_they_cannot_use(script, args, message, tmp_path,
+                                                                              monkeypatch, capsys):
+    """gpu.sh's halves, on the CPU: an unknown --device was torch's RuntimeError; --runs 0 and a batch size that is
+    no whole number ended in the report as failed checks; an --output under a file was found after the first
+    measurement, and gpu_train_bench.py's --output that is a folder at the end. Each is one line, before any work."""
+    (tmp_path / "file").write_text("")
+    args = [arg.format(tmp=tmp_path) for arg in args]
+    common = (["--device", "cpu", "--sizes", "small", "--batch-sizes", "2", "--runs", "1", "--no-checks"]
+              if script == "gpu_bench.py" else ["--device", "cpu"])
+    line = refusal(monkeypatch, capsys, script, [*common, *args])
+    assert message.format(tmp=tmp_path) in line, line
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]

@@ -109,7 +109,7 @@ def speed_rows(monkeypatch):
     def run(differences):
         calls = iter(differences)  # (GPU - CPU, GPU - float64, CPU - float64)
         monkeypatch.setattr(gpu_bench, "largest_difference", lambda first, second: next(calls))
-        args = type("Args", (), {"sizes": "small", "batch_sizes": "3,2", "runs": 1})()
+        args = type("Args", (), {"sizes": "small", "batch_sizes": [3, 2], "runs": 1})()
         failures, measured, lines = [], {}, []
         gpu_bench.speed_table(gpu_bench.torch.device("cpu"), args, failures, measured, lines, lambda: None)
         return failures, measured, lines
