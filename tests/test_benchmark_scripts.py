@@ -341,3 +341,38 @@ def test_the_gpu_benchmarks_refuse_devices_counts_and_outputs_they_cannot_use(sc
     line = refusal(monkeypatch, capsys, script, [*common, *args])
     assert message.format(tmp=tmp_path) in line, line
     assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.parametrize("lines, message", [
+    (None, "error: --file: {tmp}/text.txt: text file not found"),
+    ("folder", "error: --file: {tmp}/text.txt: is a folder, not a file"),
+    (["a sentence ."] * 32 + ["", "  "], "error: --file {tmp}/text.txt: 32 sentences (lines that are not blank); it "
+                                         "needs 33, 32 for the batch case and one more for the one-sentence case"),
+])
+def test_compile_speed_refuses_a_file_it_cannot_read_or_too_short_for_both_cases(lines, message, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """A --file that is missing or a folder was a traceback; one of fewer than 33 sentences timed an empty batch as
+    the one-sentence case (and a short one as the 32 sentences') without a word. Each is refused, naming it."""
+    text = tmp_path / "text.txt"
+    if lines == "folder":
+        text.mkdir()
+    elif lines is not None:
+        text.write_text("\n".join(lines) + "\n")
+    line = refusal(monkeypatch, capsys, "compile_speed.py", ["--file", str(text)])
+    assert message.format(tmp=tmp_path) in line, line
+
+
+def test_compile_speed_reads_its_default_file_from_the_repository_root(tmp_path, monkeypatch, capsys):
+    """data/ptb/valid.txt was read from the current folder: started elsewhere, it was not found."""
+    import compile_speed
+
+    read = []
+
+    def reading(path, *arguments):
+        read.append(path)
+        raise ValueError(f"{path}: read")
+
+    monkeypatch.setattr(compile_speed, "read_text_file", reading)
+    monkeypatch.chdir(tmp_path)
+    refusal(monkeypatch, capsys, "compile_speed.py", [])
+    assert read == [REPO / "data" / "ptb" / "valid.txt"]
