@@ -134,13 +134,20 @@ def main(argv=None) -> int:
     import argparse
 
     import run as bench
+    from bench_common import at_least, check_output, interpreter_problem
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--elmoformanylangs-python", default=str(ROOT / "build" / "elmoformanylangs-venv" / "bin" / "python"))
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--threads", type=at_least(1), default=2)
+    parser.add_argument("--rounds", type=at_least(1), default=9)
     parser.add_argument("--work-dir", default=str(ROOT / "build" / "bench"))
     args = parser.parse_args(argv)
+    problem = interpreter_problem(args.elmoformanylangs_python, "ELMoForManyLangs",
+                                  "`make build/elmoformanylangs-venv/bin/python` does")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    check_output(parser, "--work-dir", args.work_dir, "folder", writes_inside=True)
     work = Path(args.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads), PYTHONUNBUFFERED="1",

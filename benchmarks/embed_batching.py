@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_common import at_least  # noqa: E402  (beside this file)
 from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 
@@ -45,10 +46,10 @@ def timed_rounds(ways: dict, rounds: int, before) -> dict[str, list[float]]:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="an ELMo checkpoint folder (default: random weights, Small size)")
-    parser.add_argument("--sentences", type=int, default=2000)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sentences", type=at_least(1), default=2000)
+    parser.add_argument("--batch-size", type=at_least(1), default=64)
+    parser.add_argument("--threads", type=at_least(1), default=1)
+    parser.add_argument("--rounds", type=at_least(1), default=3)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as folder:

@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_common import at_least, check_output  # noqa: E402
 from gpu_bench import sentences  # noqa: E402
 
 from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer  # noqa: E402
@@ -35,10 +36,15 @@ from hf_elmo.fast_linear import cpu_name  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sentences", type=int, default=6000)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--folder", help="where the model, the text and the outputs go (default: a temporary folder)")
+    parser.add_argument("--sentences", type=at_least(1), default=6000)
+    parser.add_argument("--batch-size", type=at_least(1), default=256)
+    parser.add_argument("--folder", help="where the model, the text and the outputs go, in a temporary folder made "
+                        "there (default: the system's temporary folder)")
     args = parser.parse_args()
+    if args.folder is not None:  # (else found after the tokenizer's timing, a traceback)
+        check_output(parser, "--folder", args.folder, "folder", writes_inside=True)
+        if not Path(args.folder).is_dir():
+            parser.error(f"--folder {args.folder}: no such folder")
     text = [" ".join(words) for words in sentences(args.sentences, seed=7)]
     words = sum(len(line.split()) for line in text)
     batches = [[split_sentence(text[line]) for line in batch] for batch in plan_batches(text, args.batch_size, False)]

@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_common import at_least  # noqa: E402  (beside this file)
 from hf_elmo import ElmoConfig, ElmoEmbedder, ElmoModel, ElmoTokenizer  # noqa: E402
 from hf_elmo.embed_file import pin_frequent_words, plan_batches, unpin_words  # noqa: E402
 
@@ -61,10 +62,10 @@ def run(embedder: ElmoEmbedder, sentences, batches, pinned: bool, first: int = 0
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="an ELMo checkpoint folder (default: random weights, Small size)")
-    parser.add_argument("--sentences", type=int, default=14041)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--sentences", type=at_least(1), default=14041)
+    parser.add_argument("--batch-size", type=at_least(1), default=64)
+    parser.add_argument("--rounds", type=at_least(1), default=3)
+    parser.add_argument("--threads", type=at_least(1), default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if not CONLL_TRAIN.is_file():

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_common import bandwidth_buffer_bytes, cpu0_caches, memory_bandwidth  # noqa: E402
+from bench_common import at_least, bandwidth_buffer_bytes, cpu0_caches, memory_bandwidth  # noqa: E402
 from hf_elmo.fast_linear import cpu_name, float32_kernels  # noqa: E402
 
 CELL, PROJECTION, FILTERS = 4096, 512, 2048
@@ -44,8 +44,8 @@ def median_seconds(call, repeats: int, before=None) -> float:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--threads", type=at_least(1), default=2)
+    parser.add_argument("--repeats", type=at_least(1), default=15)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"CPU: {cpu_name()}; {args.threads} threads; torch {torch.__version__}")

@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_common import timed  # noqa: E402
+from bench_common import at_least, timed  # noqa: E402
 from hf_elmo import ElmoConfig, ElmoForPreTraining  # noqa: E402
 from hf_elmo.fast_linear import cpu_name  # noqa: E402
 from modeling.presets import PRESETS, training_settings  # noqa: E402
@@ -29,8 +29,8 @@ CASES = [("default", 49_170), ("small", 18_700)]  # preset, softmax words
 
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=25)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=at_least(1), default=25)
+    parser.add_argument("--threads", type=at_least(1), default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

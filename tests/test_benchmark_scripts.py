@@ -1,5 +1,6 @@
 """The timing arithmetic of gpu_profile.py, memory_rates.py, optimizer_speed.py, compile_speed.py,
-embed_host_side.py and embed_batching.py, on a made-up clock or checked against the figures each prints (no GPU)."""
+embed_host_side.py and embed_batching.py, on a made-up clock or checked against the figures each prints (no GPU); and
+what each benchmark script refuses (counts, files, folders, interpreters), in one line before any work."""
 
 import re
 import subprocess
@@ -376,3 +377,37 @@ def test_compile_speed_reads_its_default_file_from_the_repository_root(tmp_path,
     monkeypatch.chdir(tmp_path)
     refusal(monkeypatch, capsys, "compile_speed.py", [])
     assert read == [REPO / "data" / "ptb" / "valid.txt"]
+
+
+@pytest.mark.parametrize("script, args, message", [
+    *[(script, [option, "0"], f"error: argument {option}: must be at least 1, got 0")
+      for script, options in [("embed_batching.py", ["--threads", "--rounds", "--batch-size", "--sentences"]),
+                              ("embed_pinned_caches.py", ["--threads", "--rounds", "--batch-size", "--sentences"]),
+                              ("embed_host_side.py", ["--batch-size", "--sentences"]),
+                              ("memory_rates.py", ["--threads", "--repeats"]),
+                              ("optimizer_speed.py", ["--threads", "--steps"]),
+                              ("elmoformanylangs_bench.py", ["--threads", "--rounds"])]
+      for option in options],
+    ("embed_host_side.py", ["--folder", "{tmp}/missing"], "error: --folder {tmp}/missing: no such folder"),
+    ("embed_host_side.py", ["--folder", "{tmp}/file"], "error: --folder: {tmp}/file: is a file, not a folder"),
+    ("elmoformanylangs_bench.py", ["--elmoformanylangs-python", "{tmp}/missing/python"],
+     "error: no ELMoForManyLangs interpreter at {tmp}/missing/python; run `bash ../shared/tools/"
+     "peer-elmoformanylangs-setup.sh build/elmoformanylangs-venv` (`make build/elmoformanylangs-venv/bin/python` does)"),
+    ("elmoformanylangs_bench.py", ["--elmoformanylangs-python", "{tmp}/file"],
+     "error: {tmp}/file: not executable, so no ELMoForManyLangs interpreter"),
+    ("elmoformanylangs_bench.py", ["--work-dir", "{tmp}/file/work"],
+     "error: --work-dir: {tmp}/file: is a file, so {tmp}/file/work cannot be written"),
+])
+def test_the_micro_benchmarks_refuse_counts_folders_and_interpreters_they_cannot_use(script, args, message, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """0 threads was torch's RuntimeError; 0 rounds, repeats or steps a median of nothing, 0 sentences or a batch
+    size of 0 an error deep inside, some after minutes of work; embed_host_side.py's --folder that does not exist
+    FileNotFoundError after the tokenizer's timing; elmoformanylangs_bench.py without the ELMoForManyLangs venv
+    FileNotFoundError naming its interpreter. Each is one line naming the option, and how to make the venv."""
+    (tmp_path / "file").write_text("")
+    args = [arg.format(tmp=tmp_path) for arg in args]
+    common = ["--elmoformanylangs-python", sys.executable, "--work-dir", str(tmp_path / "work")] \
+        if script == "elmoformanylangs_bench.py" else []
+    line = refusal(monkeypatch, capsys, script, [*common, *args])
+    assert message.format(tmp=tmp_path) in line, line
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]
