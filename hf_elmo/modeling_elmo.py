@@ -82,6 +82,24 @@ def _check_character_ids(input_ids, config: ElmoConfig, name: str = "input_ids")
             )
 
 
+def _check_inputs_embeds(inputs_embeds, config: ElmoConfig, dtype: torch.dtype) -> None:
+    """What the char CNN cannot read in place of character ids: another shape, or another dtype than the model's
+    character embedding gives."""
+    shape = [config.max_characters_per_token, config.char_embedding_dim]
+    if not isinstance(inputs_embeds, torch.Tensor) or inputs_embeds.dim() != 4 or list(inputs_embeds.shape[2:]) != shape:
+        raise ValueError(f"inputs_embeds must be [batch, words, {shape[0]}, {shape[1]}] embedded characters, as "
+                         f"model.get_input_embeddings()(input_ids) gives them, got {_shape_of(inputs_embeds)}")
+    if inputs_embeds.dtype != dtype:
+        raise ValueError(f"inputs_embeds is {inputs_embeds.dtype}, and the model's character embedding {dtype}: "
+                         "pass them in the model's dtype")
+
+
+def _check_one_input(input_ids, inputs_embeds) -> None:
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("pass input_ids (character ids) or inputs_embeds (their embeddings), not both"
+                         if input_ids is not None else "pass input_ids (character ids) or inputs_embeds")
+
+
 def _shape_of(value) -> list[int] | str:
     """A tensor's shape, or the type of what is not a tensor (a list, say), for an error message."""
     return list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
@@ -93,23 +111,31 @@ def _check_integer_ids(ids: torch.Tensor, name: str, what: str) -> None:
         raise ValueError(f"{name} must hold integer {what} ids (torch.long or torch.int), got {ids.dtype}")
 
 
-def _word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, right_padded: bool = False
-               ) -> torch.Tensor:
+def _word_mask(input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, right_padded: bool = False,
+               inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
     """[B, T] bool, True at the words the model reads: `attention_mask`, or by default the words that are not all
     zeros. A mask that is 1 at an all-zero word (an all-ones mask over a padded batch) would make the model read
     padding as a word and change the real words' vectors: refused. `right_padded`: the words must be a prefix of
-    each row (ElmoForPreTraining)."""
-    words = (input_ids > 0).any(-1)
+    each row (ElmoForPreTraining). In place of `input_ids`, `inputs_embeds` [B, T, K, D], which show no padding:
+    `attention_mask` is needed."""
+    if input_ids is None:
+        if attention_mask is None:
+            raise ValueError("inputs_embeds need an attention_mask: embedded characters do not show which words are "
+                             "padding (pass the tokenizer's, or all ones for unpadded rows)")
+        words, shape, device = None, list(inputs_embeds.shape[:2]), inputs_embeds.device
+    else:
+        words = (input_ids > 0).any(-1)
+        shape, device = list(words.shape), words.device
     mask = words
     if attention_mask is not None:
-        if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != words.shape:
-            raise ValueError(f"attention_mask must be {list(words.shape)}, got {_shape_of(attention_mask)}")
-        attention_mask = attention_mask.to(words.device)
+        if not isinstance(attention_mask, torch.Tensor) or list(attention_mask.shape) != shape:
+            raise ValueError(f"attention_mask must be {shape}, got {_shape_of(attention_mask)}")
+        attention_mask = attention_mask.to(device)
         mask = attention_mask.bool()
     if _reads_no_values() or (attention_mask is None and not right_padded):  # (the default mask cannot read
         return mask  # padding, and nothing else is to be checked)
     # Every check is read from the device at once; which one failed is worked out only for the message.
-    reads_padding = (mask & ~words) if attention_mask is not None else torch.zeros_like(mask)
+    reads_padding = (mask & ~words) if attention_mask is not None and words is not None else torch.zeros_like(mask)
     not_a_prefix = not_binary = torch.zeros((), dtype=torch.bool, device=mask.device)
     if attention_mask is not None and attention_mask.dtype != torch.bool:  # 2, 0.5, -1 or NaN would read as 1
         not_binary = ((attention_mask != 0) & (attention_mask != 1)).any()
@@ -401,15 +427,7 @@ class ElmoCharacterEncoder(nn.Module):
     @_eager_under_compile
     def forward(self, char_ids: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
         """char_ids [N, K] (and word_ids [N] with word input) -> [N, P]."""
-        self._check_embedding_shapes()
-        if (word_ids is None) != (self.word_embedding is None):
-            raise ValueError(
-                "this model reads each word's id in word.dic as well as its characters: pass input_word_ids"
-                if word_ids is None
-                else "this model has no word input: it reads characters only, not input_word_ids"
-            )
-        if word_ids is not None:
-            _check_integer_ids(word_ids, "word_ids", "word")
+        self._check_call(word_ids)
         # One row per word, everything the vectors depend on: [N, K] or [N, K + 1] (the word id last).
         rows = char_ids if word_ids is None else torch.cat([char_ids, word_ids.unsqueeze(1).to(char_ids.dtype)], 1)
         if _is_exporting() or _under_function_transforms(rows, *self.parameters()):
@@ -467,9 +485,33 @@ class ElmoCharacterEncoder(nn.Module):
     def _fast_forward(self, rows: torch.Tensor) -> torch.Tensor:
         return fast_char_encoder(self, *self.split_rows(rows))
 
+    def from_embeddings(self, chars: torch.Tensor, word_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Embedded characters [N, K, D], as `char_embedding` gives them for char ids [N, K] (and word_ids [N] with
+        word input) -> [N, P]: the encoder after its character embedding (a model's `inputs_embeds`), computed as
+        the plain path computes it."""
+        self._check_call(word_ids)
+        width = self.char_embedding.embedding_dim
+        if chars.dim() != 3 or chars.shape[-1] != width:
+            raise ValueError(f"embedded characters must be [words, characters, {width}], got {list(chars.shape)}")
+        return self._from_embeddings(chars, word_ids)
+
+    def _check_call(self, word_ids: torch.Tensor | None) -> None:
+        self._check_embedding_shapes()
+        if (word_ids is None) != (self.word_embedding is None):
+            raise ValueError(
+                "this model reads each word's id in word.dic as well as its characters: pass input_word_ids"
+                if word_ids is None
+                else "this model has no word input: it reads characters only, not input_word_ids"
+            )
+        if word_ids is not None:
+            _check_integer_ids(word_ids, "word_ids", "word")
+
     def _plain_forward(self, rows: torch.Tensor) -> torch.Tensor:
         char_ids, word_ids = self.split_rows(rows)
-        chars = self.char_embedding(char_ids).transpose(1, 2)  # [N, D, K]
+        return self._from_embeddings(self.char_embedding(char_ids), word_ids)
+
+    def _from_embeddings(self, chars: torch.Tensor, word_ids: torch.Tensor | None) -> torch.Tensor:
+        chars = chars.transpose(1, 2)  # [N, D, K]
         # Max over every window, begin/end-of-word and padding characters included, as the original does.
         x = torch.cat([conv(chars).amax(dim=-1) for conv in self.char_cnn], dim=-1)
         return self.highway_and_projection(self.activation(x), word_ids)
@@ -744,10 +786,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
     def _check_keywords(self, kwargs: dict) -> None:
         """One clear error for a keyword argument that `forward` does not read (a misspelt one, or `initial_states`
         given to a head, which only the biLM takes), rather than silently ignoring it."""
-        # What transformers' wrappers pass every model unasked (PEFT's task models: inputs_embeds=None,
-        # output_attentions=None): read as not asked for. Asked for, ELMo has neither.
+        # What transformers' wrappers pass every model unasked (PEFT's task models: output_attentions=None): read as
+        # not asked for. Asked for, ELMo has no attentions.
         unknown = [name for name, value in kwargs.items() if name not in self._accepted_extra_kwargs
-                   and not (name in ("inputs_embeds", "output_attentions") and (value is None or value is False))]
+                   and not (name == "output_attentions" and (value is None or value is False))]
         if unknown:
             hint = ""
             if "initial_states" in unknown:
@@ -1130,11 +1172,12 @@ class ElmoModel(ElmoPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         initial_states: tuple[torch.Tensor, torch.Tensor] | None = None,
         output_final_states: bool | None = True,
         input_word_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         **kwargs,
     ) -> ElmoModelOutput:
         r"""
@@ -1144,7 +1187,12 @@ class ElmoModel(ElmoPreTrainedModel):
         attention_mask (`torch.Tensor` [B, T], *optional*):
             1 for words, 0 for padding (bools, integers or floats; any other value is refused). Defaults to the words
             that are not all zeros. A 1 at an all-zero (padding) word is refused: the model would read the padding as
-            a word.
+            a word. Needed with `inputs_embeds`.
+        inputs_embeds (`torch.FloatTensor` [B, T, K, D], *optional*):
+            In place of `input_ids`, their embedded characters as `model.get_input_embeddings()(input_ids)` gives
+            them (D = `config.char_embedding_dim`), in the model's dtype: for gradients with respect to the
+            characters (attributions) or perturbed inputs. The char CNN then runs on the plain path, on these; `<S>`
+            and `</S>` are embedded by the model. Padding words are not read (their values do not matter).
         input_word_ids (`torch.LongTensor` [B, T], *optional*):
             Each word's id in word.dic, for a model with word input (`config.word_vocab_size`; its tokenizer
             returns them), integers (torch.long or torch.int); ignored at padding.
@@ -1161,18 +1209,24 @@ class ElmoModel(ElmoPreTrainedModel):
         refused, naming it.
         """
         self._check_keywords(kwargs)
-        self._check_input_devices(input_ids=input_ids, input_word_ids=input_word_ids)
-        _check_character_ids(input_ids, self.config)
+        _check_one_input(input_ids, inputs_embeds)
+        self._check_input_devices(input_ids=input_ids, inputs_embeds=inputs_embeds, input_word_ids=input_word_ids)
+        if inputs_embeds is None:
+            _check_character_ids(input_ids, self.config)
+        else:
+            _check_inputs_embeds(inputs_embeds, self.config, self.get_input_embeddings().weight.dtype)
         if output_final_states is None:
             output_final_states = True
-        word_mask = _word_mask(input_ids, attention_mask)
+        word_mask = _word_mask(input_ids, attention_mask, inputs_embeds=inputs_embeds)
         self._check_word_ids(input_word_ids, word_mask, "input_word_ids")
 
         # Move each row's words to the front (this also handles left padding), in their order.
         layout = _SentenceLayout(word_mask)
-        char_ids, sequence_mask = self._add_sentence_boundaries(
-            layout.pack(input_ids), layout.lengths, self.boundary_words(input_ids.shape[-1])
-        )
+        chars = input_ids if inputs_embeds is None else inputs_embeds
+        boundaries = self.boundary_words(self.config.max_characters_per_token)
+        if inputs_embeds is not None:
+            boundaries = self.get_input_embeddings()(boundaries.to(inputs_embeds.device))
+        chars, sequence_mask = self._add_sentence_boundaries(layout.pack(chars), layout.lengths, boundaries)
         word_ids = None
         if input_word_ids is not None:  # the same for the word ids, [B, T, 1]
             boundary_ids = torch.tensor([[self.config.bos_word_id], [self.config.eos_word_id]])
@@ -1180,7 +1234,8 @@ class ElmoModel(ElmoPreTrainedModel):
             word_ids = word_ids[0][..., 0]
 
         # Layer 0: the context-free token vectors, computed only for real positions, zero elsewhere.
-        token_vectors = self.char_encoder(char_ids[sequence_mask], None if word_ids is None else word_ids[sequence_mask])
+        encode = self.char_encoder if inputs_embeds is None else self.char_encoder.from_embeddings
+        token_vectors = encode(chars[sequence_mask], None if word_ids is None else word_ids[sequence_mask])
         token_layer = token_vectors.new_zeros(*sequence_mask.shape, token_vectors.shape[-1])
         token_layer = token_layer.masked_scatter(sequence_mask.unsqueeze(-1), token_vectors)
 
@@ -1230,17 +1285,17 @@ class ElmoModel(ElmoPreTrainedModel):
     def _add_sentence_boundaries(
         packed: torch.Tensor, lengths: torch.Tensor, boundaries: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """[B, T, K] left-aligned words -> [B, T + 2, K] `<S> words </S>` and its mask [B, T + 2]; `boundaries`
-        [2, K] are the `<S>` and `</S>` rows."""
-        batch, words, chars = packed.shape
+        """[B, T, ...] left-aligned words (character ids [B, T, K], say) -> [B, T + 2, ...] `<S> words </S>` and its
+        mask [B, T + 2]; `boundaries` [2, ...] are the `<S>` and `</S>` rows."""
+        batch, words = packed.shape[:2]
         positions = torch.arange(words + 2, device=packed.device)
         sequence_mask = positions < (lengths + 2).unsqueeze(1)
         boundaries = boundaries.to(packed)
-        char_ids = packed.new_zeros(batch, words + 2, chars)
-        char_ids[:, 1 : words + 1] = packed  # what padding holds is overwritten by `</S>` or masked out
-        char_ids[:, 0] = boundaries[0]
-        char_ids[torch.arange(batch, device=packed.device), lengths + 1] = boundaries[1]
-        return char_ids, sequence_mask
+        sequences = packed.new_zeros(batch, words + 2, *packed.shape[2:])
+        sequences[:, 1 : words + 1] = packed  # what padding holds is overwritten by `</S>` or masked out
+        sequences[:, 0] = boundaries[0]
+        sequences[torch.arange(batch, device=packed.device), lengths + 1] = boundaries[1]
+        return sequences, sequence_mask
 
     def _run_bilstm(
         self,
@@ -1481,16 +1536,17 @@ class ElmoForSequenceClassification(ElmoTaskModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         input_word_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput:
         r"""
-        input_ids (`torch.LongTensor` [B, T, K]), attention_mask ([B, T], *optional*) and input_word_ids ([B, T],
-            for a model with word input): as for `ElmoModel`.
+        input_ids (`torch.LongTensor` [B, T, K]), attention_mask ([B, T], *optional*), input_word_ids ([B, T], for a
+            model with word input) and inputs_embeds ([B, T, K, D], in place of input_ids): as for `ElmoModel`.
         labels (`torch.Tensor`, *optional*):
             [B] integer class ids in [0, num_labels) (-100 = ignore) for `num_labels > 1`, [B] numbers for
             regression (`num_labels == 1`), or [B, num_labels] 0/1 floats for multi-label classification
@@ -1500,8 +1556,8 @@ class ElmoForSequenceClassification(ElmoTaskModel):
         self._check_keywords(kwargs)
         self._warn_of_a_loss_without_the_penalty(labels)
         outputs = self.elmo(  # (a dict whatever the shared config's return_dict: the head reads it by name)
-            input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False,
-            return_dict=True,
+            input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, inputs_embeds=inputs_embeds,
+            output_final_states=False, return_dict=True,
         )
         pooled = self.pool(outputs.elmo_representations[0], outputs.attention_mask.bool())
         logits = self.classifier(pooled)
@@ -1604,16 +1660,17 @@ class ElmoForTokenClassification(ElmoTaskModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         input_word_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         **kwargs,
     ) -> TokenClassifierOutput:
         r"""
-        input_ids (`torch.LongTensor` [B, T, K]), attention_mask ([B, T], *optional*) and input_word_ids ([B, T],
-            for a model with word input): as for `ElmoModel`.
+        input_ids (`torch.LongTensor` [B, T, K]), attention_mask ([B, T], *optional*), input_word_ids ([B, T], for a
+            model with word input) and inputs_embeds ([B, T, K, D], in place of input_ids): as for `ElmoModel`.
         labels (`torch.LongTensor` [B, T], *optional*):
             A label id in [0, num_labels) per word; -100 is ignored, and so is every padding position (which
             under Trainer must hold -100: Trainer counts the other labels in `num_items_in_batch`). Labels of
@@ -1624,8 +1681,8 @@ class ElmoForTokenClassification(ElmoTaskModel):
         self._check_keywords(kwargs)
         self._warn_of_a_loss_without_the_penalty(labels)
         outputs = self.elmo(  # (a dict whatever the shared config's return_dict: the head reads it by name)
-            input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, output_final_states=False,
-            return_dict=True,
+            input_ids, attention_mask=attention_mask, input_word_ids=input_word_ids, inputs_embeds=inputs_embeds,
+            output_final_states=False, return_dict=True,
         )
         logits = self.classifier(outputs.elmo_representations[0])
         loss = None
@@ -1801,7 +1858,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         backward_labels: torch.LongTensor | None = None,
@@ -1810,6 +1867,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         output_hidden_states: bool | None = None,
         input_word_ids: torch.LongTensor | None = None,
         backward_input_word_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         **kwargs,
     ) -> ElmoForPreTrainingOutput:
         r"""
@@ -1831,23 +1889,33 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         output_hidden_states (`bool`, *optional*): return `hidden_states`; defaults to `config.output_hidden_states`.
         input_word_ids, backward_input_word_ids (`torch.LongTensor` [B, S], *optional*):
             For a model with word input: the word.dic ids of the words of `input_ids` and `backward_input_ids`.
+        inputs_embeds (`torch.FloatTensor` [B, S, K, D], *optional*):
+            In place of `input_ids`, their embedded characters, with an `attention_mask`, as for `ElmoModel`; both
+            directions read them (no `backward_input_ids`). The char CNN then runs on the plain path, at every
+            position.
         Any other keyword argument is refused, naming it, but Trainer's `num_items_in_batch`: the `labels` of the
         whole optimizer step that are not -100 (as many as its backward targets in a stream window or a sentence
         batch). Each direction's loss is then its sum over this batch divided by that count, so that gradient
         accumulation gives the step of one large batch; padding positions must then hold -100 in both labels.
         """
         self._check_keywords(kwargs)
+        _check_one_input(input_ids, inputs_embeds)
         self._check_input_devices(input_ids=input_ids, backward_input_ids=backward_input_ids,
-                                  input_word_ids=input_word_ids, backward_input_word_ids=backward_input_word_ids)
+                                  input_word_ids=input_word_ids, backward_input_word_ids=backward_input_word_ids,
+                                  inputs_embeds=inputs_embeds)
         num_items_in_batch = kwargs.get("num_items_in_batch")
         mask = self.check_inputs(input_ids, attention_mask, labels, backward_labels, backward_input_ids,
-                                 input_word_ids, backward_input_word_ids, padding_counted=num_items_in_batch is not None)
+                                 input_word_ids, backward_input_word_ids, padding_counted=num_items_in_batch is not None,
+                                 inputs_embeds=inputs_embeds)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
 
-        token_layer, backward_layer = self._token_layers(
-            input_ids, backward_input_ids, mask, input_word_ids, backward_input_word_ids
-        )
+        if inputs_embeds is None:
+            token_layer, backward_layer = self._token_layers(
+                input_ids, backward_input_ids, mask, input_word_ids, backward_input_word_ids
+            )
+        else:
+            token_layer, backward_layer = self._embedded_token_layer(inputs_embeds, mask, input_word_ids), None
         layer0 = torch.cat([token_layer, token_layer if backward_layer is None else backward_layer], dim=-1)
         hidden_states, _, final_states = self.elmo._run_bilstm(
             layer0, mask, initial_states, return_hidden_states=output_hidden_states
@@ -1882,13 +1950,20 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         input_word_ids: torch.LongTensor | None = None,
         backward_input_word_ids: torch.LongTensor | None = None,
         padding_counted: bool = False,
+        inputs_embeds: torch.FloatTensor | None = None,
     ) -> torch.Tensor:
         """What `forward` refuses in its inputs, on whatever device they are: shapes, dtypes, character ids outside
         the alphabet, a mask that is not right-padded, word and label ids outside their vocabularies, and with
         `padding_counted` (Trainer's count of the labels given) labels at padding positions. Returns the
         word mask [B, S]. In `static_shapes()` no value is checked (nothing may read the device there): a caller
-        who records a step checks each batch with this first, on the host (`modeling/graphed_step.py`)."""
-        _check_character_ids(input_ids, self.config)
+        who records a step checks each batch with this first, on the host (`modeling/graphed_step.py`).
+        `inputs_embeds` in place of `input_ids`: their shape and dtype are checked."""
+        if inputs_embeds is not None:
+            _check_inputs_embeds(inputs_embeds, self.config, self.get_input_embeddings().weight.dtype)
+            if backward_input_ids is not None:
+                raise ValueError("backward_input_ids go with input_ids: with inputs_embeds both directions read them")
+        else:
+            _check_character_ids(input_ids, self.config)
         if backward_input_ids is not None:
             _check_character_ids(backward_input_ids, self.config, "backward_input_ids")
             if backward_input_ids.shape != input_ids.shape:
@@ -1900,7 +1975,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             if not _reads_no_values() and bool((backward_input_ids.ne(0).any(-1) != input_ids.ne(0).any(-1)).any()):
                 raise ValueError("backward_input_ids must have its words where input_ids has words, and padding "
                                  "(all-zero words) where it has padding")
-        mask = _word_mask(input_ids, attention_mask, right_padded=True)
+        mask = _word_mask(input_ids, attention_mask, right_padded=True, inputs_embeds=inputs_embeds)
         if (labels is None) != (backward_labels is None):
             raise ValueError("pass both labels (forward targets) and backward_labels, or neither")
         self.elmo._check_word_ids(input_word_ids, mask, "input_word_ids")
@@ -1962,6 +2037,18 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             for part in parts
         ]
         return layers[0], layers[1] if len(layers) == 2 else None
+
+    def _embedded_token_layer(self, inputs_embeds: torch.Tensor, mask: torch.Tensor,
+                              word_ids: torch.Tensor | None) -> torch.Tensor:
+        """Embedded characters [B, S, K, D] -> [B, S, P] context-free vectors at real positions, 0 elsewhere: the plain
+        computation at every position (no shape follows from data), on zeros at padding: what padding holds (NaN,
+        say) would reach the weights' gradients, as 0 x NaN."""
+        padding = ~mask
+        if word_ids is not None:  # (0 is in word.dic)
+            word_ids = word_ids.masked_fill(padding, 0).flatten()
+        chars = inputs_embeds.masked_fill(padding[..., None, None], 0.0)
+        vectors = self.elmo.char_encoder.from_embeddings(chars.flatten(0, 1), word_ids)
+        return torch.where(mask.unsqueeze(-1), vectors.view(*mask.shape, -1), 0.0)
 
     def _language_model_loss(
         self, hidden: torch.Tensor, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None
