@@ -647,23 +647,44 @@ def find_resume_checkpoint(args: argparse.Namespace, output_dir: Path) -> Path |
 
 
 class TrainingLog:
-    """OUTPUT_DIR/log.jsonl, one JSON object per logged step or evaluation (the learning curve)."""
+    """OUTPUT_DIR/log.jsonl, one JSON object per logged step or evaluation (the learning curve), written by the
+    first process. A write that fails (a full disk) is every process's SaveFailure, naming the file: the others
+    would otherwise wait at their next collective for the first, gone with its traceback."""
 
-    def __init__(self, path: Path, active: bool, resumed: tuple[int, Path] | None):
+    def __init__(self, path: Path, accelerator: Accelerator, resumed: tuple[int, Path] | None):
         """`resumed`: the checkpoint's step and the log of the run it belongs to (`path` itself, or the log beside a
         checkpoint of another folder); None for a new run."""
-        self.path, self.active = path, active
-        if active and resumed is not None:
-            # Lines past the checkpoint were written by the interrupted run (the last one maybe half), and the
-            # resumed run writes them again.
-            resume_step, continued = resumed
-            lines = continued.read_text(encoding="utf-8").splitlines() if continued.is_file() else []
-            kept = [line for line in lines if self._step(line) <= resume_step]
-            temporary = path.with_name(f".{path.name}.partial")
+        self.path, self.accelerator, self.active = path, accelerator, accelerator.is_main_process
+        self._written(lambda: self._begin(resumed))
+
+    def _begin(self, resumed: tuple[int, Path] | None) -> None:
+        if resumed is None:
+            self.path.unlink(missing_ok=True)
+            return
+        # Lines past the checkpoint were written by the interrupted run (the last one maybe half), and the resumed
+        # run writes them again.
+        resume_step, continued = resumed
+        lines = continued.read_text(encoding="utf-8").splitlines() if continued.is_file() else []
+        kept = [line for line in lines if self._step(line) <= resume_step]
+        temporary = self.path.with_name(f".{self.path.name}.partial")
+        try:
             temporary.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-            os.replace(temporary, path)
-        elif active:
-            path.unlink(missing_ok=True)
+            os.replace(temporary, self.path)
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    def write(self, record: dict) -> None:
+        def append() -> None:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+        self._written(append)
+
+    def _written(self, write) -> None:
+        """`write()` in the first process; every process's SaveFailure where it failed to write."""
+        failure = failed_write(self.accelerator, write if self.active else None)
+        if failure is not None:
+            raise SaveFailure(f"{self.path}: the log could not be written ({failure})")
 
     @staticmethod
     def _step(line: str) -> float:
@@ -671,11 +692,6 @@ class TrainingLog:
             return json.loads(line)["step"]
         except (json.JSONDecodeError, KeyError, TypeError):
             return math.inf
-
-    def write(self, record: dict) -> None:
-        if self.active:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
 
     def evaluation_at(self, step: int) -> dict | None:
         """The held-out figures the log holds for `step` (`perplexity`'s names), or None; read where the log is
@@ -1355,7 +1371,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         # from an earlier step, or continuing a finished run) crashes before it gets there, the log cut back.
         (output_dir / "trainer_state.json").unlink(missing_ok=True)
     accelerator.wait_for_everyone()
-    log = TrainingLog(output_dir / "log.jsonl", main_process,
+    log = TrainingLog(output_dir / "log.jsonl", accelerator,
                       (step, checkpoint.parent / "log.jsonl") if checkpoint is not None else None)
 
     def run_seconds() -> float:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from accelerate import Accelerator
 from safetensors.torch import load_file
 
 from conftest import assert_one_error, run_two_processes
@@ -635,6 +636,57 @@ def test_two_processes_whose_save_cannot_be_written_say_so_in_one_line_each(tmp_
         assert sorted(path.name for path in folder.iterdir()) == ["log.jsonl"]
 
 
+def log_steps(log: Path) -> list[int]:
+    """The steps of a log's training records (every line must read)."""
+    return [record["step"] for record in map(json.loads, log.read_text().splitlines()) if "loss" in record]
+
+
+def test_a_log_that_cannot_be_written_is_one_line_and_the_run_goes_on_from_it(tmp_path):
+    """log.jsonl on a full disk (here past a file size limit of 700 bytes, its third line): the OSError's traceback
+    was the end. Now one line naming the file and what the run leaves; the same command with --resume then runs to
+    the end, its log whole (the half line cut by the limit dropped). The rewrite of the log on a resume fails
+    likewise, leaving the log as it was and no .log.jsonl.partial."""
+    folder = tmp_path / "run"
+    command = [*TRAIN_ARGS, "--max-steps", 6, "--eval-steps", 0, "--output-dir", folder]
+
+    def pretrain_run(*arguments, file_size=None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(PRETRAIN), *map(str, [*command, *arguments])], capture_output=True,
+                              text=True, env=script_env(tmp_path), timeout=300,
+                              preexec_fn=file_size_limit(file_size) if file_size else None)
+
+    result = pretrain_run("--save-steps", 4)  # (checkpoint-4, a log of 6 lines, and the datasets cache written)
+    assert result.returncode == 0, result.stderr[-3000:]
+    before = (folder / "log.jsonl").read_bytes()
+    result = pretrain_run("--save-steps", 4, "--max-steps", 8, "--resume", file_size=700)  # (4 lines are kept)
+    assert_one_error(result.returncode, result.stderr, f"error: {folder / 'log.jsonl'}: the log could not be written "
+                     "(OSError: [Errno 27] File too large); the checkpoints saved in "
+                     f"{folder} are kept; the same command with --resume goes on from the latest")
+    assert (folder / "log.jsonl").read_bytes() == before
+    assert not [path.name for path in folder.iterdir() if path.name.startswith(".")]
+
+    result = pretrain_run("--save-steps", 0, "--overwrite-output-dir", file_size=700)
+    assert_one_error(result.returncode, result.stderr, f"error: {folder / 'log.jsonl'}: the log could not be written "
+                     f"(OSError: [Errno 27] File too large); no checkpoint was saved in {folder}; the same command "
+                     "with --resume instead of --overwrite-output-dir starts the run again from the beginning")
+    assert (folder / "log.jsonl").stat().st_size == 700
+    result = pretrain_run("--save-steps", 0, "--resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert log_steps(folder / "log.jsonl") == [1, 2, 3, 4, 5, 6]
+
+
+def test_two_processes_whose_log_cannot_be_written_say_so_in_one_line_each(tmp_path):
+    """The first process writes the log; the other learns of its failed write, none waiting for the other."""
+    folder = tmp_path / "run"
+    command = [PRETRAIN, *TRAIN_ARGS, "--batch-size", 2, "--eval-steps", 0, "--save-steps", 0, "--output-dir", folder]
+    warm = subprocess.run([sys.executable, *map(str, [*command, "--max-steps", 1])], capture_output=True, text=True,
+                          env=script_env(tmp_path), timeout=300)  # (the datasets cache: written without the limit)
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    result = run_two_processes([*command, "--max-steps", 6, "--overwrite-output-dir"], script_env(tmp_path),
+                               preexec_fn=file_size_limit(700))
+    said = f"error: {folder / 'log.jsonl'}: the log could not be written (OSError: [Errno 27] File too large)"
+    assert result.returncode != 0 and result.stderr.count(said) == 2, result.stderr[-3000:]
+
+
 # save_checkpoint and remove_checkpoint when the process dies inside them (what clean_up_interrupted_saves then finds).
 def test_a_checkpoint_being_pruned_when_the_process_dies_is_never_taken_for_a_whole_one(tmp_path, monkeypatch):
     """remove_checkpoint renames the folder before deleting it: a death half-way through the deletion (its weights
@@ -695,10 +747,10 @@ def test_a_resumed_log_keeps_the_lines_up_to_its_checkpoint_and_drops_a_half_wri
     cut short by a kill (no step that reads) goes too, where it stayed, breaking every reader of the log."""
     log = tmp_path / "log.jsonl"
     log.write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.9}\n{"step": 3, "loss": 2.8}\n{"step": 4, "lo')
-    pretrain.TrainingLog(log, True, (2, log))
+    pretrain.TrainingLog(log, Accelerator(), (2, log))
     assert log.read_text() == '{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.9}\n'
     log.write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "lo')
-    pretrain.TrainingLog(log, True, (2, log))
+    pretrain.TrainingLog(log, Accelerator(), (2, log))
     assert log.read_text() == '{"step": 1, "loss": 3.0}\n'
 
 
