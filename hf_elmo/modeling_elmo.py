@@ -408,6 +408,7 @@ class ElmoCharacterEncoder(nn.Module):
         # The embeddings' shapes that the ids and the CNN read (set_input_embeddings takes any, as transformers' does).
         self._embedding_shapes = {"char_embedding": [config.n_characters, config.char_embedding_dim],
                                   "word_embedding": [config.word_vocab_size, config.word_embedding_dim]}
+        self._widest_filter = max(width for width, _ in config.char_cnn_filters)
 
     def _check_embedding_shapes(self) -> None:
         """One clear error for an embedding replaced by one of another shape (`set_input_embeddings`), which failed
@@ -490,9 +491,14 @@ class ElmoCharacterEncoder(nn.Module):
         word input) -> [N, P]: the encoder after its character embedding (a model's `inputs_embeds`), computed as
         the plain path computes it."""
         self._check_call(word_ids)
-        width = self.char_embedding.embedding_dim
-        if chars.dim() != 3 or chars.shape[-1] != width:
-            raise ValueError(f"embedded characters must be [words, characters, {width}], got {list(chars.shape)}")
+        width = self._embedding_shapes["char_embedding"][1]  # (the config's: a wrapped embedding may not say it)
+        widest = self._widest_filter
+        if not isinstance(chars, torch.Tensor) or chars.dim() != 3 or chars.shape[-1] != width or chars.shape[1] < widest:
+            raise ValueError(f"embedded characters must be [words, characters >= {widest}, {width}], got "
+                             f"{_shape_of(chars)}")
+        dtype = self.char_cnn[0].weight.dtype
+        if chars.dtype != dtype:
+            raise ValueError(f"embedded characters are {chars.dtype}, and the model {dtype}: pass them in its dtype")
         return self._from_embeddings(chars, word_ids)
 
     def _check_call(self, word_ids: torch.Tensor | None) -> None:
@@ -576,6 +582,12 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
                 "or none: turn activation checkpointing off, or put the adapters on the character encoder "
                 "(target_modules) only"
             )
+        if (self.gradient_checkpointing and self.training and torch.is_grad_enabled() and args
+                and isinstance(args[0], torch.Tensor) and not args[0].requires_grad
+                and any(parameter.requires_grad for parameter in self.parameters())):
+            # Reentrant checkpointing gives the weights gradients only where an input requires one: transformers
+            # arranges it by a hook on the character embedding, which embedded characters (inputs_embeds) skip.
+            args = (args[0].detach().requires_grad_(), *args[1:])
         return super().__call__(*args, **kwargs)
 
     @_eager_under_compile
@@ -1183,7 +1195,7 @@ class ElmoModel(ElmoPreTrainedModel):
         r"""
         input_ids (`torch.LongTensor` [B, T, K]):
             Character ids of each word from `ElmoTokenizer`, without `<S>`/`</S>`: the model adds them.
-            An all-zero word is padding, on either side.
+            An all-zero word is padding, on either side. (Or `inputs_embeds` in their place.)
         attention_mask (`torch.Tensor` [B, T], *optional*):
             1 for words, 0 for padding (bools, integers or floats; any other value is refused). Defaults to the words
             that are not all zeros. A 1 at an all-zero (padding) word is refused: the model would read the padding as
@@ -1192,7 +1204,8 @@ class ElmoModel(ElmoPreTrainedModel):
             In place of `input_ids`, their embedded characters as `model.get_input_embeddings()(input_ids)` gives
             them (D = `config.char_embedding_dim`), in the model's dtype: for gradients with respect to the
             characters (attributions) or perturbed inputs. The char CNN then runs on the plain path, on these; `<S>`
-            and `</S>` are embedded by the model. Padding words are not read (their values do not matter).
+            and `</S>` are embedded by the model. The `attention_mask` is trusted (embeddings show no padding);
+            padding words are not read (their values do not matter).
         input_word_ids (`torch.LongTensor` [B, T], *optional*):
             Each word's id in word.dic, for a model with word input (`config.word_vocab_size`; its tokenizer
             returns them), integers (torch.long or torch.int); ignored at padding.
@@ -1873,9 +1886,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         r"""
         input_ids (`torch.LongTensor` [B, S, K]):
             Character ids of the words the LSTMs read, `<S>`/`</S>` included where the text has them; rows are
-            right-padded with all-zero words.
+            right-padded with all-zero words. (Or `inputs_embeds` in their place.)
         attention_mask (`torch.Tensor` [B, S], *optional*):
-            1 for words, 0 for padding (a prefix of each row). Defaults to the words that are not all zeros.
+            1 for words, 0 for padding (a prefix of each row). Defaults to the words that are not all zeros; needed
+            with `inputs_embeds`.
         labels (`torch.LongTensor` [B, S], *optional*):
             The forward LM's targets: the vocabulary id of the word after each position; -100 = no target, as is
             every padding position, whatever its label.
@@ -1899,7 +1913,6 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         accumulation gives the step of one large batch; padding positions must then hold -100 in both labels.
         """
         self._check_keywords(kwargs)
-        _check_one_input(input_ids, inputs_embeds)
         self._check_input_devices(input_ids=input_ids, backward_input_ids=backward_input_ids,
                                   input_word_ids=input_word_ids, backward_input_word_ids=backward_input_word_ids,
                                   inputs_embeds=inputs_embeds)
@@ -1942,7 +1955,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
 
     def check_inputs(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.LongTensor | None,
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         backward_labels: torch.LongTensor | None = None,
@@ -1958,6 +1971,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         word mask [B, S]. In `static_shapes()` no value is checked (nothing may read the device there): a caller
         who records a step checks each batch with this first, on the host (`modeling/graphed_step.py`).
         `inputs_embeds` in place of `input_ids`: their shape and dtype are checked."""
+        _check_one_input(input_ids, inputs_embeds)
         if inputs_embeds is not None:
             _check_inputs_embeds(inputs_embeds, self.config, self.get_input_embeddings().weight.dtype)
             if backward_input_ids is not None:
@@ -2048,7 +2062,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             word_ids = word_ids.masked_fill(padding, 0).flatten()
         chars = inputs_embeds.masked_fill(padding[..., None, None], 0.0)
         vectors = self.elmo.char_encoder.from_embeddings(chars.flatten(0, 1), word_ids)
-        return torch.where(mask.unsqueeze(-1), vectors.view(*mask.shape, -1), 0.0)
+        return torch.where(mask.unsqueeze(-1), vectors.view(*mask.shape, vectors.shape[-1]), 0.0)
 
     def _language_model_loss(
         self, hidden: torch.Tensor, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None

@@ -162,3 +162,69 @@ def test_bad_inputs_embeds_are_refused_by_name(converted):
         pretraining(inputs_embeds=embeds)
     with pytest.raises(ValueError, match="attention_mask must be 1 on a prefix of each row"):
         pretraining(inputs_embeds=embeds, attention_mask=left_padded(dict(batch))["attention_mask"])
+
+
+def test_an_adapted_character_embedding_embeds_them(converted):
+    """PEFT's LoRA on the character embedding (a module without `embedding_dim`) and the char CNN: the adapted
+    embedding's output, read as inputs_embeds, gives the adapted model's outputs (it failed on the missing
+    attribute)."""
+    from peft import LoraConfig, get_peft_model
+
+    folder = converted["allennlp-elmo"]
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    model = get_peft_model(ElmoModel.from_pretrained(folder), LoraConfig(
+        r=4, target_modules=r".*char_encoder\.(char_embedding|char_cnn\.\d+)", init_lora_weights=False)).eval()
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected, found = model(**batch), model(**embedded(model, batch))
+        plain = model.get_base_model().char_encoder.char_embedding.base_layer(batch["input_ids"])
+        assert (embedded(model, batch)["inputs_embeds"] - plain).abs().max() > 1e-3  # (the adapter is in them)
+    torch.testing.assert_close(found.elmo_representations[0], expected.elmo_representations[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (2, 0)], ids=["no rows", "no words"])
+def test_an_empty_batch_gives_empty_outputs(converted, shape):
+    folder = converted["allennlp-elmo"]
+    model = ElmoForPreTraining.from_pretrained(folder, lm_vocab_size=40).eval()
+    base = ElmoModel.from_pretrained(folder).eval()
+    embeds = torch.zeros(*shape, 50, 4)
+    mask = torch.zeros(shape, dtype=torch.long)
+    with torch.no_grad():
+        assert model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state.shape == (*shape, 32)
+        assert base(inputs_embeds=embeds, attention_mask=mask).elmo_representations[0].shape == (*shape, 32)
+
+
+def test_reentrant_activation_checkpointing_gives_the_bilstm_its_gradients(converted):
+    """A frozen character encoder, embedded characters that need no gradient and reentrant checkpointing: the
+    biLSTM's weights got none (torch's warning the only sign), where the ids get them through transformers' hook on
+    the character embedding, which inputs_embeds skip."""
+    folder = converted["allennlp-elmo"]
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    torch.manual_seed(0)
+    model = ElmoForPreTraining.from_pretrained(folder, lm_vocab_size=40).train()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
+    model.elmo.char_encoder.requires_grad_(False)
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    padding = batch["attention_mask"] == 0
+    labels = torch.randint(40, padding.shape).masked_fill(padding, -100)
+    gradients = []
+    for inputs in (dict(batch), embedded(model, batch)):
+        model.zero_grad()
+        with torch.no_grad():
+            inputs = {name: value.detach() for name, value in inputs.items()}
+        model(**inputs, labels=labels, backward_labels=labels).loss.backward()
+        gradients.append([layer.input_weight.grad for layer in model.elmo.layers])
+    for expected, found in zip(*gradients, strict=True):
+        assert expected is not None and found is not None
+        torch.testing.assert_close(found, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_the_encoders_own_method_refuses_what_it_cannot_read(converted):
+    encoder = ElmoModel.from_pretrained(converted["allennlp-elmo"]).char_encoder
+    chars = torch.zeros(3, 50, 4)
+    assert encoder.from_embeddings(chars).shape == (3, 16)
+    for bad, message in ((chars.double(), "embedded characters are torch.float64, and the model torch.float32"),
+                         (chars.tolist(), r"must be \[words, characters >= \d+, 4\], got list"),
+                         (chars[:, :1], r"got \[3, 1, 4\]"), (chars[..., :2], r"got \[3, 50, 2\]")):
+        with pytest.raises(ValueError, match=message):
+            encoder.from_embeddings(bad)
