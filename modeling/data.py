@@ -15,6 +15,7 @@ The model reads the backward LM's input from right to left, so backward windows 
 left-to-right order (`backward_input_ids`, `backward_labels`).
 """
 
+import errno
 import glob
 import hashlib
 import logging
@@ -100,6 +101,8 @@ def load_sentences(paths: list[str], text_column: str = TEXT_COLUMN, word_splitt
             dataset = datasets.load_dataset("text", data_files=[glob.escape(file) for file in files], split="train",
                                             encoding="utf-8-sig")
         except datasets.exceptions.DatasetGenerationError as error:  # (the other files were checked above)
+            if _disk_full(error) is not None:
+                raise  # (the cache's disk, not the file: read_corpus says so)
             cause = _root_cause(error)
             packed = [file for file in files if compressed(file)]
             if type(cause).__name__ == "SchemaInferenceError" and packed:  # (no line: each decompresses to nothing)
@@ -170,11 +173,24 @@ def compressed(file: str) -> bool:
     return file.lower().endswith(COMPRESSED_SUFFIXES)
 
 
+def _error_chain(error: BaseException | None):
+    """An error, the error it was raised from or while handling, and so on."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _disk_full(error: BaseException) -> OSError | None:
+    """The OSError of a full disk (or quota, or file size limit) in `error`'s chain, or None."""
+    return next((found for found in _error_chain(error) if isinstance(found, OSError)
+                 and found.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)), None)
+
+
 def _root_cause(error: BaseException) -> BaseException:
     """The first exception of the chain that ends in `error` (what `datasets` wraps)."""
-    while error.__cause__ or error.__context__:
-        error = error.__cause__ or error.__context__
-    return error
+    return list(_error_chain(error))[-1]
 
 
 def _load_saved_dataset(folder: Path, role: str, option: str, split: str | None = None):
@@ -528,8 +544,18 @@ def read_corpus(paths: list[str], text_column: str, word_splitting: str, role: s
     """Load a corpus for `role` ("train" or "validation"), with a readable error for empty input (naming `option`,
     by default `--{role}-file`)."""
     option = option or f"--{role}-file"
-    sentences = load_sentences(paths, text_column=text_column, word_splitting=word_splitting, role=role, option=option,
-                               split=split)
+    try:
+        sentences = load_sentences(paths, text_column=text_column, word_splitting=word_splitting, role=role,
+                                   option=option, split=split)
+    except Exception as error:
+        full = _disk_full(error)  # (datasets writes the text into its cache: an OSError, or another error it caused)
+        if full is None:
+            raise
+        import datasets
+
+        raise DataError(f"{option} {' '.join(map(os.fspath, paths))}: could not be read into the datasets cache "
+                        f"{datasets.config.HF_DATASETS_CACHE} ({type(full).__name__}: {full}): make room there, or "
+                        "set HF_DATASETS_CACHE to a folder with room") from None
     if len(sentences) == 0:
         raise DataError(f"{option} {' '.join(map(os.fspath, paths))}: no sentences (every line is empty)")
     return sentences

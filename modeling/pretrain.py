@@ -371,18 +371,28 @@ def save_checkpoint(accelerator: Accelerator, model, output_dir: Path, step: int
         accelerator.wait_for_everyone()  # (gone before any process ends the run)
         raise SaveFailure(f"{final}: the checkpoint could not be written ({failure}); its partial folder "
                           f"{partial.name} is removed")
-    if accelerator.is_main_process:
-        if final.exists():  # the same step saved before a crash: keep it until the new one is in place
-            retired = output_dir / f".checkpoint-{step}.retired"
-            shutil.rmtree(retired, ignore_errors=True)
-            os.replace(final, retired)
-            os.replace(partial, final)
-            shutil.rmtree(retired)
-        else:
-            os.replace(partial, final)
+
+    def put_in_place() -> None:
+        try:
+            if final.exists():  # the same step saved before a crash: keep it until the new one is in place
+                retired = output_dir / f".checkpoint-{step}.retired"
+                shutil.rmtree(retired, ignore_errors=True)
+                os.replace(final, retired)
+                os.replace(partial, final)
+                shutil.rmtree(retired)
+            else:
+                os.replace(partial, final)
+        except OSError as error:  # (a checkpoint it replaced is put back by the next run: clean_up_interrupted_saves)
+            shutil.rmtree(partial, ignore_errors=True)
+            raise SaveFailure(f"{final}: the checkpoint could not be put in place ({failure_text(error)}); its partial "
+                              f"folder {partial.name} is removed") from None
         for _, old in list_checkpoints(output_dir)[:-total_limit] if total_limit > 0 else []:
-            remove_checkpoint(old)
-    accelerator.wait_for_everyone()
+            try:
+                remove_checkpoint(old)
+            except PretrainError as error:  # (the run stops there, its new checkpoint whole: it goes on from it)
+                raise SaveFailure(str(error)) from None
+
+    on_the_first_process(accelerator, put_in_place, (SaveFailure,), SaveFailure)  # (the others wait for it)
     return final
 
 
@@ -423,22 +433,30 @@ def remove_checkpoint(checkpoint: Path) -> None:
     """Delete a checkpoint folder, renamed first: a crash while it is being deleted leaves no checkpoint-N that looks
     whole (`clean_up_interrupted_saves` deletes the rest)."""
     pruned = checkpoint.with_name(f".{checkpoint.name}.pruned")
-    os.replace(checkpoint, pruned)
-    shutil.rmtree(pruned)
+    try:
+        os.replace(checkpoint, pruned)
+        shutil.rmtree(pruned)
+    except OSError as error:
+        raise PretrainError(f"{checkpoint}: the checkpoint could not be removed ({failure_text(error)})") from None
 
 
 def clean_up_interrupted_saves(output_dir: Path) -> None:
     """What a crash inside `save_checkpoint` can leave: a save not finished (.partial), a checkpoint being pruned
     (.pruned), both deleted; a checkpoint being replaced by a new save of its step (.retired), put back where the new
     one did not take its place, deleted where it did."""
-    for leftover in [*output_dir.glob(".checkpoint-*.partial"), *output_dir.glob(".checkpoint-*.pruned")]:
-        shutil.rmtree(leftover)
-    for retired in output_dir.glob(".checkpoint-*.retired"):
-        final = output_dir / retired.name[1:].removesuffix(".retired")
-        if final.exists():
-            shutil.rmtree(retired)
-        else:
-            os.replace(retired, final)
+    leftover = output_dir
+    try:
+        for leftover in [*output_dir.glob(".checkpoint-*.partial"), *output_dir.glob(".checkpoint-*.pruned")]:
+            shutil.rmtree(leftover)
+        for leftover in output_dir.glob(".checkpoint-*.retired"):
+            final = output_dir / leftover.name[1:].removesuffix(".retired")
+            if final.exists():
+                shutil.rmtree(leftover)
+            else:
+                os.replace(leftover, final)
+    except OSError as error:
+        raise PretrainError(f"{leftover}: what an interrupted save left could not be put right ({failure_text(error)}); "
+                            "remove it, and run the command again") from None
 
 
 def file_digests(folder: Path) -> dict[str, dict]:
@@ -825,6 +843,24 @@ def on_the_first_process(accelerator: Accelerator, work, refusals: tuple = (Pret
     return result
 
 
+def on_every_process(accelerator: Accelerator, work, refusals: tuple, raised_as: type[ValueError]):
+    """`work()` in every process, its result. A refusal (one of `refusals`) in any process is every process's
+    `raised_as`, with the message of the first process that refused: no process goes on to a collective that
+    another, gone with its error, never reaches."""
+    failure, result = None, None
+    try:
+        result = work()
+    except refusals as error:
+        if accelerator.num_processes == 1:
+            raise
+        failure = str(error)
+    if accelerator.num_processes > 1:
+        failure = next((found for found in gather_object([failure]) if found is not None), None)
+        if failure is not None:
+            raise raised_as(failure)
+    return result
+
+
 def check_coverage(accelerator: Accelerator, text: EncodedText, vocabulary: Vocabulary) -> None:
     """Warn where most training targets are <UNK> (a vocabulary of another language or domain, as an --init-from
     model's kept one on other text): the model would learn little but to predict <UNK>."""
@@ -944,11 +980,15 @@ def save_final_model(model: ElmoForPreTraining, state_dict: dict, vocabulary: Vo
         raise SaveFailure(f"{output_dir}: the final model could not be written ({failure_text(error)}); its partial "
                           f"folder {staging.name} is removed") from None
     # An earlier run's char.dic or word.dic that this tokenizer does not write would be read with it from OUTPUT_DIR.
-    for name in {"char.dic", "word.dic"} - {path.name for path in staging.iterdir()}:
-        (output_dir / name).unlink(missing_ok=True)
-    for path in sorted(staging.iterdir(), key=lambda path: path.name == "trainer_state.json"):
-        os.replace(path, output_dir / path.name)
-    staging.rmdir()
+    try:
+        for name in {"char.dic", "word.dic"} - {path.name for path in staging.iterdir()}:
+            (output_dir / name).unlink(missing_ok=True)
+        for path in sorted(staging.iterdir(), key=lambda path: path.name == "trainer_state.json"):
+            os.replace(path, output_dir / path.name)
+        staging.rmdir()
+    except OSError as error:  # (trainer_state.json comes last: the folder does not read as a finished run)
+        raise SaveFailure(f"{output_dir}: the final model could not be moved into the folder ({failure_text(error)}); "
+                          f"what was not moved is in {staging.name}") from None
 
 
 def loss_scale(optimizer: str, labels: torch.Tensor, share: float = 1.0, accumulation: int = 1) -> float:
@@ -1204,9 +1244,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
                             "replaces: write to another folder")
     # Nothing is written into OUTPUT_DIR until every check below has passed (a refused run leaves it as it was);
     # only what a crash inside a save left is put right first, so that the checkpoints are seen as they are.
-    if main_process and output_dir.is_dir():
-        clean_up_interrupted_saves(output_dir)
-    accelerator.wait_for_everyone()
+    on_the_first_process(accelerator, lambda: output_dir.is_dir() and clean_up_interrupted_saves(output_dir))
     checkpoint = find_resume_checkpoint(args, output_dir)
     if checkpoint is not None:
         verify_resume_checkpoint(checkpoint)
@@ -1232,8 +1270,10 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         return train, validation
 
     # (the first process first: the others then find the datasets cache it built)
-    texts = on_the_first_process(accelerator, read_texts, (DataError, VocabularyError, PretrainError), DataError)
-    train_sentences, validation_sentences = texts if accelerator.is_main_process else read_texts()
+    refusals = (DataError, VocabularyError, PretrainError)
+    texts = on_the_first_process(accelerator, read_texts, refusals, DataError)
+    train_sentences, validation_sentences = on_every_process(
+        accelerator, (lambda: texts) if accelerator.is_main_process else read_texts, refusals, DataError)
     tokenizer = choose_tokenizer(args, settings, checkpoint, train_sentences)
     vocabulary = choose_vocabulary(args, checkpoint, train_sentences, tokenizer)
     if checkpoint is not None:
@@ -1268,6 +1308,11 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         "validation_file": args.validation_file,
         "validation_sha256": None if validation_text is None else validation_text.digest(table),
     }
+    if accelerator.num_processes > 1 and len(set(gather_object([(data["train_sha256"], data["validation_sha256"])]))) > 1:
+        raise PretrainError(f"the processes read different text from --train-file {' '.join(args.train_file)}"
+                            + (f" or --validation-file {' '.join(args.validation_file)}" if args.validation_file else "")
+                            + " (changed while the run started, or other files on another machine): give every "
+                            "process the same files, and leave them as they are during the run")
     if checkpoint is not None:
         check_same_text(checkpoint, data)
     validation = None
@@ -1363,14 +1408,18 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         accelerator.print(f"--resume {checkpoint}: this run replaces what followed step {step}: removing "
                           f"{', '.join(old.name for old in abandoned)}")
     accelerator.wait_for_everyone()  # (every process has loaded what it resumes from: nothing it reads goes)
-    if main_process:  # every check has passed: the run starts changing OUTPUT_DIR
+    def start_changing_the_folder() -> None:  # every check has passed: the run starts changing OUTPUT_DIR
         output_dir.mkdir(parents=True, exist_ok=True)
         for old in [old for _, old in list_checkpoints(output_dir)] if args.overwrite_output_dir else abandoned:
             remove_checkpoint(old)
         # An earlier end's record would tell a later --resume that the run had finished, even where this one (resumed
         # from an earlier step, or continuing a finished run) crashes before it gets there, the log cut back.
-        (output_dir / "trainer_state.json").unlink(missing_ok=True)
-    accelerator.wait_for_everyone()
+        try:
+            (output_dir / "trainer_state.json").unlink(missing_ok=True)
+        except OSError as error:
+            raise PretrainError(f"{output_dir / 'trainer_state.json'}: could not be removed ({failure_text(error)})") from None
+
+    on_the_first_process(accelerator, start_changing_the_folder)  # (the others wait for it)
     log = TrainingLog(output_dir / "log.jsonl", accelerator,
                       (step, checkpoint.parent / "log.jsonl") if checkpoint is not None else None)
 

@@ -687,6 +687,111 @@ def test_two_processes_whose_log_cannot_be_written_say_so_in_one_line_each(tmp_p
     assert result.returncode != 0 and result.stderr.count(said) == 2, result.stderr[-3000:]
 
 
+@pytest.mark.parametrize("size", [700, 1500])
+def test_a_datasets_cache_on_a_full_disk_is_named(tmp_path, size):
+    """datasets writes the text into its cache (HF_DATASETS_CACHE) first: on a full disk (a file size limit here) that
+    ended in an OSError's traceback (1500 bytes), or in "--train-file ...: cannot be read", blaming the text (700)."""
+    result = subprocess.run([sys.executable, str(PRETRAIN), *map(str, [*RUN, "--output-dir", tmp_path / "run"])],
+                            capture_output=True, text=True, env=script_env(tmp_path), timeout=300,
+                            preexec_fn=file_size_limit(size))
+    assert_one_error(result.returncode, result.stderr, f"error: --train-file {TRAIN / 'data.txt'}: could not be read "
+                     f"into the datasets cache {tmp_path / 'datasets-cache'} (OSError: [Errno 27] File too large): "
+                     "make room there, or set HF_DATASETS_CACHE to a folder with room")
+
+
+def test_a_final_model_that_cannot_be_moved_into_the_folder_is_one_line(tmp_path, capsys):
+    """The files of the final model are moved into OUTPUT_DIR one by one, trainer_state.json last; a move that fails
+    (here a folder where a file goes) ended in a traceback. Now one line, and the folder does not read as finished."""
+    folder = tmp_path / "run"
+    (folder / "README.md").mkdir(parents=True)
+    (folder / "README.md" / "notes.txt").write_text("not a model card")
+    code, _, err = run_main(capsys, *RUN, "--output-dir", folder, "--overwrite-output-dir")
+    assert_one_error(code, err, f"error: {folder}: the final model could not be moved into the folder "
+                     "(IsADirectoryError: ", "what was not moved is in .final.partial; the checkpoints saved in "
+                     f"{folder} are kept; the same command with --resume instead of --overwrite-output-dir goes on")
+    assert not (folder / "trainer_state.json").exists() and (folder / ".final.partial" / "trainer_state.json").exists()
+
+
+def test_leftovers_that_cannot_be_removed_are_named_in_every_process(tmp_path, capsys):
+    """What an interrupted save left (.checkpoint-N.partial, here a file where a folder should be) is put right by the
+    first process before the others go on: a failure was its traceback, and the other process's "Connection closed
+    by peer"."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / ".checkpoint-2.partial").write_text("")
+    said = (f"error: {folder / '.checkpoint-2.partial'}: what an interrupted save left could not be put right "
+            "(NotADirectoryError: ")
+    code, _, err = run_main(capsys, *RUN, "--output-dir", folder, "--resume")
+    assert_one_error(code, err, said, "remove it, and run the command again")
+    result = run_two_processes([PRETRAIN, *RUN, "--batch-size", 2, "--output-dir", folder, "--resume"],
+                               script_env(tmp_path))
+    assert result.returncode != 0 and result.stderr.count(said) == 2, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("refused_name", [".checkpoint-2.partial", "checkpoint-2"], ids=["placed", "pruned"])
+def test_a_checkpoint_that_cannot_be_put_in_place_or_pruned_stops_the_run_in_one_line(tmp_path, capsys, monkeypatch,
+                                                                                       refused_name):
+    """After its files are written, the first process moves a checkpoint into place and removes the ones
+    --save-total-limit drops: a failure was a traceback. (As root, which these tests may run as, no folder refuses a
+    move: the failure is made here.)"""
+    folder = tmp_path / "run"
+    replace = os.replace
+
+    def refused(source, target):
+        if Path(source).name == refused_name:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        replace(source, target)
+
+    monkeypatch.setattr(pretrain.os, "replace", refused)
+    code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 5, "--save-steps", 2, "--save-total-limit", 1,
+                            "--eval-steps", 0, "--output-dir", folder)
+    failed = "put in place" if refused_name.endswith(".partial") else "removed"
+    assert_one_error(code, err, f"error: {folder / 'checkpoint-2'}: the checkpoint could not be {failed} "
+                     "(PermissionError: [Errno 1] Operation not permitted); ")
+    monkeypatch.undo()
+    assert not list(folder.glob(".checkpoint-*"))
+    if failed == "removed":  # (the new checkpoint is whole, and the one that stayed)
+        assert [path.name for path in sorted(folder.glob("checkpoint-*"))] == ["checkpoint-2", "checkpoint-4"]
+        assert pretrain.checkpoint_problem(folder / "checkpoint-4") is None
+    else:
+        assert not list(folder.glob("checkpoint-*"))
+
+
+DIFFERENT_TEXT = """import os, sys
+from modeling import pretrain
+from modeling.data import DataError
+
+read_corpus = pretrain.read_corpus
+
+
+def read_on_this_process(*args, **kwargs):
+    if os.environ["RANK"] == "1":  # (a file changed between the processes' reads, or another machine's copy)
+        if sys.argv[1] == "fails":
+            raise DataError("--train-file data.txt: cannot be read (what the second process met)")
+        return read_corpus(*args, **kwargs).select(range(3))
+    return read_corpus(*args, **kwargs)
+
+
+pretrain.read_corpus = read_on_this_process
+sys.exit(pretrain.main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("case", ["fails", "differs"])
+def test_processes_that_read_the_text_differently_stop_in_one_line_each(tmp_path, case):
+    """Every process reads the text, the first one first. Another process's refusal was its own line and the first's
+    gloo traceback; another text (the file changed meanwhile) gave the processes different numbers of steps, and the
+    run hung at its end (--epochs) or trained each process on other text (--max-steps)."""
+    script = tmp_path / "read_differently.py"
+    script.write_text(DIFFERENT_TEXT)
+    result = run_two_processes([script, case, *TRAIN_ARGS, "--epochs", 2, "--batch-size", 2, "--eval-steps", 0,
+                                "--output-dir", tmp_path / "run"], script_env(tmp_path), timeout=240)
+    said = ("error: --train-file data.txt: cannot be read (what the second process met)" if case == "fails" else
+            f"error: the processes read different text from --train-file {TRAIN / 'data.txt'} or --validation-file "
+            f"{TRAIN / 'data.txt'} (changed while the run started, or other files on another machine)")
+    assert result.returncode != 0 and result.stderr.count(said) == 2, result.stderr[-3000:]
+
+
 # save_checkpoint and remove_checkpoint when the process dies inside them (what clean_up_interrupted_saves then finds).
 def test_a_checkpoint_being_pruned_when_the_process_dies_is_never_taken_for_a_whole_one(tmp_path, monkeypatch):
     """remove_checkpoint renames the folder before deleting it: a death half-way through the deletion (its weights
