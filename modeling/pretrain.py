@@ -682,7 +682,8 @@ class TrainingLog:
         # Lines past the checkpoint were written by the interrupted run (the last one maybe half), and the resumed
         # run writes them again.
         resume_step, continued = resumed
-        lines = continued.read_text(encoding="utf-8").splitlines() if continued.is_file() else []
+        # (a line that is not UTF-8 does not read as a record, and goes as a half-written one does)
+        lines = continued.read_text(encoding="utf-8", errors="replace").splitlines() if continued.is_file() else []
         kept = [line for line in lines if self._step(line) <= resume_step]
         temporary = self.path.with_name(f".{self.path.name}.partial")
         try:
@@ -828,19 +829,7 @@ def on_the_first_process(accelerator: Accelerator, work, refusals: tuple = (Pret
     """`work()` in the first process only, its result there (None in the others). Its refusal (one of `refusals`)
     is every process's own error, `raised_as` with its message: the others would otherwise wait at the next barrier,
     which the first left by its error, and die in gloo's "Connection closed by peer" traceback."""
-    failure, result = None, None
-    if accelerator.is_main_process:
-        try:
-            result = work()
-        except refusals as error:
-            if accelerator.num_processes == 1:
-                raise
-            failure = str(error)
-    if accelerator.num_processes > 1:
-        failure = broadcast_object_list([failure], from_process=0)[0]
-        if failure is not None:
-            raise raised_as(failure)
-    return result
+    return on_every_process(accelerator, work if accelerator.is_main_process else (lambda: None), refusals, raised_as)
 
 
 def on_every_process(accelerator: Accelerator, work, refusals: tuple, raised_as: type[ValueError]):
@@ -1308,7 +1297,8 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         "validation_file": args.validation_file,
         "validation_sha256": None if validation_text is None else validation_text.digest(table),
     }
-    if accelerator.num_processes > 1 and len(set(gather_object([(data["train_sha256"], data["validation_sha256"])]))) > 1:
+    read = [(data["train_sha256"], data["validation_sha256"])]
+    if accelerator.num_processes > 1 and len(set(gather_object(read))) > 1:  # (each process read the files itself)
         raise PretrainError(f"the processes read different text from --train-file {' '.join(args.train_file)}"
                             + (f" or --validation-file {' '.join(args.validation_file)}" if args.validation_file else "")
                             + " (changed while the run started, or other files on another machine): give every "
@@ -1408,6 +1398,7 @@ def train_with(accelerator: Accelerator, args: argparse.Namespace, run_started: 
         accelerator.print(f"--resume {checkpoint}: this run replaces what followed step {step}: removing "
                           f"{', '.join(old.name for old in abandoned)}")
     accelerator.wait_for_everyone()  # (every process has loaded what it resumes from: nothing it reads goes)
+
     def start_changing_the_folder() -> None:  # every check has passed: the run starts changing OUTPUT_DIR
         output_dir.mkdir(parents=True, exist_ok=True)
         for old in [old for _, old in list_checkpoints(output_dir)] if args.overwrite_output_dir else abandoned:

@@ -849,12 +849,16 @@ def test_a_checkpoint_saved_again_at_its_step_is_kept_until_the_new_one_is_in_pl
 
 def test_a_resumed_log_keeps_the_lines_up_to_its_checkpoint_and_drops_a_half_written_one(tmp_path):
     """The lines past the checkpoint's step are the interrupted run's, which the resumed run writes again; a last line
-    cut short by a kill (no step that reads) goes too, where it stayed, breaking every reader of the log."""
+    cut short by a kill (no step that reads) goes too, where it stayed, breaking every reader of the log; so does a
+    line that is not UTF-8."""
     log = tmp_path / "log.jsonl"
     log.write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.9}\n{"step": 3, "loss": 2.8}\n{"step": 4, "lo')
     pretrain.TrainingLog(log, Accelerator(), (2, log))
     assert log.read_text() == '{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.9}\n'
     log.write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "lo')
+    pretrain.TrainingLog(log, Accelerator(), (2, log))
+    assert log.read_text() == '{"step": 1, "loss": 3.0}\n'
+    log.write_bytes(b'{"step": 1, "loss": 3.0}\n{"step": 2, "loss": \xff}\n')  # (not UTF-8: it failed to read)
     pretrain.TrainingLog(log, Accelerator(), (2, log))
     assert log.read_text() == '{"step": 1, "loss": 3.0}\n'
 
