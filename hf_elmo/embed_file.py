@@ -300,6 +300,10 @@ def _file_property_lists():
     creation.set_attr_creation_order(h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED)
     creation.set_obj_track_times(False)
     access.set_libver_bounds(h5py.h5f.LIBVER_EARLIEST, h5py.h5f.LIBVER_LATEST)  # (h5py's default)
+    # No sieve buffer: HDF5 held a small dataset's bytes in it and wrote them when the dataset was released, where
+    # h5py can only print the failure of that write (a full disk), and the batch counted as done, its lines zeros.
+    # Unbuffered, the write itself fails, as an OSError.
+    access.set_sieve_buf_size(0)
     return creation, access
 
 
@@ -326,10 +330,13 @@ class _NotOpenedError(ValueError):
 
 
 def _open_hdf5(path: Path, mode: str = "r") -> h5py.File:
-    """`h5py.File(path, mode)`; _NotOpenedError where the system refused to open it (HDF5 gives those an errno; what
-    it cannot read in the file itself, cut short or not HDF5, has none, and is raised as it is, as is a missing
-    file's FileNotFoundError)."""
+    """`h5py.File(path, mode)` ("r" or "r+", the second with `_file_property_lists`' access: no write is
+    buffered); _NotOpenedError where the system refused to open it (HDF5 gives those an errno; what it cannot read in
+    the file itself, cut short or not HDF5, has none, and is raised as it is, as is a missing file's
+    FileNotFoundError)."""
     try:
+        if mode == "r+":
+            return h5py.File(h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDWR, fapl=_file_property_lists()[1]))
         return h5py.File(path, mode)
     except OSError as error:
         if error.errno is None or isinstance(error, FileNotFoundError):
@@ -576,6 +583,9 @@ def embed_file(
                                             not (use_sentence_keys or forget_sentences), progress)
             except (ValueError, OSError) as error:
                 failure = str(error)
+                if isinstance(error, OSError) and error.errno is not None and not error.filename:  # (HDF5's, which
+                    # names no file: making output.hdf5 on a full disk, say)
+                    failure = f"{partial}: could not be made ready ({os.strerror(error.errno)})"
         if state.num_processes > 1:
             failure, finished_before = broadcast_object_list([failure, finished_before], from_process=0)
         if failure is not None:
@@ -803,8 +813,8 @@ def _prepare_partial_folder(partial: Path, manifest: dict, sentences: list[str],
     what that run left unfinished: temporary files, and batch files that do not read back whole; then make
     `output.hdf5`, or check the one that run left (a damaged one is made again, and its batches are computed
     again)."""
-    if not (partial / OUTPUT_NAME).exists():  # (checked before the folder is made: a refused run leaves nothing)
-        _check_room(partial, keys, shapes, sentences, sentence_index)
+    # (checked before the folder is made: a refused run leaves nothing, or what it would resume as it was)
+    _check_room(partial, keys, shapes, sentences, sentence_index)
     if partial.exists():
         found = _read_manifest(partial)
         if found is None and any(partial.glob("[0-9]*.hdf5")):
@@ -904,15 +914,19 @@ def _check_room(partial: Path, keys: list[str], shapes: list[tuple[int, ...]], s
     sparse, and takes its whole size as the batches fill it (besides it, the batch files of the processes other
     than the first hold their lines until the end). A disk too small for that, or a limit on the size of a file
     (`ulimit -f`) below it, is said now, not hours later (and HDF5, when it cannot extend a file it makes, can crash
-    the process as it exits)."""
+    the process as it exits). A resumed run needs the room that its `output.hdf5` has not taken yet."""
     output_file = partial.with_suffix("")  # (the folder is OUTPUT.partial)
     numbers, size = _output_bytes(keys, shapes, sentences, sentence_index)
+    try:  # (the disk's blocks that the file being resumed holds: the lines written so far, and HDF5's records)
+        taken = os.stat(partial / OUTPUT_NAME).st_blocks * 512
+    except (FileNotFoundError, AttributeError):  # (AttributeError: a system without st_blocks)
+        taken = 0
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0] if resource is not None else None
     if limit not in (None, resource.RLIM_INFINITY) and size > limit:
         raise ValueError(f"{output_file}: would be a file of about {_megabytes(size)}, and this process may write "
                          f"files of at most {_megabytes(limit)} (`ulimit -f`)")
     processes = process_state().num_processes
-    needed = size + numbers * (processes - 1) // processes
+    needed = max(size - taken, 0) + numbers * (processes - 1) // processes
     free = shutil.disk_usage(partial.parent).free
     if needed > free:
         raise ValueError(f"{output_file}: needs about {_megabytes(needed)} on the disk, and {partial.parent} has "

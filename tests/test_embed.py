@@ -1788,6 +1788,60 @@ def test_an_output_the_disk_has_no_room_for_is_refused_before_any_work(embedder,
                                  embed_module._line_shapes(embedder, sentences, "all"), sentences, True)
 
 
+def file_size_limited(limit: int, skip_the_check: bool = False) -> str:
+    """A Python program that runs `hf-elmo` with files limited to `limit` bytes, a write past it failing (EFBIG) rather
+    than killing the process; `skip_the_check`: without embed's check of the room (as if the disk filled after it)."""
+    return ("import resource, signal, sys\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.RLIM_INFINITY))\n"
+            "from hf_elmo import embed_file\n"
+            + ("embed_file._check_room = lambda *args: None\n" if skip_the_check else "")
+            + "from hf_elmo.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+
+
+def test_a_write_that_fails_after_the_check_is_an_error_and_no_line_is_lost(model_path, tmp_path):
+    """Where the disk fills after the check (here: the check skipped, and a file size limit below the output's size,
+    on a resumed run whose sparse output.hdf5 is made), HDF5 had held each line's bytes in its buffer and written them
+    when the line's dataset was released: h5py could only print that write's failure, the batch counted as done, and
+    the next run ended "successfully" with lines of zeros (or crashed). Now the write fails as it is made: one error
+    line, and the same command without the limit finishes with every line equal to an uninterrupted run's. Making
+    output.hdf5 under the limit is one line that names the folder (it was HDF5's message alone)."""
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
+    reference = tmp_path / "reference.hdf5"
+    embedder.embed_file(source, reference, batch_size=2, progress=False)
+    command = ["embed", str(source), str(output), "--model", str(model_path), "--batch-size", "2"]
+    limit = (partial / "output.hdf5").stat().st_size // 2
+    result = subprocess.run([sys.executable, "-c", file_size_limited(limit, skip_the_check=True), *command],
+                            env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
+    assert_one_error(result.returncode, result.stderr, f"error: {output}: could not be written (File too large); ",
+                     "the same command run again goes on from them")
+    assert main(command) == 0
+    assert_same_embeddings(output, reference, 20)
+    assert all(array.any() for key, array in read_all(output).items() if key != "sentence_to_index")
+
+    other = tmp_path / "other.hdf5"
+    result = subprocess.run([sys.executable, "-c", file_size_limited(limit, skip_the_check=True),
+                             *[other if part == str(output) else part for part in command]],
+                            env=SUBPROCESS_ENV, capture_output=True, text=True, timeout=300)
+    assert_one_error(result.returncode, result.stderr,
+                     f"error: {other}.partial: could not be made ready (File too large)")
+
+
+def test_a_resumed_run_is_checked_for_the_room_it_still_needs(model_path, tmp_path):
+    """The check of the output's size against the file size limit ran only where output.hdf5 was not yet made: a
+    resumed run under a smaller `ulimit -f` went on until its writes failed. Now it is refused before any work."""
+    embedder, source, output, partial = interrupted_run(model_path, tmp_path, 3)
+    before = finished_batches(partial)
+    size = (partial / "output.hdf5").stat().st_size
+    result = subprocess.run([sys.executable, "-c", file_size_limited(size // 2), "embed", str(source), str(output), "--model",
+                             str(model_path), "--batch-size", "2"], env=SUBPROCESS_ENV, capture_output=True,
+                            text=True, timeout=300)
+    assert_one_error(result.returncode, result.stderr, f"error: {output}: would be a file of about ",
+                     "(`ulimit -f`)")
+    assert finished_batches(partial) == before
+
+
 def dataset_properties(path: Path) -> dict:
     """What a reader can see of each dataset of an HDF5 file, and of the file: names in order, attributes, and per
     dataset the character set of its name, its bytes, type, shape, layout, filters, fill value and times, and
