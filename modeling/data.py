@@ -188,6 +188,18 @@ def _disk_full(error: BaseException) -> OSError | None:
                  and found.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)), None)
 
 
+def datasets_cache_full(error: BaseException) -> str | None:
+    """What to say of an error of `datasets` that a full disk caused (an OSError, or another error raised while
+    handling it), where datasets was writing a text into its cache; None for any other error (the caller's to name)."""
+    full = _disk_full(error)
+    if full is None:
+        return None
+    import datasets
+
+    return (f"could not be read into the datasets cache {datasets.config.HF_DATASETS_CACHE} ({type(full).__name__}: "
+            f"{full}): make room there, or set HF_DATASETS_CACHE to a folder with room")
+
+
 def _root_cause(error: BaseException) -> BaseException:
     """The first exception of the chain that ends in `error` (what `datasets` wraps)."""
     return list(_error_chain(error))[-1]
@@ -548,14 +560,10 @@ def read_corpus(paths: list[str], text_column: str, word_splitting: str, role: s
         sentences = load_sentences(paths, text_column=text_column, word_splitting=word_splitting, role=role,
                                    option=option, split=split)
     except Exception as error:
-        full = _disk_full(error)  # (datasets writes the text into its cache: an OSError, or another error it caused)
-        if full is None:
+        problem = datasets_cache_full(error)  # (datasets writes the text into its cache first)
+        if problem is None:
             raise
-        import datasets
-
-        raise DataError(f"{option} {' '.join(map(os.fspath, paths))}: could not be read into the datasets cache "
-                        f"{datasets.config.HF_DATASETS_CACHE} ({type(full).__name__}: {full}): make room there, or "
-                        "set HF_DATASETS_CACHE to a folder with room") from None
+        raise DataError(f"{option} {' '.join(map(os.fspath, paths))}: {problem}") from None
     if len(sentences) == 0:
         raise DataError(f"{option} {' '.join(map(os.fspath, paths))}: no sentences (every line is empty)")
     return sentences

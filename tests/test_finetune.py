@@ -260,6 +260,45 @@ def test_two_processes_fine_tune_into_one_output_folder(converted, tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["cache", "two"]  # (no staging folder left)
 
 
+def test_two_processes_whose_model_cannot_be_written_say_so_in_one_line_each(converted, tmp_path):
+    """The first process writes the model; the second returned as if it had been written, and was stopped by torchrun
+    without a word once the first failed. Now each ends with the first's error line."""
+    from conftest import run_two_processes
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))  # (the weights take 400 kB)
+
+    output = tmp_path / "two"
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(REPO)}
+    result = run_two_processes([REPO / "modeling" / "finetune.py", "--task", "ner", "--model",
+                                converted["allennlp-elmo"], "--output-dir", output, "--data-dir", REPO / "data",
+                                "--max-train-examples", 16, "--max-eval-examples", 8, "--max-steps", 1,
+                                "--batch-size", 4], env, preexec_fn=limited)
+    said = f"error: --output-dir {output}: the fine-tuned model could not be written (SafetensorError: "
+    assert result.returncode != 0 and result.stderr.count(said) == 2, result.stderr[-3000:]
+    assert [path.name for path in tmp_path.iterdir() if path.name != "cache"] == []  # (no output, no staging folder)
+
+
+def test_a_datasets_cache_on_a_full_disk_is_named_not_the_data(converted, tmp_path):
+    """Rotten Tomatoes is read into the datasets cache: on a full disk (a file size limit here) the corpus was said
+    to be no bzip2-compressed CSV."""
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
+
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, str(REPO / "modeling" / "finetune.py"), "--task", "sentiment", "--model",
+         str(converted["allennlp-elmo"]), "--data-dir", str(REPO / "data"), "--output-dir", str(tmp_path / "out"),
+         "--max-train-examples", "16", "--max-eval-examples", "8", "--max-steps", "1"],
+        capture_output=True, text=True, env=env, timeout=300, preexec_fn=limited)
+    assert_one_error(result.returncode, result.stderr, "rotten_tomatoes_corpus_full.csv.bz2: could not be read into "
+                     f"the datasets cache {tmp_path / 'cache'} (OSError: [Errno 27] File too large): make room there")
+
+
 def test_bad_input_is_one_clear_error_before_the_work(converted, tmp_path, capsys):
     """A missing model, data or output problem was a traceback (a ConversionError, an OSError from the Hub client);
     --max-train-examples 0 used all the data, a negative one failed deep in Trainer, --epochs 0 trained nothing.

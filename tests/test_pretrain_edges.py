@@ -25,7 +25,7 @@ import torch
 from accelerate import Accelerator
 from safetensors.torch import load_file
 
-from conftest import assert_one_error, run_two_processes
+from conftest import REPO, assert_one_error, run_two_processes
 from test_pretrain_options import snapshot, tiny_model  # noqa: F401  (tiny_model: the fixture)
 from test_pretrain_resume import LINEAR, linear_rate, rates, train
 from test_pretraining import (PRETRAIN, TRAIN, TRAIN_ARGS, datasets_cache, fixture_text, losses, read_log,  # noqa: F401
@@ -274,6 +274,28 @@ def test_an_output_json_that_cannot_be_written_is_refused_before_the_work(tmp_pa
     captured = capsys.readouterr()
     assert_one_error(code, captured.err, str(tmp_path / "a-file"))
     assert "perplexity" not in captured.out  # (refused before the evaluation)
+
+
+def test_an_output_json_that_a_full_disk_keeps_from_being_written_is_one_line(tmp_path, capsys):
+    """A disk that fills during the evaluation (a file size limit here, in a child process) ended in an OSError's
+    traceback after the figures; now one line names --output-json and the cause, and nothing half-written is left."""
+    run = tmp_path / "run"
+    code, _, err = run_main(capsys, *TRAIN_ARGS, "--max-steps", 0, "--save-steps", 0, "--output-dir", run)
+    assert code == 0, err
+    output = tmp_path / "results.json"
+    command = ["--model-dir", run, "--file", TRAIN / "data.txt", "--output-json", output]
+
+    def evaluate_run(limit=None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(REPO / "modeling" / "evaluate.py"), *map(str, command)],
+                              capture_output=True, text=True, env=script_env(tmp_path), timeout=300,
+                              preexec_fn=file_size_limit(limit) if limit else None)
+
+    assert evaluate_run().returncode == 0  # (and the datasets cache is written)
+    output.unlink()
+    result = evaluate_run(100)
+    assert_one_error(result.returncode, result.stderr, f"error: --output-json {output}: could not be written "
+                     "(OSError: [Errno 27] File too large)")
+    assert "perplexity" in result.stdout and not [path for path in tmp_path.iterdir() if "results" in path.name]
 
 
 # ---- a diverged run, a held output folder, non-finite options, vocabularies, resumes, inputs, unfinished runs ----
