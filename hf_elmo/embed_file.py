@@ -62,7 +62,7 @@ import h5py
 import numpy as np
 import torch
 from accelerate import PartialState
-from accelerate.utils import broadcast_object_list, parse_flag_from_env
+from accelerate.utils import broadcast_object_list, gather_object, parse_flag_from_env
 from tqdm.auto import tqdm
 
 from .embedder import ElmoEmbedder, check_batch_size, check_output_format, length_sorted_batches, sentence_arrays
@@ -566,6 +566,8 @@ def embed_file(
         # ... and with the kernels, which a release of either may change (and hf-elmo's batching with it)
         "versions": library_versions(),
     }
+    if state.num_processes > 1:
+        _check_same_job(manifest, input_file)
     batches = plan_batches(sentences, batch_size, embedder.stateful)
     keys, shapes = _line_keys(sentences, use_sentence_keys), _line_shapes(embedder, sentences, output_format)
     summary = {"sentences": len(sentences), "batches": len(batches), "computed": 0, "resumed": 0, "output": str(output_file)}
@@ -895,6 +897,18 @@ def _prepare_partial_output(partial: Path, manifest: dict, sentences: list[str],
         if in_output:
             path.unlink()
     _create_partial_output(output, keys, shapes, sentences, manifest, sentence_index, progress)
+
+
+def _check_same_job(manifest: dict, input_file: Path) -> None:
+    """Every process read its input and its model itself: a file changed while the run started, or another machine's
+    copy, gave them other lines, and the first process wrote batches it had not planned (a KeyError's traceback) while
+    the others waited. Refused in every process, naming what differs."""
+    seen = gather_object([json.dumps(manifest, sort_keys=True)])
+    differing = sorted({key for other in map(json.loads, seen) for key in manifest if other.get(key) != manifest[key]})
+    if differing:
+        raise ValueError(f"{input_file}: the processes of this run read different {', '.join(differing)} (a file "
+                         "changed while the run started, or another machine's copy): give every process the same "
+                         "input, model and settings")
 
 
 def _output_bytes(keys: list[str], shapes: list[tuple[int, ...]], sentences: list[str],

@@ -590,6 +590,39 @@ def test_a_refusal_by_the_first_process_stops_every_process(model_path, tmp_path
     assert {path.name: path.read_bytes() for path in partial.iterdir()} == finished
 
 
+READ_DIFFERENTLY = """import os, sys
+from hf_elmo import embed_file
+from hf_elmo.cli import main
+
+read_input = embed_file._read_input
+
+
+def read_on_this_process(path):
+    sentences, digest = read_input(path)
+    if os.environ["RANK"] == "1":  # (the file changed between the processes' reads, or another machine's copy)
+        return sentences[:-1], digest[::-1]
+    return sentences, digest
+
+
+embed_file._read_input = read_on_this_process
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_processes_that_read_different_input_stop_in_one_line_each(model_path, tmp_path):
+    """Each process reads the input itself: one that read other lines made the first write batches it had not planned
+    (a KeyError's traceback) and the other end in gloo's; now every process says what differs, before any work."""
+    source = write_lines(tmp_path / "in.txt", fixture_lines())
+    script = tmp_path / "read_differently.py"
+    script.write_text(READ_DIFFERENTLY)
+    output = tmp_path / "out.hdf5"
+    result = run_two_processes([script, "embed", source, output, "--batch-size", 2, "--model", model_path],
+                               SUBPROCESS_ENV)
+    said = f"error: {source}: the processes of this run read different input_sha256 (a file changed"
+    assert result.returncode != 0 and result.stderr.count(said) == 2, result.stderr[-3000:]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "read_differently.py"]
+
+
 def test_a_run_stopped_on_one_process_resumes_on_two_to_the_same_bytes(model_path, tmp_path):
     """The batch files do not depend on the process count: two processes finish a run that one process began,
     computing only the batches it had not finished, and write what one uninterrupted process writes."""
