@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,6 +145,19 @@ def test_a_folder_that_does_not_reload_as_trained_is_refused_and_nothing_is_writ
     assert list(tmp_path.iterdir()) == [older] and [p.name for p in older.iterdir()] == ["results.json"]
 
 
+def script_env(tmp_path: Path) -> dict:
+    """The environment of finetune.py run as a script: its own datasets cache, offline, one thread."""
+    return {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(REPO)}
+
+
+def files_of_200_kB() -> None:
+    """A preexec_fn: files of at most 200 kB (the weights take 400 kB), a write past it failing (EFBIG) rather than
+    killing the process (SIGXFSZ ignored)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
+
+
 def test_a_model_that_cannot_be_written_is_one_line_and_the_output_folder_is_left_as_it_was(converted, tmp_path):
     """A full disk (here a file size limit, SIGXFSZ ignored so that the write fails with EFBIG instead of killing the
     process) while the trained model is saved was safetensors' traceback, exit code 1. Now one line names
@@ -153,17 +167,12 @@ def test_a_model_that_cannot_be_written_is_one_line_and_the_output_folder_is_lef
     older.mkdir()
     (older / "results.json").write_text("{}")
 
-    def limited() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))  # (the weights take 400 kB)
-
-    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(REPO)}
+    env = script_env(tmp_path)
     result = subprocess.run(
         [sys.executable, str(REPO / "modeling" / "finetune.py"), "--task", "ner", "--model", str(converted["allennlp-elmo"]),
          "--data-dir", str(REPO / "data"), "--output-dir", str(older), "--overwrite", "--max-train-examples", "16",
          "--max-eval-examples", "8", "--max-steps", "1", "--batch-size", "8", "--logging-steps", "1"],
-        capture_output=True, text=True, env=env, timeout=300, preexec_fn=limited)
+        capture_output=True, text=True, env=env, timeout=300, preexec_fn=files_of_200_kB)
     assert_one_error(result.returncode, result.stderr, f"error: --output-dir {older}: the fine-tuned model could not "
                      "be written (SafetensorError: ", "File too large", "nothing is written there and the training "
                      "is not kept")
@@ -246,8 +255,7 @@ def test_two_processes_fine_tune_into_one_output_folder(converted, tmp_path):
     from conftest import run_two_processes
 
     output = tmp_path / "two"
-    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(REPO)}
+    env = script_env(tmp_path)
     result = run_two_processes([REPO / "modeling" / "finetune.py", "--task", "sentiment", "--model",
                                 converted["allennlp-elmo"], "--output-dir", output, "--data-dir", REPO / "data",
                                 "--max-train-examples", 16, "--max-eval-examples", 8, "--max-steps", 2,
@@ -265,17 +273,12 @@ def test_two_processes_whose_model_cannot_be_written_say_so_in_one_line_each(con
     without a word once the first failed. Now each ends with the first's error line."""
     from conftest import run_two_processes
 
-    def limited() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))  # (the weights take 400 kB)
-
     output = tmp_path / "two"
-    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(REPO)}
+    env = script_env(tmp_path)
     result = run_two_processes([REPO / "modeling" / "finetune.py", "--task", "ner", "--model",
                                 converted["allennlp-elmo"], "--output-dir", output, "--data-dir", REPO / "data",
                                 "--max-train-examples", 16, "--max-eval-examples", 8, "--max-steps", 1,
-                                "--batch-size", 4], env, preexec_fn=limited)
+                                "--batch-size", 4], env, preexec_fn=files_of_200_kB)
     said = f"error: --output-dir {output}: the fine-tuned model could not be written (SafetensorError: "
     assert result.returncode != 0 and result.stderr.count(said) == 2, result.stderr[-3000:]
     assert [path.name for path in tmp_path.iterdir() if path.name != "cache"] == []  # (no output, no staging folder)
@@ -284,17 +287,12 @@ def test_two_processes_whose_model_cannot_be_written_say_so_in_one_line_each(con
 def test_a_datasets_cache_on_a_full_disk_is_named_not_the_data(converted, tmp_path):
     """Rotten Tomatoes is read into the datasets cache: on a full disk (a file size limit here) the corpus was said
     to be no bzip2-compressed CSV."""
-    def limited() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))
-
-    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(REPO)}
+    env = script_env(tmp_path)
     result = subprocess.run(
         [sys.executable, str(REPO / "modeling" / "finetune.py"), "--task", "sentiment", "--model",
          str(converted["allennlp-elmo"]), "--data-dir", str(REPO / "data"), "--output-dir", str(tmp_path / "out"),
          "--max-train-examples", "16", "--max-eval-examples", "8", "--max-steps", "1"],
-        capture_output=True, text=True, env=env, timeout=300, preexec_fn=limited)
+        capture_output=True, text=True, env=env, timeout=300, preexec_fn=files_of_200_kB)
     assert_one_error(result.returncode, result.stderr, "rotten_tomatoes_corpus_full.csv.bz2: could not be read into "
                      f"the datasets cache {tmp_path / 'cache'} (OSError: [Errno 27] File too large): make room there")
 
