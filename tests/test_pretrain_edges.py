@@ -779,6 +779,28 @@ def test_a_checkpoint_that_cannot_be_put_in_place_or_pruned_stops_the_run_in_one
         assert not list(folder.glob("checkpoint-*"))
 
 
+def test_checkpoints_that_overwrite_output_dir_cannot_remove_stop_the_run_before_it_starts(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """--overwrite-output-dir removes the folder's checkpoints before the first step (the first process, while the
+    others wait): one that cannot be removed was a traceback. Now one line names it, and nothing has trained."""
+    folder = tmp_path / "run"
+    code, _, err = run_main(capsys, *RUN, "--output-dir", folder)
+    assert code == 0, err
+    replace = os.replace
+
+    def refused(source, target):
+        if Path(source).name == "checkpoint-2":
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        replace(source, target)
+
+    monkeypatch.setattr(pretrain.os, "replace", refused)
+    before = (folder / "log.jsonl").read_bytes()
+    code, out, err = run_main(capsys, *RUN, "--output-dir", folder, "--overwrite-output-dir")
+    assert_one_error(code, err, f"error: {folder / 'checkpoint-2'}: the checkpoint could not be removed "
+                     "(PermissionError: [Errno 1] Operation not permitted)")
+    assert (folder / "log.jsonl").read_bytes() == before and "step 1" not in out
+
+
 DIFFERENT_TEXT = """import os, sys
 from modeling import pretrain
 from modeling.data import DataError
